@@ -1,0 +1,53 @@
+# imagepipe — build, test and benchmark.
+# `make test` and `make bench` install what they need themselves (make tools).
+
+GO        ?= go
+BIN       := $(CURDIR)/bin
+CACHE     ?= $(HOME)/.cache/imagepipe
+VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X main.version=$(VERSION)
+FUZZTIME  ?= 10s
+# Fuzz targets as package:target pairs; `make fuzz` runs each for FUZZTIME.
+FUZZ_TARGETS := ./internal/convert:FuzzOpen ./internal/convert:FuzzQCOW2Header ./internal/convert:FuzzL2Table ./internal/convert:FuzzUnwrap
+
+.PHONY: all build test unit integration fuzz bench tools lint demo clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/imagectl ./cmd/imagectl
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/image-syncer ./cmd/image-syncer
+
+# tools installs the system packages the tests use (qemu-img/qemu-io as the
+# oracle, skopeo, mkfs.ext4, GNU time) when they are missing.
+tools:
+	@bash test/tools.sh
+
+test: tools lint build unit integration fuzz
+
+unit:
+	$(GO) test -race -count=1 ./internal/... ./pkg/... ./cmd/...
+
+integration: build
+	IMAGECTL=$(BIN)/imagectl $(GO) test -count=1 ./test/...
+
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$name for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
+
+bench: tools build
+	IMAGECTL=$(BIN)/imagectl IMAGEPIPE_CACHE=$(CACHE) bash test/bench/bench.sh
+
+lint:
+	@out=$$(gofmt -l cmd internal pkg test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+demo:
+	@echo "make demo arrives with the registry, syncer and VM launch issues; today only 'make test' and the imagectl inspect/convert commands exist."
+	@exit 1
+
+clean:
+	rm -rf $(BIN)

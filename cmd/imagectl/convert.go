@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/imagepipe/imagepipe/internal/convert"
+)
+
+type convertOptions struct {
+	*globalOptions
+	imageFlags
+	in, out     string
+	to          string
+	clusterSize int64
+}
+
+func newConvertCmd(g *globalOptions) *cobra.Command {
+	o := &convertOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "convert IN OUT",
+		Short: "Validate a disk image and convert it to qcow2 or raw",
+		Long: `Validates IN as untrusted input and writes it to OUT as a sparse qcow2 v3 image
+(the default) or a raw image. OUT appears only once it is complete: a failed or
+interrupted conversion leaves nothing behind. OUT may be "-" for standard output.
+
+Exit codes: 0 success, 3 the image is rejected, 1 other errors.`,
+		Example: `  imagectl convert disk.vmdk.raw disk.qcow2
+  imagectl convert cloud.qcow2 cloud.raw --to raw`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.in, o.out = args[0], args[1]
+			return runConvert(cmd.Context(), o)
+		},
+	}
+	addImageFlags(cmd, &o.imageFlags)
+	cmd.Flags().StringVar(&o.to, "to", "qcow2", "output format: qcow2 or raw")
+	cmd.Flags().Int64Var(&o.clusterSize, "cluster-size", convert.DefaultClusterSize, "qcow2 output cluster size in bytes (512 to 2097152, a power of two)")
+	return cmd
+}
+
+func runConvert(ctx context.Context, o *convertOptions) error {
+	log := o.logger()
+	start := time.Now()
+	src, err := openLocal(ctx, o.in, o.maxVirtualSize)
+	if err != nil {
+		return err
+	}
+	defer src.close()
+	img, err := convert.Open(src.file, src.size, o.openOptions())
+	if err != nil {
+		return err
+	}
+	plan, err := img.Plan(ctx, convert.Options{
+		To:          convert.Format(o.to),
+		ClusterSize: o.clusterSize,
+		Logger:      log,
+	})
+	if err != nil {
+		return err
+	}
+	log.Debug("planned", "bytes", plan.Size(), "elapsed", time.Since(start))
+	if o.out == "-" {
+		return plan.Write(ctx, os.Stdout)
+	}
+	if err := writeAtomically(o.out, func(f *os.File) error { return plan.Write(ctx, f) }); err != nil {
+		return err
+	}
+	log.Debug("converted", "out", o.out, "bytes", plan.Size(), "elapsed", time.Since(start))
+	return nil
+}
+
+// writeAtomically writes path through a temporary file in the same
+// directory, synced and renamed into place only when write succeeds, so a
+// failure or an interruption never leaves a partial file at path.
+func writeAtomically(path string, write func(*os.File) error) (err error) {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".partial-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if err := write(tmp); err != nil {
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

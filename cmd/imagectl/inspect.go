@@ -1,0 +1,153 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/pkg/api"
+)
+
+type inspectOptions struct {
+	*globalOptions
+	imageFlags
+	source string
+	output string
+}
+
+func newInspectCmd(g *globalOptions) *cobra.Command {
+	o := &inspectOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "inspect SOURCE",
+		Short: "Describe a disk image and say whether imagepipe accepts it",
+		Long: `Detects the format of a local disk image by content, validates it as untrusted
+input, and prints its format, sizes and the verdict.
+
+Exit codes: 0 the image is acceptable, 3 it is rejected, 1 other errors.`,
+		Example: `  imagectl inspect disk.qcow2
+  imagectl inspect disk.raw.zst -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.source = args[0]
+			return runInspect(cmd, o)
+		},
+	}
+	addImageFlags(cmd, &o.imageFlags)
+	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+func addImageFlags(cmd *cobra.Command, f *imageFlags) {
+	cmd.Flags().StringVar(&f.format, "format", "", "declared input format (qcow2 or raw); content of another format is rejected")
+	cmd.Flags().BoolVar(&f.allowISO, "allow-iso", false, "accept an ISO 9660 image as raw")
+	cmd.Flags().Int64Var(&f.maxVirtualSize, "max-virtual-size", convert.DefaultMaxVirtualSize, "largest virtual disk size accepted, in bytes")
+}
+
+func runInspect(cmd *cobra.Command, o *inspectOptions) error {
+	if o.output != "table" && o.output != "json" {
+		return fmt.Errorf("unknown output format %q (table or json)", o.output)
+	}
+	ctx := cmd.Context()
+	report := api.ImageReport{Source: o.source, Verdict: api.VerdictAccepted}
+	img, err := openLocal(ctx, o.source, o.maxVirtualSize)
+	if err != nil {
+		if convert.AsReject(err) == nil {
+			return err
+		}
+		report.Format = "unknown"
+	} else {
+		defer img.close()
+		report.Wrapper = string(img.wrapper)
+		report.FileSize = img.size
+		err = inspectImage(cmd, o, img, &report)
+	}
+	if err != nil {
+		re := convert.AsReject(err)
+		if re == nil {
+			return err
+		}
+		report.Verdict = api.VerdictRejected
+		report.Reasons = []api.Rejection{{Code: string(re.Reason), Message: re.Detail}}
+	}
+	if err := printReport(cmd.OutOrStdout(), o.output, &report); err != nil {
+		return err
+	}
+	if report.Verdict == api.VerdictRejected {
+		return &reportedError{code: exitRejected}
+	}
+	return nil
+}
+
+// inspectImage fills report from the image and returns its rejection, if any.
+func inspectImage(cmd *cobra.Command, o *inspectOptions, img *localImage, report *api.ImageReport) error {
+	det, err := convert.Detect(img.file, img.size)
+	if err != nil {
+		return err
+	}
+	report.Format = string(det.Format)
+	image, err := convert.Open(img.file, img.size, o.openOptions())
+	if err != nil {
+		return err
+	}
+	info := image.Info()
+	report.Format = string(info.Format)
+	report.VirtualSize = info.VirtualSize
+	report.ClusterSize = info.ClusterSize
+	report.Compat = info.Compat
+	report.CompressionType = info.CompressionType
+	sum, err := image.Map(cmd.Context())
+	if err != nil {
+		return err
+	}
+	report.AllocatedSize = sum.AllocatedBytes
+	report.CompressedClusters = sum.CompressedClusters
+	return nil
+}
+
+func printReport(w io.Writer, format string, r *api.ImageReport) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(r)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+	row("source", r.Source)
+	if r.Wrapper != "" {
+		row("wrapper", r.Wrapper)
+	}
+	row("format", r.Format)
+	if r.VirtualSize > 0 {
+		row("virtual size", humanBytes(r.VirtualSize))
+		row("allocated size", humanBytes(r.AllocatedSize))
+	}
+	row("file size", humanBytes(r.FileSize))
+	if r.ClusterSize > 0 {
+		row("cluster size", humanBytes(r.ClusterSize))
+		row("compat", r.Compat)
+		row("compression", fmt.Sprintf("%s (%d compressed clusters)", r.CompressionType, r.CompressedClusters))
+	}
+	row("verdict", r.Verdict)
+	for _, reason := range r.Reasons {
+		row("reason", reason.Code+": "+reason.Message)
+	}
+	return tw.Flush()
+}
+
+// humanBytes formats n as qemu-img does ("4 GiB (4294967296 bytes)").
+func humanBytes(n int64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
+	v, i := float64(n), 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.3g %s (%d bytes)", v, units[i], n)
+}

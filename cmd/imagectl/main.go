@@ -1,0 +1,70 @@
+// Command imagectl is the tenant CLI of imagepipe: it inspects and converts
+// untrusted disk images.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/imagepipe/imagepipe/internal/convert"
+)
+
+// Exit codes, documented in the README.
+const (
+	exitOK       = 0
+	exitError    = 1
+	exitRejected = 3
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCmd().ExecuteContext(ctx)
+	stop()
+	os.Exit(exitCode(err))
+}
+
+// exitCode maps an error to the process exit code and prints it.
+func exitCode(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var reported *reportedError
+	if errors.As(err, &reported) {
+		return reported.code
+	}
+	fmt.Fprintln(os.Stderr, "imagectl:", err)
+	if re := convert.AsReject(err); re != nil {
+		if hint := hintFor(re.Reason); hint != "" {
+			fmt.Fprintln(os.Stderr, "hint:", hint)
+		}
+		return exitRejected
+	}
+	return exitError
+}
+
+// reportedError is an outcome already shown to the user (e.g. a rejection
+// printed as part of an inspect report) that only sets the exit code.
+type reportedError struct{ code int }
+
+func (e *reportedError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+// hintFor suggests what a tenant can do about a rejection.
+func hintFor(r convert.Reason) string {
+	switch r {
+	case convert.ReasonBackingFile:
+		return "flatten the image first: qemu-img convert -O qcow2 IN OUT"
+	case convert.ReasonUnsupportedFormat, convert.ReasonExtendedL2:
+		return "convert the image to qcow2 or raw first: qemu-img convert -O qcow2 IN OUT"
+	case convert.ReasonFormatMismatch:
+		return "drop --format to let imagectl detect the format, or check that you uploaded the right file"
+	case convert.ReasonVirtualSize:
+		return "raise the limit with --max-virtual-size if the disk really is that large"
+	case convert.ReasonEncrypted:
+		return "decrypt the disk before uploading it"
+	}
+	return ""
+}

@@ -1,0 +1,16 @@
+module github.com/imagepipe/imagepipe
+
+go 1.26.8
+
+require (
+	github.com/klauspost/compress v1.20.3
+	github.com/spf13/cobra v1.10.2
+	github.com/ulikunitz/xz v0.5.17
+	golang.org/x/sync v0.24.0
+	golang.org/x/sys v0.49.0
+)
+
+require (
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/spf13/pflag v1.0.9 // indirect
+)

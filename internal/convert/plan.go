@@ -1,0 +1,325 @@
+package convert
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// DefaultClusterSize is the qcow2 output cluster size: 64 KiB, as qemu-img.
+const DefaultClusterSize = 64 << 10
+
+// batchSize is the guest bytes one worker reads at a time.
+const batchSize = 2 << 20
+
+// compressedScanLimit: during the zero scan, compressed clusters whose
+// stored data is at most cluster/compressedScanRatio bytes are decompressed
+// to see whether they hold only zeros; larger ones are counted as data
+// without decompressing. A cluster of zeros compresses to a few dozen bytes
+// in zlib and zstd, so this finds every zero cluster a real encoder writes
+// while keeping compressed inputs to one decompression pass.
+const compressedScanRatio = 64
+
+// Options says what to convert an image into. The zero value writes qcow2
+// with 64 KiB clusters.
+type Options struct {
+	// To is FormatQCOW2 (default) or FormatRaw.
+	To Format
+	// ClusterSize is the qcow2 output cluster size, a power of two from
+	// 512 B to 2 MiB; 0 means DefaultClusterSize.
+	ClusterSize int64
+	// Concurrency is the number of parallel readers; 0 means
+	// max(4, GOMAXPROCS), enough to keep a disk busy.
+	Concurrency int
+	// Logger receives debug records; nil discards them.
+	Logger *slog.Logger
+}
+
+// Plan is a conversion whose output size is known. It is produced by
+// Image.Plan and consumed by Write.
+type Plan struct {
+	img  *Image
+	opts Options
+	size int64
+
+	// qcow2 output only.
+	layout  *qcowLayout
+	nonzero bitmap // bit per output cluster: holds non-zero data
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.To == "" {
+		o.To = FormatQCOW2
+	}
+	if o.To != FormatQCOW2 && o.To != FormatRaw {
+		return o, fmt.Errorf("unsupported output format %q (qcow2 or raw)", o.To)
+	}
+	if o.ClusterSize == 0 {
+		o.ClusterSize = DefaultClusterSize
+	}
+	if o.ClusterSize < 1<<minClusterBits || o.ClusterSize > 1<<maxClusterBits || o.ClusterSize&(o.ClusterSize-1) != 0 {
+		return o, fmt.Errorf("cluster size %d is not a power of two between 512 and 2 MiB", o.ClusterSize)
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = max(4, runtime.GOMAXPROCS(0))
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
+
+// Plan decides the exact output of converting img. For raw output that is
+// immediate; for qcow2 output it scans the image once to find the clusters
+// that hold non-zero data (see the package documentation). The plan stays
+// valid as long as the image does not change.
+func (img *Image) Plan(ctx context.Context, opts Options) (*Plan, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{img: img, opts: opts}
+	if opts.To == FormatRaw {
+		p.size = img.info.VirtualSize
+		return p, nil
+	}
+	// qcow2 virtual sizes are whole sectors; a raw input of an odd size
+	// gets a zero-filled tail, as qemu-img does.
+	vsize := (img.info.VirtualSize + 511) &^ 511
+	clusters := (vsize + opts.ClusterSize - 1) / opts.ClusterSize
+	p.nonzero = newBitmap(clusters)
+	if err := p.scan(ctx); err != nil {
+		return nil, err
+	}
+	p.layout = newQCOWLayout(vsize, opts.ClusterSize, p.nonzero)
+	p.size = p.layout.fileSize()
+	opts.Logger.Debug("planned qcow2 output", "virtualSize", vsize, "dataClusters", p.layout.data, "bytes", p.size)
+	return p, nil
+}
+
+// Size is the exact number of bytes Write produces.
+func (p *Plan) Size() int64 { return p.size }
+
+// batchFor returns the guest bytes per work item: a multiple of both the
+// input's alignment and the output cluster size.
+func (p *Plan) batchFor() int64 {
+	return max(batchSize, p.img.src.alignment(), p.opts.ClusterSize)
+}
+
+// scan marks each output cluster holding non-zero guest data.
+func (p *Plan) scan(ctx context.Context) error {
+	src, cs := p.img.src, p.opts.ClusterSize
+	batch := p.batchFor()
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(p.opts.Concurrency)
+	var next atomic.Int64 // hands out batches in order to the workers
+	for range p.opts.Concurrency {
+		g.Go(func() error {
+			var sc scratch
+			defer sc.close()
+			buf := make([]byte, batch)
+			for {
+				off := next.Add(batch) - batch
+				if off >= p.img.info.VirtualSize {
+					return nil
+				}
+				n := min(batch, p.img.info.VirtualSize-off)
+				err := src.extents(ctx, off, n, func(e extent) error {
+					switch e.kind {
+					case extentZero:
+						return nil
+					case extentCompressed:
+						if e.clen > p.img.info.ClusterSize/compressedScanRatio {
+							p.markRange(e.guest, e.length, cs)
+							return nil
+						}
+					}
+					// Long data extents are checked piecewise so the
+					// buffer stays one batch long.
+					for done := int64(0); done < e.length; {
+						piece := extent{kind: e.kind, guest: e.guest + done, length: min(e.length-done, int64(cap(buf))), host: e.host + done, clen: e.clen}
+						if e.kind == extentCompressed {
+							piece = e
+						}
+						b := buf[:piece.length]
+						if err := src.readExtent(piece, b, &sc); err != nil {
+							return err
+						}
+						p.markNonZero(piece.guest, b, cs)
+						done += piece.length
+					}
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+			}
+		})
+	}
+	return g.Wait()
+}
+
+// markRange marks every output cluster touching [guest, guest+n).
+func (p *Plan) markRange(guest, n, cs int64) {
+	for c := guest / cs; c <= (guest+n-1)/cs; c++ {
+		p.nonzero.set(c)
+	}
+}
+
+// markNonZero marks the output clusters of data b (at guest offset guest)
+// that hold a non-zero byte.
+func (p *Plan) markNonZero(guest int64, b []byte, cs int64) {
+	for len(b) > 0 {
+		c := guest / cs
+		n := min(int64(len(b)), (c+1)*cs-guest)
+		if !isZero(b[:n]) {
+			p.nonzero.set(c)
+		}
+		b, guest = b[n:], guest+n
+	}
+}
+
+// zeros is compared against with bytes.Equal, which is vectorised.
+var zeros = make([]byte, 64<<10)
+
+// isZero reports whether b holds only zero bytes.
+func isZero(b []byte) bool {
+	for len(b) > 0 {
+		n := min(len(b), len(zeros))
+		if !bytes.Equal(b[:n], zeros[:n]) {
+			return false
+		}
+		b = b[n:]
+	}
+	return true
+}
+
+// Write produces the planned output on w in one sequential pass. When w is
+// an *os.File (or anything with WriteAt and Truncate) raw output leaves
+// zero blocks as holes. Write reads the image again; memory stays bounded
+// by Concurrency batches.
+func (p *Plan) Write(ctx context.Context, w io.Writer) error {
+	out := newOutput(w)
+	if p.opts.To == FormatQCOW2 {
+		if err := p.layout.writeMetadata(out); err != nil {
+			return err
+		}
+	}
+	err := p.readBatches(ctx, func(off int64, buf []byte) error {
+		if p.opts.To == FormatRaw {
+			return out.writeData(buf)
+		}
+		cs := p.opts.ClusterSize
+		for i := int64(0); i < int64(len(buf)); i += cs {
+			if p.nonzero.has((off + i) / cs) {
+				if err := out.write(buf[i : i+cs]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := out.finish(); err != nil {
+		return err
+	}
+	if out.n != p.size {
+		return fmt.Errorf("wrote %d bytes but planned %d; the image changed during conversion", out.n, p.size)
+	}
+	return nil
+}
+
+// readBatches reads the guest disk in batches with Concurrency parallel
+// readers and hands them to fn in guest order. For qcow2 output, batches
+// without a non-zero cluster are skipped; buffers are cluster-padded.
+func (p *Plan) readBatches(ctx context.Context, fn func(off int64, buf []byte) error) error {
+	batch := p.batchFor()
+	vsize := p.img.info.VirtualSize
+	type result struct {
+		off  int64
+		buf  []byte
+		err  error
+		done chan struct{}
+	}
+	depth := p.opts.Concurrency * 2
+	free := make(chan []byte, depth+1)
+	for range depth + 1 {
+		free <- nil // buffers are allocated lazily
+	}
+	queue := make(chan *result, depth)
+	scratches := make(chan *scratch, p.opts.Concurrency)
+	for range p.opts.Concurrency {
+		scratches <- new(scratch)
+	}
+	defer func() {
+		for range p.opts.Concurrency {
+			(<-scratches).close()
+		}
+	}()
+	g, ctx := errgroup.WithContext(ctx)
+	readers := new(errgroup.Group)
+	readers.SetLimit(p.opts.Concurrency)
+	g.Go(func() error { // producer: starts reads in order
+		defer close(queue)
+		defer readers.Wait()
+		for off := int64(0); off < vsize; off += batch {
+			if p.opts.To == FormatQCOW2 && !p.nonzero.anyIn(off/p.opts.ClusterSize, batch/p.opts.ClusterSize) {
+				continue
+			}
+			var buf []byte
+			select {
+			case buf = <-free:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			if buf == nil {
+				buf = make([]byte, batch)
+			}
+			r := &result{off: off, done: make(chan struct{})}
+			n := min(batch, vsize-off)
+			r.buf = buf[:n]
+			if p.opts.To == FormatQCOW2 {
+				r.buf = buf[:(n+p.opts.ClusterSize-1)/p.opts.ClusterSize*p.opts.ClusterSize]
+				clear(r.buf[n:])
+			}
+			select {
+			case queue <- r:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			readers.Go(func() error {
+				defer close(r.done)
+				sc := <-scratches
+				defer func() { scratches <- sc }()
+				r.err = p.img.src.extents(ctx, off, n, func(e extent) error {
+					return p.img.src.readExtent(e, r.buf[e.guest-off:e.guest-off+e.length], sc)
+				})
+				return nil
+			})
+		}
+		return nil
+	})
+	g.Go(func() error { // consumer: hands batches to fn in order
+		for r := range queue {
+			<-r.done
+			if r.err != nil {
+				return r.err
+			}
+			if err := fn(r.off, r.buf); err != nil {
+				return err
+			}
+			free <- r.buf[:cap(r.buf)]
+		}
+		return nil
+	})
+	return g.Wait()
+}
+

@@ -1,0 +1,306 @@
+package convert
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"sync"
+
+	"github.com/klauspost/compress/flate"
+	"github.com/klauspost/compress/zstd"
+)
+
+// l2CacheBytes bounds the memory held by cached L2 tables.
+const l2CacheBytes = 8 << 20
+
+// qcow2Source reads guest data through a qcow2 image's L1/L2 tables.
+type qcow2Source struct {
+	r        io.ReaderAt
+	fileSize int64
+	h        *qcowHeader
+	l1       []uint64 // the L1 entries the virtual size needs, validated
+
+	mu      sync.Mutex
+	l2      map[uint64][]uint64 // L1 index → validated L2 entries
+	l2Order []uint64            // insertion order, for eviction
+	l2Max   int
+}
+
+func newQCOW2Source(r io.ReaderAt, fileSize int64, h *qcowHeader) (*qcow2Source, error) {
+	n := h.l1Needed()
+	raw := make([]byte, n*8)
+	if err := readFull(r, raw, int64(h.l1Offset)); err != nil {
+		return nil, err
+	}
+	s := &qcow2Source{
+		r: r, fileSize: fileSize, h: h,
+		l1:    make([]uint64, n),
+		l2:    make(map[uint64][]uint64),
+		l2Max: int(max(4, l2CacheBytes/h.clusterSize())),
+	}
+	cs := uint64(h.clusterSize())
+	for i := range s.l1 {
+		e := binary.BigEndian.Uint64(raw[i*8:])
+		off := e & l1OffsetMask
+		switch {
+		case e&l1Reserved != 0:
+			return nil, reject(ReasonL1Table, "L1 entry %d (%#x) sets reserved bits", i, e)
+		case off%cs != 0:
+			return nil, reject(ReasonL1Table, "L1 entry %d points to an L2 table at %#x, which is not cluster-aligned", i, off)
+		case off != 0 && off+cs > uint64(fileSize):
+			return nil, reject(ReasonL2Table, "L1 entry %d points to an L2 table at %#x, past the end of the %d-byte file", i, off, fileSize)
+		}
+		s.l1[i] = off
+	}
+	return s, nil
+}
+
+func (s *qcow2Source) alignment() int64 { return s.h.clusterSize() }
+
+// table returns the validated L2 table for L1 index i, or nil when the
+// whole range is unallocated.
+func (s *qcow2Source) table(i uint64) ([]uint64, error) {
+	off := s.l1[i]
+	if off == 0 {
+		return nil, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.l2[i]; ok {
+		return t, nil
+	}
+	t, err := s.loadTable(i, off)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.l2Order) >= s.l2Max {
+		delete(s.l2, s.l2Order[0])
+		s.l2Order = s.l2Order[1:]
+	}
+	s.l2[i] = t
+	s.l2Order = append(s.l2Order, i)
+	return t, nil
+}
+
+// loadTable reads and validates the L2 table at off. Entries past the
+// virtual size are never used and not checked.
+func (s *qcow2Source) loadTable(i, off uint64) ([]uint64, error) {
+	h := s.h
+	raw := make([]byte, h.clusterSize())
+	if err := readFull(s.r, raw, int64(off)); err != nil {
+		return nil, err
+	}
+	entries := uint64(h.l2Entries())
+	first := i * entries // guest cluster index of entry 0
+	used := min(entries, (h.size+uint64(h.clusterSize())-1)>>h.clusterBits-first)
+	t := make([]uint64, entries)
+	for j := range used {
+		e := binary.BigEndian.Uint64(raw[j*8:])
+		if err := s.checkL2Entry(first+j, e); err != nil {
+			return nil, err
+		}
+		t[j] = e
+	}
+	return t, nil
+}
+
+// compressedDescriptor splits a compressed cluster descriptor into the
+// host offset and the number of bytes that hold the compressed data.
+func (h *qcowHeader) compressedDescriptor(e uint64) (host, length int64) {
+	x := 62 - (h.clusterBits - 8)
+	host = int64(e & (1<<x - 1))
+	sectors := int64((e>>x)&(1<<(h.clusterBits-8)-1)) + 1
+	return host, sectors*512 - host&511
+}
+
+func (s *qcow2Source) checkL2Entry(cluster, e uint64) error {
+	h := s.h
+	guest := cluster << h.clusterBits
+	if e&entryCompressed != 0 {
+		host, n := h.compressedDescriptor(e)
+		if host >= s.fileSize || host < int64(h.clusterSize()) {
+			return reject(ReasonCompressedCluster, "the compressed cluster at guest offset %#x points to %#x, outside the %d-byte file", guest, host, s.fileSize)
+		}
+		// The last compressed cluster may end inside its final sector
+		// at the end of the file, never further.
+		if host+n > s.fileSize+512 {
+			return reject(ReasonCompressedCluster, "the compressed cluster at guest offset %#x (%d bytes at %#x) runs past the end of the file", guest, n, host)
+		}
+		return nil
+	}
+	off := e & l2OffsetMask
+	if e&entryZero != 0 {
+		if h.version < 3 {
+			return reject(ReasonL2Table, "the L2 entry for guest offset %#x sets the zero flag, which version 2 images do not have", guest)
+		}
+		return nil // reads as zeros whatever the offset says
+	}
+	switch {
+	case off == 0:
+		return nil
+	case off%uint64(h.clusterSize()) != 0:
+		return reject(ReasonL2Table, "the data cluster for guest offset %#x is at %#x, which is not cluster-aligned", guest, off)
+	case off >= uint64(s.fileSize):
+		return reject(ReasonL2Table, "the data cluster for guest offset %#x is at %#x, past the end of the %d-byte file", guest, off, s.fileSize)
+	}
+	return nil
+}
+
+func (s *qcow2Source) extents(ctx context.Context, off, n int64, fn func(extent) error) error {
+	h := s.h
+	cs := h.clusterSize()
+	l2Span := cs * h.l2Entries()
+	end := off + n
+	var pending extent // coalesces neighbouring zero and data extents
+	flush := func() error {
+		if pending.length == 0 {
+			return nil
+		}
+		err := fn(pending)
+		pending = extent{}
+		return err
+	}
+	emit := func(e extent) error {
+		if pending.length > 0 && pending.kind == e.kind && e.kind != extentCompressed &&
+			pending.guest+pending.length == e.guest &&
+			(e.kind == extentZero || pending.host+pending.length == e.host) {
+			pending.length += e.length
+			return nil
+		}
+		if err := flush(); err != nil {
+			return err
+		}
+		pending = e
+		return nil
+	}
+	for pos := off; pos < end; {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		l1i := uint64(pos / l2Span)
+		t, err := s.table(l1i)
+		if err != nil {
+			return err
+		}
+		if t == nil {
+			next := min(end, (int64(l1i)+1)*l2Span)
+			if err := emit(extent{kind: extentZero, guest: pos, length: next - pos}); err != nil {
+				return err
+			}
+			pos = next
+			continue
+		}
+		tableEnd := min(end, (int64(l1i)+1)*l2Span)
+		for pos < tableEnd {
+			within := pos % cs
+			length := min(cs-within, tableEnd-pos)
+			e := t[(pos/cs)%h.l2Entries()]
+			x := extent{kind: extentZero, guest: pos, length: length}
+			switch {
+			case e&entryCompressed != 0:
+				x.kind = extentCompressed
+				x.host, x.clen = h.compressedDescriptor(e)
+			case e&entryZero != 0:
+			case e&l2OffsetMask != 0:
+				x.kind = extentData
+				x.host = int64(e&l2OffsetMask) + within
+			}
+			if err := emit(x); err != nil {
+				return err
+			}
+			pos += length
+		}
+	}
+	return flush()
+}
+
+// scratch is per-goroutine decompression state.
+type scratch struct {
+	cluster []byte // one decompressed cluster
+	comp    []byte // compressed bytes
+	br      bytes.Reader
+	inflate io.ReadCloser
+	zstd    *zstd.Decoder
+}
+
+func (sc *scratch) close() {
+	if sc.zstd != nil {
+		sc.zstd.Close()
+	}
+}
+
+func (s *qcow2Source) readExtent(e extent, dst []byte, sc *scratch) error {
+	switch e.kind {
+	case extentZero:
+		clear(dst)
+		return nil
+	case extentData:
+		return readFull(s.r, dst, e.host)
+	}
+	cs := s.h.clusterSize()
+	out := dst
+	if int64(len(dst)) != cs || e.guest%cs != 0 {
+		if sc.cluster == nil {
+			sc.cluster = make([]byte, cs)
+		}
+		out = sc.cluster
+	}
+	if err := s.decompress(e, out, sc); err != nil {
+		return err
+	}
+	if &out[0] != &dst[0] {
+		copy(dst, out[e.guest%cs:])
+	}
+	return nil
+}
+
+// decompress inflates the compressed cluster e into out (one cluster).
+// Decompression stops after one cluster; a stream that ends early or is
+// corrupt rejects the image.
+func (s *qcow2Source) decompress(e extent, out []byte, sc *scratch) error {
+	if int64(cap(sc.comp)) < e.clen {
+		sc.comp = make([]byte, e.clen)
+	}
+	comp := sc.comp[:e.clen]
+	if err := readFull(s.r, comp, e.host); err != nil {
+		return err
+	}
+	sc.br.Reset(comp)
+	var dec io.Reader
+	if s.h.compression == compressionZstd {
+		if sc.zstd == nil {
+			d, err := zstd.NewReader(nil,
+				zstd.WithDecoderConcurrency(1),
+				zstd.WithDecoderLowmem(true),
+				zstd.WithDecoderMaxWindow(8<<20))
+			if err != nil {
+				return err
+			}
+			sc.zstd = d
+		}
+		if err := sc.zstd.Reset(&sc.br); err != nil {
+			return s.badCluster(e, err)
+		}
+		dec = sc.zstd
+	} else {
+		if sc.inflate == nil {
+			sc.inflate = flate.NewReader(&sc.br)
+		} else if err := sc.inflate.(flate.Resetter).Reset(&sc.br, nil); err != nil {
+			return s.badCluster(e, err)
+		}
+		dec = sc.inflate
+	}
+	if _, err := io.ReadFull(dec, out); err != nil {
+		return s.badCluster(e, err)
+	}
+	return nil
+}
+
+func (s *qcow2Source) badCluster(e extent, err error) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return reject(ReasonCompressedCluster, "the compressed cluster at guest offset %#x ends before a full cluster of data", e.guest-e.guest%s.h.clusterSize())
+	}
+	return reject(ReasonCompressedCluster, "the compressed cluster at guest offset %#x does not decompress (%s): %v", e.guest-e.guest%s.h.clusterSize(), s.h.compressionName(), err)
+}

@@ -1,0 +1,105 @@
+package convert
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+	"github.com/ulikunitz/xz"
+)
+
+// Unwrap looks at the first bytes of r and, when they start a gzip, zstd
+// or xz stream, returns a reader of the decompressed image. Unwrapped
+// streams return r (buffered) and WrapperNone. A bzip2 wrapper, or a wrapper
+// inside a wrapper, is rejected. The caller closes the returned reader.
+func Unwrap(r io.Reader) (io.ReadCloser, Wrapper, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	head, err := br.Peek(8)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, WrapperNone, fmt.Errorf("reading the image: %w", err)
+	}
+	w := DetectWrapper(head)
+	var inner io.ReadCloser
+	switch w {
+	case WrapperNone:
+		return io.NopCloser(br), w, nil
+	case WrapperBzip2:
+		return nil, w, reject(ReasonUnsupportedFormat, "bzip2-compressed images are not supported; use gzip, zstd or xz")
+	case WrapperGzip:
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, w, reject(ReasonWrapper, "the gzip header is invalid: %v", err)
+		}
+		inner = zr
+	case WrapperZstd:
+		zr, err := zstd.NewReader(br, zstd.WithDecoderMaxWindow(128<<20), zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return nil, w, reject(ReasonWrapper, "the zstd header is invalid: %v", err)
+		}
+		inner = zr.IOReadCloser()
+	case WrapperXZ:
+		xr, err := xz.NewReader(br)
+		if err != nil {
+			return nil, w, reject(ReasonWrapper, "the xz header is invalid: %v", err)
+		}
+		inner = io.NopCloser(xr)
+	}
+	// Peek at the inner stream so a nested wrapper is refused up front.
+	ib := bufio.NewReaderSize(inner, 64<<10)
+	ihead, err := ib.Peek(8)
+	if err != nil && !errors.Is(err, io.EOF) {
+		inner.Close()
+		return nil, w, reject(ReasonWrapper, "the %s stream is corrupt: %v", w, err)
+	}
+	if nested := DetectWrapper(ihead); nested != WrapperNone {
+		inner.Close()
+		return nil, w, reject(ReasonWrapper, "the %s stream holds another %s stream; decompress it once before uploading", w, nested)
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{ib, inner}, w, nil
+}
+
+// SpoolLimit is the largest unwrapped stream Spool accepts for a maximum
+// virtual size: the size plus room for qcow2 metadata.
+func SpoolLimit(maxVirtual int64) int64 {
+	if maxVirtual <= 0 {
+		maxVirtual = DefaultMaxVirtualSize
+	}
+	return maxVirtual + maxVirtual/64 + 64<<20
+}
+
+// Spool copies r into f, an empty file, leaving 4 KiB blocks of zeros as
+// holes, and returns the number of bytes. It stops with a ReasonWrapper
+// rejection once more than limit bytes arrive, so a decompression bomb
+// costs at most limit bytes of (mostly sparse) disk.
+func Spool(ctx context.Context, r io.Reader, f *os.File, limit int64) (int64, error) {
+	out := newOutput(f)
+	buf := make([]byte, 1<<20)
+	for {
+		if err := ctx.Err(); err != nil {
+			return out.n, err
+		}
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			if out.n+int64(n) > limit {
+				return out.n, reject(ReasonWrapper, "the decompressed image exceeds %d bytes", limit)
+			}
+			if werr := out.writeData(buf[:n]); werr != nil {
+				return out.n, fmt.Errorf("spooling the decompressed image: %w", werr)
+			}
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return out.n, out.finish()
+		}
+		if err != nil {
+			return out.n, reject(ReasonWrapper, "the compressed stream is corrupt: %v", err)
+		}
+	}
+}

@@ -1,0 +1,43 @@
+package api
+
+// Verdicts of an image inspection.
+const (
+	VerdictAccepted = "accepted"
+	VerdictRejected = "rejected"
+)
+
+// ImageReport is what `imagectl inspect -o json` prints for a disk image.
+type ImageReport struct {
+	// Source is the image as the user named it.
+	Source string `json:"source"`
+	// Wrapper is the compression around the file (gzip, zstd, xz), if any.
+	Wrapper string `json:"wrapper,omitempty"`
+	// Format is the detected disk format (raw, qcow2, vmdk, ...).
+	Format string `json:"format"`
+	// VirtualSize is the guest-visible disk size in bytes.
+	VirtualSize int64 `json:"virtualSize,omitempty"`
+	// FileSize is the size in bytes of the (unwrapped) image file.
+	FileSize int64 `json:"fileSize"`
+	// AllocatedSize is the guest bytes backed by stored data.
+	AllocatedSize int64 `json:"allocatedSize,omitempty"`
+	// ClusterSize is the qcow2 cluster size in bytes.
+	ClusterSize int64 `json:"clusterSize,omitempty"`
+	// Compat is the qcow2 compatibility level ("0.10" or "1.1").
+	Compat string `json:"compat,omitempty"`
+	// CompressionType is the qcow2 compression type ("zlib" or "zstd").
+	CompressionType string `json:"compressionType,omitempty"`
+	// CompressedClusters counts compressed qcow2 clusters.
+	CompressedClusters int64 `json:"compressedClusters,omitempty"`
+	// Verdict is VerdictAccepted or VerdictRejected.
+	Verdict string `json:"verdict"`
+	// Reasons explain a rejection.
+	Reasons []Rejection `json:"reasons,omitempty"`
+}
+
+// Rejection is one reason an image was refused.
+type Rejection struct {
+	// Code is a stable machine-readable reason, e.g. "backing-file".
+	Code string `json:"code"`
+	// Message is a sentence for people.
+	Message string `json:"message"`
+}

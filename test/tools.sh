@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the system tools imagepipe's tests and benchmarks use, when missing:
+# qemu-img and qemu-io (the conversion oracle), skopeo (an independent registry
+# client), mkfs.ext4 (realistic filesystem images) and GNU time (peak memory).
+set -euo pipefail
+
+need=()
+command -v qemu-img >/dev/null || need+=(qemu-utils)
+command -v qemu-io >/dev/null || need+=(qemu-utils)
+command -v skopeo >/dev/null || need+=(skopeo)
+command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
+[ -x /usr/bin/time ] || need+=(time)
+
+if [ ${#need[@]} -eq 0 ]; then
+	exit 0
+fi
+echo "installing: ${need[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+	if command -v sudo >/dev/null; then
+		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+		exit 0
+	fi
+	echo "missing ${need[*]}: install them with apt-get (needs root)" >&2
+	exit 1
+fi
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
