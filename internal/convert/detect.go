@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -46,7 +47,7 @@ var signatures = []signature{
 	{FormatQCOW2, 0, "QFI\xfb"}, // version decides qcow2 vs qcow v1
 	{FormatQED, 0, "QED\x00"},
 	{FormatVHDX, 0, "vhdxfile"},
-	{FormatVHD, 0, "conectix"},  // dynamic/differencing: footer copy at 0
+	{FormatVHD, 0, "conectix"},    // dynamic/differencing: footer copy at 0
 	{FormatVHD, -512, "conectix"}, // fixed: footer in the last sector
 	{FormatVDI, 0x40, "\x7f\x10\xda\xbe"},
 	{FormatVMDK, 0, "KDMV"}, // hosted sparse extent
@@ -67,6 +68,8 @@ type Detection struct {
 	// Matches lists every format whose signature matched; more than one
 	// means a polyglot.
 	Matches []Format
+	// References lists the files a VMDK descriptor names as its extents.
+	References []string
 }
 
 // Detect identifies the format of the image in r (size bytes) from its
@@ -96,13 +99,13 @@ func Detect(r io.ReaderAt, size int64) (Detection, error) {
 				f = FormatQCOW1
 			}
 		}
-		if !containsFormat(found, f) {
+		if !slices.Contains(found, f) {
 			found = append(found, f)
 		}
 	}
 	// A VMDK descriptor may start with comments other than the usual first
 	// line; its createType key is mandatory, so look for that too.
-	if !containsFormat(found, FormatVMDK) {
+	if !slices.Contains(found, FormatVMDK) {
 		head := make([]byte, min(size, 4096))
 		if _, err := r.ReadAt(head, 0); err != nil && !errors.Is(err, io.EOF) {
 			return Detection{}, fmt.Errorf("reading the first sector: %w", err)
@@ -115,16 +118,39 @@ func Detect(r io.ReaderAt, size int64) (Detection, error) {
 	if len(found) == 1 {
 		d.Format = found[0]
 	}
+	if d.Format == FormatVMDK {
+		refs, err := vmdkExtentFiles(r, size)
+		if err != nil {
+			return Detection{}, err
+		}
+		d.References = refs
+	}
 	return d, nil
 }
 
-func containsFormat(list []Format, f Format) bool {
-	for _, x := range list {
-		if x == f {
-			return true
+// vmdkExtentFiles returns the file names a VMDK text descriptor's extent
+// lines (`RW 2048 FLAT "name" 0`) point at. Opening them is how a crafted
+// descriptor reads host files; they are reported, never opened.
+func vmdkExtentFiles(r io.ReaderAt, size int64) ([]string, error) {
+	head := make([]byte, min(size, 16<<10))
+	n, err := r.ReadAt(head, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("reading the VMDK descriptor: %w", err)
+	}
+	if bytes.HasPrefix(head, []byte("KDMV")) || bytes.HasPrefix(head, []byte("COWD")) {
+		return nil, nil // a sparse extent's embedded descriptor names itself
+	}
+	var files []string
+	for _, line := range strings.Split(string(head[:n]), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 4 || !slices.Contains([]string{"RW", "RDONLY", "NOACCESS"}, fields[0]) {
+			continue
+		}
+		if q := strings.SplitN(line, "\"", 3); len(q) == 3 {
+			files = append(files, q[1])
 		}
 	}
-	return false
+	return files, nil
 }
 
 // Check turns a detection into a verdict: nil when an image of that content
@@ -137,6 +163,9 @@ func (d Detection) Check(declared Format, allowISO bool) error {
 			names[i] = string(f)
 		}
 		return reject(ReasonPolyglot, "the content matches several formats at once (%s); such files are a known attack on format detection", strings.Join(names, ", "))
+	}
+	if len(d.References) > 0 {
+		return reject(ReasonExternalReference, "the VMDK descriptor points at other files (%s); only self-contained qcow2 or raw images are accepted", strings.Join(d.References, ", "))
 	}
 	got := d.Format
 	if got == FormatISO && allowISO {

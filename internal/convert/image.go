@@ -113,12 +113,14 @@ func Open(r io.ReaderAt, size int64, opts OpenOptions) (*Image, error) {
 	if det.Format == FormatQCOW2 {
 		return openQCOW2(r, size, maxVirtual)
 	}
-	// Raw, or ISO accepted as raw.
-	if size > maxVirtual {
-		return nil, reject(ReasonVirtualSize, "the virtual size %d bytes exceeds the limit of %d bytes", size, maxVirtual)
+	// Raw, or ISO accepted as raw. Like QEMU, a raw disk is a whole number
+	// of sectors: a partial last sector is padded with zeros.
+	vsize := (size + 511) &^ 511
+	if vsize > maxVirtual {
+		return nil, reject(ReasonVirtualSize, "the virtual size %d bytes exceeds the limit of %d bytes", vsize, maxVirtual)
 	}
 	return &Image{
-		info: Info{Format: FormatRaw, VirtualSize: size, FileSize: size},
+		info: Info{Format: FormatRaw, VirtualSize: vsize, FileSize: size},
 		src:  newRawSource(r, size),
 	}, nil
 }

@@ -78,6 +78,22 @@ func (o *output) writeData(b []byte) error {
 	return nil
 }
 
+// skip appends n zero bytes: a hole in a file, written zeros otherwise.
+func (o *output) skip(n int64) error {
+	if o.file != nil {
+		o.n += n
+		return nil
+	}
+	for n > 0 {
+		k := min(n, int64(len(zeros)))
+		if err := o.write(zeros[:k]); err != nil {
+			return err
+		}
+		n -= k
+	}
+	return nil
+}
+
 // finish sets a file's length, so a trailing hole is part of it.
 func (o *output) finish() error {
 	if o.file != nil {

@@ -18,7 +18,7 @@ const DefaultClusterSize = 64 << 10
 // batchSize is the guest bytes one worker reads at a time.
 const batchSize = 2 << 20
 
-// compressedScanLimit: during the zero scan, compressed clusters whose
+// compressedScanRatio: during the zero scan, compressed clusters whose
 // stored data is at most cluster/compressedScanRatio bytes are decompressed
 // to see whether they hold only zeros; larger ones are counted as data
 // without decompressing. A cluster of zeros compresses to a few dozen bytes
@@ -135,7 +135,9 @@ func (p *Plan) scan(ctx context.Context) error {
 					case extentZero:
 						return nil
 					case extentCompressed:
-						if e.clen > p.img.info.ClusterSize/compressedScanRatio {
+						// A large compressed cluster is data, unless it
+						// spans several output clusters that may be zero.
+						if e.clen > p.img.info.ClusterSize/compressedScanRatio && p.img.info.ClusterSize <= cs {
 							p.markRange(e.guest, e.length, cs)
 							return nil
 						}
@@ -211,8 +213,11 @@ func (p *Plan) Write(ctx context.Context, w io.Writer) error {
 			return err
 		}
 	}
-	err := p.readBatches(ctx, func(off int64, buf []byte) error {
+	err := p.readBatches(ctx, func(off int64, buf []byte, n int64) error {
 		if p.opts.To == FormatRaw {
+			if buf == nil {
+				return out.skip(n)
+			}
 			return out.writeData(buf)
 		}
 		cs := p.opts.ClusterSize
@@ -238,14 +243,16 @@ func (p *Plan) Write(ctx context.Context, w io.Writer) error {
 }
 
 // readBatches reads the guest disk in batches with Concurrency parallel
-// readers and hands them to fn in guest order. For qcow2 output, batches
-// without a non-zero cluster are skipped; buffers are cluster-padded.
-func (p *Plan) readBatches(ctx context.Context, fn func(off int64, buf []byte) error) error {
+// readers and hands them to fn in guest order: n bytes at guest offset off,
+// with buf nil when they are all zeros. For qcow2 output, batches without a
+// non-zero cluster are skipped and buffers are padded to whole clusters.
+func (p *Plan) readBatches(ctx context.Context, fn func(off int64, buf []byte, n int64) error) error {
 	batch := p.batchFor()
 	vsize := p.img.info.VirtualSize
 	type result struct {
 		off  int64
 		buf  []byte
+		zero bool // the batch is all holes; buf was not filled
 		err  error
 		done chan struct{}
 	}
@@ -299,21 +306,25 @@ func (p *Plan) readBatches(ctx context.Context, fn func(off int64, buf []byte) e
 				defer close(r.done)
 				sc := <-scratches
 				defer func() { scratches <- sc }()
-				r.err = p.img.src.extents(ctx, off, n, func(e extent) error {
-					return p.img.src.readExtent(e, r.buf[e.guest-off:e.guest-off+e.length], sc)
-				})
+				r.zero, r.err = p.readBatch(ctx, off, r.buf[:n], sc)
 				return nil
 			})
 		}
 		return nil
 	})
 	g.Go(func() error { // consumer: hands batches to fn in order
+		var err error
 		for r := range queue {
 			<-r.done
 			if r.err != nil {
 				return r.err
 			}
-			if err := fn(r.off, r.buf); err != nil {
+			if r.zero {
+				err = fn(r.off, nil, int64(len(r.buf)))
+			} else {
+				err = fn(r.off, r.buf, int64(len(r.buf)))
+			}
+			if err != nil {
 				return err
 			}
 			free <- r.buf[:cap(r.buf)]
@@ -323,3 +334,24 @@ func (p *Plan) readBatches(ctx context.Context, fn func(off int64, buf []byte) e
 	return g.Wait()
 }
 
+// readBatch fills buf with the guest data at off. For raw output, a batch
+// that is one hole is reported as zero and buf is left alone.
+func (p *Plan) readBatch(ctx context.Context, off int64, buf []byte, sc *scratch) (zero bool, err error) {
+	var exts []extent
+	err = p.img.src.extents(ctx, off, int64(len(buf)), func(e extent) error {
+		exts = append(exts, e)
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	if p.opts.To == FormatRaw && len(exts) == 1 && exts[0].kind == extentZero {
+		return true, nil
+	}
+	for _, e := range exts {
+		if err := p.img.src.readExtent(e, buf[e.guest-off:e.guest-off+e.length], sc); err != nil {
+			return false, err
+		}
+	}
+	return false, nil
+}

@@ -48,7 +48,7 @@ func newQCOW2Source(r io.ReaderAt, fileSize int64, h *qcowHeader) (*qcow2Source,
 		case e&l1Reserved != 0:
 			return nil, reject(ReasonL1Table, "L1 entry %d (%#x) sets reserved bits", i, e)
 		case off%cs != 0:
-			return nil, reject(ReasonL1Table, "L1 entry %d points to an L2 table at %#x, which is not cluster-aligned", i, off)
+			return nil, reject(ReasonL2Table, "L1 entry %d points to an L2 table at %#x, which is not cluster-aligned", i, off)
 		case off != 0 && off+cs > uint64(fileSize):
 			return nil, reject(ReasonL2Table, "L1 entry %d points to an L2 table at %#x, past the end of the %d-byte file", i, off, fileSize)
 		}

@@ -81,10 +81,10 @@ var corpus = []corpusCase{
 	// A backing reference with an empty name: the engine must not guess it is harmless.
 	{name: "backing-file/offset-without-name", build: patched(plainQCOW2, setU64(offBackingOffset, 0x200)), want: reasons(convert.ReasonBackingFile)},
 	// Guest data kept in a host file the image names.
-	{name: "external-data-file", build: qcow2("-o", "data_file=data.raw"), want: reasons(convert.ReasonExternalDataFile)},
+	{name: "external-data-file", build: qcow2("-o", "data_file=DIR/data.raw"), want: reasons(convert.ReasonExternalDataFile)},
 
 	// Encrypted images cannot be validated or converted without the key.
-	{name: "encrypted/qcow2-luks", build: qcow2("--object", "secret,id=s0,data=pw", "-o", "encrypt.format=luks,encrypt.key-secret=s0"), want: reasons(convert.ReasonEncrypted)},
+	{name: "encrypted/qcow2-luks", build: qcow2("--object", "secret,id=s0,data=pw", "-o", "encrypt.format=luks,encrypt.key-secret=s0,encrypt.iter-time=10"), want: reasons(convert.ReasonEncrypted)},
 	// Legacy AES: qemu 7.2 cannot create it any more, so set crypt_method by hand.
 	{name: "encrypted/qcow2-aes", build: patched(plainQCOW2, setU32(offCryptMethod, 1)), want: reasons(convert.ReasonEncrypted)},
 	{name: "encrypted/luks-container", build: luksContainer, want: reasons(convert.ReasonEncrypted)},
@@ -137,7 +137,7 @@ var corpus = []corpusCase{
 
 	// Formats imagepipe does not accept. The flat VMDK descriptor is the classic
 	// host-file disclosure: a text file naming the host path to read the disk from.
-	{name: "format/vmdk-flat-descriptor", build: vmdkDescriptor, want: reasons(convert.ReasonUnsupportedFormat)},
+	{name: "format/vmdk-flat-descriptor", build: vmdkDescriptor, want: reasons(convert.ReasonExternalReference)},
 	{name: "format/vmdk", build: qemuImage("vmdk"), want: reasons(convert.ReasonUnsupportedFormat)},
 	{name: "format/vhd", build: qemuImage("vpc"), want: reasons(convert.ReasonUnsupportedFormat)},
 	{name: "format/vhdx", build: qemuImage("vhdx"), want: reasons(convert.ReasonUnsupportedFormat)},
@@ -284,7 +284,10 @@ func qemuRawDigest(t *testing.T, path string) []byte {
 func create(t *testing.T, dir, format, size string, args ...string) string {
 	t.Helper()
 	p := filepath.Join(dir, "disk."+format)
-	argv := append([]string{"create", "-q", "-f", format}, args...)
+	argv := []string{"create", "-q", "-f", format}
+	for _, a := range args { // DIR/ names a file beside the image
+		argv = append(argv, strings.ReplaceAll(a, "DIR/", dir+"/"))
+	}
 	run(t, "qemu-img", append(argv, p, size)...)
 	return p
 }
@@ -348,7 +351,7 @@ func overlay(backing, backingFormat string) builder {
 
 // luksContainer is a raw LUKS container (qemu's "luks" format).
 func luksContainer(t *testing.T, dir string) string {
-	return create(t, dir, "luks", "1M", "--object", "secret,id=s0,data=pw", "-o", "key-secret=s0")
+	return create(t, dir, "luks", "1M", "--object", "secret,id=s0,data=pw", "-o", "key-secret=s0,iter-time=10")
 }
 
 // qemuImage is an empty 1 MiB image in one of qemu's other formats.
