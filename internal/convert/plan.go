@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/bits"
 	"runtime"
 	"sync/atomic"
 
@@ -109,7 +110,9 @@ func (p *Plan) Size() int64 { return p.size }
 // batchFor returns the guest bytes per work item: a multiple of both the
 // input's alignment and the output cluster size.
 func (p *Plan) batchFor() int64 {
-	return max(batchSize, p.img.src.alignment(), p.opts.ClusterSize)
+	// Small images get small batches; powers of two keep the alignment.
+	small := int64(1) << bits.Len64(uint64(p.img.info.VirtualSize-1))
+	return max(min(batchSize, small), p.img.src.alignment(), p.opts.ClusterSize)
 }
 
 // scan marks each output cluster holding non-zero guest data.

@@ -62,6 +62,7 @@ check_tools() {
 	command -v qemu-img >/dev/null || missing+=("qemu-img (apt-get install qemu-utils)")
 	command -v mkfs.ext4 >/dev/null || missing+=("mkfs.ext4 (apt-get install e2fsprogs)")
 	[[ -x $TIME ]] || missing+=("$TIME (apt-get install time)")
+	((BASH_VERSINFO[0] >= 5)) || missing+=("bash 5 or later (for EPOCHREALTIME)")
 	if ((${#missing[@]} > 0)); then
 		printf 'bench: missing tools:\n' >&2
 		printf '  %s\n' "${missing[@]}" >&2
@@ -162,13 +163,18 @@ build_big() {
 timed() {
 	local name=$1
 	shift
-	local tf=$RUN_DIR/time.out logf=$RUN_DIR/$name.log
+	local tf=$RUN_DIR/time.out logf=$RUN_DIR/$name.log start end
+	# GNU time's %e has 10 ms resolution, too coarse for sub-second runs: take the wall time
+	# from bash's microsecond clock around it, and only MaxRSS from GNU time.
+	start=$EPOCHREALTIME
 	if ! "$TIME" -f '%e %M' -o "$tf" "$@" >"$logf" 2>&1; then
 		printf 'bench: error: %s failed: %s\n' "$name" "$*" >&2
 		tail -n 20 "$logf" >&2
 		exit 1
 	fi
-	read -r SECONDS_TAKEN RSS_KIB < <(tail -n 1 "$tf")
+	end=$EPOCHREALTIME
+	read -r _ RSS_KIB < <(tail -n 1 "$tf")
+	SECONDS_TAKEN=$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.3f", e - s }')
 }
 
 fresh_out() {
@@ -189,7 +195,7 @@ verify() {
 	log "verified imagectl output ($out_fmt) against $(basename "$in")"
 }
 
-median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.2f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 maximum() { printf '%s\n' "$@" | sort -g | tail -n 1; }
 
 ROWS=()
@@ -288,12 +294,16 @@ main() {
 		printf -- '- data set: %s MiB in %s entries from %s, in a %s ext4 raw image (%s MiB allocated)\n' \
 			"$(mib "$bytes")" "$entries" "$dirs" "$RAW_SIZE" "$(mib "$alloc")"
 		printf -- '- inputs (cached in %s):' "$BENCH_DIR"
+		local sizes=()
 		for f in a.raw b.qcow2 c-zlib.qcow2 d-zstd.qcow2 e-64g.raw; do
-			printf ' %s %s MiB;' "$f" "$(mib "$(du -B1 "$BENCH_DIR/$f" | cut -f1)")"
+			sizes+=("$f $(mib "$(du -B1 "$BENCH_DIR/$f" | cut -f1)") MiB allocated")
 		done
-		printf '\n'
+		(
+			IFS=';'
+			printf ' %s\n' "${sizes[*]}" | sed 's/;/; /g'
+		)
 		# shellcheck disable=SC2016 # backticks are Markdown here
-		printf -- '- method: per case one unmeasured warm-up run of each tool (page cache warm for both), then %s measured runs of each, alternating which tool goes first; wall time is the median, MaxRSS the largest of the measured runs (`/usr/bin/time -v` MaxRSS); every run writes a fresh output in an emptied directory, with `sync` between runs outside the timing; imagectl output of the first measured run checked with `qemu-img compare` (and `qemu-img check` for qcow2)\n\n' "$REPS"
+		printf -- '- method: per case one unmeasured warm-up run of each tool (page cache warm for both), then %s measured runs of each, alternating which tool goes first; wall time is the median, MaxRSS the largest of the measured runs (`/usr/bin/time -v` MaxRSS); every run writes a fresh output in an emptied directory, with `sync` between runs outside the timing; the qemu-img default cache mode (writeback) fdatasyncs its output before it exits; imagectl output of the first measured run checked with `qemu-img compare` (and `qemu-img check` for qcow2)\n\n' "$REPS"
 		printf '| case | imagectl wall (s) | qemu-img wall (s) | ratio imagectl/qemu-img | target | met | imagectl MaxRSS (MiB) | qemu-img MaxRSS (MiB) |\n'
 		printf '|---|---:|---:|---:|---|---|---:|---:|\n'
 		printf '%s\n' "${ROWS[@]}"

@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -15,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/test/testenv"
 )
 
 // Offsets of qcow2 header fields (all big-endian), as in QEMU's docs/interop/qcow2.txt.
@@ -161,7 +161,7 @@ var corpus = []corpusCase{
 // TestHostileCorpus judges every corpus image the way an upload is judged and checks the
 // verdict, and that judging stays within a small memory budget.
 func TestHostileCorpus(t *testing.T) {
-	requireQEMU(t)
+	testenv.RequireQEMU(t)
 	for _, tc := range corpus {
 		t.Run(tc.name, func(t *testing.T) {
 			path := tc.build(t, t.TempDir())
@@ -247,29 +247,11 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// requireQEMU skips the test when the qemu tools are missing; `make tools` installs them.
-func requireQEMU(t *testing.T) {
-	t.Helper()
-	for _, tool := range []string{"qemu-img", "qemu-io"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not on PATH (make tools installs it)", tool)
-		}
-	}
-}
-
-func run(t *testing.T, name string, args ...string) {
-	t.Helper()
-	out, err := exec.CommandContext(t.Context(), name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-}
-
 // qemuRawDigest is the oracle: the SHA-256 of qemu-img's own conversion to raw.
 func qemuRawDigest(t *testing.T, path string) []byte {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "oracle.raw")
-	run(t, "qemu-img", "convert", "-q", "-O", "raw", path, out)
+	testenv.Run(t, "qemu-img", "convert", "-q", "-O", "raw", path, out)
 	b, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
@@ -288,7 +270,7 @@ func create(t *testing.T, dir, format, size string, args ...string) string {
 	for _, a := range args { // DIR/ names a file beside the image
 		argv = append(argv, strings.ReplaceAll(a, "DIR/", dir+"/"))
 	}
-	run(t, "qemu-img", append(argv, p, size)...)
+	testenv.Run(t, "qemu-img", append(argv, p, size)...)
 	return p
 }
 
@@ -296,7 +278,7 @@ func create(t *testing.T, dir, format, size string, args ...string) string {
 // entry, an L2 table and data clusters to aim at.
 func writeData(t *testing.T, format, path string) {
 	t.Helper()
-	run(t, "qemu-io", "-f", format, "-c", "write -P 0xaa 0 64k", "-c", "write -P 0x55 320k 64k", path)
+	testenv.Run(t, "qemu-io", "-f", format, "-c", "write -P 0xaa 0 64k", "-c", "write -P 0x55 320k 64k", path)
 }
 
 // qcow2 is a 1 MiB qcow2 image made with the given qemu-img create arguments.
@@ -332,7 +314,7 @@ func rawWithData(t *testing.T, dir string) string {
 func compressedQCOW2(t *testing.T, dir string) string {
 	src := rawWithData(t, dir)
 	p := filepath.Join(dir, "compressed.qcow2")
-	run(t, "qemu-img", "convert", "-q", "-c", "-f", "raw", "-O", "qcow2", src, p)
+	testenv.Run(t, "qemu-img", "convert", "-q", "-c", "-f", "raw", "-O", "qcow2", src, p)
 	return p
 }
 

@@ -3,11 +3,9 @@ package oracle
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,54 +15,13 @@ import (
 	"github.com/ulikunitz/xz"
 
 	"github.com/imagepipe/imagepipe/pkg/api"
+	"github.com/imagepipe/imagepipe/test/testenv"
 )
 
-// imagectl is the binary under test: $IMAGECTL, or built by TestMain.
-var imagectl string
-
-func TestMain(m *testing.M) {
-	os.Exit(runMain(m))
-}
-
-func runMain(m *testing.M) int {
-	imagectl = os.Getenv("IMAGECTL")
-	if imagectl == "" {
-		dir, err := os.MkdirTemp("", "imagectl-bin-")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		imagectl = filepath.Join(dir, "imagectl")
-		build := exec.Command("go", "build", "-o", imagectl, "github.com/imagepipe/imagepipe/cmd/imagectl")
-		build.Stdout, build.Stderr = os.Stdout, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "building imagectl:", err)
-			return 1
-		}
-	}
-	return m.Run()
-}
-
-// requireQEMU skips when the oracle is missing; `make tools` installs it.
-func requireQEMU(t *testing.T) {
-	t.Helper()
-	for _, tool := range []string{"qemu-img", "qemu-io"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (make tools installs qemu-utils)", tool)
-		}
-	}
-}
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
 
 // run runs a command and fails the test if it does not exit 0.
-func run(t *testing.T, name string, args ...string) []byte {
-	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-	return out
-}
+var run = testenv.Run
 
 // writeRaw makes a sparse raw image of size bytes holding random data,
 // a repeating pattern, allocated all-zero blocks and holes.
@@ -149,7 +106,7 @@ func qemuAllocated(t *testing.T, path, format string) int64 {
 func inspect(t *testing.T, path string) api.ImageReport {
 	t.Helper()
 	var r api.ImageReport
-	if err := json.Unmarshal(run(t, imagectl, "inspect", "-o", "json", path), &r); err != nil {
+	if err := json.Unmarshal(run(t, testenv.Imagectl, "inspect", "-o", "json", path), &r); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -291,7 +248,7 @@ func unwrapped(path string) (string, string) {
 // and compare identical to the source; qcow2 output is at least as sparse as
 // qemu-img's own conversion.
 func TestOracleCorpus(t *testing.T) {
-	requireQEMU(t)
+	testenv.RequireQEMU(t)
 	for _, c := range corpus {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -325,7 +282,7 @@ func TestOracleCorpus(t *testing.T) {
 
 			for _, to := range []string{"qcow2", "raw"} {
 				out := filepath.Join(dir, "out."+to)
-				run(t, imagectl, "convert", "--to", to, src, out)
+				run(t, testenv.Imagectl, "convert", "--to", to, src, out)
 				if to == "qcow2" {
 					run(t, "qemu-img", "check", "-q", out)
 					oi := qemuInfo(t, out)

@@ -1,0 +1,251 @@
+package convert
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
+)
+
+// sparseRaw returns a raw disk of size bytes with random data in a few
+// places and zeros elsewhere.
+func sparseRaw(size int64, at ...int64) []byte {
+	b := make([]byte, size)
+	rng := rand.New(rand.NewPCG(uint64(size), 1))
+	for _, off := range at {
+		for i := off; i < min(off+3000, size); i++ {
+			b[i] = byte(rng.Uint32() | 1)
+		}
+	}
+	return b
+}
+
+// convertBytes runs Open, Plan and Write on in-memory bytes.
+func convertBytes(t *testing.T, in []byte, opts Options) []byte {
+	t.Helper()
+	img, err := Open(bytes.NewReader(in), int64(len(in)), OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := img.Plan(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := p.Write(t.Context(), &out); err != nil {
+		t.Fatal(err)
+	}
+	if int64(out.Len()) != p.Size() {
+		t.Fatalf("wrote %d bytes, planned %d", out.Len(), p.Size())
+	}
+	return out.Bytes()
+}
+
+// TestRoundTrip converts raw → qcow2 with our writer, reads the result back
+// with our reader and expects the original bytes, for every cluster size.
+// (test/oracle checks the same against qemu-img.)
+func TestRoundTrip(t *testing.T) {
+	raw := sparseRaw(9<<20+512, 0, 65530, 1<<20, 3<<20+7, 9<<20-100)
+	for _, cs := range []int64{512, 4096, 64 << 10, 2 << 20} {
+		q := convertBytes(t, raw, Options{ClusterSize: cs})
+		back := convertBytes(t, q, Options{To: FormatRaw})
+		if !bytes.Equal(back, raw) {
+			t.Fatalf("cluster size %d: round trip changed the data", cs)
+		}
+		// Sparse: only clusters touched by the five 3000-byte runs hold data.
+		img, err := Open(bytes.NewReader(q), int64(len(q)), OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum, err := img.Map(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if max := 5 * (3000/cs + 2) * cs; sum.AllocatedBytes > max {
+			t.Errorf("cluster size %d: %d bytes allocated, want at most %d", cs, sum.AllocatedBytes, max)
+		}
+	}
+}
+
+// TestLayoutManyRefcountBlocks forces several refcount blocks and L2 tables,
+// where the layout's fixed point matters.
+func TestLayoutManyRefcountBlocks(t *testing.T) {
+	const cs = 512 // 256 refcounts per block, 64 entries per L2 table
+	var at []int64
+	for off := int64(0); off < 4<<20; off += 9000 {
+		at = append(at, off)
+	}
+	raw := sparseRaw(4<<20, at...)
+	q := convertBytes(t, raw, Options{ClusterSize: cs})
+	back := convertBytes(t, q, Options{To: FormatRaw})
+	if !bytes.Equal(back, raw) {
+		t.Fatal("round trip changed the data")
+	}
+	if int64(len(q))/cs < 256*3 {
+		t.Fatalf("test image too small to need several refcount blocks: %d clusters", len(q)/cs)
+	}
+}
+
+// TestRawOutputToFileIsSparse checks that raw output to a file leaves holes
+// and reads back identical.
+func TestRawOutputToFileIsSparse(t *testing.T) {
+	raw := sparseRaw(64<<20, 0, 40<<20)
+	img, err := Open(bytes.NewReader(raw), int64(len(raw)), OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := img.Plan(t.Context(), Options{To: FormatRaw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "out.raw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := p.Write(t.Context(), f); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(f.Name())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, raw) {
+		t.Fatal("file contents differ from the input")
+	}
+	if used := diskUsage(t, f); used > 1<<20 {
+		t.Errorf("64 MiB output with 6 KB of data uses %d bytes on disk; holes were written", used)
+	}
+}
+
+// TestSparseRawInputSkipsHoles checks that SEEK_DATA/SEEK_HOLE is used: a
+// raw file whose holes are not readable as zeros would be caught.
+func TestSparseRawInputSkipsHoles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "in.raw")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(1 << 30); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(bytes.Repeat([]byte{7}, 8192), 512<<20); err != nil {
+		t.Fatal(err)
+	}
+	counting := &countingReaderAt{File: f}
+	img, err := Open(counting, 1<<30, OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := img.Map(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.AllocatedBytes > 1<<20 {
+		t.Errorf("allocated %d bytes; holes were not detected", sum.AllocatedBytes)
+	}
+	p, err := img.Plan(t.Context(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Write(t.Context(), io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if counting.read > 4<<20 {
+		t.Errorf("read %d bytes of a 1 GiB file with 8 KiB of data", counting.read)
+	}
+}
+
+// countingReaderAt is an *os.File (so holes can be queried) that counts reads.
+type countingReaderAt struct {
+	*os.File
+	read int64
+}
+
+func (c *countingReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	n, err := c.File.ReadAt(p, off)
+	c.read += int64(n)
+	return n, err
+}
+
+func TestSpoolStopsAtLimit(t *testing.T) {
+	enc, err := zstd.NewWriter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bomb := enc.EncodeAll(make([]byte, 64<<20), nil) // 64 MiB of zeros in a few KiB
+	r, w, err := Unwrap(bytes.NewReader(bomb))
+	if err != nil || w != WrapperZstd {
+		t.Fatalf("Unwrap = %v, %v", w, err)
+	}
+	defer r.Close()
+	f, err := os.Create(filepath.Join(t.TempDir(), "spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	_, err = Spool(t.Context(), r, f, 8<<20)
+	if re := AsReject(err); re == nil || re.Reason != ReasonWrapper {
+		t.Fatalf("Spool over the limit: %v, want a %s rejection", err, ReasonWrapper)
+	}
+}
+
+func TestUnwrapRefusesNestedWrappers(t *testing.T) {
+	enc, err := zstd.NewWriter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := enc.EncodeAll([]byte("QFI\xfb"), nil)
+	outer := enc.EncodeAll(inner, nil)
+	_, _, err = Unwrap(bytes.NewReader(outer))
+	if re := AsReject(err); re == nil || re.Reason != ReasonWrapper {
+		t.Fatalf("nested zstd: %v, want a %s rejection", err, ReasonWrapper)
+	}
+}
+
+func TestWriteStopsWhenCancelled(t *testing.T) {
+	raw := sparseRaw(32<<20, 0, 16<<20)
+	img, err := Open(bytes.NewReader(raw), int64(len(raw)), OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := img.Plan(t.Context(), Options{To: FormatRaw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := p.Write(ctx, io.Discard); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Write after cancel = %v, want context.Canceled", err)
+	}
+}
+
+func TestOptionsValidation(t *testing.T) {
+	img, err := Open(bytes.NewReader(make([]byte, 4096)), 4096, OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []Options{{To: "vmdk"}, {ClusterSize: 1000}, {ClusterSize: 4 << 20}, {ClusterSize: 256}} {
+		if _, err := img.Plan(t.Context(), o); err == nil {
+			t.Errorf("Plan(%+v) accepted invalid options", o)
+		}
+	}
+}
+
+// diskUsage is the space a file occupies on disk, holes excluded.
+func diskUsage(t *testing.T, f *os.File) int64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Blocks * 512
+}

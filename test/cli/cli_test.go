@@ -1,0 +1,177 @@
+// Package cli tests imagectl as a user runs it: exit codes, output formats,
+// and that a failed conversion leaves nothing behind.
+package cli
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/imagepipe/imagepipe/pkg/api"
+	"github.com/imagepipe/imagepipe/test/testenv"
+)
+
+func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+
+// validQCOW2 makes a 4 MiB qcow2 with data, compressed when asked.
+func validQCOW2(t *testing.T, dir string, compressed bool) string {
+	t.Helper()
+	raw := filepath.Join(dir, "src.raw")
+	testenv.Run(t, "qemu-img", "create", "-q", "-f", "raw", raw, "4M")
+	testenv.Run(t, "qemu-io", "-f", "raw", "-c", "write -P 0x61 0 1M", "-c", "write -P 0x62 3M 512k", raw)
+	p := filepath.Join(dir, "disk.qcow2")
+	args := []string{"convert", "-O", "qcow2"}
+	if compressed {
+		args = append(args, "-c")
+	}
+	testenv.Run(t, "qemu-img", append(args, raw, p)...)
+	return p
+}
+
+// patch overwrites bytes of a file at off.
+func patch(t *testing.T, path string, off int64, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// entries lists a directory's file names.
+func entries(t *testing.T, dir string) []string {
+	t.Helper()
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range des {
+		names = append(names, d.Name())
+	}
+	return names
+}
+
+func TestInspectExitCodesAndJSON(t *testing.T) {
+	testenv.RequireQEMU(t)
+	dir := t.TempDir()
+	good := validQCOW2(t, dir, false)
+
+	code, out, _ := testenv.Exit(t, testenv.Imagectl, "inspect", "-o", "json", good)
+	if code != 0 {
+		t.Fatalf("inspect of a valid image exited %d", code)
+	}
+	var r api.ImageReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Verdict != api.VerdictAccepted || r.Format != "qcow2" || r.VirtualSize != 4<<20 {
+		t.Errorf("report = %+v", r)
+	}
+
+	backing := filepath.Join(dir, "overlay.qcow2")
+	testenv.Run(t, "qemu-img", "create", "-q", "-f", "qcow2", "-b", "/etc/passwd", "-F", "raw", backing)
+	code, out, _ = testenv.Exit(t, testenv.Imagectl, "inspect", "-o", "json", backing)
+	if code != 3 {
+		t.Fatalf("inspect of a backing-file image exited %d, want 3", code)
+	}
+	r = api.ImageReport{}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Verdict != api.VerdictRejected || len(r.Reasons) != 1 || r.Reasons[0].Code != "backing-file" {
+		t.Errorf("report = %+v", r)
+	}
+
+	code, out, _ = testenv.Exit(t, testenv.Imagectl, "inspect", backing)
+	if code != 3 || !strings.Contains(out, "verdict:") || !strings.Contains(out, "backing-file") {
+		t.Errorf("table output (exit %d):\n%s", code, out)
+	}
+
+	code, _, stderr := testenv.Exit(t, testenv.Imagectl, "inspect", filepath.Join(dir, "missing"))
+	if code != 1 || !strings.Contains(stderr, "no such file") {
+		t.Errorf("missing file: exit %d, stderr %q", code, stderr)
+	}
+}
+
+func TestConvertRejectedLeavesNothing(t *testing.T) {
+	testenv.RequireQEMU(t)
+	dir := t.TempDir()
+	src := validQCOW2(t, dir, false)
+	patch(t, src, 72+7, []byte{0x02}) // corrupt bit
+	out := filepath.Join(dir, "out.qcow2")
+	code, _, stderr := testenv.Exit(t, testenv.Imagectl, "convert", src, out)
+	if code != 3 || !strings.Contains(stderr, "corrupt") {
+		t.Fatalf("exit %d, stderr %q; want 3 and the reason", code, stderr)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Errorf("output exists after a rejection: %v", err)
+	}
+}
+
+// TestConvertFailingMidwayLeavesNothing corrupts a compressed cluster far
+// into the image: the rejection comes after output has started.
+func TestConvertFailingMidwayLeavesNothing(t *testing.T) {
+	testenv.RequireQEMU(t)
+	dir := t.TempDir()
+	src := validQCOW2(t, dir, true)
+	// Find the L2 table and the last compressed cluster it maps; fill its
+	// data with garbage.
+	f, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	be := binary.BigEndian
+	l1 := be.Uint64(f[40:])
+	l2 := be.Uint64(f[l1:]) & 0x00fffffffffffe00
+	var host uint64
+	for i := uint64(0); i < 64; i++ {
+		if e := be.Uint64(f[l2+i*8:]); e&(1<<62) != 0 {
+			host = e & (1<<54 - 1) // 64 KiB clusters: offset is bits 0..53
+		}
+	}
+	if host == 0 {
+		t.Fatal("no compressed cluster found")
+	}
+	patch(t, src, int64(host), []byte(strings.Repeat("\xff", 64)))
+
+	out := filepath.Join(dir, "out.raw")
+	code, _, stderr := testenv.Exit(t, testenv.Imagectl, "convert", "--to", "raw", src, out)
+	if code != 3 || !strings.Contains(stderr, "invalid-compressed-cluster") {
+		t.Fatalf("exit %d, stderr %q; want 3 and invalid-compressed-cluster", code, stderr)
+	}
+	for _, name := range entries(t, dir) {
+		if strings.HasPrefix(name, "out") || strings.Contains(name, "partial") {
+			t.Errorf("left behind %s", name)
+		}
+	}
+}
+
+func TestConvertToStdout(t *testing.T) {
+	testenv.RequireQEMU(t)
+	dir := t.TempDir()
+	src := validQCOW2(t, dir, false)
+	code, out, stderr := testenv.Exit(t, testenv.Imagectl, "convert", "--to", "raw", src, "-")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if len(out) != 4<<20 || out[0] != 0x61 || out[3<<20] != 0x62 || out[2<<20] != 0 {
+		t.Errorf("stdout is %d bytes with unexpected contents", len(out))
+	}
+}
+
+func TestDeclaredFormatMismatch(t *testing.T) {
+	testenv.RequireQEMU(t)
+	dir := t.TempDir()
+	src := validQCOW2(t, dir, false)
+	code, _, stderr := testenv.Exit(t, testenv.Imagectl, "convert", "--format", "raw", src, filepath.Join(dir, "o"))
+	if code != 3 || !strings.Contains(stderr, "format-mismatch") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
