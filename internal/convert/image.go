@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 )
 
 // DefaultMaxVirtualSize is the largest virtual disk size accepted unless
@@ -55,6 +56,7 @@ type Info struct {
 type Image struct {
 	info Info
 	src  source
+	file *os.File // the image file, when r is one: enables copy_file_range
 }
 
 // extentKind classifies a guest range.
@@ -110,7 +112,16 @@ func Open(r io.ReaderAt, size int64, opts OpenOptions) (*Image, error) {
 	if err := det.Check(opts.Format, opts.AllowISO); err != nil {
 		return nil, err
 	}
-	if det.Format == FormatQCOW2 {
+	img, err := openFormat(r, size, det.Format, maxVirtual)
+	if err != nil {
+		return nil, err
+	}
+	img.file, _ = r.(*os.File)
+	return img, nil
+}
+
+func openFormat(r io.ReaderAt, size int64, format Format, maxVirtual int64) (*Image, error) {
+	if format == FormatQCOW2 {
 		return openQCOW2(r, size, maxVirtual)
 	}
 	// Raw, or ISO accepted as raw. Like QEMU, a raw disk is a whole number

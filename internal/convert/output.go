@@ -9,17 +9,11 @@ import (
 // like qemu-img's default -S 4k.
 const holeBlock = 4096
 
-// sparseFile is a regular file that output can leave holes in.
-type sparseFile interface {
-	io.WriterAt
-	Truncate(size int64) error
-}
-
 // output counts what is written and, for regular files, writes at absolute
 // offsets so that zero blocks of raw data become holes.
 type output struct {
 	w    io.Writer
-	file sparseFile // nil unless w is a regular file
+	file *os.File // nil unless w is a regular file
 	n    int64      // bytes of output produced, holes included
 }
 
@@ -92,6 +86,20 @@ func (o *output) skip(n int64) error {
 		n -= k
 	}
 	return nil
+}
+
+// presize empties a file and sets its final length before writing, as
+// qemu-img does: the file is then one hole, so unwritten ranges read as
+// zeros, and writes land inside the file instead of extending it, which is
+// cheaper for the filesystem.
+func (o *output) presize(n int64) error {
+	if o.file == nil {
+		return nil
+	}
+	if err := o.file.Truncate(0); err != nil {
+		return err
+	}
+	return o.file.Truncate(n)
 }
 
 // finish sets a file's length, so a trailing hole is part of it.

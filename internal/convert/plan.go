@@ -205,16 +205,28 @@ func isZero(b []byte) bool {
 	return true
 }
 
-// Write produces the planned output on w in one sequential pass. When w is
-// an *os.File (or anything with WriteAt and Truncate) raw output leaves
-// zero blocks as holes. Write reads the image again; memory stays bounded
-// by Concurrency batches.
+// Write produces the planned output on w in one sequential pass, reading
+// the image again; memory stays bounded by a few batches per reader.
+//
+// A regular *os.File w is emptied and written at absolute offsets from 0,
+// whatever its current offset, leaving holes where the output is zero. When
+// the image was opened from an *os.File too, batches are placed in
+// parallel with copy_file_range (see filecopy.go) instead of in one stream.
 func (p *Plan) Write(ctx context.Context, w io.Writer) error {
 	out := newOutput(w)
+	if err := out.presize(p.size); err != nil {
+		return err
+	}
 	if p.opts.To == FormatQCOW2 {
 		if err := p.layout.writeMetadata(out); err != nil {
 			return err
 		}
+	}
+	if out.file != nil && p.img.file != nil {
+		if err := p.writeFile(ctx, out.file); err != nil {
+			return err
+		}
+		return out.file.Truncate(p.size)
 	}
 	err := p.readBatches(ctx, func(off int64, buf []byte, n int64) error {
 		if p.opts.To == FormatRaw {

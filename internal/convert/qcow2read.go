@@ -219,7 +219,8 @@ func (s *qcow2Source) extents(ctx context.Context, off, n int64, fn func(extent)
 // scratch is per-goroutine decompression state.
 type scratch struct {
 	cluster []byte // one decompressed cluster
-	comp    []byte // compressed bytes
+	comp    []byte // compressed bytes, or a copy buffer
+	extent  []byte // a decompressed extent being placed in an output file
 	br      bytes.Reader
 	inflate io.ReadCloser
 	zstd    *zstd.Decoder

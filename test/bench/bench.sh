@@ -245,7 +245,7 @@ run_case() {
 		ratio=$(awk -v a="$imed" -v b="$qmed" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }')
 		met=$(awk -v r="$ratio" -v t="$target" 'BEGIN { if (r == "n/a") print "n/a"; else if (r + 0 <= t + 0) print "yes"; else print "no" }')
 		target="≤ ${target}×"
-		ratio="${ratio}×"
+		[[ $ratio == n/a ]] || ratio="${ratio}×"
 	else
 		ratio=$(awk -v a="$imed" -v b="$qmed" 'BEGIN { if (b > 0) printf "%.2f×", a / b; else print "n/a" }')
 		target="MaxRSS < ${RSS_TARGET_MIB} MiB"

@@ -296,6 +296,12 @@ func TestOracleCorpus(t *testing.T) {
 					}
 				}
 				run(t, "qemu-img", "compare", "-q", "-f", want.Format, "-F", to, plain, out)
+				// Streaming to stdout takes the sequential path; files
+				// are placed in parallel. Both must give the same bytes.
+				streamed := run(t, testenv.Imagectl, "convert", "--to", to, src, "-")
+				if file, err := os.ReadFile(out); err != nil || !bytes.Equal(file, streamed) {
+					t.Errorf("%s: stdout output (%d bytes) differs from the file output (err %v)", to, len(streamed), err)
+				}
 				os.Remove(out)
 			}
 		})

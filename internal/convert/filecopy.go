@@ -1,0 +1,172 @@
+package convert
+
+import (
+	"context"
+	"errors"
+	"math/bits"
+	"os"
+
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
+)
+
+// File-to-file conversion.
+//
+// When both the image and the output are regular files, Write does not need
+// one sequential stream: every byte's output position is known from the
+// plan. Batches are then processed in parallel and placed with positional
+// writes, and uncompressed data moves with copy_file_range, which copies
+// inside the kernel instead of through a user-space buffer. Ranges that are
+// never written stay holes of the presized output file and read as zeros.
+// Raw output written this way keeps holes where the input has them, but does
+// not turn allocated blocks of zeros into holes.
+
+// rankGroup is the number of clusters per entry of the rank index.
+const rankGroup = 4096
+
+// rankIndex answers "how many non-zero clusters come before cluster c", the
+// position of c's data in a qcow2 output, in O(rankGroup/64) time.
+type rankIndex struct {
+	b      bitmap
+	prefix []int64 // set bits before each group of rankGroup clusters
+}
+
+func newRankIndex(b bitmap) *rankIndex {
+	wordsPerGroup := rankGroup / 64
+	r := &rankIndex{b: b, prefix: make([]int64, len(b)/wordsPerGroup+1)}
+	var n int64
+	for i, w := range b {
+		if i%wordsPerGroup == 0 {
+			r.prefix[i/wordsPerGroup] = n
+		}
+		n += int64(bits.OnesCount64(w))
+	}
+	return r
+}
+
+func (r *rankIndex) rank(c int64) int64 {
+	n := r.prefix[c/rankGroup]
+	for w := c / rankGroup * (rankGroup / 64); w < c/64; w++ {
+		n += int64(bits.OnesCount64(r.b[w]))
+	}
+	return n + int64(bits.OnesCount64(r.b[c/64]&(1<<(c%64)-1)))
+}
+
+// writeFile places the guest data of every batch into out.file, with
+// Concurrency batches in flight. The qcow2 metadata is already written.
+func (p *Plan) writeFile(ctx context.Context, out *os.File) error {
+	var ranks *rankIndex
+	if p.opts.To == FormatQCOW2 {
+		ranks = newRankIndex(p.nonzero)
+	}
+	batch := p.batchFor()
+	vsize := p.img.info.VirtualSize
+	cs := p.opts.ClusterSize
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(p.opts.Concurrency)
+	scratches := make(chan *scratch, p.opts.Concurrency)
+	for range p.opts.Concurrency {
+		scratches <- new(scratch)
+	}
+	defer func() {
+		for range p.opts.Concurrency {
+			(<-scratches).close()
+		}
+	}()
+	for off := int64(0); off < vsize; off += batch {
+		if err := ctx.Err(); err != nil {
+			break
+		}
+		if ranks != nil && !p.nonzero.anyIn(off/cs, batch/cs) {
+			continue
+		}
+		g.Go(func() error {
+			sc := <-scratches
+			defer func() { scratches <- sc }()
+			return p.img.src.extents(ctx, off, min(batch, vsize-off), func(e extent) error {
+				if e.kind == extentZero {
+					return nil
+				}
+				place, err := p.placer(out, e, sc)
+				if err != nil {
+					return err
+				}
+				if ranks == nil { // raw output: guest offset = file offset
+					return place(e.guest, e.length, e.guest)
+				}
+				// qcow2 output: split at output clusters, skip zero ones.
+				for pos := e.guest; pos < e.guest+e.length; {
+					c := pos / cs
+					n := min(e.guest+e.length, (c+1)*cs) - pos
+					if p.nonzero.has(c) {
+						at := (p.layout.dataStart()+ranks.rank(c))*cs + pos - c*cs
+						if err := place(pos, n, at); err != nil {
+							return err
+						}
+					}
+					pos += n
+				}
+				return nil
+			})
+		})
+	}
+	return g.Wait()
+}
+
+// placer returns a function that writes n guest bytes of extent e, from
+// guest offset guest, to the output file at offset at. A compressed extent
+// is decompressed once, here, however many pieces it is written in.
+func (p *Plan) placer(out *os.File, e extent, sc *scratch) (func(guest, n, at int64) error, error) {
+	if e.kind == extentData {
+		return func(guest, n, at int64) error {
+			return copyRange(p.img.file, e.host+(guest-e.guest), out, at, n, sc)
+		}, nil
+	}
+	if int64(len(sc.extent)) < e.length {
+		sc.extent = make([]byte, max(e.length, p.img.info.ClusterSize))
+	}
+	data := sc.extent[:e.length]
+	if err := p.img.src.readExtent(e, data, sc); err != nil {
+		return nil, err
+	}
+	return func(guest, n, at int64) error {
+		_, err := out.WriteAt(data[guest-e.guest:guest-e.guest+n], at)
+		return err
+	}, nil
+}
+
+// copyRange copies n bytes from in at off to out at at, inside the kernel
+// when the filesystem allows it, through a buffer otherwise.
+func copyRange(in *os.File, off int64, out *os.File, at, n int64, sc *scratch) error {
+	for n > 0 {
+		k, err := unix.CopyFileRange(int(in.Fd()), &off, int(out.Fd()), &at, int(n), 0)
+		if err != nil {
+			if errors.Is(err, unix.EXDEV) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EOPNOTSUPP) {
+				return copyBuffered(in, off, out, at, n, sc)
+			}
+			return err
+		}
+		if k == 0 { // the input ends early: the rest stays a hole (zeros)
+			return nil
+		}
+		n -= int64(k)
+	}
+	return nil
+}
+
+func copyBuffered(in *os.File, off int64, out *os.File, at, n int64, sc *scratch) error {
+	if len(sc.comp) < batchSize {
+		sc.comp = make([]byte, batchSize)
+	}
+	for n > 0 {
+		b := sc.comp[:min(n, int64(len(sc.comp)))]
+		if err := readFull(in, b, off); err != nil {
+			return err
+		}
+		if _, err := out.WriteAt(b, at); err != nil {
+			return err
+		}
+		off, at, n = off+int64(len(b)), at+int64(len(b)), n-int64(len(b))
+	}
+	return nil
+}
