@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
 )
@@ -18,6 +19,7 @@ type convertOptions struct {
 	in, out     string
 	to          string
 	clusterSize int64
+	sync        bool
 }
 
 func newConvertCmd(g *globalOptions) *cobra.Command {
@@ -40,6 +42,7 @@ Exit codes: 0 success, 3 the image is rejected, 1 other errors.`,
 	}
 	addImageFlags(cmd, &o.imageFlags)
 	cmd.Flags().StringVar(&o.to, "to", "qcow2", "output format: qcow2 or raw")
+	cmd.Flags().BoolVar(&o.sync, "sync", false, "flush OUT to disk before it appears (like qemu-img, the default leaves that to the kernel)")
 	cmd.Flags().Int64Var(&o.clusterSize, "cluster-size", convert.DefaultClusterSize, "qcow2 output cluster size in bytes (512 to 2097152, a power of two)")
 	return cmd
 }
@@ -68,7 +71,7 @@ func runConvert(ctx context.Context, o *convertOptions) error {
 	if o.out == "-" {
 		return plan.Write(ctx, os.Stdout)
 	}
-	if err := writeAtomically(o.out, func(f *os.File) error { return plan.Write(ctx, f) }); err != nil {
+	if err := writeAtomically(o.out, o.sync, func(f *os.File) error { return plan.Write(ctx, f) }); err != nil {
 		return err
 	}
 	log.Debug("converted", "out", o.out, "bytes", plan.Size(), "elapsed", time.Since(start))
@@ -76,9 +79,10 @@ func runConvert(ctx context.Context, o *convertOptions) error {
 }
 
 // writeAtomically writes path through a temporary file in the same
-// directory, synced and renamed into place only when write succeeds, so a
-// failure or an interruption never leaves a partial file at path.
-func writeAtomically(path string, write func(*os.File) error) (err error) {
+// directory, renamed into place only when write succeeds, so a failure or an
+// interruption never leaves a partial file at path. With sync, the data is
+// on disk before the rename, so a crash cannot leave an empty file either.
+func writeAtomically(path string, sync bool, write func(*os.File) error) (err error) {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".partial-*")
 	if err != nil {
 		return err
@@ -95,8 +99,10 @@ func writeAtomically(path string, write func(*os.File) error) (err error) {
 	if err := tmp.Chmod(0o644); err != nil {
 		return err
 	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("syncing %s: %w", path, err)
+	if sync {
+		if err := unix.Fdatasync(int(tmp.Fd())); err != nil {
+			return fmt.Errorf("syncing %s: %w", path, err)
+		}
 	}
 	if err := tmp.Close(); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/bits"
 	"os"
+	"sync"
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
@@ -73,6 +74,10 @@ func (p *Plan) writeFile(ctx context.Context, out *os.File) error {
 			(<-scratches).close()
 		}
 	}()
+	// Writes to one file serialise on its inode lock in the kernel, where
+	// waiters spin; taking turns here instead leaves the CPU to readers and
+	// decompressors.
+	var writeMu sync.Mutex
 	for off := int64(0); off < vsize; off += batch {
 		if err := ctx.Err(); err != nil {
 			break
@@ -83,11 +88,12 @@ func (p *Plan) writeFile(ctx context.Context, out *os.File) error {
 		g.Go(func() error {
 			sc := <-scratches
 			defer func() { scratches <- sc }()
-			return p.img.src.extents(ctx, off, min(batch, vsize-off), func(e extent) error {
+			pending := &rangeCopier{in: p.img.file, out: out, sc: sc, mu: &writeMu}
+			err := p.img.src.extents(ctx, off, min(batch, vsize-off), func(e extent) error {
 				if e.kind == extentZero {
 					return nil
 				}
-				place, err := p.placer(out, e, sc)
+				place, err := p.placer(out, e, pending)
 				if err != nil {
 					return err
 				}
@@ -108,6 +114,10 @@ func (p *Plan) writeFile(ctx context.Context, out *os.File) error {
 				}
 				return nil
 			})
+			if err != nil {
+				return err
+			}
+			return pending.flush()
 		})
 	}
 	return g.Wait()
@@ -116,12 +126,13 @@ func (p *Plan) writeFile(ctx context.Context, out *os.File) error {
 // placer returns a function that writes n guest bytes of extent e, from
 // guest offset guest, to the output file at offset at. A compressed extent
 // is decompressed once, here, however many pieces it is written in.
-func (p *Plan) placer(out *os.File, e extent, sc *scratch) (func(guest, n, at int64) error, error) {
+func (p *Plan) placer(out *os.File, e extent, pending *rangeCopier) (func(guest, n, at int64) error, error) {
 	if e.kind == extentData {
 		return func(guest, n, at int64) error {
-			return copyRange(p.img.file, e.host+(guest-e.guest), out, at, n, sc)
+			return pending.add(e.host+(guest-e.guest), at, n)
 		}, nil
 	}
+	sc := pending.sc
 	if int64(len(sc.extent)) < e.length {
 		sc.extent = make([]byte, max(e.length, p.img.info.ClusterSize))
 	}
@@ -130,9 +141,53 @@ func (p *Plan) placer(out *os.File, e extent, sc *scratch) (func(guest, n, at in
 		return nil, err
 	}
 	return func(guest, n, at int64) error {
+		pending.mu.Lock()
+		defer pending.mu.Unlock()
+		allocate(out, at, n)
 		_, err := out.WriteAt(data[guest-e.guest:guest-e.guest+n], at)
 		return err
 	}, nil
+}
+
+// rangeCopier merges copies of neighbouring ranges, so a run of data
+// clusters costs one copy_file_range call, not one per cluster.
+type rangeCopier struct {
+	in, out    *os.File
+	sc         *scratch
+	mu         *sync.Mutex // held while writing to out
+	src, at, n int64       // the pending copy
+}
+
+func (c *rangeCopier) add(src, at, n int64) error {
+	if c.n > 0 && c.src+c.n == src && c.at+c.n == at {
+		c.n += n
+		return nil
+	}
+	if err := c.flush(); err != nil {
+		return err
+	}
+	c.src, c.at, c.n = src, at, n
+	return nil
+}
+
+func (c *rangeCopier) flush() error {
+	if c.n == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	allocate(c.out, c.at, c.n)
+	err := copyRange(c.in, c.src, c.out, c.at, c.n, c.sc)
+	c.mu.Unlock()
+	c.n = 0
+	return err
+}
+
+// allocate reserves disk blocks for a range about to be written, in one
+// call instead of block by block as delayed allocation does during the
+// writes. It is only an optimisation: errors (a filesystem without
+// fallocate, a full disk) surface from the write itself.
+func allocate(f *os.File, at, n int64) {
+	_ = unix.Fallocate(int(f.Fd()), 0, at, n)
 }
 
 // copyRange copies n bytes from in at off to out at at, inside the kernel

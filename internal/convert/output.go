@@ -14,7 +14,7 @@ const holeBlock = 4096
 type output struct {
 	w    io.Writer
 	file *os.File // nil unless w is a regular file
-	n    int64      // bytes of output produced, holes included
+	n    int64    // bytes of output produced, holes included
 }
 
 // newOutput wraps w. A regular *os.File is written from offset 0 and

@@ -28,7 +28,7 @@ REPO_ROOT=$PWD
 # mkfs.ext4 lives in /usr/sbin, which is not in a normal user's PATH on Debian.
 PATH=$PATH:/usr/sbin:/sbin
 
-REPS=${BENCH_REPS:-3}
+REPS=${BENCH_REPS:-7}
 CACHE=${IMAGEPIPE_CACHE:-$HOME/.cache/imagepipe}
 BENCH_DIR=$CACHE/bench
 TIME=/usr/bin/time
@@ -303,7 +303,7 @@ main() {
 			printf ' %s\n' "${sizes[*]}" | sed 's/;/; /g'
 		)
 		# shellcheck disable=SC2016 # backticks are Markdown here
-		printf -- '- method: per case one unmeasured warm-up run of each tool (page cache warm for both), then %s measured runs of each, alternating which tool goes first; wall time is the median, MaxRSS the largest of the measured runs (`/usr/bin/time -v` MaxRSS); every run writes a fresh output in an emptied directory, with `sync` between runs outside the timing; the qemu-img default cache mode (writeback) fdatasyncs its output before it exits; imagectl output of the first measured run checked with `qemu-img compare` (and `qemu-img check` for qcow2)\n\n' "$REPS"
+		printf -- '- method: per case one unmeasured warm-up run of each tool (page cache warm for both), then %s measured runs of each, alternating which tool goes first; wall time is the median, MaxRSS the largest of the measured runs (`/usr/bin/time -v` MaxRSS); every run writes a fresh output in an emptied directory, with `sync` between runs outside the timing; neither tool flushes its output to disk before exiting (qemu-img convert by default, imagectl without --sync), so both leave writeback to the kernel; imagectl output of the first measured run checked with `qemu-img compare` (and `qemu-img check` for qcow2)\n\n' "$REPS"
 		printf '| case | imagectl wall (s) | qemu-img wall (s) | ratio imagectl/qemu-img | target | met | imagectl MaxRSS (MiB) | qemu-img MaxRSS (MiB) |\n'
 		printf '|---|---:|---:|---:|---|---|---:|---:|\n'
 		printf '%s\n' "${ROWS[@]}"
