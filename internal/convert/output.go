@@ -96,8 +96,12 @@ func (o *output) presize(n int64) error {
 	if o.file == nil {
 		return nil
 	}
-	if err := o.file.Truncate(0); err != nil {
-		return err
+	// Empty a file that has contents, but never truncate an empty one to
+	// zero: ext4 then flushes the whole file when it is closed.
+	if st, err := o.file.Stat(); err != nil || st.Size() > 0 {
+		if err := o.file.Truncate(0); err != nil {
+			return err
+		}
 	}
 	return o.file.Truncate(n)
 }
