@@ -1,6 +1,6 @@
 module github.com/imagepipe/imagepipe
 
-go 1.26.8
+go 1.26.0
 
 require (
 	github.com/klauspost/compress v1.20.3
