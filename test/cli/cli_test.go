@@ -5,6 +5,7 @@ package cli
 import (
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -174,4 +175,58 @@ func TestDeclaredFormatMismatch(t *testing.T) {
 	if code != 3 || !strings.Contains(stderr, "format-mismatch") {
 		t.Errorf("exit %d, stderr %q", code, stderr)
 	}
+}
+
+// TestPeakMemory64GiBSparse measures imagectl's peak RSS, with GNU time,
+// converting a 64 GiB-virtual sparse disk both ways: it must stay under
+// 64 MiB however large the disk is.
+func TestPeakMemory64GiBSparse(t *testing.T) {
+	testenv.RequireQEMU(t)
+	if _, err := os.Stat("/usr/bin/time"); err != nil {
+		t.Skip("GNU time not installed (make tools installs it)")
+	}
+	dir := t.TempDir()
+	raw := filepath.Join(dir, "big.raw")
+	f, err := os.Create(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(64 << 30); err != nil {
+		t.Fatal(err)
+	}
+	chunk := []byte(strings.Repeat("imagepipe", 100000))
+	for _, off := range []int64{0, 1 << 30, 17<<30 + 12345, 40 << 30, 64<<30 - int64(len(chunk))} {
+		if _, err := f.WriteAt(chunk, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+
+	qcow := filepath.Join(dir, "big.qcow2")
+	steps := [][]string{
+		{"convert", raw, qcow},
+		{"convert", "--to", "raw", qcow, filepath.Join(dir, "back.raw")},
+		{"convert", qcow, "-"}, // the streaming path
+	}
+	for _, args := range steps {
+		rssFile := filepath.Join(dir, "rss")
+		cmd := append([]string{"-f", "%M", "-o", rssFile, testenv.Imagectl}, args...)
+		code, _, stderr := testenv.Exit(t, "/usr/bin/time", cmd...)
+		if code != 0 {
+			t.Fatalf("imagectl %v: exit %d: %s", args, code, stderr)
+		}
+		b, err := os.ReadFile(rssFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var kib int64
+		if _, err := fmt.Sscan(string(b), &kib); err != nil {
+			t.Fatalf("reading GNU time output %q: %v", b, err)
+		}
+		t.Logf("imagectl %s: peak RSS %d KiB", strings.Join(args[:len(args)-2], " "), kib)
+		if kib > 64<<10 {
+			t.Errorf("imagectl %v: peak RSS %d KiB, over 64 MiB", args, kib)
+		}
+	}
+	testenv.Run(t, "qemu-img", "compare", "-q", raw, qcow)
 }
