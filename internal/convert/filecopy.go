@@ -65,15 +65,8 @@ func (p *Plan) writeFile(ctx context.Context, out *os.File) error {
 	cs := p.opts.ClusterSize
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(p.opts.Concurrency)
-	scratches := make(chan *scratch, p.opts.Concurrency)
-	for range p.opts.Concurrency {
-		scratches <- new(scratch)
-	}
-	defer func() {
-		for range p.opts.Concurrency {
-			(<-scratches).close()
-		}
-	}()
+	scratches := newScratchPool(p.opts.Concurrency)
+	defer scratches.close()
 	// Writes to one file serialise on its inode lock in the kernel, where
 	// waiters spin; taking turns here instead leaves the CPU to readers and
 	// decompressors.
@@ -86,8 +79,8 @@ func (p *Plan) writeFile(ctx context.Context, out *os.File) error {
 			continue
 		}
 		g.Go(func() error {
-			sc := <-scratches
-			defer func() { scratches <- sc }()
+			sc := scratches.get()
+			defer scratches.put(sc)
 			pending := &rangeCopier{in: p.img.file, out: out, sc: sc, mu: &writeMu}
 			err := p.img.src.extents(ctx, off, min(batch, vsize-off), func(e extent) error {
 				if e.kind == extentZero {

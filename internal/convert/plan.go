@@ -120,7 +120,6 @@ func (p *Plan) scan(ctx context.Context) error {
 	src, cs := p.img.src, p.opts.ClusterSize
 	batch := p.batchFor()
 	g, ctx := errgroup.WithContext(ctx)
-	g.SetLimit(p.opts.Concurrency)
 	var next atomic.Int64 // hands out batches in order to the workers
 	for range p.opts.Concurrency {
 		g.Go(func() error {
@@ -145,20 +144,12 @@ func (p *Plan) scan(ctx context.Context) error {
 							return nil
 						}
 					}
-					// Long data extents are checked piecewise so the
-					// buffer stays one batch long.
-					for done := int64(0); done < e.length; {
-						piece := extent{kind: e.kind, guest: e.guest + done, length: min(e.length-done, int64(cap(buf))), host: e.host + done, clen: e.clen}
-						if e.kind == extentCompressed {
-							piece = e
-						}
-						b := buf[:piece.length]
-						if err := src.readExtent(piece, b, &sc); err != nil {
-							return err
-						}
-						p.markNonZero(piece.guest, b, cs)
-						done += piece.length
+					// Extents never outgrow the batch they were asked for.
+					b := buf[:e.length]
+					if err := src.readExtent(e, b, &sc); err != nil {
+						return err
 					}
+					p.markNonZero(e.guest, b, cs)
 					return nil
 				})
 				if err != nil {
@@ -277,15 +268,8 @@ func (p *Plan) readBatches(ctx context.Context, fn func(off int64, buf []byte, n
 		free <- nil // buffers are allocated lazily
 	}
 	queue := make(chan *result, depth)
-	scratches := make(chan *scratch, p.opts.Concurrency)
-	for range p.opts.Concurrency {
-		scratches <- new(scratch)
-	}
-	defer func() {
-		for range p.opts.Concurrency {
-			(<-scratches).close()
-		}
-	}()
+	scratches := newScratchPool(p.opts.Concurrency)
+	defer scratches.close()
 	g, ctx := errgroup.WithContext(ctx)
 	readers := new(errgroup.Group)
 	readers.SetLimit(p.opts.Concurrency)
@@ -319,8 +303,8 @@ func (p *Plan) readBatches(ctx context.Context, fn func(off int64, buf []byte, n
 			}
 			readers.Go(func() error {
 				defer close(r.done)
-				sc := <-scratches
-				defer func() { scratches <- sc }()
+				sc := scratches.get()
+				defer scratches.put(sc)
 				r.zero, r.err = p.readBatch(ctx, off, r.buf[:n], sc)
 				return nil
 			})

@@ -232,6 +232,27 @@ func (sc *scratch) close() {
 	}
 }
 
+// scratchPool hands one scratch to each of at most n concurrent workers.
+type scratchPool chan *scratch
+
+func newScratchPool(n int) scratchPool {
+	p := make(scratchPool, n)
+	for range n {
+		p <- new(scratch)
+	}
+	return p
+}
+
+func (p scratchPool) get() *scratch   { return <-p }
+func (p scratchPool) put(sc *scratch) { p <- sc }
+
+// close releases every scratch; all must have been put back.
+func (p scratchPool) close() {
+	for range cap(p) {
+		(<-p).close()
+	}
+}
+
 func (s *qcow2Source) readExtent(e extent, dst []byte, sc *scratch) error {
 	switch e.kind {
 	case extentZero:
