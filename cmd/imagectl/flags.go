@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/source"
+)
+
+// registryFlags are the registry connection flags of every command that
+// talks to a registry.
+type registryFlags struct {
+	username      string
+	passwordStdin bool
+	caFile        string
+	insecure      bool
+}
+
+func addRegistryFlags(cmd *cobra.Command, f *registryFlags) {
+	cmd.Flags().StringVar(&f.username, "username", "", "registry username (default: ~/.docker/config.json and credential helpers)")
+	cmd.Flags().BoolVar(&f.passwordStdin, "password-stdin", false, "read the registry password from standard input")
+	cmd.Flags().StringVar(&f.caFile, "ca-file", "", "PEM file of extra CA certificates to trust")
+	cmd.Flags().BoolVar(&f.insecure, "insecure", false, "allow plain HTTP and skip TLS verification (127.0.0.1 and localhost never need it for HTTP)")
+}
+
+// client builds a registry client from the flags.
+func (f *registryFlags) client(g *globalOptions) (*registry.Client, error) {
+	opts := []registry.Option{
+		registry.WithLogger(g.logger()),
+		registry.WithInsecure(f.insecure),
+		registry.WithUserAgent("imagectl/" + version),
+	}
+	if f.caFile != "" {
+		opts = append(opts, registry.WithCAFile(f.caFile))
+	}
+	if f.passwordStdin && f.username == "" {
+		return nil, errors.New("--password-stdin needs --username")
+	}
+	if f.username != "" {
+		password := ""
+		if f.passwordStdin {
+			line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+			if err != nil && line == "" {
+				return nil, fmt.Errorf("reading the password from standard input: %w", err)
+			}
+			password = strings.TrimRight(line, "\r\n")
+		}
+		opts = append(opts, registry.WithBasicAuth(f.username, password))
+	}
+	return registry.New(opts...)
+}
+
+// sourceFlags locate and check a source image (local, http(s), s3, stdin).
+type sourceFlags struct {
+	checksum   string
+	s3Endpoint string
+	s3Region   string
+	s3Insecure bool
+	tempDir    string
+}
+
+func addSourceFlags(cmd *cobra.Command, f *sourceFlags) {
+	cmd.Flags().StringVar(&f.checksum, "checksum", "", "expected sha256 of the source as given (sha256:HEX); the import fails on a mismatch")
+	cmd.Flags().StringVar(&f.s3Endpoint, "s3-endpoint", "", "S3 endpoint host:port or URL (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL)")
+	cmd.Flags().StringVar(&f.s3Region, "s3-region", "", "S3 region (default: AWS_REGION)")
+	cmd.Flags().BoolVar(&f.s3Insecure, "s3-insecure", false, "use plain HTTP for an S3 endpoint given without a scheme")
+	cmd.Flags().StringVar(&f.tempDir, "temp-dir", "", "where downloaded or decompressed sources are spooled (default: $TMPDIR)")
+}
+
+func (f *sourceFlags) options(g *globalOptions, maxVirtual int64, progress func(done, total int64)) source.Options {
+	return source.Options{
+		Checksum: f.checksum,
+		TempDir:  f.tempDir,
+		MaxSize:  convert.SpoolLimit(maxVirtual),
+		S3: source.S3Options{
+			Endpoint: f.s3Endpoint,
+			Region:   f.s3Region,
+			Insecure: f.s3Insecure,
+		},
+		Logger:   g.logger(),
+		Progress: progress,
+	}
+}

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/spf13/cobra"
+
+	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/source"
+)
+
+type importOptions struct {
+	*globalOptions
+	imageFlags
+	registryFlags
+	sourceFlags
+	src, ref     string
+	diskFormat   string
+	compression  string
+	arch         string
+	labels       []string
+	instancetype string
+	preference   string
+	osName       string
+	created      string
+	output       string
+	quiet        bool
+}
+
+func newImportCmd(g *globalOptions) *cobra.Command {
+	o := &importOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "import SOURCE REGISTRY/TENANT/NAME:TAG",
+		Short: "Validate a disk image and push it to a registry as a KubeVirt containerDisk",
+		Long: `Validates SOURCE as untrusted input, converts it, and streams it to the registry
+as a KubeVirt containerDisk: one layer holding disk/disk.img (0444, owned 107:107).
+SOURCE is a local file, an http(s):// URL, s3://BUCKET/KEY or "-" for standard
+input, optionally gzip-, zstd- or xz-compressed.
+
+The tag is written only after every blob is committed. An interrupted upload
+resumes where the registry left off, also in a later run. An identical
+re-import (same source bytes and options) only tags the existing image.
+
+Exit codes: 0 pushed, 3 the image is rejected (nothing is pushed), 1 other errors.`,
+		Example: `  imagectl import ./rhel.qcow2 registry.example.com/acme/rhel:10
+  imagectl import s3://images/fedora.raw.zst registry.example.com/acme/fedora:41 --disk-format raw
+  curl -sL https://example.com/disk.qcow2 | imagectl import - registry.example.com/acme/disk:1 -o json`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.src, o.ref = args[0], args[1]
+			return runImport(cmd, o)
+		},
+	}
+	addImageFlags(cmd, &o.imageFlags)
+	addRegistryFlags(cmd, &o.registryFlags)
+	addSourceFlags(cmd, &o.sourceFlags)
+	f := cmd.Flags()
+	f.StringVar(&o.diskFormat, "disk-format", "qcow2", "format of disk/disk.img: qcow2 or raw")
+	f.StringVar(&o.compression, "compression", "gzip", "layer compression: gzip, zstd or none")
+	f.StringVar(&o.arch, "arch", "amd64", "architecture recorded in the image config")
+	f.StringArrayVar(&o.labels, "label", nil, "label KEY=VALUE for the image config (repeatable)")
+	f.StringVar(&o.instancetype, "default-instancetype", "", "default KubeVirt instancetype for VMs from this image")
+	f.StringVar(&o.preference, "default-preference", "", "default KubeVirt preference for VMs from this image")
+	f.StringVar(&o.osName, "os-name", "", "operating system name recorded in the annotations, e.g. fedora-41")
+	f.StringVar(&o.created, "created", "", `creation time to record: "now" or RFC 3339 (default none, which keeps images reproducible)`)
+	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress bars")
+	return cmd
+}
+
+func runImport(cmd *cobra.Command, o *importOptions) error {
+	ctx := cmd.Context()
+	if o.output != "text" && o.output != "json" {
+		return fmt.Errorf("unknown output format %q (text or json)", o.output)
+	}
+	iopts, err := o.importOptions()
+	if err != nil {
+		return err
+	}
+	client, err := o.registryFlags.client(o.globalOptions)
+	if err != nil {
+		return err
+	}
+	parsed, err := client.ParseReference(o.ref)
+	if err != nil {
+		return err
+	}
+	tag, ok := parsed.(name.Tag)
+	if !ok {
+		return fmt.Errorf("%s: import needs a tag, not a digest", o.ref)
+	}
+
+	readBar := newProgressBar("reading ", o.quiet)
+	src, err := source.Open(ctx, o.src, o.sourceFlags.options(o.globalOptions, o.maxVirtualSize, readBar.update))
+	readBar.finish()
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	img, err := convert.Open(src.ReaderAt, src.Size, o.openOptions())
+	if err != nil {
+		return err
+	}
+	pushBar := newProgressBar("pushing ", o.quiet)
+	iopts.Progress = pushBar.update
+	result, err := client.Import(ctx, tag, registry.Source{Image: img, Digest: src.Digest}, iopts)
+	pushBar.finish()
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if o.output == "json" {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(result)
+	}
+	fmt.Fprintf(out, "%s@%s\n", result.Reference, result.Digest)
+	if result.Reused && !o.quiet {
+		fmt.Fprintln(cmd.ErrOrStderr(), "an identical image was already in the repository; only the tag was written")
+	}
+	return nil
+}
+
+// importOptions turns the flags into registry.ImportOptions.
+func (o *importOptions) importOptions() (registry.ImportOptions, error) {
+	comp, err := registry.ParseCompression(o.compression)
+	if err != nil {
+		return registry.ImportOptions{}, err
+	}
+	labels := map[string]string{}
+	for _, kv := range o.labels {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return registry.ImportOptions{}, fmt.Errorf("--label %q is not KEY=VALUE", kv)
+		}
+		labels[k] = v
+	}
+	var created time.Time
+	switch o.created {
+	case "":
+	case "now":
+		created = time.Now()
+	default:
+		if created, err = time.Parse(time.RFC3339, o.created); err != nil {
+			return registry.ImportOptions{}, fmt.Errorf("--created: %w", err)
+		}
+	}
+	return registry.ImportOptions{
+		DiskFormat:          convert.Format(o.diskFormat),
+		Compression:         comp,
+		Architecture:        o.arch,
+		Labels:              labels,
+		DefaultInstancetype: o.instancetype,
+		DefaultPreference:   o.preference,
+		OSName:              o.osName,
+		Created:             created,
+		Creator:             "imagectl " + version,
+	}, nil
+}

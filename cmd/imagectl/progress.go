@@ -1,0 +1,100 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/term"
+)
+
+// progressBar draws "label [=====>    ] 45% 1.2 GiB/2.6 GiB 350 MiB/s ETA 4s"
+// on a terminal, at most ten times a second. On anything else it is silent.
+type progressBar struct {
+	w       io.Writer
+	label   string
+	enabled bool
+
+	mu    sync.Mutex
+	start time.Time
+	last  time.Time
+	drawn bool
+}
+
+// newProgressBar draws to stderr when it is a terminal and quiet is false.
+func newProgressBar(label string, quiet bool) *progressBar {
+	return &progressBar{
+		w:       os.Stderr,
+		label:   label,
+		enabled: !quiet && term.IsTerminal(int(os.Stderr.Fd())),
+	}
+}
+
+// update reports done of total bytes (total < 0: unknown).
+func (p *progressBar) update(done, total int64) {
+	if !p.enabled {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if p.start.IsZero() {
+		p.start = now
+	}
+	if now.Sub(p.last) < 100*time.Millisecond && done != total {
+		return
+	}
+	p.last = now
+	p.drawn = true
+	fmt.Fprint(p.w, "\r"+renderProgress(p.label, done, total, now.Sub(p.start))+"\033[K")
+}
+
+// finish ends the line the bar was drawn on.
+func (p *progressBar) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.drawn {
+		fmt.Fprintln(p.w)
+		p.drawn = false
+	}
+}
+
+// renderProgress formats one progress line.
+func renderProgress(label string, done, total int64, elapsed time.Duration) string {
+	rate := 0.0
+	if s := elapsed.Seconds(); s > 0 {
+		rate = float64(done) / s
+	}
+	if total <= 0 {
+		return fmt.Sprintf("%s %s %s/s", label, shortBytes(done), shortBytes(int64(rate)))
+	}
+	const width = 30
+	frac := min(float64(done)/float64(total), 1)
+	filled := int(frac * width)
+	bar := strings.Repeat("=", filled)
+	if filled < width {
+		bar += ">" + strings.Repeat(" ", width-filled-1)
+	}
+	eta := "--"
+	if rate > 0 {
+		eta = (time.Duration(float64(total-done)/rate) * time.Second / time.Second).Round(time.Second).String()
+	}
+	return fmt.Sprintf("%s [%s] %3.0f%% %s/%s %s/s ETA %s", label, bar, frac*100, shortBytes(done), shortBytes(total), shortBytes(int64(rate)), eta)
+}
+
+// shortBytes formats n in binary units with one decimal ("1.2 GiB").
+func shortBytes(n int64) string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	v, i := float64(n), 0
+	for v >= 1024 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	if i == 0 {
+		return fmt.Sprintf("%d B", n)
+	}
+	return fmt.Sprintf("%.1f %s", v, units[i])
+}

@@ -1,0 +1,256 @@
+package registry
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+)
+
+// DefaultChunkSize is the size of one PATCH of a chunked blob upload: the
+// most that is ever sent twice after a connection breaks.
+const DefaultChunkSize = 16 << 20
+
+// Client talks to OCI registries. It is safe for concurrent use.
+type Client struct {
+	opts options
+	base http.RoundTripper
+
+	mu      sync.Mutex
+	schemes map[string]string // registry host → "https" or "http"
+}
+
+type options struct {
+	keychain  authn.Keychain
+	auth      authn.Authenticator
+	caFile    string
+	insecure  bool
+	logger    *slog.Logger
+	chunkSize int
+	stateDir  string
+	retries   int
+	backoff   time.Duration
+	userAgent string
+}
+
+// Option configures a Client.
+type Option func(*options) error
+
+// WithKeychain resolves credentials per registry; the default is
+// authn.DefaultKeychain (~/.docker/config.json and credential helpers).
+func WithKeychain(k authn.Keychain) Option {
+	return func(o *options) error { o.keychain = k; return nil }
+}
+
+// WithBasicAuth uses a fixed username and password for every registry.
+func WithBasicAuth(username, password string) Option {
+	return func(o *options) error {
+		if username == "" {
+			return errors.New("basic auth needs a username")
+		}
+		o.auth = &authn.Basic{Username: username, Password: password}
+		return nil
+	}
+}
+
+// WithCAFile trusts the PEM certificates in path as well as the system's.
+func WithCAFile(path string) Option {
+	return func(o *options) error { o.caFile = path; return nil }
+}
+
+// WithInsecure skips TLS verification and allows plain HTTP. Registries on
+// 127.0.0.1 and localhost may use plain HTTP without it, as docker allows.
+func WithInsecure(insecure bool) Option {
+	return func(o *options) error { o.insecure = insecure; return nil }
+}
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) error { o.logger = l; return nil }
+}
+
+// WithChunkSize sets the blob upload chunk size (default DefaultChunkSize,
+// at least 1 MiB).
+func WithChunkSize(n int) Option {
+	return func(o *options) error {
+		if n < 1<<20 {
+			return fmt.Errorf("chunk size %d is under 1 MiB", n)
+		}
+		o.chunkSize = n
+		return nil
+	}
+}
+
+// WithStateDir sets where interrupted uploads are remembered so that a
+// later run resumes them; "" disables that. The default is
+// $IMAGEPIPE_CACHE/uploads or ~/.cache/imagepipe/uploads.
+func WithStateDir(dir string) Option {
+	return func(o *options) error { o.stateDir = dir; return nil }
+}
+
+// WithRetry sets how often a failed request is retried and the first
+// backoff, which doubles each time (default 6 tries from 250ms: about 8 s).
+func WithRetry(tries int, backoff time.Duration) Option {
+	return func(o *options) error {
+		if tries < 1 || backoff <= 0 {
+			return errors.New("retry needs at least one try and a positive backoff")
+		}
+		o.retries, o.backoff = tries, backoff
+		return nil
+	}
+}
+
+// WithUserAgent sets the User-Agent sent with every request.
+func WithUserAgent(ua string) Option {
+	return func(o *options) error { o.userAgent = ua; return nil }
+}
+
+// New returns a Client.
+func New(opts ...Option) (*Client, error) {
+	o := options{
+		keychain:  authn.DefaultKeychain,
+		logger:    slog.New(slog.DiscardHandler),
+		chunkSize: DefaultChunkSize,
+		stateDir:  defaultStateDir(),
+		retries:   6,
+		backoff:   250 * time.Millisecond,
+		userAgent: "imagepipe",
+	}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	tr := remote.DefaultTransport.(*http.Transport).Clone()
+	tlsConf := &tls.Config{MinVersion: tls.VersionTLS12}
+	if o.caFile != "" {
+		pem, err := os.ReadFile(o.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading CA file: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("no certificates in CA file %s", o.caFile)
+		}
+		tlsConf.RootCAs = pool
+	}
+	tlsConf.InsecureSkipVerify = o.insecure
+	tr.TLSClientConfig = tlsConf
+	return &Client{opts: o, base: tr, schemes: map[string]string{}}, nil
+}
+
+func defaultStateDir() string {
+	if d := os.Getenv("IMAGEPIPE_CACHE"); d != "" {
+		return d + "/uploads"
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return d + "/imagepipe/uploads"
+	}
+	return ""
+}
+
+// ParseReference parses and validates a reference ("REGISTRY/TENANT/NAME:TAG"
+// or "...@sha256:..."), following the OCI distribution spec's grammar.
+// The first path component is the tenant, so at least two are required.
+func (c *Client) ParseReference(s string) (name.Reference, error) {
+	nopts := []name.Option{name.StrictValidation}
+	if c.opts.insecure {
+		nopts = append(nopts, name.Insecure)
+	}
+	ref, err := name.ParseReference(s, nopts...)
+	if err != nil {
+		return nil, fmt.Errorf("invalid image reference %q: %w", s, err)
+	}
+	if _, err := Tenant(ref.Context()); err != nil {
+		return nil, err
+	}
+	return ref, nil
+}
+
+// authenticator returns the credentials for a registry.
+func (c *Client) authenticator(reg name.Registry) (authn.Authenticator, error) {
+	if c.opts.auth != nil {
+		return c.opts.auth, nil
+	}
+	a, err := c.opts.keychain.Resolve(reg)
+	if err != nil {
+		return nil, fmt.Errorf("resolving credentials for %s: %w", reg, err)
+	}
+	return a, nil
+}
+
+// remoteOptions are the go-containerregistry options for one call.
+func (c *Client) remoteOptions(ctx context.Context, reg name.Registry) ([]remote.Option, error) {
+	auth, err := c.authenticator(reg)
+	if err != nil {
+		return nil, err
+	}
+	return []remote.Option{
+		remote.WithContext(ctx),
+		remote.WithAuth(auth),
+		remote.WithTransport(c.base),
+		remote.WithUserAgent(c.opts.userAgent),
+		remote.WithRetryBackoff(remote.Backoff{Duration: c.opts.backoff, Factor: 2, Steps: c.opts.retries}),
+	}, nil
+}
+
+// httpClient returns a client authorised for scopes on repo, and the
+// registry's base URL ("https://host" or "http://host").
+func (c *Client) httpClient(ctx context.Context, repo name.Repository, scopes ...string) (*http.Client, string, error) {
+	auth, err := c.authenticator(repo.Registry)
+	if err != nil {
+		return nil, "", err
+	}
+	rt, err := transport.NewWithContext(ctx, repo.Registry, auth, c.base, scopes)
+	if err != nil {
+		return nil, "", fmt.Errorf("authenticating to %s: %w", repo.Registry, err)
+	}
+	rt = transport.NewUserAgent(rt, c.opts.userAgent)
+	scheme, err := c.scheme(ctx, repo.Registry)
+	if err != nil {
+		return nil, "", err
+	}
+	return &http.Client{Transport: rt}, scheme + "://" + repo.RegistryStr(), nil
+}
+
+// scheme finds whether a registry speaks HTTPS, falling back to plain HTTP
+// only where go-containerregistry would (loopback, localhost, --insecure).
+func (c *Client) scheme(ctx context.Context, reg name.Registry) (string, error) {
+	c.mu.Lock()
+	s, ok := c.schemes[reg.RegistryStr()]
+	c.mu.Unlock()
+	if ok {
+		return s, nil
+	}
+	s = "https"
+	if reg.Scheme() == "http" {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+reg.RegistryStr()+"/v2/", nil)
+		if err != nil {
+			return "", err
+		}
+		resp, err := (&http.Client{Transport: c.base, Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			s = "http"
+		} else {
+			resp.Body.Close()
+		}
+	}
+	c.mu.Lock()
+	c.schemes[reg.RegistryStr()] = s
+	c.mu.Unlock()
+	return s, nil
+}

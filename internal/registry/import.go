@@ -1,0 +1,319 @@
+package registry
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/pkg/api"
+)
+
+// Source is a validated disk image and what is known of where it came from.
+type Source struct {
+	// Image is the opened, validated disk.
+	Image *convert.Image
+	// Digest is the sha256 of the original bytes ("sha256:<hex>").
+	Digest string
+}
+
+// ImportOptions describe the containerDisk to build. The zero value builds
+// a gzip-compressed qcow2 disk for linux/amd64.
+type ImportOptions struct {
+	// DiskFormat is the format of disk/disk.img: FormatQCOW2 (default) or FormatRaw.
+	DiskFormat convert.Format
+	// Compression of the layer; default gzip.
+	Compression Compression
+	// Architecture and OS of the image config; default amd64 and linux.
+	Architecture, OS string
+	// Labels are added to the image config.
+	Labels map[string]string
+	// DefaultInstancetype and DefaultPreference become the config
+	// environment variables CDI turns into volume labels.
+	DefaultInstancetype, DefaultPreference string
+	// OSName is recorded in the annotations when set.
+	OSName string
+	// Created is recorded when non-zero; by default images carry no time,
+	// so that they are reproducible.
+	Created time.Time
+	// Creator names the building tool and version.
+	Creator string
+	// Progress, when set, is called with uncompressed layer bytes done and
+	// the total as the layer is built.
+	Progress func(done, total int64)
+}
+
+func (o ImportOptions) withDefaults() (ImportOptions, error) {
+	if o.DiskFormat == "" {
+		o.DiskFormat = convert.FormatQCOW2
+	}
+	if o.DiskFormat != convert.FormatQCOW2 && o.DiskFormat != convert.FormatRaw {
+		return o, fmt.Errorf("unsupported disk format %q (qcow2 or raw)", o.DiskFormat)
+	}
+	var err error
+	if o.Compression, err = ParseCompression(string(o.Compression)); err != nil {
+		return o, err
+	}
+	if o.Architecture == "" {
+		o.Architecture = "amd64"
+	}
+	if o.OS == "" {
+		o.OS = "linux"
+	}
+	return o, nil
+}
+
+// buildKey identifies an image by everything that determines its bytes.
+func buildKey(sourceDigest string, o ImportOptions) string {
+	b, _ := json.Marshal(struct {
+		Version             int               `json:"v"`
+		Source              string            `json:"source"`
+		DiskFormat          convert.Format    `json:"disk"`
+		Compression         Compression       `json:"compression"`
+		Arch, OS            string            `json:",omitempty"`
+		Labels              map[string]string `json:"labels,omitempty"`
+		Instancetype, Pref  string            `json:",omitempty"`
+		OSName, Creator     string            `json:",omitempty"`
+		Created             string            `json:",omitempty"`
+	}{1, sourceDigest, o.DiskFormat, o.Compression, o.Architecture, o.OS, o.Labels,
+		o.DefaultInstancetype, o.DefaultPreference, o.OSName, o.Creator, formatCreated(o.Created)})
+	return fmt.Sprintf("sha256:%x", sha256.Sum256(b))
+}
+
+func formatCreated(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// BuildKeyTag is the tag under which an image is also stored, so that an
+// identical import finds it with one request.
+func BuildKeyTag(key string) string {
+	return api.BuildKeyTagPrefix + key[len("sha256:"):]
+}
+
+// Import builds a containerDisk from src and pushes it to ref. When the
+// repository already holds an image with the same build key, it is only
+// tagged. A rejection of the disk (a *convert.RejectError) leaves nothing
+// behind; a network failure leaves a resumable upload.
+func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts ImportOptions) (*api.ImportResult, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := Tenant(ref.Context()); err != nil {
+		return nil, err
+	}
+	info := src.Image.Info()
+	key := buildKey(src.Digest, opts)
+	log := c.opts.logger.With("reference", ref.String())
+	result := &api.ImportResult{
+		Reference: ref.String(), SourceDigest: src.Digest,
+		VirtualSize: info.VirtualSize, DiskFormat: string(opts.DiskFormat),
+	}
+
+	if found, err := c.tagExisting(ctx, ref, key, result); err != nil || found {
+		return result, err
+	}
+	// Walk the whole allocation map before anything is sent: an invalid
+	// L2 table is refused with nothing uploaded.
+	summary, err := src.Image.Map(ctx)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := src.Image.Plan(ctx, convert.Options{To: opts.DiskFormat, Logger: c.opts.logger})
+	if err != nil {
+		return nil, err
+	}
+	layer, sent, err := c.pushLayer(ctx, ref.Context(), key, plan, opts)
+	if errors.Is(err, errUploadLost) {
+		log.Info("upload session lost; sending the layer again")
+		layer, sent, err = c.pushLayer(ctx, ref.Context(), key, plan, opts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	result.LayerSize, result.UploadedBytes = layer.size, sent
+
+	annotations := map[string]string{
+		api.AnnotationSourceDigest:  src.Digest,
+		api.AnnotationSourceFormat:  string(info.Format),
+		api.AnnotationDiskFormat:    string(opts.DiskFormat),
+		api.AnnotationVirtualSize:   strconv.FormatInt(info.VirtualSize, 10),
+		api.AnnotationAllocatedSize: strconv.FormatInt(summary.AllocatedBytes, 10),
+		api.AnnotationBuildKey:      key,
+	}
+	if opts.Creator != "" {
+		annotations[api.AnnotationCreator] = opts.Creator
+	}
+	if opts.OSName != "" {
+		annotations[api.AnnotationOSName] = opts.OSName
+	}
+	if !opts.Created.IsZero() {
+		annotations[api.AnnotationCreated] = formatCreated(opts.Created)
+	}
+	config, err := imageConfig(opts, annotations, layer)
+	if err != nil {
+		return nil, err
+	}
+	configDesc, err := c.pushSmallBlob(ctx, ref.Context(), ocispec.MediaTypeImageConfig, config)
+	if err != nil {
+		return nil, err
+	}
+	manifest, err := json.Marshal(ocispec.Manifest{
+		Versioned: specs.Versioned{SchemaVersion: 2},
+		MediaType: ocispec.MediaTypeImageManifest,
+		Config:    configDesc,
+		Layers: []ocispec.Descriptor{{
+			MediaType: opts.Compression.mediaType(),
+			Digest:    digest.Digest(layer.digest),
+			Size:      layer.size,
+		}},
+		Annotations: annotations,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Blobs are committed; now the manifest, under the build-key tag first
+	// and the user's tag last.
+	for _, tag := range []name.Tag{ref.Context().Tag(BuildKeyTag(key)), ref} {
+		if err := c.putManifest(ctx, tag, manifest); err != nil {
+			return nil, err
+		}
+	}
+	result.Digest = fmt.Sprintf("sha256:%x", sha256.Sum256(manifest))
+	result.Pinned = ref.Context().Digest(result.Digest).String()
+	log.Info("imported", "digest", result.Digest, "bytes", layer.size)
+	return result, nil
+}
+
+// tagExisting tags the image with the same build key, if the repository
+// has one, and fills result from it.
+func (c *Client) tagExisting(ctx context.Context, ref name.Tag, key string, result *api.ImportResult) (bool, error) {
+	ropts, err := c.remoteOptions(ctx, ref.Registry)
+	if err != nil {
+		return false, err
+	}
+	desc, err := remote.Get(ref.Context().Tag(BuildKeyTag(key)), ropts...)
+	var terr *transport.Error
+	if errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("looking for an identical image in %s: %w", ref.Context(), err)
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(desc.Manifest, &m); err != nil || len(m.Layers) != 1 || m.Annotations[api.AnnotationBuildKey] != key {
+		return false, nil // not ours after all: build anew
+	}
+	if err := remote.Tag(ref, desc, ropts...); err != nil {
+		return false, fmt.Errorf("tagging %s: %w", ref, err)
+	}
+	result.Digest = desc.Digest.String()
+	result.Pinned = ref.Context().Digest(result.Digest).String()
+	result.Reused = true
+	result.LayerSize = m.Layers[0].Size
+	return true, nil
+}
+
+// pushLayer builds the layer and streams it into a resumable upload.
+// It returns the layer and how many bytes this run sent.
+func (c *Client) pushLayer(ctx context.Context, repo name.Repository, key string, plan *convert.Plan, opts ImportOptions) (layerInfo, int64, error) {
+	up, err := c.startUpload(ctx, repo, key)
+	if err != nil {
+		return layerInfo{}, 0, err
+	}
+	up.run(ctx)
+	var tarIn io.Writer
+	if opts.Progress != nil {
+		total := plan.Size() + 3*512 // two headers and the padding before the end
+		tarIn = &progressWriter{fn: opts.Progress, total: total}
+	}
+	layer, err := buildLayer(ctx, plan, opts.Compression, up, tarIn)
+	if err != nil {
+		up.abort()
+		if convert.AsReject(err) != nil || errors.Is(err, context.Canceled) {
+			up.cancel(context.WithoutCancel(ctx))
+		}
+		return layerInfo{}, up.sent, err
+	}
+	if err := up.finish(); err != nil {
+		return layerInfo{}, up.sent, err
+	}
+	if err := up.commit(ctx, layer.digest); err != nil {
+		return layerInfo{}, up.sent, err
+	}
+	c.opts.logger.Debug("layer uploaded", "digest", layer.digest, "bytes", layer.size, "sent", up.sent, "resent", up.resent)
+	return layer, up.sent, nil
+}
+
+// progressWriter reports bytes that pass through it.
+type progressWriter struct {
+	fn          func(done, total int64)
+	done, total int64
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	p.done += int64(len(b))
+	p.fn(p.done, p.total)
+	return len(b), nil
+}
+
+// imageConfig is the OCI image config: platform, labels (the annotations
+// plus the user's), the instancetype environment and the layer's diff ID.
+func imageConfig(o ImportOptions, annotations map[string]string, layer layerInfo) ([]byte, error) {
+	labels := maps.Clone(annotations)
+	maps.Copy(labels, o.Labels)
+	var env []string
+	if o.DefaultInstancetype != "" {
+		env = append(env, api.EnvDefaultInstancetype+"="+o.DefaultInstancetype)
+	}
+	if o.DefaultPreference != "" {
+		env = append(env, api.EnvDefaultPreference+"="+o.DefaultPreference)
+	}
+	cfg := ocispec.Image{
+		Platform: ocispec.Platform{Architecture: o.Architecture, OS: o.OS},
+		Config:   ocispec.ImageConfig{Labels: labels, Env: env},
+		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{digest.Digest(layer.diffID)}},
+	}
+	if !o.Created.IsZero() {
+		t := o.Created.UTC().Truncate(time.Second)
+		cfg.Created = &t
+	}
+	return json.Marshal(cfg)
+}
+
+// rawManifest lets go-containerregistry put manifest bytes as they are.
+type rawManifest struct{ b []byte }
+
+func (m rawManifest) RawManifest() ([]byte, error) { return m.b, nil }
+func (m rawManifest) MediaType() (types.MediaType, error) {
+	return types.OCIManifestSchema1, nil
+}
+
+func (c *Client) putManifest(ctx context.Context, ref name.Tag, manifest []byte) error {
+	ropts, err := c.remoteOptions(ctx, ref.Registry)
+	if err != nil {
+		return err
+	}
+	if err := remote.Put(ref, rawManifest{manifest}, ropts...); err != nil {
+		return fmt.Errorf("pushing the manifest to %s: %w", ref, err)
+	}
+	return nil
+}

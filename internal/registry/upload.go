@@ -1,0 +1,429 @@
+package registry
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+)
+
+// errUploadLost means the registry no longer knows the upload session; the
+// blob has to be sent again from its first byte.
+var errUploadLost = errors.New("the registry lost the upload session")
+
+// blobUpload is a resumable chunked blob upload (distribution spec: POST,
+// PATCH with Content-Range, PUT ?digest=). It is an io.Writer: bytes are
+// gathered into chunks, and while one chunk is in flight the next fills.
+// When a PATCH fails, the upload's status tells how many bytes the registry
+// holds, and sending resumes from there; only the unacknowledged part of
+// the current chunk is sent again.
+type blobUpload struct {
+	c      *Client
+	client *http.Client
+	base   *url.URL
+	repo   name.Repository
+
+	location *url.URL // the upload URL; it changes with every response
+	acked    int64    // bytes the registry holds
+	skip     int64    // bytes a previous run already uploaded
+	pos      int64    // bytes written to the upload so far
+	resent   int64    // bytes sent more than once
+	sent     int64    // bytes sent in this run
+	buf      []byte
+	state    *uploadState
+	progress func(acked int64)
+
+	chunks  chan chunk    // full chunks for the sender
+	failed  chan struct{} // closed when the sender gives up
+	failErr error         // why, once failed is closed
+	result  chan error    // the sender's outcome
+}
+
+// uploadState is what a state file remembers of an interrupted upload.
+type uploadState struct {
+	path     string
+	Key      string `json:"key"`
+	Repo     string `json:"repository"`
+	Location string `json:"location"`
+}
+
+// startUpload opens an upload session in repo, resuming the one a state
+// file remembers for key when the registry still has it.
+func (c *Client) startUpload(ctx context.Context, repo name.Repository, key string) (*blobUpload, error) {
+	client, base, err := c.httpClient(ctx, repo, repo.Scope(transport.PushScope))
+	if err != nil {
+		return nil, err
+	}
+	baseURL, err := url.Parse(base)
+	if err != nil {
+		return nil, err
+	}
+	u := &blobUpload{c: c, client: client, base: baseURL, repo: repo, buf: make([]byte, 0, c.opts.chunkSize)}
+	if c.opts.stateDir != "" && key != "" {
+		u.state = &uploadState{path: filepath.Join(c.opts.stateDir, stateFileName(repo.Name(), key)), Key: key, Repo: repo.Name()}
+		if prev, err := readUploadState(u.state.path); err == nil && prev.Key == key && prev.Repo == repo.Name() {
+			if loc, err := baseURL.Parse(prev.Location); err == nil {
+				u.location = loc
+				if err := u.status(ctx); err == nil {
+					u.skip = u.acked
+					c.opts.logger.Info("resuming upload", "repository", repo.Name(), "bytes", u.acked)
+					return u, nil
+				}
+				c.opts.logger.Debug("previous upload is gone; starting again", "repository", repo.Name())
+			}
+		}
+	}
+	resp, err := u.do(ctx, http.MethodPost, baseURL.JoinPath("v2", repo.RepositoryStr(), "blobs", "uploads").String()+"/", nil, nil)
+	if err != nil {
+		return nil, fmt.Errorf("starting blob upload: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return nil, fmt.Errorf("starting blob upload: %w", transport.CheckError(resp, http.StatusAccepted))
+	}
+	if err := u.follow(resp); err != nil {
+		return nil, err
+	}
+	u.saveState()
+	return u, nil
+}
+
+func stateFileName(repo, key string) string {
+	return strings.NewReplacer("/", "_", ":", "_").Replace(repo) + "-" + strings.TrimPrefix(key, "sha256:")[:16] + ".json"
+}
+
+func readUploadState(path string) (*uploadState, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var s uploadState
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// saveState records the current upload URL; failing to is not an error,
+// it only costs a later run the ability to resume.
+func (u *blobUpload) saveState() {
+	if u.state == nil || u.location == nil {
+		return
+	}
+	u.state.Location = u.location.String()
+	b, _ := json.Marshal(u.state)
+	if err := os.MkdirAll(filepath.Dir(u.state.path), 0o700); err != nil {
+		return
+	}
+	tmp := u.state.path + ".tmp"
+	if os.WriteFile(tmp, b, 0o600) == nil {
+		os.Rename(tmp, u.state.path)
+	}
+}
+
+func (u *blobUpload) forgetState() {
+	if u.state != nil {
+		os.Remove(u.state.path)
+	}
+}
+
+// follow takes the new upload URL and acknowledged size from a response.
+func (u *blobUpload) follow(resp *http.Response) error {
+	loc, err := u.base.Parse(resp.Header.Get("Location"))
+	if err != nil || resp.Header.Get("Location") == "" {
+		return fmt.Errorf("the registry sent no valid upload location (%q)", resp.Header.Get("Location"))
+	}
+	u.location = loc
+	if r := resp.Header.Get("Range"); r != "" {
+		end, err := parseRangeEnd(r)
+		if err != nil {
+			return err
+		}
+		u.acked = end
+	}
+	return nil
+}
+
+// parseRangeEnd turns a "0-N" Range header into the size N+1. Registries
+// answer "0-0" for an empty upload.
+func parseRangeEnd(r string) (int64, error) {
+	_, last, ok := strings.Cut(strings.TrimPrefix(r, "bytes="), "-")
+	n, err := strconv.ParseInt(last, 10, 64)
+	if !ok || err != nil || n < 0 {
+		return 0, fmt.Errorf("the registry sent an invalid Range header %q", r)
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	return n + 1, nil
+}
+
+// chunk is a piece of the blob and its offset in the blob.
+type chunk struct {
+	data  []byte
+	start int64
+}
+
+// run starts the sender that PATCHes chunks in order; finish stops it.
+func (u *blobUpload) run(ctx context.Context) {
+	u.chunks = make(chan chunk, 1)
+	u.failed = make(chan struct{})
+	u.result = make(chan error, 1)
+	go func() {
+		for c := range u.chunks {
+			if err := u.sendChunk(ctx, c.data, c.start); err != nil {
+				u.failErr = err
+				close(u.failed)
+				for range u.chunks { // let Write and finish return
+				}
+				u.result <- err
+				return
+			}
+		}
+		u.result <- nil
+	}()
+}
+
+// Write gathers p into chunks and queues each full one; one chunk is sent
+// while the next fills.
+func (u *blobUpload) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		k := min(len(p), cap(u.buf)-len(u.buf))
+		u.buf = append(u.buf, p[:k]...)
+		p = p[k:]
+		if len(u.buf) == cap(u.buf) {
+			if err := u.queue(); err != nil {
+				return n - len(p), err
+			}
+		}
+	}
+	return n, nil
+}
+
+// queue hands the buffered bytes to the sender, skipping what a previous
+// run already uploaded.
+func (u *blobUpload) queue() error {
+	c := chunk{data: u.buf, start: u.pos}
+	u.pos += int64(len(u.buf))
+	u.buf = make([]byte, 0, cap(u.buf))
+	if c.start+int64(len(c.data)) <= u.skip {
+		return nil
+	}
+	select {
+	case u.chunks <- c:
+		return nil
+	case <-u.failed:
+		return u.failErr
+	}
+}
+
+// finish sends what is buffered and waits for every chunk to be acknowledged.
+func (u *blobUpload) finish() error {
+	var err error
+	if len(u.buf) > 0 {
+		err = u.queue()
+	}
+	close(u.chunks)
+	if serr := <-u.result; serr != nil {
+		return serr
+	}
+	return err
+}
+
+// sendChunk PATCHes chunk (stream offset start), resuming after failures
+// from whatever the registry acknowledged.
+func (u *blobUpload) sendChunk(ctx context.Context, chunk []byte, start int64) error {
+	end := start + int64(len(chunk))
+	var lastErr error
+	for attempt := 0; attempt < u.c.opts.retries; attempt++ {
+		if attempt > 0 {
+			if err := sleep(ctx, u.c.opts.backoff<<(attempt-1)); err != nil {
+				return err
+			}
+			if err := u.status(ctx); err != nil {
+				if errors.Is(err, errUploadLost) {
+					return err
+				}
+				lastErr = err
+				continue
+			}
+		}
+		if u.acked >= end {
+			return nil
+		}
+		if u.acked < start {
+			return fmt.Errorf("%w: it holds %d bytes, but bytes from %d on were already acknowledged", errUploadLost, u.acked, start)
+		}
+		from := u.acked
+		body := chunk[from-start:]
+		if attempt > 0 {
+			u.resent += int64(len(body))
+		}
+		header := http.Header{
+			"Content-Type":  {"application/octet-stream"},
+			"Content-Range": {fmt.Sprintf("%d-%d", from, end-1)},
+		}
+		resp, err := u.do(ctx, http.MethodPatch, u.location.String(), header, body)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			lastErr = err
+			u.c.opts.logger.Debug("chunk upload failed; resuming", "offset", from, "error", err)
+			continue
+		}
+		u.sent += int64(len(body))
+		if resp.StatusCode != http.StatusAccepted {
+			lastErr = transport.CheckError(resp, http.StatusAccepted)
+			resp.Body.Close()
+			if !retryableStatus(resp.StatusCode) && resp.StatusCode != http.StatusRequestedRangeNotSatisfiable {
+				return fmt.Errorf("uploading bytes %d-%d: %w", from, end-1, lastErr)
+			}
+			continue
+		}
+		resp.Body.Close()
+		if err := u.follow(resp); err != nil {
+			return err
+		}
+		if u.acked != end {
+			lastErr = fmt.Errorf("the registry holds %d bytes after a chunk ending at %d", u.acked, end)
+			continue
+		}
+		u.saveState()
+		if u.progress != nil {
+			u.progress(u.acked)
+		}
+		return nil
+	}
+	return fmt.Errorf("uploading bytes %d-%d after %d tries: %w", start, end-1, u.c.opts.retries, lastErr)
+}
+
+// status asks the registry how many bytes of the upload it holds.
+func (u *blobUpload) status(ctx context.Context) error {
+	resp, err := u.do(ctx, http.MethodGet, u.location.String(), nil, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusNoContent, http.StatusOK:
+		return u.follow(resp)
+	case http.StatusNotFound:
+		return errUploadLost
+	}
+	return transport.CheckError(resp, http.StatusNoContent)
+}
+
+// abort stops the sender without sending what is buffered.
+func (u *blobUpload) abort() {
+	close(u.chunks)
+	<-u.result
+}
+
+// cancel deletes the upload session: for rejected or abandoned images,
+// whose partial bytes must not stay on the registry.
+func (u *blobUpload) cancel(ctx context.Context) {
+	if resp, err := u.do(ctx, http.MethodDelete, u.location.String(), nil, nil); err == nil {
+		resp.Body.Close()
+	}
+	u.forgetState()
+}
+
+// commit completes the upload as digest, after finish.
+func (u *blobUpload) commit(ctx context.Context, digest string) error {
+	var lastErr error
+	for attempt := 0; attempt < u.c.opts.retries; attempt++ {
+		if attempt > 0 {
+			if err := sleep(ctx, u.c.opts.backoff<<(attempt-1)); err != nil {
+				return err
+			}
+			if ok, err := u.c.blobExists(ctx, u.client, u.base, u.repo, digest); err == nil && ok {
+				break // an earlier PUT did commit
+			}
+		}
+		loc := *u.location
+		q := loc.Query()
+		q.Set("digest", digest)
+		loc.RawQuery = q.Encode()
+		resp, err := u.do(ctx, http.MethodPut, loc.String(), nil, nil)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusCreated {
+			lastErr = nil
+			break
+		}
+		lastErr = transport.CheckError(resp, http.StatusCreated)
+		if !retryableStatus(resp.StatusCode) {
+			break
+		}
+	}
+	if lastErr != nil {
+		return fmt.Errorf("completing the blob upload: %w", lastErr)
+	}
+	u.forgetState()
+	return nil
+}
+
+// do sends one request with an in-memory body.
+func (u *blobUpload) do(ctx context.Context, method, target string, header http.Header, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, target, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	req.ContentLength = int64(len(body))
+	return u.client.Do(req)
+}
+
+// blobExists reports whether repo has the blob.
+func (c *Client) blobExists(ctx context.Context, client *http.Client, base *url.URL, repo name.Repository, digest string) (bool, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, base.JoinPath("v2", repo.RepositoryStr(), "blobs", digest).String(), nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return false, err
+	}
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return true, nil
+	case http.StatusNotFound:
+		return false, nil
+	}
+	return false, transport.CheckError(resp, http.StatusOK)
+}
+
+// retryableStatus: 408, 429 and 5xx are worth another try.
+func retryableStatus(code int) bool {
+	return code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,70 @@
+package api
+
+// Annotation keys imagepipe writes on every containerDisk manifest, and
+// copies into the image config's labels so that tools showing only labels
+// (skopeo inspect, CDI) see them too. The image-syncer reads them back.
+const (
+	// AnnotationSourceDigest is the sha256 of the original bytes the
+	// tenant uploaded ("sha256:<hex>"), before unwrapping or conversion.
+	AnnotationSourceDigest = "io.imagepipe.source.digest"
+	// AnnotationSourceFormat is the detected format of the upload (qcow2, raw).
+	AnnotationSourceFormat = "io.imagepipe.source.format"
+	// AnnotationDiskFormat is the format of disk/disk.img (qcow2 or raw).
+	AnnotationDiskFormat = "io.imagepipe.disk.format"
+	// AnnotationVirtualSize is the guest disk size in bytes, in decimal.
+	AnnotationVirtualSize = "io.imagepipe.disk.virtual-size"
+	// AnnotationAllocatedSize is the guest bytes backed by data, in decimal.
+	AnnotationAllocatedSize = "io.imagepipe.disk.allocated-size"
+	// AnnotationCreator names the tool and version that built the image.
+	AnnotationCreator = "io.imagepipe.creator"
+	// AnnotationOSName is the optional operating system name (e.g. "fedora-41").
+	AnnotationOSName = "io.imagepipe.os.name"
+	// AnnotationBuildKey identifies the source digest and build options;
+	// equal keys mean an identical image, which makes re-imports instant.
+	AnnotationBuildKey = "io.imagepipe.build-key"
+	// AnnotationCreated is the OCI creation time, written only on request.
+	AnnotationCreated = "org.opencontainers.image.created"
+)
+
+// Environment variables in the image config that CDI turns into labels on
+// the imported volume, from which KubeVirt infers a VM's instancetype and
+// preference.
+const (
+	EnvDefaultInstancetype = "INSTANCETYPE_KUBEVIRT_IO_DEFAULT_INSTANCETYPE"
+	EnvDefaultPreference   = "INSTANCETYPE_KUBEVIRT_IO_DEFAULT_PREFERENCE"
+)
+
+// ContainerDisk layout: one layer holding DiskDir and DiskPath, owned by
+// the qemu user KubeVirt runs as.
+const (
+	DiskDir  = "disk/"
+	DiskPath = "disk/disk.img"
+	DiskUID  = 107
+	DiskGID  = 107
+)
+
+// ImportResult is what `imagectl import -o json` prints.
+type ImportResult struct {
+	// Reference is the tag that was written, e.g. "registry/acme/rhel:10".
+	Reference string `json:"reference"`
+	// Digest is the manifest digest ("sha256:...").
+	Digest string `json:"digest"`
+	// Pinned is Reference's repository with @Digest, for digest-pinned use.
+	Pinned string `json:"pinned"`
+	// Reused is true when an identical image already existed and was only tagged.
+	Reused bool `json:"reused"`
+	// LayerSize is the compressed layer size in bytes.
+	LayerSize int64 `json:"layerSize"`
+	// UploadedBytes is how many layer bytes were sent in this run.
+	UploadedBytes int64 `json:"uploadedBytes"`
+	// SourceDigest is the sha256 of the original upload.
+	SourceDigest string `json:"sourceDigest"`
+	// VirtualSize and DiskFormat describe disk/disk.img.
+	VirtualSize int64  `json:"virtualSize"`
+	DiskFormat  string `json:"diskFormat"`
+}
+
+// BuildKeyTagPrefix starts the tag that every imported image also carries,
+// followed by the hex of its build key. Listings hide such tags; syncers
+// ignore them.
+const BuildKeyTagPrefix = "imagepipe-build-"
