@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system tools imagepipe's tests and benchmarks use, when missing:
 # qemu-img and qemu-io (the conversion oracle), skopeo (an independent registry
-# client), mkfs.ext4 (realistic filesystem images) and GNU time (peak memory).
+# client), mkfs.ext4 (realistic filesystem images) and GNU time (peak memory),
+# then builds the distribution registry, MinIO and crane (test/buildtools.sh).
 set -euo pipefail
 
 need=()
@@ -11,17 +12,18 @@ command -v skopeo >/dev/null || need+=(skopeo)
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 [ -x /usr/bin/time ] || need+=(time)
 
-if [ ${#need[@]} -eq 0 ]; then
-	exit 0
-fi
-echo "installing: ${need[*]}"
-if [ "$(id -u)" -ne 0 ]; then
-	if command -v sudo >/dev/null; then
+if [ ${#need[@]} -gt 0 ]; then
+	echo "installing: ${need[*]}"
+	if [ "$(id -u)" -eq 0 ]; then
+		apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+	elif command -v sudo >/dev/null; then
 		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
-		exit 0
+	else
+		echo "missing ${need[*]}: install them with apt-get (needs root)" >&2
+		exit 1
 	fi
-	echo "missing ${need[*]}: install them with apt-get (needs root)" >&2
-	exit 1
 fi
-apt-get update -qq
-DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+
+# The real components the integration tests run, built from the Go module proxy.
+bash "$(dirname "$0")/buildtools.sh"

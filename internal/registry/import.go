@@ -81,15 +81,15 @@ func (o ImportOptions) withDefaults() (ImportOptions, error) {
 // buildKey identifies an image by everything that determines its bytes.
 func buildKey(sourceDigest string, o ImportOptions) string {
 	b, _ := json.Marshal(struct {
-		Version             int               `json:"v"`
-		Source              string            `json:"source"`
-		DiskFormat          convert.Format    `json:"disk"`
-		Compression         Compression       `json:"compression"`
-		Arch, OS            string            `json:",omitempty"`
-		Labels              map[string]string `json:"labels,omitempty"`
-		Instancetype, Pref  string            `json:",omitempty"`
-		OSName, Creator     string            `json:",omitempty"`
-		Created             string            `json:",omitempty"`
+		Version            int               `json:"v"`
+		Source             string            `json:"source"`
+		DiskFormat         convert.Format    `json:"disk"`
+		Compression        Compression       `json:"compression"`
+		Arch, OS           string            `json:",omitempty"`
+		Labels             map[string]string `json:"labels,omitempty"`
+		Instancetype, Pref string            `json:",omitempty"`
+		OSName, Creator    string            `json:",omitempty"`
+		Created            string            `json:",omitempty"`
 	}{1, sourceDigest, o.DiskFormat, o.Compression, o.Architecture, o.OS, o.Labels,
 		o.DefaultInstancetype, o.DefaultPreference, o.OSName, o.Creator, formatCreated(o.Created)})
 	return fmt.Sprintf("sha256:%x", sha256.Sum256(b))
