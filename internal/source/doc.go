@@ -1,0 +1,54 @@
+// Package source opens tenant disk images from local files, HTTP(S), S3 and
+// stdin, unwrapping gzip, zstd and xz, for the disk engine.
+//
+// Open takes a spec — a local path, "-" for standard input, an http:// or
+// https:// URL, or s3://bucket/key — and returns an Image: random access to
+// the image bytes (what internal/convert needs, since qcow2 is not a stream
+// format), the compression wrapper that was removed, and the SHA-256 of the
+// original bytes as given, which the published image records in its
+// annotations and which Options.Checksum can pin.
+//
+// # Local files
+//
+// An unwrapped local file is handed over as the *os.File itself, so the disk
+// engine can use SEEK_DATA/SEEK_HOLE and copy_file_range on it; nothing is
+// copied. Its digest costs one sequential read, which the digest cache makes
+// free on re-imports: digests.json in $IMAGEPIPE_CACHE, else
+// $XDG_CACHE_HOME/imagepipe, else $HOME/.cache/imagepipe, keyed by absolute
+// path, device, inode, size and the modification and change times in
+// nanoseconds, holding the newest 1000 entries. The change time cannot be
+// set from user space, so an edited file never hits a stale entry. The cache
+// is an optimisation only: a missing, corrupt or unwritable cache never fails
+// an import. A wrapped local file is decompressed into a sparse temporary file
+// in the same sequential pass that computes its digest.
+//
+// # Streams: stdin, HTTP(S), S3
+//
+// Everything else is read exactly once, front to back: the bytes go through
+// the SHA-256 hasher, through convert.Unwrap when they are compressed, and
+// into a sparse temporary file (convert.Spool) in Options.TempDir, capped at
+// Options.MaxSize. HTTP(S) and S3 downloads interrupted by a network failure
+// are resumed with a Range request from the first byte not yet read (at most
+// three times, with backoff, pinned to the object's ETag or Last-Modified), so
+// the hash stays one continuous pass. A Content-Length or S3 object size over
+// the cap fails before the body is read.
+//
+// Spooling costs a temporary copy of the image even when the server supports
+// Range requests and could serve the disk engine's random reads directly. But
+// the digest of the original bytes is always needed, and computing it would
+// cost a second full read over the network on top of the engine's reads; a
+// ranged mode would only pay off for a server with ranges, an unwrapped
+// object and no Options.Checksum to verify up front, and is not implemented.
+//
+// # Cleanup and errors
+//
+// Temporary files are unlinked as soon as they are created, so they vanish
+// when the Image is closed, when Open fails, and even when the process is
+// killed. Every error names the source ("opening https://host/disk.qcow2:
+// ..."), with the password and query string of a URL left out since
+// presigned URLs carry credentials there. Rejections from internal/convert (a
+// nested wrapper, a stream over the cap) keep their *convert.RejectError in
+// the chain, and so does a source over the cap before any byte is read
+// (ReasonVirtualSize); a digest that does not match Options.Checksum is a
+// *ChecksumError. A network failure is never reported as a rejection.
+package source

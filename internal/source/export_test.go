@@ -1,0 +1,25 @@
+package source
+
+import (
+	"io"
+	"testing"
+	"time"
+)
+
+// CacheHits reports how many digests the digest cache has served.
+func CacheHits() int64 { return cacheHits.Load() }
+
+// SetStdin makes the spec "-" read r until the test ends.
+func SetStdin(t testing.TB, r io.Reader) {
+	old := stdin
+	stdin = r
+	t.Cleanup(func() { stdin = old })
+}
+
+// SetResumeBackoff shortens the wait before resuming a download until the
+// test ends.
+func SetResumeBackoff(t testing.TB, d time.Duration) {
+	old := resumeBackoff
+	resumeBackoff = d
+	t.Cleanup(func() { resumeBackoff = old })
+}

@@ -1,0 +1,124 @@
+package source
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/imagepipe/imagepipe/internal/convert"
+)
+
+// hashBufferSize is the read size of the digest pass over a local file.
+const hashBufferSize = 1 << 20
+
+// openFile opens a local file: the file itself when it is not wrapped, a
+// spooled decompressed copy when it is.
+func openFile(ctx context.Context, path string, o *config) (*Image, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			f.Close()
+		}
+	}()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, errors.New("not a regular file")
+	}
+	head := make([]byte, 8)
+	n, err := f.ReadAt(head, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("reading: %w", err)
+	}
+	wrapper := convert.DetectWrapper(head[:n])
+
+	cache := newDigestCache(o.log)
+	key, keyOK := keyOf(path, st)
+	var cached *string
+	if keyOK {
+		if d, ok := cache.lookup(key); ok {
+			cached = &d
+		}
+	}
+	// Remember a computed digest only if the file did not change while it
+	// was being read.
+	remember := func(digest string) {
+		if !keyOK {
+			return
+		}
+		if st2, err := f.Stat(); err == nil {
+			if key2, ok := keyOf(path, st2); ok && key2 == key {
+				cache.store(key, digest)
+			}
+		}
+	}
+
+	if wrapper != convert.WrapperNone {
+		_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_SEQUENTIAL)
+		img, err := o.spool(ctx, io.NewSectionReader(f, 0, st.Size()), st.Size(), cached)
+		if err != nil {
+			return nil, err
+		}
+		if cached == nil {
+			remember(img.Digest)
+		}
+		return img, nil
+	}
+
+	var digest string
+	if cached != nil {
+		digest = *cached
+	} else {
+		digest, err = hashFile(ctx, f, st.Size(), o.Progress)
+		if err != nil {
+			return nil, err
+		}
+		remember(digest)
+	}
+	if err := o.verify(digest); err != nil {
+		return nil, err
+	}
+	keep = true
+	return &Image{ReaderAt: f, Size: st.Size(), Digest: digest, OriginalSize: st.Size(), file: f}, nil
+}
+
+// hashFile returns the digest of the first size bytes of f in one
+// sequential pass.
+func hashFile(ctx context.Context, f *os.File, size int64, progress func(done, total int64)) (string, error) {
+	_ = unix.Fadvise(int(f.Fd()), 0, size, unix.FADV_SEQUENTIAL)
+	h := sha256.New()
+	buf := make([]byte, hashBufferSize)
+	var off int64
+	for off < size {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		n, err := f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
+		h.Write(buf[:n])
+		off += int64(n)
+		if progress != nil && n > 0 {
+			progress(off, size)
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) && off < size {
+				return "", fmt.Errorf("the file shrank to %d bytes while it was read", off)
+			}
+			if !errors.Is(err, io.EOF) {
+				return "", fmt.Errorf("reading: %w", err)
+			}
+		}
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}

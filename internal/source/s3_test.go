@@ -1,0 +1,92 @@
+package source_test
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/source"
+	"github.com/imagepipe/imagepipe/test/harness"
+)
+
+func TestOpenS3(t *testing.T) {
+	m := harness.StartMinIO(t)
+	dir := t.TempDir()
+	data := imageBytes(5<<20 + 3) // over minio-go's 5 MiB read buffer
+	raw := writeFile(t, dir, "disk.raw", data)
+	zst := compress(t, "zstd", raw)
+	m.PutFile(t, "images", "tenant/disk.raw", raw)
+	m.PutFile(t, "images", "tenant/disk.raw.zst", zst)
+	s3 := source.S3Options{Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, Insecure: true}
+
+	for _, tc := range []struct {
+		key, path string
+		wrapper   convert.Wrapper
+	}{
+		{"tenant/disk.raw", raw, convert.WrapperNone},
+		{"tenant/disk.raw.zst", zst, convert.WrapperZstd},
+	} {
+		t.Run(tc.key, func(t *testing.T) {
+			content, err := os.ReadFile(tc.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmp := t.TempDir()
+			var lastDone, lastTotal int64
+			img := mustOpen(t, "s3://images/"+tc.key, source.Options{
+				TempDir:  tmp,
+				S3:       s3,
+				Checksum: digestOf(content),
+				Progress: func(done, total int64) { lastDone, lastTotal = done, total },
+			})
+			if got := readAll(t, img); !bytes.Equal(got, data) {
+				t.Errorf("downloaded bytes differ from the original")
+			}
+			if img.Digest != digestOf(content) || img.Wrapper != tc.wrapper || img.OriginalSize != int64(len(content)) {
+				t.Errorf("got digest %s, wrapper %q, %d bytes; want %s, %q, %d", img.Digest, img.Wrapper, img.OriginalSize, digestOf(content), tc.wrapper, len(content))
+			}
+			if lastDone != int64(len(content)) || lastTotal != int64(len(content)) {
+				t.Errorf("last progress = %d/%d, want %d/%d", lastDone, lastTotal, len(content), len(content))
+			}
+			img.Close()
+			assertEmpty(t, tmp)
+		})
+	}
+
+	t.Run("environment", func(t *testing.T) {
+		t.Setenv("AWS_ENDPOINT_URL", "http://"+m.Endpoint)
+		t.Setenv("AWS_ACCESS_KEY_ID", m.AccessKey)
+		t.Setenv("AWS_SECRET_ACCESS_KEY", m.SecretKey)
+		t.Setenv("AWS_REGION", "us-east-1")
+		img := mustOpen(t, "s3://images/tenant/disk.raw", source.Options{})
+		if img.Digest != digestOf(data) {
+			t.Errorf("digest = %s, want %s", img.Digest, digestOf(data))
+		}
+	})
+
+	t.Run("missing key", func(t *testing.T) {
+		_, err := source.Open(t.Context(), "s3://images/tenant/missing", source.Options{S3: s3})
+		if err == nil || !strings.Contains(err.Error(), "s3://images/tenant/missing") {
+			t.Errorf("err = %v, want one naming the object", err)
+		}
+	})
+
+	t.Run("over MaxSize", func(t *testing.T) {
+		tmp := t.TempDir()
+		_, err := source.Open(t.Context(), "s3://images/tenant/disk.raw", source.Options{S3: s3, TempDir: tmp, MaxSize: 1 << 20})
+		if re := convert.AsReject(err); re == nil || re.Reason != convert.ReasonVirtualSize {
+			t.Errorf("err = %v, want a %s rejection", err, convert.ReasonVirtualSize)
+		}
+		assertEmpty(t, tmp)
+	})
+
+	t.Run("wrong secret", func(t *testing.T) {
+		bad := s3
+		bad.SecretKey = "wrong"
+		if _, err := source.Open(t.Context(), "s3://images/tenant/disk.raw", source.Options{S3: bad}); err == nil {
+			t.Errorf("opened with a wrong secret key")
+		}
+	})
+}

@@ -1,0 +1,176 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const (
+	// stopGrace is how long a component has to exit after SIGTERM before it gets SIGKILL.
+	stopGrace = 5 * time.Second
+	// readyTimeout bounds how long a component may take to answer its readiness probe.
+	readyTimeout = 60 * time.Second
+	// startAttempts is how often a start is tried, each on fresh ports, before the test fails;
+	// a retry covers the race between freePort closing its listener and the component binding.
+	startAttempts = 3
+	// logTailBytes is how much of a component's log is printed when a test fails.
+	logTailBytes = 16 << 10
+)
+
+// BinDir is where buildtools.sh puts binaries: $IMAGEPIPE_BIN, else $IMAGEPIPE_CACHE/bin, else
+// $HOME/.cache/imagepipe/bin.
+func BinDir() string {
+	if dir := os.Getenv("IMAGEPIPE_BIN"); dir != "" {
+		return dir
+	}
+	if cache := os.Getenv("IMAGEPIPE_CACHE"); cache != "" {
+		return filepath.Join(cache, "bin")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = os.TempDir()
+	}
+	return filepath.Join(home, ".cache", "imagepipe", "bin")
+}
+
+// Binary returns the path of a built tool, or calls t.Skip with "run make tools" when it is missing.
+func Binary(t testing.TB, name string) string {
+	t.Helper()
+	path := filepath.Join(BinDir(), name)
+	if fi, err := os.Stat(path); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		t.Skipf("%s is not built in %s: run make tools", name, BinDir())
+	}
+	return path
+}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago. Another process may take
+// it before the component binds it, which is why starts are retried.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("finding a free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// proc is one run of a component's binary, its stdout and stderr appended to a log file.
+type proc struct {
+	cmd    *exec.Cmd
+	cancel context.CancelFunc
+	done   chan struct{} // closed once the process has exited and been reaped
+}
+
+// startProc starts bin with args and extra environment variables. Cancelling its context (stop)
+// sends SIGTERM; exec's WaitDelay turns that into SIGKILL after stopGrace.
+func startProc(logPath string, env []string, bin string, args ...string) (*proc, error) {
+	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("opening log: %w", err)
+	}
+	// The child keeps its own descriptor for the log; ours is not needed after Start.
+	defer logFile.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = sysProcAttr()
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = stopGrace
+	fmt.Fprintf(logFile, "--- harness: starting %s %q\n", bin, args)
+	if err := cmd.Start(); err != nil {
+		cancel()
+		return nil, fmt.Errorf("starting %s: %w", filepath.Base(bin), err)
+	}
+	p := &proc{cmd: cmd, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		_ = cmd.Wait() // a stopped component exits by signal; its log tells the rest
+	}()
+	return p, nil
+}
+
+// exited reports whether the process has ended.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop ends the process with SIGTERM, then SIGKILL after stopGrace, and waits for it to be reaped.
+// It fails only if the process outlives SIGKILL by stopGrace too.
+func (p *proc) stop() error {
+	p.cancel()
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(2*stopGrace + time.Second):
+		return fmt.Errorf("pid %d did not exit after SIGTERM and SIGKILL", p.cmd.Process.Pid)
+	}
+}
+
+// kill sends SIGKILL at once and waits for the process to be reaped.
+func (p *proc) kill() error {
+	if err := p.cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("killing pid %d: %w", p.cmd.Process.Pid, err)
+	}
+	select {
+	case <-p.done:
+		p.cancel()
+		return nil
+	case <-time.After(stopGrace):
+		return fmt.Errorf("pid %d did not exit after SIGKILL", p.cmd.Process.Pid)
+	}
+}
+
+// errExited says the component ended before it became ready, usually because its port was taken.
+var errExited = errors.New("exited before it was ready")
+
+// waitReady polls ready every 50 ms until it reports true, the process exits, or readyTimeout.
+func waitReady(p *proc, ready func(context.Context) bool) error {
+	deadline := time.Now().Add(readyTimeout)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ok := ready(ctx)
+		cancel()
+		if ok {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return errExited
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("not ready after %s", readyTimeout)
+}
+
+// logOnFailure prints the tail of a component's log when the test has failed.
+func logOnFailure(t testing.TB, name, path string) {
+	if !t.Failed() {
+		return
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Logf("%s log %s: %v", name, path, err)
+		return
+	}
+	if len(data) > logTailBytes {
+		data = append([]byte("...\n"), data[len(data)-logTailBytes:]...)
+	}
+	t.Logf("%s log %s:\n%s", name, path, data)
+}
