@@ -20,7 +20,7 @@ import (
 
 // DefaultChunkSize is the size of one PATCH of a chunked blob upload: the
 // most that is ever sent twice after a connection breaks.
-const DefaultChunkSize = 16 << 20
+const DefaultChunkSize = 8 << 20
 
 // Client talks to OCI registries. It is safe for concurrent use.
 type Client struct {

@@ -45,6 +45,7 @@ type blobUpload struct {
 	progress func(acked int64)
 
 	chunks  chan chunk    // full chunks for the sender
+	free    chan []byte   // chunk buffers the sender is done with
 	failed  chan struct{} // closed when the sender gives up
 	failErr error         // why, once failed is closed
 	result  chan error    // the sender's outcome
@@ -176,13 +177,20 @@ type chunk struct {
 }
 
 // run starts the sender that PATCHes chunks in order; finish stops it.
+// Three chunk buffers circulate: one filling, one queued, one in flight.
 func (u *blobUpload) run(ctx context.Context) {
 	u.chunks = make(chan chunk, 1)
 	u.failed = make(chan struct{})
 	u.result = make(chan error, 1)
+	u.free = make(chan []byte, 2)
+	for range 2 {
+		u.free <- make([]byte, 0, cap(u.buf))
+	}
 	go func() {
 		for c := range u.chunks {
-			if err := u.sendChunk(ctx, c.data, c.start); err != nil {
+			err := u.sendChunk(ctx, c.data, c.start)
+			u.free <- c.data[:0]
+			if err != nil {
 				u.failErr = err
 				close(u.failed)
 				for range u.chunks { // let Write and finish return
@@ -217,12 +225,17 @@ func (u *blobUpload) Write(p []byte) (int, error) {
 func (u *blobUpload) queue() error {
 	c := chunk{data: u.buf, start: u.pos}
 	u.pos += int64(len(u.buf))
-	u.buf = make([]byte, 0, cap(u.buf))
 	if c.start+int64(len(c.data)) <= u.skip {
+		u.buf = u.buf[:0]
 		return nil
 	}
 	select {
 	case u.chunks <- c:
+	case <-u.failed:
+		return u.failErr
+	}
+	select {
+	case u.buf = <-u.free:
 		return nil
 	case <-u.failed:
 		return u.failErr
