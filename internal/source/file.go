@@ -78,9 +78,12 @@ func openFile(ctx context.Context, path string, o *config) (*Image, error) {
 	}
 
 	var digest string
-	if cached != nil {
+	switch {
+	case cached != nil:
 		digest = *cached
-	} else {
+	case o.SkipDigest && o.checksum == "":
+		// Nothing needs the digest: a local file is used in place, unread.
+	default:
 		digest, err = hashFile(ctx, f, st.Size(), o.Progress)
 		if err != nil {
 			return nil, err

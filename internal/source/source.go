@@ -43,6 +43,10 @@ type Options struct {
 	// Logger receives debug messages and one info message per resumed
 	// download; nil discards them.
 	Logger *slog.Logger
+	// SkipDigest lets Open leave Image.Digest empty for an unwrapped local
+	// file, which is then not read at all (inspect and convert do not need
+	// the digest). Other sources are read once anyway and get a digest.
+	SkipDigest bool
 	// Progress, when set, is called from Open's goroutine as source bytes
 	// are read during its sequential pass, with the bytes read so far and the
 	// total (-1 when unknown). It is not called when the digest of an
@@ -79,7 +83,8 @@ type Image struct {
 	Size int64
 	// Wrapper is the compression that was removed, or convert.WrapperNone.
 	Wrapper convert.Wrapper
-	// Digest is "sha256:<hex>" of the original bytes as given, before
+	// Digest is "sha256:<hex>" of the original bytes as given (empty only
+	// with Options.SkipDigest), before
 	// unwrapping.
 	Digest string
 	// OriginalSize is the number of original bytes, before unwrapping.

@@ -1,0 +1,179 @@
+package registry
+
+import (
+	"archive/tar"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/pkg/api"
+)
+
+// ShapeError reports that an image in a registry is not a containerDisk of
+// the shape imagepipe builds (one layer holding disk/ and disk/disk.img,
+// 0444, owned 107:107). It matches convert.ErrRejected, so callers treat it
+// like a rejection of the disk itself.
+type ShapeError struct {
+	// Reason is one of the api.Reason* shape codes.
+	Reason string
+	// Detail is a sentence for people naming what was found.
+	Detail string
+}
+
+func (e *ShapeError) Error() string {
+	return fmt.Sprintf("not a containerDisk (%s): %s", e.Reason, e.Detail)
+}
+
+// Is makes errors.Is(err, convert.ErrRejected) true for shape errors.
+func (e *ShapeError) Is(target error) bool { return target == convert.ErrRejected }
+
+// AsShapeError returns the *ShapeError in err's chain, or nil.
+func AsShapeError(err error) *ShapeError {
+	var se *ShapeError
+	if errors.As(err, &se) {
+		return se
+	}
+	return nil
+}
+
+func shapeError(reason, format string, args ...any) *ShapeError {
+	return &ShapeError{Reason: reason, Detail: fmt.Sprintf(format, args...)}
+}
+
+// zstdMaxWindow bounds the memory a layer's zstd stream may ask for, as
+// the disk engine's unwrapping does.
+const zstdMaxWindow = 128 << 20
+
+// decompressLayer returns the tar stream of a layer of the given media type.
+func decompressLayer(mt types.MediaType, r io.Reader) (io.ReadCloser, error) {
+	switch mt {
+	case types.OCILayer, types.DockerLayer:
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			return nil, fmt.Errorf("opening the gzip layer: %w", err)
+		}
+		return zr, nil
+	case types.OCILayerZStd:
+		zr, err := zstd.NewReader(r, zstd.WithDecoderMaxWindow(zstdMaxWindow), zstd.WithDecoderConcurrency(1))
+		if err != nil {
+			return nil, fmt.Errorf("opening the zstd layer: %w", err)
+		}
+		return zr.IOReadCloser(), nil
+	case types.OCIUncompressedLayer, types.DockerUncompressedLayer:
+		return io.NopCloser(r), nil
+	}
+	return nil, shapeError(api.ReasonLayerMediaType, "the layer's media type %q is not a tar, gzip or zstd layer", mt)
+}
+
+// diskEntry reads the layer's tar headers up to disk/disk.img and checks
+// the containerDisk shape: the directory disk/ first, then the regular file
+// disk/disk.img, 0444 and owned 107:107. The tar reader is left at the
+// start of the file's contents.
+func diskEntry(tr *tar.Reader) (*tar.Header, error) {
+	dir, err := tr.Next()
+	if errors.Is(err, io.EOF) {
+		return nil, shapeError(api.ReasonTarEntry, "the layer is an empty tar; it must hold %s and %s", api.DiskDir, api.DiskPath)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if dir.Name != api.DiskDir || dir.Typeflag != tar.TypeDir {
+		return nil, shapeError(api.ReasonTarEntry, "the layer's first entry is %q (%s); a containerDisk starts with the directory %s", dir.Name, typeName(dir.Typeflag), api.DiskDir)
+	}
+	file, err := tr.Next()
+	if errors.Is(err, io.EOF) {
+		return nil, shapeError(api.ReasonTarEntry, "the layer holds only %s; %s is missing", api.DiskDir, api.DiskPath)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if file.Name != api.DiskPath || file.Typeflag != tar.TypeReg {
+		return nil, shapeError(api.ReasonTarEntry, "the layer's second entry is %q (%s); a containerDisk holds only the regular file %s", file.Name, typeName(file.Typeflag), api.DiskPath)
+	}
+	if file.Uid != api.DiskUID || file.Gid != api.DiskGID {
+		return nil, shapeError(api.ReasonDiskOwner, "%s is owned by %d:%d; KubeVirt reads it as %d:%d", api.DiskPath, file.Uid, file.Gid, api.DiskUID, api.DiskGID)
+	}
+	if mode := file.Mode & 0o7777; mode != 0o444 {
+		return nil, shapeError(api.ReasonDiskMode, "%s has mode %04o; it must be 0444", api.DiskPath, mode)
+	}
+	return file, nil
+}
+
+func typeName(t byte) string {
+	switch t {
+	case tar.TypeReg:
+		return "file"
+	case tar.TypeDir:
+		return "directory"
+	case tar.TypeSymlink:
+		return "symlink"
+	case tar.TypeLink:
+		return "hard link"
+	}
+	return fmt.Sprintf("type %q", t)
+}
+
+// trackedReader remembers the error of the stream it reads, so that a
+// failure further up (decompression, tar) can be told apart from a broken
+// download: only the former says something about the image.
+type trackedReader struct {
+	r   io.Reader
+	err error
+}
+
+func (t *trackedReader) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		t.err = err
+	}
+	return n, err
+}
+
+// layerError turns an error met while reading a layer into a shape
+// rejection when the layer's bytes, not their transfer, are at fault.
+func layerError(err error, src *trackedReader) error {
+	switch {
+	case err == nil:
+		return nil
+	case src.err != nil:
+		return fmt.Errorf("reading the layer: %w", src.err)
+	case AsShapeError(err) != nil:
+		return err
+	}
+	return shapeError(api.ReasonInvalidLayer, "the layer is not a valid tar stream: %v", err)
+}
+
+// errBeyondHead is what headReaderAt returns for bytes it does not hold.
+// It matches io.EOF, so the disk engine's header checks see the disk as
+// ending there: they then validate what the head holds, and headReaderAt
+// records that something further was asked for.
+var errBeyondHead = fmt.Errorf("the disk's bytes past its first cluster were not read: %w", io.EOF)
+
+// headReaderAt serves the first bytes of a disk whose full size is known
+// (the tar header says it), without the rest.
+type headReaderAt struct {
+	head []byte
+	// beyond is set once a read reached past head.
+	beyond bool
+}
+
+func (h *headReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, errors.New("negative offset")
+	}
+	if off >= int64(len(h.head)) {
+		h.beyond = true
+		return 0, errBeyondHead
+	}
+	n := copy(p, h.head[off:])
+	if n < len(p) {
+		h.beyond = true
+		return n, errBeyondHead
+	}
+	return n, nil
+}

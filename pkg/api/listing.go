@@ -1,0 +1,84 @@
+package api
+
+// ImageListing is one tag of `imagectl list -o json|yaml`. Images that
+// imagepipe did not build are listed too, with the fields that come from
+// its annotations left empty.
+type ImageListing struct {
+	// Repository is the full repository name, e.g. "registry/acme/rhel".
+	Repository string `json:"repository"`
+	// Tag is the tag; build-key tags (BuildKeyTagPrefix) are never listed.
+	Tag string `json:"tag"`
+	// Digest is the manifest digest ("sha256:...").
+	Digest string `json:"digest"`
+	// VirtualSize is the guest disk size in bytes (AnnotationVirtualSize).
+	VirtualSize int64 `json:"virtualSize,omitempty"`
+	// DiskFormat is the format of disk/disk.img (AnnotationDiskFormat).
+	DiskFormat string `json:"diskFormat,omitempty"`
+	// Created is AnnotationCreated, or the image config's creation time.
+	Created string `json:"created,omitempty"`
+	// SourceDigest is the sha256 of the original upload (AnnotationSourceDigest).
+	SourceDigest string `json:"sourceDigest,omitempty"`
+}
+
+// ContainerDiskReport is what `imagectl inspect docker://REF -o json` prints:
+// an image in a registry, and whether it has the shape of a containerDisk
+// imagepipe accepts. Only the layer's tar headers and the first cluster of
+// disk/disk.img are read, so the verdict covers the image's layout and the
+// disk's header, not its tables or data.
+type ContainerDiskReport struct {
+	// Reference is the image as the user named it.
+	Reference string `json:"reference"`
+	// Digest is the manifest digest ("sha256:...").
+	Digest string `json:"digest"`
+	// MediaType is the manifest media type.
+	MediaType string `json:"mediaType"`
+	// Platform is the config's OS and architecture, e.g. "linux/amd64".
+	Platform string `json:"platform"`
+	// LayerMediaType, LayerSize and LayerDigest describe the first layer.
+	LayerMediaType string `json:"layerMediaType,omitempty"`
+	LayerSize      int64  `json:"layerSize,omitempty"`
+	LayerDigest    string `json:"layerDigest,omitempty"`
+	// Annotations are the manifest's annotations.
+	Annotations map[string]string `json:"annotations,omitempty"`
+	// Env is the image config's environment (EnvDefaultInstancetype, ...).
+	Env []string `json:"env,omitempty"`
+	// DiskFormat is the format detected from disk/disk.img's content.
+	DiskFormat string `json:"diskFormat,omitempty"`
+	// DiskSize is the size in bytes of disk/disk.img, from its tar header.
+	DiskSize int64 `json:"diskSize,omitempty"`
+	// VirtualSize is the guest disk size the disk's header declares.
+	VirtualSize int64 `json:"virtualSize,omitempty"`
+	// Checked says how far the disk was validated: CheckedHeader when its
+	// header and every check that fits in the bytes read passed.
+	Checked string `json:"checked,omitempty"`
+	// Verdict is VerdictAccepted or VerdictRejected.
+	Verdict string `json:"verdict"`
+	// Reasons explain a rejection.
+	Reasons []Rejection `json:"reasons,omitempty"`
+}
+
+// CheckedHeader is ContainerDiskReport.Checked when the disk's header was
+// validated; its L1/L2 tables and data, further into the layer, were not.
+const CheckedHeader = "header"
+
+// Rejection codes for images that are not a containerDisk of the shape
+// imagepipe builds: one layer holding exactly the directory DiskDir and the
+// file DiskPath, 0444 and owned by DiskUID:DiskGID. The disk's own
+// rejections use the disk engine's codes ("backing-file", ...).
+const (
+	// ReasonLayerCount: the image has no layer or more than one.
+	ReasonLayerCount = "layer-count"
+	// ReasonLayerMediaType: the layer is not a tar (plain, gzip or zstd).
+	ReasonLayerMediaType = "layer-media-type"
+	// ReasonInvalidLayer: the layer does not decompress or is not a valid tar.
+	ReasonInvalidLayer = "invalid-layer"
+	// ReasonTarEntry: an entry other than DiskDir and DiskPath, or one of
+	// the wrong type.
+	ReasonTarEntry = "unexpected-tar-entry"
+	// ReasonDiskOwner: disk/disk.img is not owned by DiskUID:DiskGID.
+	ReasonDiskOwner = "disk-owner"
+	// ReasonDiskMode: disk/disk.img's mode is not 0444.
+	ReasonDiskMode = "disk-mode"
+	// ReasonAnnotationMismatch: an io.imagepipe annotation contradicts the disk.
+	ReasonAnnotationMismatch = "annotation-mismatch"
+)
