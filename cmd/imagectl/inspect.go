@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -15,6 +18,7 @@ import (
 type inspectOptions struct {
 	*globalOptions
 	imageFlags
+	registryFlags
 	source string
 	output string
 }
@@ -22,14 +26,22 @@ type inspectOptions struct {
 func newInspectCmd(g *globalOptions) *cobra.Command {
 	o := &inspectOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:   "inspect SOURCE",
-		Short: "Describe a disk image and say whether imagepipe accepts it",
+		Use:   "inspect SOURCE | docker://REGISTRY/TENANT/NAME:TAG",
+		Short: "Describe a disk image or a pushed containerDisk and say whether imagepipe accepts it",
 		Long: `Detects the format of a local disk image by content, validates it as untrusted
 input, and prints its format, sizes and the verdict.
 
+With docker://REF, describes the image in the registry instead: manifest,
+platform, layer, io.imagepipe annotations and environment, and checks that it
+is a containerDisk imagepipe accepts (one layer holding only disk/ and
+disk/disk.img, 0444, owned 107:107) and that the disk's header passes
+validation. Only the start of the layer is downloaded, so the disk's tables
+and data are not checked; "imagectl export" reads and validates all of it.
+
 Exit codes: 0 the image is acceptable, 3 it is rejected, 1 other errors.`,
 		Example: `  imagectl inspect disk.qcow2
-  imagectl inspect disk.raw.zst -o json`,
+  imagectl inspect disk.raw.zst -o json
+  imagectl inspect docker://registry.example.com/acme/rhel:10`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.source = args[0]
@@ -37,6 +49,7 @@ Exit codes: 0 the image is acceptable, 3 it is rejected, 1 other errors.`,
 		},
 	}
 	addImageFlags(cmd, &o.imageFlags)
+	addRegistryFlags(cmd, &o.registryFlags)
 	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table or json")
 	return cmd
 }
@@ -50,6 +63,9 @@ func addImageFlags(cmd *cobra.Command, f *imageFlags) {
 func runInspect(cmd *cobra.Command, o *inspectOptions) error {
 	if o.output != "table" && o.output != "json" {
 		return fmt.Errorf("unknown output format %q (table or json)", o.output)
+	}
+	if ref, ok := strings.CutPrefix(o.source, "docker://"); ok {
+		return runInspectRemote(cmd, o, ref)
 	}
 	ctx := cmd.Context()
 	report := api.ImageReport{Source: o.source, Verdict: api.VerdictAccepted}
@@ -136,6 +152,58 @@ func printReport(w io.Writer, format string, r *api.ImageReport) error {
 		row("reason", reason.Code+": "+reason.Message)
 	}
 	return tw.Flush()
+}
+
+// runInspectRemote describes and checks the containerDisk at ref.
+func runInspectRemote(cmd *cobra.Command, o *inspectOptions, ref string) error {
+	client, err := o.registryFlags.client(o.globalOptions)
+	if err != nil {
+		return err
+	}
+	parsed, err := client.ParseReference(ref)
+	if err != nil {
+		return err
+	}
+	r, err := client.CheckContainerDisk(cmd.Context(), parsed)
+	if err != nil {
+		return err
+	}
+	err = outputFormat(o.output).print(cmd.OutOrStdout(), r, func(tw *tabwriter.Writer) {
+		row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+		row("reference", r.Reference)
+		row("digest", r.Digest)
+		row("media type", r.MediaType)
+		row("platform", orDash(r.Platform))
+		if r.LayerDigest != "" {
+			row("layer", fmt.Sprintf("%s, %s, %s", r.LayerMediaType, humanBytes(r.LayerSize), r.LayerDigest))
+		}
+		for _, k := range slices.Sorted(maps.Keys(r.Annotations)) {
+			row("annotation", k+"="+r.Annotations[k])
+		}
+		for _, e := range r.Env {
+			row("env", e)
+		}
+		if r.DiskFormat != "" {
+			row("disk", fmt.Sprintf("%s, %s, %s", api.DiskPath, r.DiskFormat, humanBytes(r.DiskSize)))
+		}
+		if r.VirtualSize > 0 {
+			row("virtual size", humanBytes(r.VirtualSize))
+		}
+		if r.Checked == api.CheckedHeader {
+			row("checked", "header checks passed (the disk's tables and data were not downloaded)")
+		}
+		row("verdict", r.Verdict)
+		for _, reason := range r.Reasons {
+			row("reason", reason.Code+": "+reason.Message)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if r.Verdict == api.VerdictRejected {
+		return &reportedError{code: exitRejected}
+	}
+	return nil
 }
 
 // humanBytes formats n as qemu-img does ("4 GiB (4294967296 bytes)").

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/registry"
 )
 
 // Exit codes, documented in the README.
@@ -41,6 +42,9 @@ func exitCode(err error) int {
 		if hint := hintFor(re.Reason); hint != "" {
 			fmt.Fprintln(os.Stderr, "hint:", hint)
 		}
+		return exitRejected
+	}
+	if registry.AsShapeError(err) != nil {
 		return exitRejected
 	}
 	return exitError

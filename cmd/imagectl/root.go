@@ -35,6 +35,7 @@ Exit codes: 0 success, 1 error, 3 the image was rejected by validation.`,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log debug details to stderr")
-	root.AddCommand(newInspectCmd(g), newConvertCmd(g), newImportCmd(g))
+	root.AddCommand(newInspectCmd(g), newConvertCmd(g), newImportCmd(g),
+		newListCmd(g), newExportCmd(g), newDeleteCmd(g), newCopyCmd(g))
 	return root
 }

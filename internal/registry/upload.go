@@ -284,6 +284,7 @@ func (u *blobUpload) sendChunk(ctx context.Context, chunk []byte, start int64) e
 		if attempt > 0 {
 			u.resent += int64(len(body))
 		}
+		u.sent += int64(len(body)) // on the wire, whether or not it arrives
 		header := http.Header{
 			"Content-Type":  {"application/octet-stream"},
 			"Content-Range": {fmt.Sprintf("%d-%d", from, end-1)},
@@ -297,7 +298,6 @@ func (u *blobUpload) sendChunk(ctx context.Context, chunk []byte, start int64) e
 			u.c.opts.logger.Debug("chunk upload failed; resuming", "offset", from, "error", err)
 			continue
 		}
-		u.sent += int64(len(body))
 		if resp.StatusCode != http.StatusAccepted {
 			lastErr = transport.CheckError(resp, http.StatusAccepted)
 			resp.Body.Close()

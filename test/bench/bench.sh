@@ -4,7 +4,8 @@
 # Runs `imagectl convert` and `qemu-img convert` side by side, in one run, on the same inputs, and
 # prints a Markdown table: median wall time of each, the ratio imagectl/qemu-img next to its
 # target, and peak RSS of each. Ratios measured in one run are what to quote; absolute times are
-# one machine's.
+# one machine's. Then runs test/bench/import.sh (imagectl import vs qemu-img convert + tar +
+# crane append, against a local distribution registry) and appends its table to the report.
 #
 # Inputs are built once and cached under ${IMAGEPIPE_CACHE:-$HOME/.cache/imagepipe}/bench/
 # (delete that directory to rebuild them): a sparse 4 GiB ext4 raw image filled from ~1 GB of the
@@ -14,10 +15,12 @@
 # Environment:
 #   IMAGECTL         imagectl binary (default: bin/imagectl in the repository root; a relative
 #                    path given here is taken from the caller's working directory)
-#   BENCH_REPS       measured runs per tool and case (default 3), after one warm-up run of each
+#   BENCH_REPS       measured runs per tool and case (default 7 here, 5 in import.sh), after one
+#                    warm-up run of each
 #   IMAGEPIPE_CACHE  cache root (default $HOME/.cache/imagepipe)
 #
-# Needs qemu-img, mkfs.ext4 and GNU time (apt-get install qemu-utils e2fsprogs time).
+# Needs qemu-img, mkfs.ext4 and GNU time (apt-get install qemu-utils e2fsprogs time); import.sh
+# also needs skopeo, jq, curl and GNU tar, and the registry and crane from test/buildtools.sh.
 # The last report is also written to ${IMAGEPIPE_CACHE}/bench/last.md.
 set -euo pipefail
 
@@ -258,6 +261,7 @@ main() {
 	check_tools
 	resolve_imagectl
 	[[ $REPS =~ ^[1-9][0-9]*$ ]] || die "BENCH_REPS must be a positive integer, got '$REPS'"
+	IMAGECTL=$IMAGECTL IMAGEPIPE_CACHE=$CACHE bash "$REPO_ROOT/test/bench/import.sh" --check
 
 	mkdir -p "$BENCH_DIR"
 	build_raw
@@ -311,6 +315,13 @@ main() {
 		printf -- '- %s\n' "${COMMANDS[@]}"
 	} >"$report"
 	cat "$report"
+
+	# The import benchmark (imagectl import vs qemu-img convert + tar + crane append to a local
+	# registry) runs last; its section is appended to the same report.
+	local import_md=$RUN_DIR/import.md
+	IMAGECTL=$IMAGECTL IMAGEPIPE_CACHE=$CACHE bash "$REPO_ROOT/test/bench/import.sh" >"$import_md"
+	cat "$import_md" >>"$report"
+	cat "$import_md"
 	log "report written to $report"
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # import.sh — the import part of `make bench` (bench.sh runs it last and appends its table to the
-# report). It can also be run alone once bench.sh has built the inputs.
+# report). It can also be run alone once bench.sh has built the inputs; `import.sh --check` only
+# checks (and builds) the tools it needs.
 #
 # Compares `imagectl import` with the pipeline KubeVirt's docs and the containerdisks project use
 # to publish a containerDisk, in one run, against one local CNCF distribution registry, on the
@@ -73,6 +74,9 @@ check_tools() {
 	fi
 	REGISTRY=$TOOLS_BIN/registry
 	CRANE=$TOOLS_BIN/crane
+}
+
+check_inputs() {
 	[[ -f $RAW && -f $ZLIB ]] || die "inputs $RAW and $ZLIB are missing: run 'make bench' (bench.sh builds them)"
 }
 
@@ -322,7 +326,11 @@ main() {
 	check_tools
 	resolve_imagectl
 	[[ $REPS =~ ^[1-9][0-9]*$ ]] || die "BENCH_REPS must be a positive integer, got '$REPS'"
+	# bench.sh calls `import.sh --check` first, so that a missing tool stops it before it spends
+	# minutes on the convert cases.
+	[[ ${1:-} != --check ]] || return 0
 
+	check_inputs
 	RUN_DIR=$(mktemp -d "$BENCH_DIR/import.XXXXXX")
 	trap cleanup EXIT
 	trap 'exit 130' INT

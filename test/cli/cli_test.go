@@ -3,7 +3,6 @@
 package cli
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -122,25 +121,7 @@ func TestConvertFailingMidwayLeavesNothing(t *testing.T) {
 	testenv.RequireQEMU(t)
 	dir := t.TempDir()
 	src := validQCOW2(t, dir, true)
-	// Find the L2 table and the last compressed cluster it maps; fill its
-	// data with garbage.
-	f, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	be := binary.BigEndian
-	l1 := be.Uint64(f[40:])
-	l2 := be.Uint64(f[l1:]) & 0x00fffffffffffe00
-	var host uint64
-	for i := uint64(0); i < 64; i++ {
-		if e := be.Uint64(f[l2+i*8:]); e&(1<<62) != 0 {
-			host = e & (1<<54 - 1) // 64 KiB clusters: offset is bits 0..53
-		}
-	}
-	if host == 0 {
-		t.Fatal("no compressed cluster found")
-	}
-	patch(t, src, int64(host), []byte(strings.Repeat("\xff", 64)))
+	testenv.CorruptLastCompressedCluster(t, src)
 
 	out := filepath.Join(dir, "out.raw")
 	code, _, stderr := testenv.Exit(t, testenv.Imagectl, "convert", "--to", "raw", src, out)

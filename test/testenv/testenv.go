@@ -3,6 +3,7 @@
 package testenv
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
@@ -73,4 +74,74 @@ func Exit(t *testing.T, name string, args ...string) (code int, stdout, stderr s
 		t.Fatalf("%s: %v", name, err)
 	}
 	return 0, o.String(), e.String()
+}
+
+// Command describes one run of a program: its arguments, extra environment
+// and standard input.
+type Command struct {
+	Name  string
+	Args  []string
+	Env   []string // added to the test's environment
+	Stdin string
+}
+
+// Result is how a Command ended.
+type Result struct {
+	Code           int
+	Stdout, Stderr string
+}
+
+// RunCommand runs c and returns its exit code and output; only a failure to
+// start it fails the test.
+func RunCommand(t *testing.T, c Command) Result {
+	t.Helper()
+	var o, e strings.Builder
+	cmd := exec.Command(c.Name, c.Args...)
+	cmd.Env = append(os.Environ(), c.Env...)
+	cmd.Stdin = strings.NewReader(c.Stdin)
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return Result{ee.ExitCode(), o.String(), e.String()}
+	}
+	if err != nil {
+		t.Fatalf("%s: %v", c.Name, err)
+	}
+	return Result{0, o.String(), e.String()}
+}
+
+// CorruptLastCompressedCluster overwrites the start of the last compressed
+// cluster that the first L2 table of a qcow2 image (64 KiB clusters) maps
+// with 0xff bytes, so that the image is only found broken while its data is
+// read.
+func CorruptLastCompressedCluster(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	u64 := func(off uint64) uint64 {
+		var b [8]byte
+		if _, err := f.ReadAt(b[:], int64(off)); err != nil {
+			t.Fatal(err)
+		}
+		return binary.BigEndian.Uint64(b[:])
+	}
+	if bits := u64(16) & 0xffffffff; bits != 16 {
+		t.Fatalf("cluster_bits %d; this helper handles 64 KiB clusters", bits)
+	}
+	l2 := u64(u64(40)) & 0x00fffffffffffe00
+	var host uint64
+	for i := range uint64(8192) {
+		if e := u64(l2 + i*8); e&(1<<62) != 0 {
+			host = e & (1<<54 - 1) // 64 KiB clusters: the offset is bits 0..53
+		}
+	}
+	if host == 0 {
+		t.Fatal("no compressed cluster found")
+	}
+	if _, err := f.WriteAt([]byte(strings.Repeat("\xff", 64)), int64(host)); err != nil {
+		t.Fatal(err)
+	}
 }

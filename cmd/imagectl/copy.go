@@ -1,0 +1,57 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
+
+type copyOptions struct {
+	*globalOptions
+	registryFlags
+	src, dst string
+}
+
+func newCopyCmd(g *globalOptions) *cobra.Command {
+	o := &copyOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "copy SRC_REF DST_REF",
+		Short: "Copy an image between repositories or registries, keeping its digest",
+		Long: `Copies the image SRC_REF names to DST_REF, manifest byte for byte, so that it
+keeps its digest. Blobs DST already holds are not sent again, and within one
+registry they are mounted rather than copied. An image imagepipe built also
+keeps its build key in DST, so importing the same source there only tags it.
+
+The registry flags apply to both registries. Prints DST@DIGEST.`,
+		Example: `  imagectl copy registry.example.com/acme/rhel:10 registry.example.com/acme/rhel-stable:10
+  imagectl copy staging.example.com/acme/rhel:10 registry.example.com/acme/rhel:10`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.src, o.dst = args[0], args[1]
+			return runCopy(cmd, o)
+		},
+	}
+	addRegistryFlags(cmd, &o.registryFlags)
+	return cmd
+}
+
+func runCopy(cmd *cobra.Command, o *copyOptions) error {
+	client, err := o.registryFlags.client(o.globalOptions)
+	if err != nil {
+		return err
+	}
+	src, err := client.ParseReference(o.src)
+	if err != nil {
+		return err
+	}
+	dst, err := client.ParseReference(o.dst)
+	if err != nil {
+		return err
+	}
+	pinned, err := client.Copy(cmd.Context(), src, dst)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(cmd.OutOrStdout(), pinned)
+	return nil
+}

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/imagepipe/imagepipe/internal/registry"
+)
+
+type deleteOptions struct {
+	*globalOptions
+	registryFlags
+	ref   string
+	force bool
+}
+
+func newDeleteCmd(g *globalOptions) *cobra.Command {
+	o := &deleteOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "delete REGISTRY/TENANT/NAME:TAG|@DIGEST",
+		Short: "Delete an image from a registry",
+		Long: `Deletes the image a tag or digest names. Registries delete images by digest,
+which removes every tag of the image with it; so deleting through a tag is
+refused when other tags name the same image, unless --force is given. A digest
+is deleted as asked.
+
+The registry must allow deletes (distribution: storage.delete.enabled).
+Blobs are freed by the registry's garbage collection.`,
+		Example: `  imagectl delete registry.example.com/acme/rhel:10
+  imagectl delete registry.example.com/acme/rhel@sha256:...`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.ref = args[0]
+			return runDelete(cmd, o)
+		},
+	}
+	addRegistryFlags(cmd, &o.registryFlags)
+	cmd.Flags().BoolVar(&o.force, "force", false, "delete the image even when other tags name it (they are removed too)")
+	return cmd
+}
+
+func runDelete(cmd *cobra.Command, o *deleteOptions) error {
+	client, err := o.registryFlags.client(o.globalOptions)
+	if err != nil {
+		return err
+	}
+	ref, err := client.ParseReference(o.ref)
+	if err != nil {
+		return err
+	}
+	deleted, err := client.Delete(cmd.Context(), ref, registry.DeleteOptions{Force: o.force})
+	var shared *registry.SharedImageError
+	if errors.As(err, &shared) {
+		return fmt.Errorf("%w; delete with --force to remove the image and all its tags", err)
+	}
+	if err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "deleted %s\n", deleted.Digest)
+	if len(deleted.Tags) > 0 {
+		fmt.Fprintf(out, "untagged %s\n", strings.Join(deleted.Tags, ", "))
+	}
+	return nil
+}
