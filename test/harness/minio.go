@@ -20,7 +20,7 @@ type MinIO struct {
 }
 
 // StartMinIO starts MinIO on free ports of 127.0.0.1 (S3 API and console) with its data in
-// t.TempDir(), waits for /minio/health/live, and stops it when the test ends. It skips the test
+// t.TempDir(), waits for /minio/health/cluster, and stops it when the test ends. It skips the test
 // when the minio binary is not built.
 func StartMinIO(t testing.TB) *MinIO {
 	t.Helper()
@@ -54,7 +54,9 @@ func StartMinIO(t testing.TB) *MinIO {
 		if err != nil {
 			break
 		}
-		url := "http://" + m.Endpoint + "/minio/health/live"
+		// health/cluster answers 200 only once the object layer can serve
+		// requests; health/live answers earlier.
+		url := "http://" + m.Endpoint + "/minio/health/cluster"
 		err = waitReady(p, func(ctx context.Context) bool {
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 			if err != nil {

@@ -334,3 +334,59 @@ func corruptCompressedCluster(t *testing.T, dir string) string {
 	testenv.CorruptLastCompressedCluster(t, p)
 	return p
 }
+
+// TestImportPeakMemory measures imagectl's peak RSS with GNU time while it
+// imports a 4 GiB and a 64 GiB-virtual disk: at most 128 MiB whatever the
+// size.
+func TestImportPeakMemory(t *testing.T) {
+	testenv.RequireQEMU(t)
+	if _, err := os.Stat("/usr/bin/time"); err != nil {
+		t.Skip("GNU time not installed (make tools installs it)")
+	}
+	reg := harness.StartRegistry(t, harness.RegistryOptions{})
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name    string
+		sizeGiB int
+		format  string
+	}{{"4GiB-raw", 4, "raw"}, {"64GiB-qcow2", 64, "qcow2"}} {
+		raw := filepath.Join(dir, tc.name+".raw")
+		f, err := os.Create(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Truncate(int64(tc.sizeGiB) << 30)
+		rng := rand.New(rand.NewPCG(1, uint64(tc.sizeGiB)))
+		buf := make([]byte, 4<<20)
+		for i := range buf {
+			buf[i] = byte(rng.Uint32())
+		}
+		for i := range 8 { // 32 MiB of data spread over the disk
+			f.WriteAt(buf, int64(i)*(int64(tc.sizeGiB)<<27))
+		}
+		f.Close()
+		src := raw
+		if tc.format == "qcow2" {
+			src = filepath.Join(dir, tc.name+".qcow2")
+			testenv.Run(t, testenv.Imagectl, "convert", raw, src)
+		}
+		rss := filepath.Join(dir, tc.name+".rss")
+		r := testenv.RunCommand(t, testenv.Command{
+			Name: "/usr/bin/time",
+			Args: []string{"-f", "%M", "-o", rss, testenv.Imagectl, "import", "--quiet", src, reg.Host + "/acme/big:" + tc.name},
+			Env:  []string{"IMAGEPIPE_CACHE=" + t.TempDir()},
+		})
+		if r.Code != 0 {
+			t.Fatalf("%s: exit %d: %s", tc.name, r.Code, r.Stderr)
+		}
+		b, _ := os.ReadFile(rss)
+		var kib int64
+		if _, err := fmt.Sscan(string(b), &kib); err != nil {
+			t.Fatalf("GNU time output %q: %v", b, err)
+		}
+		t.Logf("%s: peak RSS %d KiB", tc.name, kib)
+		if kib > 128<<10 {
+			t.Errorf("%s: peak RSS %d KiB, over 128 MiB", tc.name, kib)
+		}
+	}
+}
