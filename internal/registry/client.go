@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -38,7 +39,7 @@ type options struct {
 	insecure  bool
 	logger    *slog.Logger
 	chunkSize int
-	stateDir  string
+	cacheDir  string
 	retries   int
 	backoff   time.Duration
 	userAgent string
@@ -92,11 +93,12 @@ func WithChunkSize(n int) Option {
 	}
 }
 
-// WithStateDir sets where interrupted uploads are remembered so that a
-// later run resumes them; "" disables that. The default is
-// $IMAGEPIPE_CACHE/uploads or ~/.cache/imagepipe/uploads.
-func WithStateDir(dir string) Option {
-	return func(o *options) error { o.stateDir = dir; return nil }
+// WithCacheDir sets where the client remembers interrupted uploads (so
+// that a later run resumes them) and where it pushed each build (so that
+// an import into another repository mounts instead of uploading); ""
+// disables both. The default is $IMAGEPIPE_CACHE, else ~/.cache/imagepipe.
+func WithCacheDir(dir string) Option {
+	return func(o *options) error { o.cacheDir = dir; return nil }
 }
 
 // WithRetry sets how often a failed request is retried and the first
@@ -122,7 +124,7 @@ func New(opts ...Option) (*Client, error) {
 		keychain:  authn.DefaultKeychain,
 		logger:    slog.New(slog.DiscardHandler),
 		chunkSize: DefaultChunkSize,
-		stateDir:  defaultStateDir(),
+		cacheDir:  defaultCacheDir(),
 		retries:   6,
 		backoff:   250 * time.Millisecond,
 		userAgent: "imagepipe",
@@ -153,12 +155,12 @@ func New(opts ...Option) (*Client, error) {
 	return &Client{opts: o, base: tr, schemes: map[string]string{}}, nil
 }
 
-func defaultStateDir() string {
+func defaultCacheDir() string {
 	if d := os.Getenv("IMAGEPIPE_CACHE"); d != "" {
-		return d + "/uploads"
+		return d
 	}
 	if d, err := os.UserCacheDir(); err == nil {
-		return d + "/imagepipe/uploads"
+		return filepath.Join(d, "imagepipe")
 	}
 	return ""
 }

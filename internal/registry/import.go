@@ -128,8 +128,15 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts Impo
 		VirtualSize: info.VirtualSize, DiskFormat: string(opts.DiskFormat),
 	}
 
-	if found, err := c.tagExisting(ctx, ref, key, result); err != nil || found {
+	if found, err := c.tagExisting(ctx, ref.Context().Tag(BuildKeyTag(key)), ref, key, result); err != nil || found {
 		return result, err
+	}
+	if rec, ok := c.lookupBuild(key); ok && rec.Registry == ref.RegistryStr() && rec.Repository != ref.RepositoryStr() {
+		if found, err := c.mountExisting(ctx, ref, key, rec, result); err == nil && found {
+			return result, nil
+		} else if err != nil {
+			log.Debug("mounting from another repository failed; building", "repository", rec.Repository, "error", err)
+		}
 	}
 	// Walk the whole allocation map before anything is sent: an invalid
 	// L2 table is refused with nothing uploaded.
@@ -199,18 +206,19 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts Impo
 	}
 	result.Digest = fmt.Sprintf("sha256:%x", sha256.Sum256(manifest))
 	result.Pinned = ref.Context().Digest(result.Digest).String()
+	c.rememberBuild(key, buildRecord{Registry: ref.RegistryStr(), Repository: ref.RepositoryStr(), Digest: result.Digest})
 	log.Info("imported", "digest", result.Digest, "bytes", layer.size)
 	return result, nil
 }
 
-// tagExisting tags the image with the same build key, if the repository
-// has one, and fills result from it.
-func (c *Client) tagExisting(ctx context.Context, ref name.Tag, key string, result *api.ImportResult) (bool, error) {
+// tagExisting tags ref with the image at existing (its build-key tag) when
+// that image has the build key, and fills result from it.
+func (c *Client) tagExisting(ctx context.Context, existing name.Reference, ref name.Tag, key string, result *api.ImportResult) (bool, error) {
 	ropts, err := c.remoteOptions(ctx, ref.Registry)
 	if err != nil {
 		return false, err
 	}
-	desc, err := remote.Get(ref.Context().Tag(BuildKeyTag(key)), ropts...)
+	desc, err := remote.Get(existing, ropts...)
 	var terr *transport.Error
 	if errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound {
 		return false, nil
@@ -225,11 +233,36 @@ func (c *Client) tagExisting(ctx context.Context, ref name.Tag, key string, resu
 	if err := remote.Tag(ref, desc, ropts...); err != nil {
 		return false, fmt.Errorf("tagging %s: %w", ref, err)
 	}
+	c.rememberBuild(key, buildRecord{Registry: ref.RegistryStr(), Repository: ref.RepositoryStr(), Digest: desc.Digest.String()})
 	result.Digest = desc.Digest.String()
 	result.Pinned = ref.Context().Digest(result.Digest).String()
 	result.Reused = true
 	result.LayerSize = m.Layers[0].Size
 	return true, nil
+}
+
+// mountExisting copies the image recorded for key from another repository
+// of the same registry into ref's repository. The registry mounts the
+// blobs, so no layer byte travels; then ref and the build-key tag are
+// written.
+func (c *Client) mountExisting(ctx context.Context, ref name.Tag, key string, rec buildRecord, result *api.ImportResult) (bool, error) {
+	from, err := name.NewDigest(ref.RegistryStr() + "/" + rec.Repository + "@" + rec.Digest)
+	if err != nil {
+		return false, err
+	}
+	ropts, err := c.remoteOptions(ctx, ref.Registry)
+	if err != nil {
+		return false, err
+	}
+	img, err := remote.Image(from, ropts...)
+	if err != nil {
+		return false, err
+	}
+	keyTag := ref.Context().Tag(BuildKeyTag(key))
+	if err := remote.Write(keyTag, img, ropts...); err != nil {
+		return false, fmt.Errorf("mounting %s into %s: %w", from, ref.Context(), err)
+	}
+	return c.tagExisting(ctx, keyTag, ref, key, result)
 }
 
 // pushLayer builds the layer and streams it into a resumable upload.

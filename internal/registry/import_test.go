@@ -36,7 +36,7 @@ func testRegistry(t *testing.T) string {
 
 func testClient(t *testing.T, opts ...Option) *Client {
 	t.Helper()
-	c, err := New(append([]Option{WithStateDir(t.TempDir())}, opts...)...)
+	c, err := New(append([]Option{WithCacheDir(t.TempDir())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,8 @@ func TestImportIsReproducibleAndReimportOnlyTags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := c.Import(t.Context(), mustTag(t, host+"/acme/b:1"), src, ImportOptions{})
+	// Another client (no build cache) builds the same image from scratch.
+	b, err := testClient(t).Import(t.Context(), mustTag(t, host+"/acme/b:1"), src, ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,6 +205,14 @@ func TestImportIsReproducibleAndReimportOnlyTags(t *testing.T) {
 	}
 	if !again.Reused || again.Digest != a.Digest || again.UploadedBytes != 0 {
 		t.Errorf("re-import: %+v", again)
+	}
+	// The client that built it mounts it into a third repository.
+	mounted, err := c.Import(t.Context(), mustTag(t, host+"/acme/c:1"), src, ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !mounted.Reused || mounted.Digest != a.Digest || mounted.UploadedBytes != 0 {
+		t.Errorf("import into another repository: %+v", mounted)
 	}
 	other, err := c.Import(t.Context(), mustTag(t, host+"/acme/a:3"), src, ImportOptions{Compression: CompressionZstd})
 	if err != nil {

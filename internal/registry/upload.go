@@ -71,8 +71,8 @@ func (c *Client) startUpload(ctx context.Context, repo name.Repository, key stri
 		return nil, err
 	}
 	u := &blobUpload{c: c, client: client, base: baseURL, repo: repo, buf: make([]byte, 0, c.opts.chunkSize)}
-	if c.opts.stateDir != "" && key != "" {
-		u.state = &uploadState{path: filepath.Join(c.opts.stateDir, stateFileName(repo.Name(), key)), Key: key, Repo: repo.Name()}
+	if c.opts.cacheDir != "" && key != "" {
+		u.state = &uploadState{path: filepath.Join(c.opts.cacheDir, "uploads", stateFileName(repo.Name(), key)), Key: key, Repo: repo.Name()}
 		if prev, err := readUploadState(u.state.path); err == nil && prev.Key == key && prev.Repo == repo.Name() {
 			if loc, err := baseURL.Parse(prev.Location); err == nil {
 				u.location = loc

@@ -374,7 +374,10 @@ func entries(t *testing.T, dir string) []string {
 
 func TestDelete(t *testing.T) {
 	f := setup(t)
-	f.importOK(t, f.alpha, f.reg.Host+"/acme/alpha:2") // the same image: only tagged
+	// The same source and options: the same image, only tagged.
+	if again := f.importOK(t, f.alpha, f.reg.Host+"/acme/alpha:2", "--default-instancetype", "u1.small"); digestOf(again) != digestOf(f.alphaPin) {
+		t.Fatalf("re-import gave %s, want %s", again, f.alphaPin)
+	}
 
 	r := f.imagectl(t, "", "delete", f.alphaRef)
 	if r.Code != 1 || !strings.Contains(r.Stderr, "also tagged 2") || !strings.Contains(r.Stderr, "--force") {
@@ -431,23 +434,25 @@ func TestCopy(t *testing.T) {
 	secure := harness.StartRegistry(t, harness.RegistryOptions{Username: "tenant", Password: "s3cret", TLS: true})
 	auth := []string{"--username", "tenant", "--password-stdin", "--ca-file", secure.CAFile}
 	src := secure.Host + "/acme/secure:1"
-	if r := f.imagectl(t, "s3cret\n", append([]string{"import", f.alpha, src, "--quiet"}, auth...)...); r.Code != 0 {
+	r = f.imagectl(t, "s3cret\n", append([]string{"import", f.alpha, src, "--quiet"}, auth...)...)
+	if r.Code != 0 {
 		t.Fatalf("import into the TLS registry: exit %d\n%s", r.Code, r.Stderr)
 	}
+	secureDigest := digestOf(strings.TrimSpace(r.Stdout))
 	plain := f.reg.Host + "/acme/from-secure:1"
 	r = f.imagectl(t, "s3cret\n", append([]string{"copy", src, plain}, auth...)...)
 	if r.Code != 0 {
 		t.Fatalf("copy from the TLS registry: exit %d\n%s", r.Code, r.Stderr)
 	}
-	if want := f.reg.Host + "/acme/from-secure@" + digestOf(f.alphaPin); strings.TrimSpace(r.Stdout) != want {
+	if want := f.reg.Host + "/acme/from-secure@" + secureDigest; strings.TrimSpace(r.Stdout) != want {
 		t.Errorf("copy printed %q, want %q", r.Stdout, want)
 	}
 	var inspected struct{ Digest string }
 	if err := json.Unmarshal(testenv.Run(t, "skopeo", "inspect", "--tls-verify=false", "docker://"+plain), &inspected); err != nil {
 		t.Fatal(err)
 	}
-	if inspected.Digest != digestOf(f.alphaPin) {
-		t.Errorf("skopeo sees %s, want %s", inspected.Digest, digestOf(f.alphaPin))
+	if inspected.Digest != secureDigest {
+		t.Errorf("skopeo sees %s, want %s", inspected.Digest, secureDigest)
 	}
 	if r := f.imagectl(t, "", "copy", src, plain, "--ca-file", secure.CAFile); r.Code != 1 {
 		t.Errorf("copy from the TLS registry without credentials: exit %d", r.Code)

@@ -227,10 +227,17 @@ func TestReimportOnlyTagsAndIsReproducible(t *testing.T) {
 	if !again.Reused || again.UploadedBytes != 0 || again.Digest != first.Digest {
 		t.Errorf("re-import: %+v, first %+v", again, first)
 	}
-	// Another repository builds afresh and gets the same digest.
+	// Without imagectl's build cache, another repository builds afresh and
+	// gets the same digest; with it, the blobs are mounted.
 	other := importOK(t, t.TempDir(), qcow, reg.Host+"/acme/copy:1")
 	if other.Reused || other.Digest != first.Digest {
 		t.Errorf("rebuild in another repository: %+v, want digest %s", other, first.Digest)
+	}
+	cache := t.TempDir()
+	importOK(t, cache, qcow, reg.Host+"/acme/src:1")
+	mounted := importOK(t, cache, qcow, reg.Host+"/acme/mounted:1")
+	if !mounted.Reused || mounted.UploadedBytes != 0 || mounted.Digest != first.Digest {
+		t.Errorf("import into another repository with the build cache: %+v", mounted)
 	}
 }
 
