@@ -19,9 +19,11 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/image-syncer ./cmd/image-syncer
 
 # tools installs the system packages the tests use (qemu-img/qemu-io as the
-# oracle, skopeo, mkfs.ext4, GNU time) when they are missing.
+# oracle, skopeo, mkfs.ext4, GNU time, zstd) when they are missing, and builds
+# the real servers from the Go module proxy into $(CACHE)/bin: the CNCF
+# distribution registry, MinIO and crane (test/buildtools.sh; cached).
 tools:
-	@bash test/tools.sh
+	@IMAGEPIPE_CACHE=$(CACHE) bash test/tools.sh
 
 test: tools lint build unit integration fuzz
 
@@ -29,7 +31,7 @@ unit:
 	$(GO) test -race -count=1 ./internal/... ./pkg/... ./cmd/...
 
 integration: build
-	IMAGECTL=$(BIN)/imagectl $(GO) test -count=1 ./test/...
+	IMAGECTL=$(BIN)/imagectl IMAGEPIPE_CACHE=$(CACHE) $(GO) test -count=1 ./test/...
 
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -11,6 +11,7 @@ command -v qemu-io >/dev/null || need+=(qemu-utils)
 command -v skopeo >/dev/null || need+=(skopeo)
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 [ -x /usr/bin/time ] || need+=(time)
+command -v zstd >/dev/null || need+=(zstd)
 
 if [ ${#need[@]} -gt 0 ]; then
 	echo "installing: ${need[*]}"
