@@ -80,7 +80,7 @@ func renderProgress(label string, done, total int64, elapsed time.Duration) stri
 	}
 	eta := "--"
 	if rate > 0 {
-		eta = (time.Duration(float64(total-done)/rate) * time.Second / time.Second).Round(time.Second).String()
+		eta = time.Duration(float64(total-done) / rate * float64(time.Second)).Round(time.Second).String()
 	}
 	return fmt.Sprintf("%s [%s] %3.0f%% %s/%s %s/s ETA %s", label, bar, frac*100, shortBytes(done), shortBytes(total), shortBytes(int64(rate)), eta)
 }
