@@ -1,0 +1,260 @@
+package registry
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/pkg/api"
+)
+
+// tarEntry is one entry of a hand-built layer.
+type tarEntry struct {
+	name     string
+	typ      byte
+	uid, gid int
+	mode     int64
+	data     []byte
+}
+
+func diskDirEntry() tarEntry {
+	return tarEntry{name: api.DiskDir, typ: tar.TypeDir, uid: 107, gid: 107, mode: 0o555}
+}
+
+func diskFileEntry(data []byte) tarEntry {
+	return tarEntry{name: api.DiskPath, typ: tar.TypeReg, uid: 107, gid: 107, mode: 0o444, data: data}
+}
+
+func makeTar(t testing.TB, entries ...tarEntry) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, e := range entries {
+		h := &tar.Header{Name: e.name, Typeflag: e.typ, Uid: e.uid, Gid: e.gid, Mode: e.mode, Size: int64(len(e.data))}
+		if e.typ == tar.TypeSymlink {
+			h.Linkname, h.Size = "/etc/passwd", 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(e.data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func gzipped(t testing.TB, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write(b)
+	zw.Close()
+	return buf.Bytes()
+}
+
+// pushLayers pushes an OCI image made of the given layers, with annotations.
+func pushLayers(t *testing.T, ref string, annotations map[string]string, layers ...v1.Layer) name.Reference {
+	t.Helper()
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err := mutate.AppendLayers(base, layers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if annotations != nil {
+		img = mutate.Annotations(img, annotations).(v1.Image)
+	}
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(r, img); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// rawDisk is a valid raw disk's bytes (a raw disk is anything that matches
+// no other format).
+func rawDisk(n int) []byte { return bytes.Repeat([]byte("imagepipe"), n/9+1)[:n] }
+
+func TestCheckAndExtractImportedImages(t *testing.T) {
+	host := testRegistry(t)
+	c := testClient(t)
+	for _, tc := range []struct {
+		disk convert.Format
+		comp Compression
+	}{{convert.FormatQCOW2, CompressionGzip}, {convert.FormatRaw, CompressionZstd}, {convert.FormatQCOW2, CompressionNone}} {
+		t.Run(string(tc.disk)+"-"+string(tc.comp), func(t *testing.T) {
+			src := testDisk(t, 8<<20, 3)
+			res, err := c.Import(t.Context(), mustTag(t, host+"/acme/disk:"+string(tc.disk)+"-"+string(tc.comp)), src,
+				ImportOptions{DiskFormat: tc.disk, Compression: tc.comp, DefaultPreference: "fedora"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, err := c.ParseReference(res.Pinned)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep, err := c.CheckContainerDisk(t.Context(), ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Verdict != api.VerdictAccepted || rep.DiskFormat != string(tc.disk) || rep.VirtualSize != 8<<20 ||
+				rep.Checked != api.CheckedHeader || rep.Digest != res.Digest || rep.LayerMediaType != tc.comp.mediaType() ||
+				len(rep.Env) != 1 || !strings.HasSuffix(rep.Env[0], "=fedora") {
+				t.Errorf("report = %+v", rep)
+			}
+
+			_, _, _, want := pullDisk(t, res.Pinned)
+			var got bytes.Buffer
+			ext, err := c.ExtractDisk(t.Context(), ref, &got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got.Bytes(), want) || ext.Size != int64(len(want)) || ext.Format != tc.disk || ext.Digest != res.Digest {
+				t.Errorf("extracted %d bytes (%+v), want the layer's %d", got.Len(), ext, len(want))
+			}
+		})
+	}
+}
+
+func TestCheckAndExtractRejectBadShapes(t *testing.T) {
+	host := testRegistry(t)
+	c := testClient(t)
+	disk := rawDisk(100 << 10)
+	good := makeTar(t, diskDirEntry(), diskFileEntry(disk))
+	withMode := func(e tarEntry, f func(*tarEntry)) tarEntry { f(&e); return e }
+	uncompressed := func(b []byte) v1.Layer { return static.NewLayer(b, types.OCIUncompressedLayer) }
+	for _, tc := range []struct {
+		name        string
+		layers      []v1.Layer
+		annotations map[string]string
+		reason      string // for both, unless extractOnly
+		extractOnly bool   // CheckContainerDisk does not read that far
+	}{
+		{name: "no layer", reason: api.ReasonLayerCount},
+		{name: "two layers", layers: []v1.Layer{uncompressed(good), uncompressed(makeTar(t, diskDirEntry()))}, reason: api.ReasonLayerCount},
+		{name: "bzip2 layer", layers: []v1.Layer{static.NewLayer(good, "application/vnd.oci.image.layer.v1.tar+bzip2")}, reason: api.ReasonLayerMediaType},
+		{name: "not gzip", layers: []v1.Layer{static.NewLayer(good, types.OCILayer)}, reason: api.ReasonInvalidLayer},
+		{name: "not a tar", layers: []v1.Layer{uncompressed(bytes.Repeat([]byte{0xff}, 4096))}, reason: api.ReasonInvalidLayer},
+		{name: "empty tar", layers: []v1.Layer{uncompressed(makeTar(t))}, reason: api.ReasonTarEntry},
+		{name: "file first", layers: []v1.Layer{uncompressed(makeTar(t, diskFileEntry(disk)))}, reason: api.ReasonTarEntry},
+		{name: "only the directory", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry()))}, reason: api.ReasonTarEntry},
+		{name: "other name", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry(), withMode(diskFileEntry(disk), func(e *tarEntry) { e.name = "disk/other.img" })))}, reason: api.ReasonTarEntry},
+		{name: "symlink", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry(), withMode(diskFileEntry(nil), func(e *tarEntry) { e.typ = tar.TypeSymlink })))}, reason: api.ReasonTarEntry},
+		{name: "root owned", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry(), withMode(diskFileEntry(disk), func(e *tarEntry) { e.uid, e.gid = 0, 0 })))}, reason: api.ReasonDiskOwner},
+		{name: "writable", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry(), withMode(diskFileEntry(disk), func(e *tarEntry) { e.mode = 0o666 })))}, reason: api.ReasonDiskMode},
+		{name: "truncated", layers: []v1.Layer{uncompressed(good[:2048])}, reason: api.ReasonInvalidLayer},
+		{name: "empty disk", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry(), diskFileEntry(nil)))}, reason: string(convert.ReasonVirtualSize)},
+		{name: "declared qcow2", layers: []v1.Layer{uncompressed(good)}, annotations: map[string]string{api.AnnotationDiskFormat: "qcow2"}, reason: string(convert.ReasonFormatMismatch)},
+		{name: "wrong virtual size", layers: []v1.Layer{uncompressed(good)}, annotations: map[string]string{api.AnnotationVirtualSize: "1024"}, reason: api.ReasonAnnotationMismatch},
+		{name: "entry after the disk", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry(), diskFileEntry(disk), tarEntry{name: "disk/b.img", typ: tar.TypeReg, mode: 0o444}))}, reason: api.ReasonTarEntry, extractOnly: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ref := pushLayers(t, host+"/acme/bad:"+strings.ReplaceAll(tc.name, " ", "-"), tc.annotations, tc.layers...)
+			rep, err := c.CheckContainerDisk(t.Context(), ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.extractOnly {
+				if rep.Verdict != api.VerdictAccepted {
+					t.Errorf("check: %+v", rep)
+				}
+			} else if rep.Verdict != api.VerdictRejected || len(rep.Reasons) != 1 || rep.Reasons[0].Code != tc.reason {
+				t.Errorf("check: verdict %s, reasons %+v; want %s", rep.Verdict, rep.Reasons, tc.reason)
+			}
+
+			_, err = c.ExtractDisk(t.Context(), ref, &bytes.Buffer{})
+			if tc.reason == string(convert.ReasonVirtualSize) || tc.reason == string(convert.ReasonFormatMismatch) || tc.reason == api.ReasonAnnotationMismatch {
+				if err != nil { // the caller validates the disk itself
+					t.Errorf("extract: %v", err)
+				}
+				return
+			}
+			se := AsShapeError(err)
+			if se == nil || se.Reason != tc.reason || !errors.Is(err, convert.ErrRejected) {
+				t.Errorf("extract: %v; want a %s shape error", err, tc.reason)
+			}
+		})
+	}
+}
+
+func TestExtractChecksTheDiffID(t *testing.T) {
+	host := testRegistry(t)
+	c := testClient(t)
+	// static layers claim their blob digest as diff ID: wrong for gzip.
+	ref := pushLayers(t, host+"/acme/diffid:1", nil, static.NewLayer(gzipped(t, makeTar(t, diskDirEntry(), diskFileEntry(rawDisk(4096)))), types.OCILayer))
+	if rep, err := c.CheckContainerDisk(t.Context(), ref); err != nil || rep.Verdict != api.VerdictAccepted {
+		t.Fatalf("check: %+v, %v", rep, err)
+	}
+	_, err := c.ExtractDisk(t.Context(), ref, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "diff ID") || AsShapeError(err) != nil {
+		t.Errorf("extract: %v; want a diff ID mismatch", err)
+	}
+}
+
+func TestCheckReadsOnlyTheHead(t *testing.T) {
+	host := testRegistry(t)
+	c := testClient(t)
+	// A qcow2 header whose L1 table lies past the first 64 KiB: the check
+	// asks for it, gets nothing, and still passes the header.
+	src := testDisk(t, 64<<20, 4)
+	res, err := c.Import(t.Context(), mustTag(t, host+"/acme/big:1"), src, ImportOptions{Compression: CompressionNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := c.ParseReference(res.Pinned)
+	rep, err := c.CheckContainerDisk(t.Context(), ref)
+	if err != nil || rep.Verdict != api.VerdictAccepted || rep.Checked != api.CheckedHeader || rep.VirtualSize != 64<<20 {
+		t.Fatalf("check: %+v, %v", rep, err)
+	}
+
+	h := &headReaderAt{head: []byte("0123456789")}
+	buf := make([]byte, 4)
+	if n, err := h.ReadAt(buf, 2); n != 4 || err != nil || h.beyond {
+		t.Errorf("inside the head: %d, %v", n, err)
+	}
+	if n, err := h.ReadAt(buf, 8); n != 2 || !errors.Is(err, errBeyondHead) || !h.beyond {
+		t.Errorf("across the end of the head: %d, %v", n, err)
+	}
+}
+
+// FuzzDiskEntry feeds arbitrary tar streams to the containerDisk shape
+// check and the head read: neither may panic or allocate beyond 2 MiB
+// whatever the headers claim.
+func FuzzDiskEntry(f *testing.F) {
+	f.Add(makeTar(f, diskDirEntry(), diskFileEntry(rawDisk(1000))))
+	f.Add(makeTar(f, diskDirEntry(), diskFileEntry(append([]byte("QFI\xfb\x00\x00\x00\x03"), make([]byte, 200)...))))
+	f.Add(makeTar(f, diskFileEntry(nil)))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tr := tar.NewReader(bytes.NewReader(data))
+		h, err := diskEntry(tr)
+		if err != nil {
+			return
+		}
+		head, err := readDiskHead(tr, h.Size)
+		if err != nil {
+			return
+		}
+		if len(head) > 2<<20 {
+			t.Fatalf("read %d bytes of head", len(head))
+		}
+		convert.Open(&headReaderAt{head: head}, h.Size, convert.OpenOptions{AllowISO: true})
+	})
+}
