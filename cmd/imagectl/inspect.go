@@ -205,17 +205,3 @@ func runInspectRemote(cmd *cobra.Command, o *inspectOptions, ref string) error {
 	}
 	return nil
 }
-
-// humanBytes formats n as qemu-img does ("4 GiB (4294967296 bytes)").
-func humanBytes(n int64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB"}
-	v, i := float64(n), 0
-	for v >= 1024 && i < len(units)-1 {
-		v /= 1024
-		i++
-	}
-	if i == 0 {
-		return fmt.Sprintf("%d B", n)
-	}
-	return fmt.Sprintf("%.3g %s (%d bytes)", v, units[i], n)
-}

@@ -84,17 +84,3 @@ func renderProgress(label string, done, total int64, elapsed time.Duration) stri
 	}
 	return fmt.Sprintf("%s [%s] %3.0f%% %s/%s %s/s ETA %s", label, bar, frac*100, shortBytes(done), shortBytes(total), shortBytes(int64(rate)), eta)
 }
-
-// shortBytes formats n in binary units with one decimal ("1.2 GiB").
-func shortBytes(n int64) string {
-	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
-	v, i := float64(n), 0
-	for v >= 1024 && i < len(units)-1 {
-		v /= 1024
-		i++
-	}
-	if i == 0 {
-		return fmt.Sprintf("%d B", n)
-	}
-	return fmt.Sprintf("%.1f %s", v, units[i])
-}

@@ -44,20 +44,6 @@ func patch(t *testing.T, path string, off int64, b []byte) {
 	}
 }
 
-// entries lists a directory's file names.
-func entries(t *testing.T, dir string) []string {
-	t.Helper()
-	des, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, d := range des {
-		names = append(names, d.Name())
-	}
-	return names
-}
-
 func TestInspectExitCodesAndJSON(t *testing.T) {
 	testenv.RequireQEMU(t)
 	dir := t.TempDir()
@@ -128,7 +114,7 @@ func TestConvertFailingMidwayLeavesNothing(t *testing.T) {
 	if code != 3 || !strings.Contains(stderr, "invalid-compressed-cluster") {
 		t.Fatalf("exit %d, stderr %q; want 3 and invalid-compressed-cluster", code, stderr)
 	}
-	for _, name := range entries(t, dir) {
+	for _, name := range testenv.Entries(t, dir) {
 		if strings.HasPrefix(name, "out") || strings.Contains(name, "partial") {
 			t.Errorf("left behind %s", name)
 		}

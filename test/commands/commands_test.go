@@ -340,7 +340,7 @@ func TestExport(t *testing.T) {
 			}
 		})
 	}
-	if got, want := entries(t, out), []string{"alpha.qcow2", "alpha.raw", "beta.qcow2", "beta.raw"}; !slices.Equal(got, want) {
+	if got, want := testenv.Entries(t, out), []string{"alpha.qcow2", "alpha.raw", "beta.qcow2", "beta.raw"}; !slices.Equal(got, want) {
 		t.Errorf("export left %v", got)
 	}
 
@@ -353,23 +353,10 @@ func TestExport(t *testing.T) {
 		if r.Code != 3 || !strings.Contains(r.Stderr, api.ReasonTarEntry) {
 			t.Errorf("exit %d, stderr %q; want 3 and %s", r.Code, r.Stderr, api.ReasonTarEntry)
 		}
-		if left := entries(t, dir); len(left) != 0 {
+		if left := testenv.Entries(t, dir); len(left) != 0 {
 			t.Errorf("a rejected export left %v", left)
 		}
 	})
-}
-
-func entries(t *testing.T, dir string) []string {
-	t.Helper()
-	des, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	for _, d := range des {
-		names = append(names, d.Name())
-	}
-	return names
 }
 
 func TestDelete(t *testing.T) {

@@ -145,3 +145,17 @@ func CorruptLastCompressedCluster(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
+
+// Entries lists the names in a directory.
+func Entries(t *testing.T, dir string) []string {
+	t.Helper()
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range des {
+		names = append(names, d.Name())
+	}
+	return names
+}
