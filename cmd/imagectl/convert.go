@@ -59,22 +59,28 @@ func runConvert(ctx context.Context, o *convertOptions) error {
 	if err != nil {
 		return err
 	}
-	plan, err := img.Plan(ctx, convert.Options{
+	copts := convert.Options{
 		To:          convert.Format(o.to),
 		ClusterSize: o.clusterSize,
 		Logger:      log,
+	}
+	if o.out == "-" {
+		// A stream needs its size fixed first: plan, then write.
+		plan, err := img.Plan(ctx, copts)
+		if err != nil {
+			return err
+		}
+		return plan.Write(ctx, os.Stdout)
+	}
+	var size int64
+	err = writeAtomically(o.out, o.sync, func(f *os.File) error {
+		size, err = img.WriteFile(ctx, f, copts)
+		return err
 	})
 	if err != nil {
 		return err
 	}
-	log.Debug("planned", "bytes", plan.Size(), "elapsed", time.Since(start))
-	if o.out == "-" {
-		return plan.Write(ctx, os.Stdout)
-	}
-	if err := writeAtomically(o.out, o.sync, func(f *os.File) error { return plan.Write(ctx, f) }); err != nil {
-		return err
-	}
-	log.Debug("converted", "out", o.out, "bytes", plan.Size(), "elapsed", time.Since(start))
+	log.Debug("converted", "out", o.out, "bytes", size, "elapsed", time.Since(start))
 	return nil
 }
 

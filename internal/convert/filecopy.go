@@ -3,6 +3,7 @@ package convert
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/bits"
 	"os"
 	"sync"
@@ -217,4 +218,69 @@ func copyBuffered(in *os.File, off int64, out *os.File, at, n int64, sc *scratch
 		off, at, n = off+int64(len(b)), at+int64(len(b)), n-int64(len(b))
 	}
 	return nil
+}
+
+// WriteFile converts img into f, a regular file, and returns the size of
+// the result. Unlike Plan and Write it needs no size up front, so qcow2
+// output takes one pass over the image: each batch is read once, checked
+// for zero clusters and written straight to its place, data first and the
+// tables after (see qcowLayout). Raw output goes through Plan and Write,
+// which already read the image once. f is emptied first.
+func (img *Image) WriteFile(ctx context.Context, f *os.File, opts Options) (int64, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return 0, err
+	}
+	if opts.To == FormatRaw {
+		p, err := img.Plan(ctx, opts)
+		if err != nil {
+			return 0, err
+		}
+		return p.Size(), p.Write(ctx, f)
+	}
+	if st, err := f.Stat(); err != nil || st.Size() > 0 {
+		if err := f.Truncate(0); err != nil {
+			return 0, err
+		}
+	}
+	cs := opts.ClusterSize
+	vsize := img.qcow2VirtualSize()
+	p := &Plan{img: img, opts: opts, nonzero: newBitmap(ceilDiv(vsize, cs)), singlePass: true}
+	next := int64(1) // the next data cluster; cluster 0 is the header
+	err = p.readBatches(ctx, func(off int64, buf []byte, n int64) error {
+		// Runs of non-zero clusters are contiguous in buf and in the
+		// file: one write each.
+		for i := int64(0); i < int64(len(buf)); {
+			if !p.nonzero.has((off + i) / cs) {
+				i += cs
+				continue
+			}
+			j := i + cs
+			for j < int64(len(buf)) && p.nonzero.has((off+j)/cs) {
+				j += cs
+			}
+			allocate(f, next*cs, j-i)
+			if _, err := f.WriteAt(buf[i:j], next*cs); err != nil {
+				return err
+			}
+			next += (j - i) / cs
+			i = j
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	layout := newQCOWLayout(vsize, cs, p.nonzero, true)
+	if layout.data != next-1 {
+		return 0, fmt.Errorf("wrote %d data clusters but counted %d", next-1, layout.data)
+	}
+	err = layout.writeMetadata(func(cluster int64, b []byte) error {
+		_, err := f.WriteAt(b, cluster*cs)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	return layout.fileSize(), f.Truncate(layout.fileSize())
 }

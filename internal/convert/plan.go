@@ -52,6 +52,9 @@ type Plan struct {
 	// qcow2 output only.
 	layout  *qcowLayout
 	nonzero bitmap // bit per output cluster: holds non-zero data
+	// singlePass: the bitmap is filled while reading (WriteFile), not by
+	// an earlier scan; nothing can be skipped up front.
+	singlePass bool
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -90,19 +93,20 @@ func (img *Image) Plan(ctx context.Context, opts Options) (*Plan, error) {
 		p.size = img.info.VirtualSize
 		return p, nil
 	}
-	// qcow2 virtual sizes are whole sectors; a raw input of an odd size
-	// gets a zero-filled tail, as qemu-img does.
-	vsize := (img.info.VirtualSize + 511) &^ 511
-	clusters := (vsize + opts.ClusterSize - 1) / opts.ClusterSize
-	p.nonzero = newBitmap(clusters)
+	vsize := img.qcow2VirtualSize()
+	p.nonzero = newBitmap(ceilDiv(vsize, opts.ClusterSize))
 	if err := p.scan(ctx); err != nil {
 		return nil, err
 	}
-	p.layout = newQCOWLayout(vsize, opts.ClusterSize, p.nonzero)
+	p.layout = newQCOWLayout(vsize, opts.ClusterSize, p.nonzero, false)
 	p.size = p.layout.fileSize()
 	opts.Logger.Debug("planned qcow2 output", "virtualSize", vsize, "dataClusters", p.layout.data, "bytes", p.size)
 	return p, nil
 }
+
+// qcow2VirtualSize is the virtual size of qcow2 output: whole sectors, so a
+// raw input of an odd size gets a zero-filled tail, as with qemu-img.
+func (img *Image) qcow2VirtualSize() int64 { return (img.info.VirtualSize + 511) &^ 511 }
 
 // Size is the exact number of bytes Write produces.
 func (p *Plan) Size() int64 { return p.size }
@@ -209,7 +213,13 @@ func (p *Plan) Write(ctx context.Context, w io.Writer) error {
 		return err
 	}
 	if p.opts.To == FormatQCOW2 {
-		if err := p.layout.writeMetadata(out); err != nil {
+		err := p.layout.writeMetadata(func(cluster int64, b []byte) error {
+			if cluster*int64(len(b)) != out.n {
+				return fmt.Errorf("metadata cluster %d out of order", cluster)
+			}
+			return out.write(b)
+		})
+		if err != nil {
 			return err
 		}
 	}
@@ -277,7 +287,7 @@ func (p *Plan) readBatches(ctx context.Context, fn func(off int64, buf []byte, n
 		defer close(queue)
 		defer readers.Wait()
 		for off := int64(0); off < vsize; off += batch {
-			if p.opts.To == FormatQCOW2 && !p.nonzero.anyIn(off/p.opts.ClusterSize, batch/p.opts.ClusterSize) {
+			if p.opts.To == FormatQCOW2 && !p.singlePass && !p.nonzero.anyIn(off/p.opts.ClusterSize, batch/p.opts.ClusterSize) {
 				continue
 			}
 			var buf []byte
@@ -306,6 +316,9 @@ func (p *Plan) readBatches(ctx context.Context, fn func(off int64, buf []byte, n
 				sc := scratches.get()
 				defer scratches.put(sc)
 				r.zero, r.err = p.readBatch(ctx, off, r.buf[:n], sc)
+				if p.singlePass && !r.zero && r.err == nil {
+					p.markNonZero(off, r.buf[:n], p.opts.ClusterSize)
+				}
 				return nil
 			})
 		}
@@ -333,8 +346,9 @@ func (p *Plan) readBatches(ctx context.Context, fn func(off int64, buf []byte, n
 	return g.Wait()
 }
 
-// readBatch fills buf with the guest data at off. For raw output, a batch
-// that is one hole is reported as zero and buf is left alone.
+// readBatch fills buf with the guest data at off. A batch that is one hole
+// is reported as zero and buf is left alone, unless a plan decided to store
+// clusters of it (stream qcow2 output, whose size was fixed by the scan).
 func (p *Plan) readBatch(ctx context.Context, off int64, buf []byte, sc *scratch) (zero bool, err error) {
 	var exts []extent
 	err = p.img.src.extents(ctx, off, int64(len(buf)), func(e extent) error {
@@ -344,7 +358,7 @@ func (p *Plan) readBatch(ctx context.Context, off int64, buf []byte, sc *scratch
 	if err != nil {
 		return false, err
 	}
-	if p.opts.To == FormatRaw && len(exts) == 1 && exts[0].kind == extentZero {
+	if (p.opts.To == FormatRaw || p.singlePass) && len(exts) == 1 && exts[0].kind == extentZero {
 		return true, nil
 	}
 	for _, e := range exts {

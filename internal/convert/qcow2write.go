@@ -9,10 +9,16 @@ import (
 // compression_type byte, padded to 8, as QEMU 5.1 and later write it.
 const outHeaderLength = 112
 
-// qcowLayout places every cluster of a qcow2 output file. The file is
-// written front to back in this order:
+// qcowLayout places every cluster of a qcow2 output file. A stream is
+// written front to back in this order, which needs the allocation map
+// before the first byte:
 //
 //	header | L1 table | refcount table | refcount blocks | L2 tables | data
+//
+// A file written in one pass (WriteFile) puts the data right after the
+// header, in the order it is read, and the tables after it:
+//
+//	header | data | L2 tables | L1 table | refcount table | refcount blocks
 //
 // Every cluster is referenced exactly once (refcount 1, so every L1/L2
 // entry carries the COPIED flag), data clusters follow guest order, and
@@ -21,6 +27,7 @@ type qcowLayout struct {
 	vsize       int64
 	clusterBits uint
 	nonzero     bitmap // bit per guest cluster holding non-zero data
+	dataFirst   bool   // the one-pass file layout
 
 	l1Entries  int64
 	l1Clusters int64
@@ -30,8 +37,8 @@ type qcowLayout struct {
 	data       int64 // data clusters
 }
 
-func newQCOWLayout(vsize, clusterSize int64, nonzero bitmap) *qcowLayout {
-	l := &qcowLayout{vsize: vsize, clusterBits: uint(bits.TrailingZeros64(uint64(clusterSize))), nonzero: nonzero}
+func newQCOWLayout(vsize, clusterSize int64, nonzero bitmap, dataFirst bool) *qcowLayout {
+	l := &qcowLayout{vsize: vsize, clusterBits: uint(bits.TrailingZeros64(uint64(clusterSize))), nonzero: nonzero, dataFirst: dataFirst}
 	cs := clusterSize
 	entries := cs / 8
 	l.l1Entries = (vsize + cs*entries - 1) / (cs * entries)
@@ -68,11 +75,24 @@ func (l *qcowLayout) totalClusters() int64 {
 func (l *qcowLayout) fileSize() int64 { return l.totalClusters() << l.clusterBits }
 
 // Cluster indexes where each region starts.
-func (l *qcowLayout) l1Start() int64 { return 1 }
+func (l *qcowLayout) l1Start() int64 {
+	if l.dataFirst {
+		return l.l2Start() + l.l2Tables
+	}
+	return 1
+}
 func (l *qcowLayout) rtStart() int64 { return l.l1Start() + l.l1Clusters }
 func (l *qcowLayout) rbStart() int64 { return l.rtStart() + l.rtClusters }
-func (l *qcowLayout) l2Start() int64 { return l.rbStart() + l.rbClusters }
+func (l *qcowLayout) l2Start() int64 {
+	if l.dataFirst {
+		return l.dataStart() + l.data
+	}
+	return l.rbStart() + l.rbClusters
+}
 func (l *qcowLayout) dataStart() int64 {
+	if l.dataFirst {
+		return 1
+	}
 	return l.l2Start() + l.l2Tables
 }
 
@@ -83,14 +103,18 @@ func (l *qcowLayout) tableHasData(j int64) bool {
 	return l.nonzero.anyIn(j*entries, entries)
 }
 
-// writeMetadata writes every cluster before the data, one cluster at a time.
-func (l *qcowLayout) writeMetadata(out *output) error {
+// writeMetadata produces every cluster that is not data, one cluster at a
+// time, handing each to put with its cluster index. In the stream layout
+// the indexes come in increasing order.
+func (l *qcowLayout) writeMetadata(put func(cluster int64, b []byte) error) error {
 	cs := l.clusterSize()
 	buf := make([]byte, cs)
 	be := binary.BigEndian
+	at := int64(0)
 	emit := func() error {
-		err := out.write(buf)
+		err := put(at, buf)
 		clear(buf)
+		at++
 		return err
 	}
 
@@ -111,6 +135,7 @@ func (l *qcowLayout) writeMetadata(out *output) error {
 	}
 
 	// L1 table: the n-th table with data lives at l2Start+n.
+	at = l.l1Start()
 	next := l.l2Start()
 	for j := range l.l1Clusters * (cs / 8) {
 		if j < l.l1Entries && l.tableHasData(j) {
@@ -125,6 +150,7 @@ func (l *qcowLayout) writeMetadata(out *output) error {
 	}
 
 	// Refcount table, then blocks: every cluster in the file has refcount 1.
+	at = l.rtStart()
 	for i := range l.rtClusters * (cs / 8) {
 		if i < l.rbClusters {
 			be.PutUint64(buf[(i%(cs/8))*8:], uint64((l.rbStart()+i)*cs))
@@ -148,6 +174,7 @@ func (l *qcowLayout) writeMetadata(out *output) error {
 	}
 
 	// L2 tables: the k-th non-zero guest cluster is the k-th data cluster.
+	at = l.l2Start()
 	data := l.dataStart()
 	entries := cs / 8
 	for j := range l.l1Entries {
