@@ -224,6 +224,17 @@ ours() {
 	timed imagectl env IMAGEPIPE_CACHE="$cache" "$IMAGECTL" import "$src" "$ref" --quiet
 }
 
+# run_cache [warm] makes a fresh IMAGEPIPE_CACHE for one imagectl run and prints its path: empty,
+# or with warm, holding only the digest cache the warm-up filled (DIGESTS). imagectl also keeps
+# builds.json there (where each build was pushed) and mounts the blobs from that repository
+# instead of uploading them, so a run with the shared cache would measure a mount, not an import.
+run_cache() {
+	local d
+	d=$(mktemp -d "$RUN_DIR/cache.XXXXXX")
+	if [[ ${1:-} == warm ]]; then cp "$DIGESTS" "$d/digests.json"; fi
+	printf '%s\n' "$d"
+}
+
 ROWS=()
 NOTES=()
 
@@ -235,24 +246,37 @@ run_case() {
 	ours "$src" "$HOSTPORT/acme/ours-$key-0:1"
 	peer "$src" "$HOSTPORT/acme/peer-$key-0:1"
 	PEER_STEP_MAX=(0 0 0)
-	check_digest_cached "$src" "$HOSTPORT/acme/ours-$key-0:1"
+	[[ -f $CACHE/digests.json ]] || die "imagectl left no $CACHE/digests.json after the warm-up"
+	cp "$CACHE/digests.json" "$RUN_DIR/digests.json"
+	DIGESTS=$RUN_DIR/digests.json
+	cdir=$(run_cache warm)
+	check_digest_cached "$src" "$HOSTPORT/acme/ours-$key-0:1" "$cdir"
+	rm -rf "$cdir"
 
-	local it=() ir=() pt=() pr=() ct=() cr=() rep tool order cdir
+	local it=() ir=() pt=() pr=() ct=() cr=() mt=() mr=() rep tool order cdir
 	for ((rep = 1; rep <= REPS; rep++)); do
 		log "$key: rep $rep/$REPS"
-		if ((rep % 2)); then order="ours cold peer"; else order="peer cold ours"; fi
+		if ((rep % 2)); then order="ours cold mount peer"; else order="peer mount cold ours"; fi
 		for tool in $order; do
 			case $tool in
 			ours)
-				ours "$src" "$HOSTPORT/acme/ours-$key-$rep:1"
+				cdir=$(run_cache warm)
+				ours "$src" "$HOSTPORT/acme/ours-$key-$rep:1" "$cdir"
 				it+=("$SECONDS_TAKEN") ir+=("$RSS_KIB")
+				rm -rf "$cdir"
 				;;
 			cold)
 				((cold)) || continue
-				cdir=$(mktemp -d "$RUN_DIR/cold.XXXXXX")
+				cdir=$(run_cache)
 				ours "$src" "$HOSTPORT/acme/ours-$key-cold-$rep:1" "$cdir"
 				ct+=("$SECONDS_TAKEN") cr+=("$RSS_KIB")
 				rm -rf "$cdir"
+				;;
+			mount)
+				# The shared cache, whose builds.json knows the warm-up's repository.
+				((cold)) || continue
+				ours "$src" "$HOSTPORT/acme/ours-$key-mount-$rep:1"
+				mt+=("$SECONDS_TAKEN") mr+=("$RSS_KIB")
 				;;
 			peer)
 				peer "$src" "$HOSTPORT/acme/peer-$key-$rep:1"
@@ -279,13 +303,19 @@ run_case() {
 		cr_=$(ratio "$cmed" "$pmed")
 		ROWS+=("| $label, cold digest cache (source hashed in the run) | $cmed | $pmed | ${cr_}× | ≤ ${target}× | $(le "$cr_" "$target") | $(kib_mib "$cmax") | $(kib_mib "$pmax") | $(mib "$isize") | $(mib "$psize") |")
 		NOTES+=("$key cold-digest-cache walls (s): ${ct[*]}")
+		local mmed mr_ mup
+		mmed=$(median "${mt[@]}")
+		mr_=$(ratio "$mmed" "$pmed")
+		mup=$(layer_size "$HOSTPORT/acme/ours-$key-mount-1:1")
+		ROWS+=("| $label to a new repository, shared cache (blobs mounted from the warm-up, 0 uploaded) | $mmed | $pmed | ${mr_}× | — (info) | — | $(kib_mib "$(maximum "${mr[@]}")") | $(kib_mib "$pmax") | $(mib "$mup") | $(mib "$psize") |")
+		NOTES+=("$key mount walls (s): ${mt[*]}")
 	fi
 }
 
-# check_digest_cached SOURCE REF fails unless imagectl takes SOURCE's digest from its cache
-# (an untimed run with -v, which logs cache hits).
+# check_digest_cached SOURCE REF CACHE_DIR fails unless imagectl takes SOURCE's digest from the
+# digest cache in CACHE_DIR (an untimed run with -v, which logs cache hits).
 check_digest_cached() {
-	"$IMAGECTL" -v import "$1" "$2" --quiet >/dev/null 2>"$RUN_DIR/cachecheck.err" ||
+	IMAGEPIPE_CACHE=$3 "$IMAGECTL" -v import "$1" "$2" --quiet >/dev/null 2>"$RUN_DIR/cachecheck.err" ||
 		{
 			tail -n 20 "$RUN_DIR/cachecheck.err" >&2
 			die "imagectl -v import $1 $2 failed"
@@ -335,6 +365,12 @@ main() {
 	trap cleanup EXIT
 	trap 'exit 130' INT
 	trap 'exit 143' TERM
+	# Run a copy: a rebuild of bin/imagectl during the run would change the build key (it records
+	# imagectl's version), and the re-import would then build anew instead of reusing.
+	IMAGECTL_SHOWN=$IMAGECTL
+	cp "$IMAGECTL" "$RUN_DIR/imagectl"
+	IMAGECTL=$RUN_DIR/imagectl
+	IMAGECTL_VERSION=$("$IMAGECTL" --version 2>/dev/null | head -n 1)
 	start_registry
 
 	run_case a "(f) import sparse raw (a.raw)" "$RAW" "$TARGET_RAW" 1
@@ -365,9 +401,10 @@ main() {
 		printf '\n## imagectl import vs the peer pipeline (qemu-img convert + tar + crane append)\n\n'
 		printf -- '- registry: %s, `%s serve CONFIG` on %s (filesystem storage in a temp dir, delete enabled, log level warn)\n' \
 			"$("$REGISTRY" --version 2>/dev/null | head -n 1)" "$REGISTRY" "$HOSTPORT"
+		printf -- '- imagectl: %s (%s), run from a copy made at the start\n' "$IMAGECTL_SHOWN" "$IMAGECTL_VERSION"
 		printf -- '- crane: %s; skopeo: %s; %s\n' "$(cat "$TOOLS_BIN/.crane.version" 2>/dev/null || echo unknown)" \
 			"$(skopeo --version)" "$(tar --version | head -n 1)"
-		printf -- '- method: per case one unmeasured warm-up run of each tool (page cache warm for both), then %s measured runs of each, alternating which goes first, `sync` before every run outside the timing; every run pushes to a fresh repository (no dedup); wall is the median. imagectl takes the source digest from its cache ($IMAGEPIPE_CACHE/digests.json, filled by the warm-up; checked with `-v`) in the measured runs, except the "cold digest cache" row, where IMAGEPIPE_CACHE points at an empty temp dir and the source is hashed during the run (one such run per rep). The peer pipeline is timed as one unit from the start of qemu-img convert to the end of crane append; its MaxRSS is the largest of its three steps (`/usr/bin/time -f %%M`, max over the measured runs). Layer sizes are the registry manifest'"'"'s layers[0].size of run 1. The re-import row is %s runs of the same reference; each must report "reused": true and "uploadedBytes": 0\n' "$REPS" "$REPS"
+		printf -- '- method: per case one unmeasured warm-up run of each tool (page cache warm for both), then %s measured runs of each, alternating which goes first, `sync` before every run outside the timing; every run pushes to a fresh repository (no dedup); wall is the median. Every imagectl run gets its own fresh IMAGEPIPE_CACHE: in the measured runs it holds only a copy of the digests.json the warm-up filled, so the source digest comes from imagectl'"'"'s cache (checked with `-v`) while there is no builds.json, from which imagectl would mount the warm-up'"'"'s blobs instead of uploading; in the "cold digest cache" row it is empty and the source is hashed during the run; the "another repository" row uses the shared IMAGEPIPE_CACHE and measures that mount (one run of each per rep). The peer pipeline is timed as one unit from the start of qemu-img convert to the end of crane append; its MaxRSS is the largest of its three steps (`/usr/bin/time -f %%M`, max over the measured runs). Layer sizes are the registry manifest'"'"'s layers[0].size of run 1. The re-import row is %s runs of the same reference; each must report "reused": true and "uploadedBytes": 0\n' "$REPS" "$REPS"
 		printf -- '- correctness: `skopeo copy` of ours-a-1:1 to dir:, layer blob (gzip) extracted with tar, `qemu-img compare a.raw disk.img` identical, entries 107/107, disk.img -r--r--r--\n\n'
 		printf '| case | imagectl wall (s) | peer pipeline wall (s) | ratio imagectl/peer | target | met | imagectl MaxRSS (MiB) | peer MaxRSS (MiB, max of 3 steps) | imagectl layer (MiB) | peer layer (MiB) |\n'
 		printf '|---|---:|---:|---:|---|---|---:|---:|---:|---:|\n'
@@ -377,9 +414,10 @@ main() {
 		printf '\nCommands (N = run number, SOURCE = %s or %s, W = a fresh empty directory):\n\n' "$RAW" "$ZLIB"
 		printf -- '- registry: `OTEL_TRACES_EXPORTER=none %s serve %s`\n' "$REGISTRY" "$RUN_DIR/registry.yml"
 		printf -- '- peer: `qemu-img convert -O qcow2 SOURCE W/disk/disk.img && chmod 0444 W/disk/disk.img && chmod 0555 W/disk && tar --owner=107 --group=107 --numeric-owner -C W -cf W/layer.tar disk && %s append -f W/layer.tar -t %s/acme/peer-N:1 --insecure`\n' "$CRANE" "$HOSTPORT"
-		printf -- '- imagectl: `%s import SOURCE %s/acme/ours-N:1 --quiet` (IMAGEPIPE_CACHE=%s)\n' "$IMAGECTL" "$HOSTPORT" "$CACHE"
-		printf -- '- imagectl, cold digest cache: `IMAGEPIPE_CACHE=$(mktemp -d) %s import %s %s/acme/ours-a-cold-N:1 --quiet`\n' "$IMAGECTL" "$RAW" "$HOSTPORT"
-		printf -- '- re-import: `%s import %s %s -o json`\n' "$IMAGECTL" "$RAW" "$reref"
+		printf -- '- imagectl: `IMAGEPIPE_CACHE=C %s import SOURCE %s/acme/ours-N:1 --quiet` (C a fresh dir holding a copy of %s/digests.json after the warm-up)\n' "$IMAGECTL_SHOWN" "$HOSTPORT" "$CACHE"
+		printf -- '- imagectl, cold digest cache: `IMAGEPIPE_CACHE=$(mktemp -d) %s import %s %s/acme/ours-a-cold-N:1 --quiet`\n' "$IMAGECTL_SHOWN" "$RAW" "$HOSTPORT"
+		printf -- '- imagectl, another repository: `IMAGEPIPE_CACHE=%s %s import %s %s/acme/ours-a-mount-N:1 --quiet`\n' "$CACHE" "$IMAGECTL_SHOWN" "$RAW" "$HOSTPORT"
+		printf -- '- re-import: `%s import %s %s -o json`\n' "$IMAGECTL_SHOWN" "$RAW" "$reref"
 		printf -- '- check: `skopeo copy --src-tls-verify=false docker://%s dir:OUT`, `tar -xzf OUT/<layers[0].digest> disk/disk.img`, `qemu-img compare %s disk.img`, `tar --numeric-owner -tvzf OUT/<layers[0].digest>`\n' "$HOSTPORT/acme/ours-a-1:1" "$RAW"
 	}
 }
