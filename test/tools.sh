@@ -12,6 +12,7 @@ command -v skopeo >/dev/null || need+=(skopeo)
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 [ -x /usr/bin/time ] || need+=(time)
 command -v zstd >/dev/null || need+=(zstd)
+[ -f /usr/include/isa-l/igzip_lib.h ] || need+=(libisal-dev)
 
 if [ ${#need[@]} -gt 0 ]; then
 	echo "installing: ${need[*]}"

@@ -21,6 +21,7 @@ type registryFlags struct {
 	passwordStdin bool
 	caFile        string
 	insecure      bool
+	chunkSize     int
 }
 
 func addRegistryFlags(cmd *cobra.Command, f *registryFlags) {
@@ -28,6 +29,11 @@ func addRegistryFlags(cmd *cobra.Command, f *registryFlags) {
 	cmd.Flags().BoolVar(&f.passwordStdin, "password-stdin", false, "read the registry password from standard input")
 	cmd.Flags().StringVar(&f.caFile, "ca-file", "", "PEM file of extra CA certificates to trust")
 	cmd.Flags().BoolVar(&f.insecure, "insecure", false, "allow plain HTTP and skip TLS verification (127.0.0.1 and localhost never need it for HTTP)")
+}
+
+// addChunkFlag adds --chunk-size to commands that upload layers.
+func addChunkFlag(cmd *cobra.Command, f *registryFlags) {
+	cmd.Flags().IntVar(&f.chunkSize, "chunk-size", registry.DefaultChunkSize, "bytes per upload request; at most this much is sent again after a broken connection")
 }
 
 // client builds a registry client from the flags.
@@ -39,6 +45,9 @@ func (f *registryFlags) client(g *globalOptions) (*registry.Client, error) {
 	}
 	if f.caFile != "" {
 		opts = append(opts, registry.WithCAFile(f.caFile))
+	}
+	if f.chunkSize != 0 {
+		opts = append(opts, registry.WithChunkSize(f.chunkSize))
 	}
 	if f.passwordStdin && f.username == "" {
 		return nil, errors.New("--password-stdin needs --username")

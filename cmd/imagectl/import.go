@@ -58,6 +58,7 @@ Exit codes: 0 pushed, 3 the image is rejected (nothing is pushed), 1 other error
 	}
 	addImageFlags(cmd, &o.imageFlags)
 	addRegistryFlags(cmd, &o.registryFlags)
+	addChunkFlag(cmd, &o.registryFlags)
 	addSourceFlags(cmd, &o.sourceFlags)
 	f := cmd.Flags()
 	f.StringVar(&o.diskFormat, "disk-format", "qcow2", "format of disk/disk.img: qcow2 or raw")

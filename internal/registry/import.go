@@ -90,9 +90,18 @@ func buildKey(sourceDigest string, o ImportOptions) string {
 		Instancetype, Pref string            `json:",omitempty"`
 		OSName, Creator    string            `json:",omitempty"`
 		Created            string            `json:",omitempty"`
+		Gzip               string            `json:",omitempty"` // the compressor decides the bytes
 	}{1, sourceDigest, o.DiskFormat, o.Compression, o.Architecture, o.OS, o.Labels,
-		o.DefaultInstancetype, o.DefaultPreference, o.OSName, o.Creator, formatCreated(o.Created)})
+		o.DefaultInstancetype, o.DefaultPreference, o.OSName, o.Creator, formatCreated(o.Created), gzipName(o.Compression)})
 	return fmt.Sprintf("sha256:%x", sha256.Sum256(b))
+}
+
+// gzipName is the gzip implementation when the layer is gzip-compressed.
+func gzipName(c Compression) string {
+	if c == CompressionGzip {
+		return gzipImplementation
+	}
+	return ""
 }
 
 func formatCreated(t time.Time) string {

@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"hash"
 	"io"
-	"runtime"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
-	"github.com/klauspost/pgzip"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
@@ -121,11 +119,8 @@ func buildLayer(ctx context.Context, plan *convert.Plan, comp Compression, sink,
 	var zw io.WriteCloser
 	switch comp {
 	case CompressionGzip:
-		gz, err := pgzip.NewWriterLevel(out, pgzip.BestSpeed)
+		gz, err := newGzipWriter(out)
 		if err != nil {
-			return layerInfo{}, err
-		}
-		if err := gz.SetConcurrency(1<<20, 2*runtime.GOMAXPROCS(0)); err != nil {
 			return layerInfo{}, err
 		}
 		zw = gz
