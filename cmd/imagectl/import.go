@@ -97,7 +97,9 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	}
 
 	readBar := newProgressBar("reading ", o.quiet)
-	src, err := source.Open(ctx, o.src, o.sourceFlags.options(o.globalOptions, o.maxVirtualSize, readBar.update))
+	sopts := o.sourceFlags.options(o.globalOptions, o.maxVirtualSize, readBar.update)
+	sopts.DeferDigest = true // a local file is hashed while the layer is built
+	src, err := source.Open(ctx, o.src, sopts)
 	readBar.finish()
 	if err != nil {
 		return err
@@ -109,7 +111,11 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	}
 	pushBar := newProgressBar("pushing ", o.quiet)
 	iopts.Progress = pushBar.update
-	result, err := client.Import(ctx, tag, registry.Source{Image: img, Digest: src.Digest}, iopts)
+	rsrc := registry.Source{Image: img, Digest: src.Digest}
+	if src.Digest == "" {
+		rsrc.WaitDigest = src.WaitDigest
+	}
+	result, err := client.Import(ctx, tag, rsrc, iopts)
 	pushBar.finish()
 	if err != nil {
 		return err

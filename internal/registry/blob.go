@@ -16,7 +16,7 @@ import (
 // repository already has it, and returns its descriptor.
 func (c *Client) pushSmallBlob(ctx context.Context, repo name.Repository, mediaType string, b []byte) (ocispec.Descriptor, error) {
 	desc := ocispec.Descriptor{MediaType: mediaType, Digest: digest.Digest(fmt.Sprintf("sha256:%x", sha256.Sum256(b))), Size: int64(len(b))}
-	u, err := c.startUpload(ctx, repo, "")
+	u, err := c.startUpload(ctx, repo, nil)
 	if err != nil {
 		return desc, err
 	}

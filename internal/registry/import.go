@@ -28,8 +28,11 @@ import (
 type Source struct {
 	// Image is the opened, validated disk.
 	Image *convert.Image
-	// Digest is the sha256 of the original bytes ("sha256:<hex>").
+	// Digest is the sha256 of the original bytes ("sha256:<hex>"), or ""
+	// while WaitDigest is still computing it.
 	Digest string
+	// WaitDigest, when Digest is "", returns the digest once known.
+	WaitDigest func(context.Context) (string, error)
 }
 
 // ImportOptions describe the containerDisk to build. The zero value builds
@@ -121,6 +124,10 @@ func BuildKeyTag(key string) string {
 // repository already holds an image with the same build key, it is only
 // tagged. A rejection of the disk (a *convert.RejectError) leaves nothing
 // behind; a network failure leaves a resumable upload.
+//
+// When src's digest is still being computed (Source.WaitDigest), the build
+// starts at once and the look-up for an identical image happens as soon as
+// the digest is known; finding one stops the build.
 func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts ImportOptions) (*api.ImportResult, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -129,50 +136,135 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts Impo
 	if _, err := Tenant(ref.Context()); err != nil {
 		return nil, err
 	}
-	info := src.Image.Info()
-	key := buildKey(src.Digest, opts)
-	log := c.opts.logger.With("reference", ref.String())
-	result := &api.ImportResult{
-		Reference: ref.String(), SourceDigest: src.Digest,
-		VirtualSize: info.VirtualSize, DiskFormat: string(opts.DiskFormat),
+	if src.Digest != "" || src.WaitDigest == nil {
+		key := buildKey(src.Digest, opts)
+		if res, err := c.findExisting(ctx, ref, key, src, opts); err != nil || res != nil {
+			return res, err
+		}
+		b, err := c.build(ctx, ref, knownKey(key), src, opts)
+		if err != nil {
+			return nil, err
+		}
+		return c.publish(ctx, ref, key, src.Digest, src, opts, b)
 	}
 
+	// Hash and build at the same time.
+	buildCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	type found struct {
+		digest string
+		res    *api.ImportResult
+		err    error
+	}
+	lookup := make(chan found, 1)
+	later := new(uploadKey)
+	go func() {
+		d, err := src.WaitDigest(buildCtx)
+		if err != nil {
+			lookup <- found{err: err}
+			stop(err)
+			return
+		}
+		key := buildKey(d, opts)
+		res, err := c.findExisting(buildCtx, ref, key, Source{Image: src.Image, Digest: d}, opts)
+		if res == nil && err == nil {
+			later.set(key) // the upload can now be resumed by a later run
+		}
+		lookup <- found{digest: d, res: res, err: err}
+		if res != nil || err != nil {
+			stop(errFoundExisting)
+		}
+	}()
+	b, buildErr := c.build(buildCtx, ref, later, src, opts)
+	if buildErr != nil && !errors.Is(context.Cause(buildCtx), errFoundExisting) {
+		if cause := context.Cause(buildCtx); cause != nil {
+			return nil, cause // hashing failed, or the caller gave up
+		}
+		return nil, buildErr
+	}
+	f := <-lookup
+	switch {
+	case f.err != nil:
+		return nil, f.err
+	case f.res != nil:
+		return f.res, nil
+	case buildErr != nil:
+		return nil, buildErr
+	}
+	return c.publish(ctx, ref, buildKey(f.digest, opts), f.digest, src, opts, b)
+}
+
+// errFoundExisting stops a build that an identical image made unnecessary.
+var errFoundExisting = errors.New("an identical image exists")
+
+// findExisting returns the result of tagging an identical image already in
+// the registry (the repository's build-key tag, or another repository this
+// client pushed the build to), or nil when there is none.
+func (c *Client) findExisting(ctx context.Context, ref name.Tag, key string, src Source, opts ImportOptions) (*api.ImportResult, error) {
+	result := newResult(ref, src, opts)
 	if found, err := c.tagExisting(ctx, ref.Context().Tag(BuildKeyTag(key)), ref, key, result); err != nil || found {
-		return result, err
+		if err != nil {
+			return nil, err
+		}
+		return result, nil
 	}
 	if rec, ok := c.lookupBuild(key); ok && rec.Registry == ref.RegistryStr() && rec.Repository != ref.RepositoryStr() {
-		if found, err := c.mountExisting(ctx, ref, key, rec, result); err == nil && found {
+		found, err := c.mountExisting(ctx, ref, key, rec, result)
+		if err == nil && found {
 			return result, nil
-		} else if err != nil {
-			log.Debug("mounting from another repository failed; building", "repository", rec.Repository, "error", err)
+		}
+		if err != nil {
+			c.opts.logger.Debug("mounting from another repository failed; building", "repository", rec.Repository, "error", err)
 		}
 	}
+	return nil, nil
+}
+
+func newResult(ref name.Tag, src Source, opts ImportOptions) *api.ImportResult {
+	return &api.ImportResult{
+		Reference: ref.String(), SourceDigest: src.Digest,
+		VirtualSize: src.Image.Info().VirtualSize, DiskFormat: string(opts.DiskFormat),
+	}
+}
+
+// built is a layer in the registry and what is known of its disk.
+type built struct {
+	layer     layerInfo
+	sent      int64
+	allocated int64
+}
+
+// build validates the allocation map, then builds and uploads the layer.
+// key names the upload for resuming, possibly only later.
+func (c *Client) build(ctx context.Context, ref name.Tag, key *uploadKey, src Source, opts ImportOptions) (built, error) {
 	// Walk the whole allocation map before anything is sent: an invalid
 	// L2 table is refused with nothing uploaded.
 	summary, err := src.Image.Map(ctx)
 	if err != nil {
-		return nil, err
+		return built{}, err
 	}
 	plan, err := src.Image.Plan(ctx, convert.Options{To: opts.DiskFormat, Logger: c.opts.logger})
 	if err != nil {
-		return nil, err
+		return built{}, err
 	}
 	layer, sent, err := c.pushLayer(ctx, ref.Context(), key, plan, opts)
 	if errors.Is(err, errUploadLost) {
-		log.Info("upload session lost; sending the layer again")
+		c.opts.logger.Info("upload session lost; sending the layer again", "reference", ref.String())
 		layer, sent, err = c.pushLayer(ctx, ref.Context(), key, plan, opts)
 	}
-	if err != nil {
-		return nil, err
-	}
-	result.LayerSize, result.UploadedBytes = layer.size, sent
+	return built{layer: layer, sent: sent, allocated: summary.AllocatedBytes}, err
+}
 
+// publish pushes the config and the manifest, which writes the build-key
+// tag and then ref.
+func (c *Client) publish(ctx context.Context, ref name.Tag, key, sourceDigest string, src Source, opts ImportOptions, b built) (*api.ImportResult, error) {
+	info := src.Image.Info()
 	annotations := map[string]string{
-		api.AnnotationSourceDigest:  src.Digest,
+		api.AnnotationSourceDigest:  sourceDigest,
 		api.AnnotationSourceFormat:  string(info.Format),
 		api.AnnotationDiskFormat:    string(opts.DiskFormat),
 		api.AnnotationVirtualSize:   strconv.FormatInt(info.VirtualSize, 10),
-		api.AnnotationAllocatedSize: strconv.FormatInt(summary.AllocatedBytes, 10),
+		api.AnnotationAllocatedSize: strconv.FormatInt(b.allocated, 10),
 		api.AnnotationBuildKey:      key,
 	}
 	if opts.Creator != "" {
@@ -184,7 +276,7 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts Impo
 	if !opts.Created.IsZero() {
 		annotations[api.AnnotationCreated] = formatCreated(opts.Created)
 	}
-	config, err := imageConfig(opts, annotations, layer)
+	config, err := imageConfig(opts, annotations, b.layer)
 	if err != nil {
 		return nil, err
 	}
@@ -198,8 +290,8 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts Impo
 		Config:    configDesc,
 		Layers: []ocispec.Descriptor{{
 			MediaType: opts.Compression.mediaType(),
-			Digest:    digest.Digest(layer.digest),
-			Size:      layer.size,
+			Digest:    digest.Digest(b.layer.digest),
+			Size:      b.layer.size,
 		}},
 		Annotations: annotations,
 	})
@@ -213,10 +305,13 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts Impo
 			return nil, err
 		}
 	}
+	result := newResult(ref, src, opts)
+	result.SourceDigest = sourceDigest
+	result.LayerSize, result.UploadedBytes = b.layer.size, b.sent
 	result.Digest = fmt.Sprintf("sha256:%x", sha256.Sum256(manifest))
 	result.Pinned = ref.Context().Digest(result.Digest).String()
 	c.rememberBuild(key, buildRecord{Registry: ref.RegistryStr(), Repository: ref.RepositoryStr(), Digest: result.Digest})
-	log.Info("imported", "digest", result.Digest, "bytes", layer.size)
+	c.opts.logger.Info("imported", "reference", ref.String(), "digest", result.Digest, "bytes", b.layer.size)
 	return result, nil
 }
 
@@ -276,7 +371,7 @@ func (c *Client) mountExisting(ctx context.Context, ref name.Tag, key string, re
 
 // pushLayer builds the layer and streams it into a resumable upload.
 // It returns the layer and how many bytes this run sent.
-func (c *Client) pushLayer(ctx context.Context, repo name.Repository, key string, plan *convert.Plan, opts ImportOptions) (layerInfo, int64, error) {
+func (c *Client) pushLayer(ctx context.Context, repo name.Repository, key *uploadKey, plan *convert.Plan, opts ImportOptions) (layerInfo, int64, error) {
 	up, err := c.startUpload(ctx, repo, key)
 	if err != nil {
 		return layerInfo{}, 0, err

@@ -3,7 +3,9 @@ package registry
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log"
 	"math/rand/v2"
@@ -287,5 +289,48 @@ func TestParseReference(t *testing.T) {
 		if (err == nil) != ok {
 			t.Errorf("ParseReference(%q) = %v, want ok=%v", ref, err, ok)
 		}
+	}
+}
+
+// TestImportWhileHashing: with the digest still being computed, the build
+// starts at once; the result is the same image, and once an identical
+// image exists a second import only tags it.
+func TestImportWhileHashing(t *testing.T) {
+	host := testRegistry(t)
+	known := testDisk(t, 4<<20, 5)
+	c := testClient(t)
+	want, err := testClient(t).Import(t.Context(), mustTag(t, host+"/acme/known:1"), known, ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	later := Source{Image: known.Image, WaitDigest: func(ctx context.Context) (string, error) {
+		select {
+		case <-release:
+			return known.Digest, nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}}
+	close(release)
+	got, err := c.Import(t.Context(), mustTag(t, host+"/acme/later:1"), later, ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Digest != want.Digest || got.SourceDigest != known.Digest {
+		t.Errorf("while hashing: %+v, want digest %s", got, want.Digest)
+	}
+	again, err := c.Import(t.Context(), mustTag(t, host+"/acme/later:2"), later, ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !again.Reused || again.Digest != want.Digest {
+		t.Errorf("second import while hashing: %+v", again)
+	}
+	failing := Source{Image: known.Image, WaitDigest: func(context.Context) (string, error) {
+		return "", errors.New("disk read error")
+	}}
+	if _, err := c.Import(t.Context(), mustTag(t, host+"/acme/later:3"), failing, ImportOptions{}); err == nil || !strings.Contains(err.Error(), "disk read error") {
+		t.Errorf("hashing failure: %v", err)
 	}
 }

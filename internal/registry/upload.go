@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -33,6 +34,7 @@ type blobUpload struct {
 	client *http.Client
 	base   *url.URL
 	repo   name.Repository
+	key    *uploadKey
 
 	location *url.URL // the upload URL; it changes with every response
 	acked    int64    // bytes the registry holds
@@ -61,7 +63,30 @@ type uploadState struct {
 
 // startUpload opens an upload session in repo, resuming the one a state
 // file remembers for key when the registry still has it.
-func (c *Client) startUpload(ctx context.Context, repo name.Repository, key string) (*blobUpload, error) {
+// uploadKey names an upload so that a later run can resume it: the build
+// key, known at once or, while the source is still being hashed, later.
+// A nil *uploadKey names nothing.
+type uploadKey struct{ v atomic.Pointer[string] }
+
+func knownKey(key string) *uploadKey {
+	k := new(uploadKey)
+	k.set(key)
+	return k
+}
+
+func (k *uploadKey) set(key string) { k.v.Store(&key) }
+
+func (k *uploadKey) get() string {
+	if k == nil {
+		return ""
+	}
+	if p := k.v.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+func (c *Client) startUpload(ctx context.Context, repo name.Repository, key *uploadKey) (*blobUpload, error) {
 	client, base, err := c.httpClient(ctx, repo, repo.Scope(transport.PushScope))
 	if err != nil {
 		return nil, err
@@ -70,10 +95,9 @@ func (c *Client) startUpload(ctx context.Context, repo name.Repository, key stri
 	if err != nil {
 		return nil, err
 	}
-	u := &blobUpload{c: c, client: client, base: baseURL, repo: repo, buf: make([]byte, 0, c.opts.chunkSize)}
-	if c.opts.cacheDir != "" && key != "" {
-		u.state = &uploadState{path: filepath.Join(c.opts.cacheDir, "uploads", stateFileName(repo.Name(), key)), Key: key, Repo: repo.Name()}
-		if prev, err := readUploadState(u.state.path); err == nil && prev.Key == key && prev.Repo == repo.Name() {
+	u := &blobUpload{c: c, client: client, base: baseURL, repo: repo, key: key, buf: make([]byte, 0, c.opts.chunkSize)}
+	if u.stateFile() {
+		if prev, err := readUploadState(u.state.path); err == nil && prev.Key == u.state.Key && prev.Repo == repo.Name() {
 			if loc, err := baseURL.Parse(prev.Location); err == nil {
 				u.location = loc
 				if err := u.status(ctx); err == nil {
@@ -116,10 +140,21 @@ func readUploadState(path string) (*uploadState, error) {
 	return &s, nil
 }
 
+// stateFile sets up the upload's state file once its key is known, and
+// reports whether there is one.
+func (u *blobUpload) stateFile() bool {
+	if u.state == nil && u.c.opts.cacheDir != "" {
+		if key := u.key.get(); key != "" {
+			u.state = &uploadState{path: filepath.Join(u.c.opts.cacheDir, "uploads", stateFileName(u.repo.Name(), key)), Key: key, Repo: u.repo.Name()}
+		}
+	}
+	return u.state != nil
+}
+
 // saveState records the current upload URL; failing to is not an error,
 // it only costs a later run the ability to resume.
 func (u *blobUpload) saveState() {
-	if u.state == nil || u.location == nil {
+	if !u.stateFile() || u.location == nil {
 		return
 	}
 	u.state.Location = u.location.String()

@@ -83,6 +83,19 @@ func openFile(ctx context.Context, path string, o *config) (*Image, error) {
 		digest = *cached
 	case o.SkipDigest && o.checksum == "":
 		// Nothing needs the digest: a local file is used in place, unread.
+	case o.DeferDigest && o.checksum == "":
+		keep = true
+		img := &Image{ReaderAt: f, Size: st.Size(), OriginalSize: st.Size(), file: f, hashed: make(chan struct{})}
+		hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		img.cancelHash = cancel
+		go func() {
+			defer close(img.hashed)
+			img.Digest, img.hashErr = hashFile(hctx, f, st.Size(), nil)
+			if img.hashErr == nil {
+				remember(img.Digest)
+			}
+		}()
+		return img, nil
 	default:
 		digest, err = hashFile(ctx, f, st.Size(), o.Progress)
 		if err != nil {

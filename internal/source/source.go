@@ -43,6 +43,10 @@ type Options struct {
 	// Logger receives debug messages and one info message per resumed
 	// download; nil discards them.
 	Logger *slog.Logger
+	// DeferDigest lets Open return at once for an unwrapped local file whose
+	// digest is not cached, hashing it in the background while the caller
+	// already reads the image; Image.WaitDigest then gives the digest.
+	DeferDigest bool
 	// SkipDigest lets Open leave Image.Digest empty for an unwrapped local
 	// file, which is then not read at all (inspect and convert do not need
 	// the digest). Other sources are read once anyway and get a digest.
@@ -95,13 +99,22 @@ type Image struct {
 	closeOnce sync.Once
 	closeErr  error
 	file      *os.File // the file behind ReaderAt
-	temp      string   // a temporary file still to remove, when unlinking it early failed
+
+	// A digest being computed in the background (Options.DeferDigest).
+	hashed     chan struct{} // closed when Digest or hashErr is set
+	hashErr    error
+	cancelHash context.CancelFunc
+	temp       string // a temporary file still to remove, when unlinking it early failed
 }
 
 // Close closes the image and removes its temporary file, if any. It is safe
 // to call more than once.
 func (i *Image) Close() error {
 	i.closeOnce.Do(func() {
+		if i.hashed != nil {
+			i.cancelHash()
+			<-i.hashed
+		}
 		if i.file != nil {
 			i.closeErr = i.file.Close()
 		}
@@ -112,6 +125,20 @@ func (i *Image) Close() error {
 		}
 	})
 	return i.closeErr
+}
+
+// WaitDigest returns the digest of the original bytes, waiting for the
+// background hash that Options.DeferDigest started, if any.
+func (i *Image) WaitDigest(ctx context.Context) (string, error) {
+	if i.hashed == nil {
+		return i.Digest, nil
+	}
+	select {
+	case <-ctx.Done():
+		return "", ctx.Err()
+	case <-i.hashed:
+		return i.Digest, i.hashErr
+	}
 }
 
 // stdin is what the spec "-" reads; tests replace it.

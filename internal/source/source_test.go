@@ -597,3 +597,36 @@ func TestOpenHTTPErrors(t *testing.T) {
 		assertEmpty(t, tmp)
 	})
 }
+
+// TestOpenLocalDeferredDigest: with DeferDigest, Open does not wait for the
+// hash; WaitDigest gives it, the cache remembers it, and closing early
+// stops the hashing cleanly.
+func TestOpenLocalDeferredDigest(t *testing.T) {
+	isolateCache(t)
+	data := imageBytes(5<<20 + 7)
+	path := writeFile(t, t.TempDir(), "disk.raw", data)
+	want := sha256sum(t, path)
+
+	img := mustOpen(t, path, source.Options{DeferDigest: true})
+	if _, ok := img.ReaderAt.(*os.File); !ok {
+		t.Fatalf("ReaderAt is %T, want the *os.File", img.ReaderAt)
+	}
+	got, err := img.WaitDigest(t.Context())
+	if err != nil || got != want {
+		t.Fatalf("WaitDigest = %q, %v; want %s", got, err, want)
+	}
+	img.Close()
+
+	hits := source.CacheHits()
+	again := mustOpen(t, path, source.Options{DeferDigest: true})
+	if again.Digest != want || source.CacheHits()-hits != 1 {
+		t.Errorf("second open: digest %q, %d cache hits; want the cached digest", again.Digest, source.CacheHits()-hits)
+	}
+	again.Close()
+
+	other := writeFile(t, t.TempDir(), "other.raw", imageBytes(9<<20))
+	early := mustOpen(t, other, source.Options{DeferDigest: true})
+	if err := early.Close(); err != nil {
+		t.Errorf("Close while hashing: %v", err)
+	}
+}
