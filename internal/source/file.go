@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 
@@ -116,12 +117,21 @@ func hashFile(ctx context.Context, f *os.File, size int64, progress func(done, t
 	_ = unix.Fadvise(int(f.Fd()), 0, size, unix.FADV_SEQUENTIAL)
 	h := sha256.New()
 	buf := make([]byte, hashBufferSize)
+	zeros := make([]byte, hashBufferSize)
+	dataEnd := int64(-1) // end of the data extent at off; holes read as zeros
 	var off int64
 	for off < size {
 		if err := ctx.Err(); err != nil {
 			return "", err
 		}
-		n, err := f.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
+		// Holes of a sparse file are hashed as zeros without reading them.
+		if off >= dataEnd {
+			var data int64
+			data, dataEnd = nextData(f, off, size)
+			off = hashZeros(h, zeros, off, data, size, progress)
+			continue
+		}
+		n, err := f.ReadAt(buf[:min(int64(len(buf)), size-off, dataEnd-off)], off)
 		h.Write(buf[:n])
 		off += int64(n)
 		if progress != nil && n > 0 {
@@ -137,4 +147,36 @@ func hashFile(ctx context.Context, f *os.File, size int64, progress func(done, t
 		}
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// nextData returns the next data extent [data, end) at or after off; a file
+// system that cannot tell holes says everything is data.
+func nextData(f *os.File, off, size int64) (data, end int64) {
+	fd := int(f.Fd())
+	data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+	if errors.Is(err, unix.ENXIO) {
+		return size, size
+	}
+	if err != nil || data < off {
+		return off, size
+	}
+	data = min(data, size)
+	end, err = unix.Seek(fd, data, unix.SEEK_HOLE)
+	if err != nil || end <= data {
+		return data, size
+	}
+	return data, min(end, size)
+}
+
+// hashZeros feeds the zeros of the hole [off, end) to h and returns end.
+func hashZeros(h hash.Hash, zeros []byte, off, end, size int64, progress func(done, total int64)) int64 {
+	for off < end {
+		n := min(int64(len(zeros)), end-off)
+		h.Write(zeros[:n])
+		off += n
+		if progress != nil {
+			progress(off, size)
+		}
+	}
+	return off
 }

@@ -630,3 +630,24 @@ func TestOpenLocalDeferredDigest(t *testing.T) {
 		t.Errorf("Close while hashing: %v", err)
 	}
 }
+
+// TestDigestOfSparseFile: holes, which are hashed without being read, give
+// the same digest as reading every byte.
+func TestDigestOfSparseFile(t *testing.T) {
+	isolateCache(t)
+	path := filepath.Join(t.TempDir(), "sparse.raw")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Truncate(64 << 20)
+	f.WriteAt(imageBytes(3<<20), 5<<20)
+	f.WriteAt([]byte("end"), 40<<20+11)
+	f.Close()
+	want := sha256sum(t, path)
+	img := mustOpen(t, path, source.Options{})
+	defer img.Close()
+	if img.Digest != want {
+		t.Errorf("digest %s, want %s", img.Digest, want)
+	}
+}
