@@ -97,14 +97,7 @@ func TestLayoutManyRefcountBlocks(t *testing.T) {
 // and reads back identical.
 func TestRawOutputToFileIsSparse(t *testing.T) {
 	raw := sparseRaw(64<<20, 0, 40<<20)
-	img, err := Open(bytes.NewReader(raw), int64(len(raw)), OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := img.Plan(t.Context(), Options{To: FormatRaw})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := rawPlan(t, raw)
 	f, err := os.Create(filepath.Join(t.TempDir(), "out.raw"))
 	if err != nil {
 		t.Fatal(err)
@@ -213,14 +206,7 @@ func TestUnwrapRefusesNestedWrappers(t *testing.T) {
 
 func TestWriteStopsWhenCancelled(t *testing.T) {
 	raw := sparseRaw(32<<20, 0, 16<<20)
-	img, err := Open(bytes.NewReader(raw), int64(len(raw)), OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := img.Plan(t.Context(), Options{To: FormatRaw})
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := rawPlan(t, raw)
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if err := p.Write(ctx, io.Discard); !errors.Is(err, context.Canceled) {
@@ -281,4 +267,18 @@ func TestWriteFileMatchesStream(t *testing.T) {
 			t.Errorf("cluster %d: the one-pass file reads back differently", cs)
 		}
 	}
+}
+
+// rawPlan opens an in-memory image and plans its conversion to raw.
+func rawPlan(t *testing.T, raw []byte) *Plan {
+	t.Helper()
+	img, err := Open(bytes.NewReader(raw), int64(len(raw)), OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := img.Plan(t.Context(), Options{To: FormatRaw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
