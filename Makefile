@@ -14,7 +14,9 @@ TAGS      ?= $(shell test -f /usr/include/isa-l/igzip_lib.h && echo isal)
 # Fuzz targets as package:target pairs; `make fuzz` runs each for FUZZTIME.
 FUZZ_TARGETS := ./internal/convert:FuzzOpen ./internal/convert:FuzzQCOW2Header ./internal/convert:FuzzL2Table ./internal/convert:FuzzUnwrap ./internal/registry:FuzzDiskEntry
 
-.PHONY: all build test unit integration fuzz bench tools lint demo clean
+CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
+
+.PHONY: all build test unit integration fuzz bench tools lint generate demo clean
 
 all: build
 
@@ -51,6 +53,13 @@ bench: tools build
 lint:
 	@out=$$(gofmt -l cmd internal pkg test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	$(CONTROLLER_GEN) crd paths=./pkg/api/v1alpha1/... output:crd:dir=$$tmp && \
+	diff -r $$tmp config/crd --exclude=kustomization.yaml || { echo "config/crd is stale: run make generate"; exit 1; }
+
+# generate writes the BaseImage deepcopy code and CRD manifest (config/crd).
+generate:
+	$(CONTROLLER_GEN) object paths=./pkg/api/v1alpha1/... crd paths=./pkg/api/v1alpha1/... output:crd:dir=config/crd
 
 demo:
 	@echo "make demo arrives with the registry, syncer and VM launch issues; today only 'make test' and the imagectl inspect/convert commands exist."

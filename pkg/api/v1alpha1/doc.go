@@ -1,0 +1,7 @@
+// Package v1alpha1 holds the imagepipe.io/v1alpha1 API: the BaseImage
+// resource that the image-syncer keeps on each hub, one per tenant image
+// tag, and reports the state of its replication in.
+//
+// +kubebuilder:object:generate=true
+// +groupName=imagepipe.io
+package v1alpha1
