@@ -1,0 +1,239 @@
+package cdi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+)
+
+// MaxWebhookBody is the largest webhook body accepted: 1 MiB. Registries
+// batch events; distribution's default batch is far smaller.
+const MaxWebhookBody = 1 << 20
+
+// MaxEventsPerBody bounds the events one body may carry.
+const MaxEventsPerBody = 1000
+
+// Action is what happened to an image.
+type Action string
+
+// Actions the syncer acts on; pulls and blob events are ignored.
+const (
+	ActionPush   Action = "push"
+	ActionDelete Action = "delete"
+)
+
+// Event is one image change a registry announced.
+type Event struct {
+	// Action is push or delete.
+	Action Action
+	// Repository is the repository path without the registry host, e.g. "acme/rhel".
+	Repository string
+	// Tag is the tag, when the registry named one.
+	Tag string
+	// Digest is the manifest digest, when the registry gave one (Quay does not).
+	Digest string
+	// Source names the payload format: distribution, harbor or quay.
+	Source string
+}
+
+// ErrMalformed is returned (wrapped) for a body that is not a valid
+// notification; the handler answers 400.
+var ErrMalformed = errors.New("malformed webhook body")
+
+func malformed(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, args...))
+}
+
+// Names as the OCI distribution spec defines them.
+var (
+	repoPattern   = regexp.MustCompile(`^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*$`)
+	tagPattern    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
+	digestPattern = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
+)
+
+// validate checks the names in e; a registry is not trusted to send valid ones.
+func (e Event) validate() error {
+	switch {
+	case len(e.Repository) > 255 || !repoPattern.MatchString(e.Repository):
+		return malformed("invalid repository %q", e.Repository)
+	case e.Tag != "" && !tagPattern.MatchString(e.Tag):
+		return malformed("invalid tag %q", e.Tag)
+	case e.Digest != "" && !digestPattern.MatchString(e.Digest):
+		return malformed("invalid digest %q", e.Digest)
+	case e.Tag == "" && e.Digest == "":
+		return malformed("event for %s names neither a tag nor a digest", e.Repository)
+	}
+	return nil
+}
+
+// ParseWebhook turns a webhook body into events. The format is recognised
+// from the Content-Type and CloudEvents headers and the body's shape:
+// distribution notifications (an "events" envelope), Harbor's default JSON
+// and CloudEvents (structured or binary), and Quay's repo_push. Events the
+// syncer has no use for (pulls, blobs, other Harbor event types) are
+// dropped; an invalid body is an ErrMalformed error.
+func ParseWebhook(header http.Header, body []byte) ([]Event, error) {
+	if len(body) > MaxWebhookBody {
+		return nil, malformed("body of %d bytes exceeds %d", len(body), MaxWebhookBody)
+	}
+	if ceType := header.Get("Ce-Type"); ceType != "" { // binary CloudEvent
+		return parseCloudEvent(ceType, body)
+	}
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 || body[0] != '{' {
+		return nil, malformed("not a JSON object")
+	}
+	var probe struct {
+		Events      json.RawMessage `json:"events"`
+		SpecVersion string          `json:"specversion"`
+		Type        string          `json:"type"`
+		Data        json.RawMessage `json:"data"`
+		EventData   json.RawMessage `json:"event_data"`
+		UpdatedTags json.RawMessage `json:"updated_tags"`
+	}
+	if err := json.Unmarshal(body, &probe); err != nil {
+		return nil, malformed("%v", err)
+	}
+	switch {
+	case probe.Events != nil:
+		return parseDistribution(probe.Events)
+	case probe.SpecVersion != "":
+		return parseCloudEvent(probe.Type, probe.Data)
+	case probe.EventData != nil:
+		return parseHarbor(probe.Type, probe.EventData)
+	case probe.UpdatedTags != nil:
+		return parseQuay(body)
+	}
+	return nil, malformed("unknown notification format")
+}
+
+// distribution notifications: {"events": [{"action", "target": {...}}]}.
+func parseDistribution(raw json.RawMessage) ([]Event, error) {
+	var events []struct {
+		Action string `json:"action"`
+		Target struct {
+			MediaType  string `json:"mediaType"`
+			Digest     string `json:"digest"`
+			Repository string `json:"repository"`
+			Tag        string `json:"tag"`
+		} `json:"target"`
+	}
+	if err := json.Unmarshal(raw, &events); err != nil {
+		return nil, malformed("events: %v", err)
+	}
+	if len(events) > MaxEventsPerBody {
+		return nil, malformed("%d events in one body, over %d", len(events), MaxEventsPerBody)
+	}
+	var out []Event
+	for _, ev := range events {
+		var action Action
+		switch ev.Action {
+		case "push":
+			if !isManifestType(ev.Target.MediaType) {
+				continue // a blob
+			}
+			action = ActionPush
+		case "delete":
+			action = ActionDelete
+		default:
+			continue // pull, mount
+		}
+		e := Event{Action: action, Repository: ev.Target.Repository, Tag: ev.Target.Tag, Digest: ev.Target.Digest, Source: "distribution"}
+		if err := e.validate(); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// isManifestType reports manifest and index media types, whose pushes are
+// images; blob pushes carry layer or config types.
+func isManifestType(mt string) bool {
+	return strings.Contains(mt, "manifest") || strings.HasSuffix(mt, "image.index.v1+json")
+}
+
+// harborData is Harbor's event_data, also the data of its CloudEvents.
+type harborData struct {
+	Resources []struct {
+		Digest string `json:"digest"`
+		Tag    string `json:"tag"`
+	} `json:"resources"`
+	Repository struct {
+		RepoFullName string `json:"repo_full_name"`
+	} `json:"repository"`
+}
+
+// parseHarbor reads Harbor's default payload (type PUSH_ARTIFACT or
+// DELETE_ARTIFACT with event_data).
+func parseHarbor(typ string, raw json.RawMessage) ([]Event, error) {
+	var action Action
+	switch typ {
+	case "PUSH_ARTIFACT":
+		action = ActionPush
+	case "DELETE_ARTIFACT":
+		action = ActionDelete
+	default:
+		return nil, nil
+	}
+	return harborEvents(action, raw)
+}
+
+func harborEvents(action Action, raw json.RawMessage) ([]Event, error) {
+	var d harborData
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return nil, malformed("harbor event data: %v", err)
+	}
+	if len(d.Resources) > MaxEventsPerBody {
+		return nil, malformed("%d resources in one event", len(d.Resources))
+	}
+	var out []Event
+	for _, r := range d.Resources {
+		e := Event{Action: action, Repository: d.Repository.RepoFullName, Tag: r.Tag, Digest: r.Digest, Source: "harbor"}
+		if err := e.validate(); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// parseCloudEvent reads the CloudEvents Harbor sends (types
+// harbor.artifact.pushed and harbor.artifact.deleted); others are ignored.
+func parseCloudEvent(typ string, data json.RawMessage) ([]Event, error) {
+	switch typ {
+	case "harbor.artifact.pushed":
+		return harborEvents(ActionPush, data)
+	case "harbor.artifact.deleted":
+		return harborEvents(ActionDelete, data)
+	}
+	return nil, nil
+}
+
+// parseQuay reads Quay's repo_push: a repository and its updated tags, with
+// no digests; the syncer resolves each tag.
+func parseQuay(body []byte) ([]Event, error) {
+	var q struct {
+		Repository  string   `json:"repository"`
+		UpdatedTags []string `json:"updated_tags"`
+	}
+	if err := json.Unmarshal(body, &q); err != nil {
+		return nil, malformed("quay: %v", err)
+	}
+	if len(q.UpdatedTags) > MaxEventsPerBody {
+		return nil, malformed("%d updated tags in one body", len(q.UpdatedTags))
+	}
+	var out []Event
+	for _, tag := range q.UpdatedTags {
+		e := Event{Action: ActionPush, Repository: q.Repository, Tag: tag, Source: "quay"}
+		if err := e.validate(); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}

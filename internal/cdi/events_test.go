@@ -1,0 +1,159 @@
+package cdi
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+)
+
+const (
+	dig1 = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	dig2 = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
+)
+
+func TestParseWebhook(t *testing.T) {
+	tests := []struct {
+		name   string
+		header http.Header
+		body   string
+		want   []Event
+		bad    bool
+	}{
+		{
+			name: "distribution push, blob and pull ignored",
+			body: `{"events":[
+				{"action":"push","target":{"mediaType":"application/vnd.oci.image.layer.v1.tar+gzip","digest":"` + dig2 + `","repository":"acme/rhel"}},
+				{"action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"` + dig1 + `","repository":"acme/rhel","tag":"10"}},
+				{"action":"pull","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"` + dig1 + `","repository":"acme/rhel","tag":"10"}}]}`,
+			want: []Event{{ActionPush, "acme/rhel", "10", dig1, "distribution"}},
+		},
+		{
+			name: "distribution delete by digest",
+			body: `{"events":[{"action":"delete","target":{"digest":"` + dig1 + `","repository":"acme/rhel"}}]}`,
+			want: []Event{{ActionDelete, "acme/rhel", "", dig1, "distribution"}},
+		},
+		{
+			name: "harbor default push",
+			body: `{"type":"PUSH_ARTIFACT","occur_at":1700000000,"operator":"admin","event_data":{"resources":[{"digest":"` + dig1 + `","tag":"41","resource_url":"harbor.example.com/acme/fedora:41"}],"repository":{"name":"fedora","namespace":"acme","repo_full_name":"acme/fedora","repo_type":"private"}}}`,
+			want: []Event{{ActionPush, "acme/fedora", "41", dig1, "harbor"}},
+		},
+		{
+			name: "harbor pull ignored",
+			body: `{"type":"PULL_ARTIFACT","event_data":{"resources":[{"digest":"` + dig1 + `","tag":"41"}],"repository":{"repo_full_name":"acme/fedora"}}}`,
+		},
+		{
+			name: "harbor structured cloudevent delete",
+			body: `{"specversion":"1.0","id":"1","source":"/projects/1/webhook/policies/1","type":"harbor.artifact.deleted","datacontenttype":"application/json","data":{"resources":[{"digest":"` + dig2 + `","tag":"old"}],"repository":{"repo_full_name":"acme/fedora"}}}`,
+			want: []Event{{ActionDelete, "acme/fedora", "old", dig2, "harbor"}},
+		},
+		{
+			name:   "harbor binary cloudevent push",
+			header: http.Header{"Ce-Type": {"harbor.artifact.pushed"}, "Ce-Specversion": {"1.0"}},
+			body:   `{"resources":[{"digest":"` + dig1 + `","tag":"1"}],"repository":{"repo_full_name":"acme/alma"}}`,
+			want:   []Event{{ActionPush, "acme/alma", "1", dig1, "harbor"}},
+		},
+		{
+			name: "quay repo_push has no digest",
+			body: `{"name":"rhel","repository":"acme/rhel","namespace":"acme","docker_url":"quay.io/acme/rhel","homepage":"https://quay.io/repository/acme/rhel","updated_tags":["10","latest"]}`,
+			want: []Event{{ActionPush, "acme/rhel", "10", "", "quay"}, {ActionPush, "acme/rhel", "latest", "", "quay"}},
+		},
+		{name: "not json", body: `events=1`, bad: true},
+		{name: "truncated", body: `{"events":[{"action":"push"`, bad: true},
+		{name: "unknown shape", body: `{"hello":"world"}`, bad: true},
+		{name: "invalid repository", body: `{"events":[{"action":"delete","target":{"digest":"` + dig1 + `","repository":"../etc"}}]}`, bad: true},
+		{name: "invalid digest", body: `{"events":[{"action":"delete","target":{"digest":"sha256:zz","repository":"acme/rhel"}}]}`, bad: true},
+		{name: "invalid tag", body: `{"updated_tags":["bad tag"],"repository":"acme/rhel"}`, bad: true},
+		{name: "neither tag nor digest", body: `{"events":[{"action":"delete","target":{"repository":"acme/rhel"}}]}`, bad: true},
+		{name: "too many events", body: `{"updated_tags":[` + strings.Repeat(`"t",`, MaxEventsPerBody) + `"t"],"repository":"acme/rhel"}`, bad: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			header := tt.header
+			if header == nil {
+				header = http.Header{}
+			}
+			got, err := ParseWebhook(header, []byte(tt.body))
+			if tt.bad {
+				if err == nil {
+					t.Fatalf("accepted %q: %+v", tt.body, got)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestWebhookHandler(t *testing.T) {
+	var mu sync.Mutex
+	var got []Event
+	h, err := NewWebhookHandler("s3cret", func(ev []Event) { mu.Lock(); got = append(got, ev...); mu.Unlock() }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	push := `{"events":[{"action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"` + dig1 + `","repository":"acme/rhel","tag":"10"}}]}`
+	post := func(auth, body string) int {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/vnd.docker.distribution.events.v2+json")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, tc := range []struct {
+		auth, body string
+		want       int
+	}{
+		{"", push, http.StatusUnauthorized},
+		{"Bearer wrong", push, http.StatusUnauthorized},
+		{"Basic czNjcmV0", push, http.StatusUnauthorized},
+		{"Bearer s3cret", `{"events":[`, http.StatusBadRequest},
+		{"Bearer s3cret", strings.Repeat(" ", MaxWebhookBody+1), http.StatusBadRequest},
+		{"Bearer s3cret", push, http.StatusAccepted},
+	} {
+		if code := post(tc.auth, tc.body); code != tc.want {
+			t.Errorf("auth %q, body %.30q: %d, want %d", tc.auth, tc.body, code, tc.want)
+		}
+	}
+	if len(got) != 1 || got[0].Tag != "10" {
+		t.Errorf("events handed on: %+v, want only the authenticated valid push", got)
+	}
+	if _, err := NewWebhookHandler("", nil, nil); err == nil {
+		t.Error("an empty token was accepted")
+	}
+}
+
+// FuzzParseWebhook: no body makes the parser panic, and every event it
+// returns has valid names.
+func FuzzParseWebhook(f *testing.F) {
+	f.Add([]byte(`{"events":[{"action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"` + dig1 + `","repository":"acme/rhel","tag":"10"}}]}`))
+	f.Add([]byte(`{"type":"PUSH_ARTIFACT","event_data":{"resources":[{"digest":"` + dig1 + `","tag":"41"}],"repository":{"repo_full_name":"acme/fedora"}}}`))
+	f.Add([]byte(`{"specversion":"1.0","type":"harbor.artifact.deleted","data":{"resources":[{"tag":"x"}],"repository":{"repo_full_name":"a/b"}}}`))
+	f.Add([]byte(`{"repository":"acme/rhel","updated_tags":["10"]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		events, err := ParseWebhook(http.Header{}, body)
+		if err != nil {
+			return
+		}
+		for _, e := range events {
+			if e.validate() != nil || (e.Action != ActionPush && e.Action != ActionDelete) {
+				t.Fatalf("invalid event returned: %+v", e)
+			}
+		}
+	})
+}

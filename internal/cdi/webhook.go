@@ -1,0 +1,62 @@
+package cdi
+
+import (
+	"crypto/subtle"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+)
+
+// WebhookHandler receives registry notifications. Each request must carry
+// "Authorization: Bearer TOKEN" (distribution's notification config can
+// send it, Harbor's "auth header" too); bodies are bounded by
+// MaxWebhookBody. It answers 401 without the token, 400 for a malformed
+// body (nothing is handed on), and 202 once the events are handed to sink.
+type WebhookHandler struct {
+	token  []byte
+	sink   func([]Event)
+	logger *slog.Logger
+}
+
+// NewWebhookHandler returns a handler that checks token and passes valid
+// events to sink. An empty token is refused: the endpoint is never open.
+func NewWebhookHandler(token string, sink func([]Event), logger *slog.Logger) (*WebhookHandler, error) {
+	if token == "" {
+		return nil, errors.New("the webhook needs a token")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &WebhookHandler{token: []byte(token), sink: sink, logger: logger}, nil
+}
+
+func (h *WebhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		http.Error(w, "POST only", http.StatusMethodNotAllowed)
+		return
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || subtle.ConstantTimeCompare([]byte(got), h.token) != 1 {
+		h.logger.Info("webhook refused: bad or missing token", "remote", r.RemoteAddr)
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxWebhookBody))
+	if err != nil {
+		http.Error(w, "body too large or unreadable", http.StatusBadRequest)
+		return
+	}
+	events, err := ParseWebhook(r.Header, body)
+	if err != nil {
+		h.logger.Info("webhook refused", "remote", r.RemoteAddr, "error", err)
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if len(events) > 0 {
+		h.sink(events)
+	}
+	w.WriteHeader(http.StatusAccepted)
+}
