@@ -25,9 +25,11 @@ build:
 	$(GO) build -tags "$(TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/image-syncer ./cmd/image-syncer
 
 # tools installs the system packages the tests use (qemu-img/qemu-io as the
-# oracle, skopeo, mkfs.ext4, GNU time, zstd) when they are missing, and builds
-# the real servers from the Go module proxy into $(CACHE)/bin: the CNCF
-# distribution registry, MinIO and crane (test/buildtools.sh; cached).
+# oracle, skopeo, mkfs.ext4, GNU time, zstd, libisal-dev) when they are
+# missing, and builds the real servers from the Go module proxy into
+# $(CACHE)/bin: the CNCF distribution registry, MinIO, crane, etcd,
+# kube-apiserver and kubectl, plus the CDI and KubeVirt CRDs
+# (test/buildtools.sh; cached, about 6 minutes the first time).
 tools:
 	@IMAGEPIPE_CACHE=$(CACHE) bash test/tools.sh
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the system tools imagepipe's tests and benchmarks use, when missing:
 # qemu-img and qemu-io (the conversion oracle), skopeo (an independent registry
-# client), mkfs.ext4 (realistic filesystem images) and GNU time (peak memory),
-# then builds the distribution registry, MinIO and crane (test/buildtools.sh).
+# client), mkfs.ext4 (realistic filesystem images), GNU time (peak memory), zstd
+# and libisal-dev (ISA-L gzip), then builds the distribution registry, MinIO,
+# crane, etcd, kube-apiserver, kubectl and the CDI/KubeVirt CRDs
+# (test/buildtools.sh).
 set -euo pipefail
 
 need=()

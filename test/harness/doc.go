@@ -1,4 +1,5 @@
-// Package harness starts real components — the CNCF distribution registry, MinIO — on 127.0.0.1
+// Package harness starts real components — the CNCF distribution registry, MinIO, and Kubernetes
+// "hubs" (etcd + kube-apiserver with the real CDI, KubeVirt and instancetype CRDs) — on 127.0.0.1
 // for imagepipe's integration tests, and stops them when the test ends.
 //
 // The binaries come from test/buildtools.sh (run by `make tools`); a test whose binary is missing
