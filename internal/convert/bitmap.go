@@ -5,8 +5,10 @@ import (
 	"sync/atomic"
 )
 
-// bitmap holds one bit per output cluster. set is safe for concurrent use;
-// the readers run after all setters have finished.
+// bitmap holds one bit per output cluster. set and has are safe for
+// concurrent use: in a one-pass conversion, readers set bits of later
+// batches while the writer reads bits of earlier ones, and two batches may
+// share a word.
 type bitmap []uint64
 
 func newBitmap(n int64) bitmap { return make(bitmap, (n+63)/64) }
@@ -14,7 +16,7 @@ func newBitmap(n int64) bitmap { return make(bitmap, (n+63)/64) }
 func (b bitmap) set(i int64) { atomic.OrUint64(&b[i/64], 1<<(i%64)) }
 
 func (b bitmap) has(i int64) bool {
-	return i/64 < int64(len(b)) && b[i/64]&(1<<(i%64)) != 0
+	return i/64 < int64(len(b)) && atomic.LoadUint64(&b[i/64])&(1<<(i%64)) != 0
 }
 
 // anyIn reports whether a bit in [first, first+n) is set.
