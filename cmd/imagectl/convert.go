@@ -50,7 +50,7 @@ Exit codes: 0 success, 3 the image is rejected, 1 other errors.`,
 func runConvert(ctx context.Context, o *convertOptions) error {
 	log := o.logger()
 	start := time.Now()
-	src, err := openLocal(ctx, o.in, o.maxVirtualSize)
+	src, err := openSource(ctx, o.in, o.maxVirtualSize)
 	if err != nil {
 		return err
 	}

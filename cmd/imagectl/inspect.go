@@ -69,7 +69,7 @@ func runInspect(cmd *cobra.Command, o *inspectOptions) error {
 	}
 	ctx := cmd.Context()
 	report := api.ImageReport{Source: o.source, Verdict: api.VerdictAccepted}
-	img, err := openLocal(ctx, o.source, o.maxVirtualSize)
+	img, err := openSource(ctx, o.source, o.maxVirtualSize)
 	if err != nil {
 		if convert.AsReject(err) == nil {
 			return err
@@ -99,7 +99,7 @@ func runInspect(cmd *cobra.Command, o *inspectOptions) error {
 }
 
 // inspectImage fills report from the image and returns its rejection, if any.
-func inspectImage(cmd *cobra.Command, o *inspectOptions, img *localImage, report *api.ImageReport) error {
+func inspectImage(cmd *cobra.Command, o *inspectOptions, img *openedSource, report *api.ImageReport) error {
 	det, err := convert.Detect(img.file, img.size)
 	if err != nil {
 		return err

@@ -23,23 +23,23 @@ func (f *imageFlags) openOptions() convert.OpenOptions {
 	}
 }
 
-// localImage is an opened source (local file, URL, s3://, stdin) ready for
+// openedSource is an opened source (local file, URL, s3://, stdin) ready for
 // random access, unwrapped when it was compressed.
-type localImage struct {
+type openedSource struct {
 	file    io.ReaderAt
 	size    int64
 	wrapper convert.Wrapper
 	src     *source.Image
 }
 
-// openLocal opens a source spec with the default source options (S3
+// openSource opens a source spec with the default source options (S3
 // settings from the AWS_* environment). The caller calls close.
-func openLocal(ctx context.Context, spec string, maxVirtual int64) (*localImage, error) {
+func openSource(ctx context.Context, spec string, maxVirtual int64) (*openedSource, error) {
 	src, err := source.Open(ctx, spec, source.Options{MaxSize: convert.SpoolLimit(maxVirtual), SkipDigest: true})
 	if err != nil {
 		return nil, err
 	}
-	return &localImage{file: src.ReaderAt, size: src.Size, wrapper: src.Wrapper, src: src}, nil
+	return &openedSource{file: src.ReaderAt, size: src.Size, wrapper: src.Wrapper, src: src}, nil
 }
 
-func (l *localImage) close() { l.src.Close() }
+func (l *openedSource) close() { l.src.Close() }
