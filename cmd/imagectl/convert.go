@@ -16,6 +16,7 @@ import (
 type convertOptions struct {
 	*globalOptions
 	imageFlags
+	sourceFlags
 	in, out     string
 	to          string
 	clusterSize int64
@@ -41,6 +42,7 @@ Exit codes: 0 success, 3 the image is rejected, 1 other errors.`,
 		},
 	}
 	addImageFlags(cmd, &o.imageFlags)
+	addSourceFlags(cmd, &o.sourceFlags)
 	cmd.Flags().StringVar(&o.to, "to", "qcow2", "output format: qcow2 or raw")
 	cmd.Flags().BoolVar(&o.sync, "sync", false, "flush OUT to disk before it appears (like qemu-img, the default leaves that to the kernel)")
 	cmd.Flags().Int64Var(&o.clusterSize, "cluster-size", convert.DefaultClusterSize, "qcow2 output cluster size in bytes (512 to 2097152, a power of two)")
@@ -50,7 +52,7 @@ Exit codes: 0 success, 3 the image is rejected, 1 other errors.`,
 func runConvert(ctx context.Context, o *convertOptions) error {
 	log := o.logger()
 	start := time.Now()
-	src, err := openSource(ctx, o.in, o.maxVirtualSize)
+	src, err := openSource(ctx, o.globalOptions, &o.sourceFlags, o.in, o.maxVirtualSize)
 	if err != nil {
 		return err
 	}

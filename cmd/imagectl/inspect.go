@@ -19,6 +19,7 @@ type inspectOptions struct {
 	*globalOptions
 	imageFlags
 	registryFlags
+	sourceFlags
 	source string
 	output string
 }
@@ -49,6 +50,7 @@ Exit codes: 0 the image is acceptable, 3 it is rejected, 1 other errors.`,
 		},
 	}
 	addImageFlags(cmd, &o.imageFlags)
+	addSourceFlags(cmd, &o.sourceFlags)
 	addRegistryFlags(cmd, &o.registryFlags)
 	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table or json")
 	return cmd
@@ -69,7 +71,7 @@ func runInspect(cmd *cobra.Command, o *inspectOptions) error {
 	}
 	ctx := cmd.Context()
 	report := api.ImageReport{Source: o.source, Verdict: api.VerdictAccepted}
-	img, err := openSource(ctx, o.source, o.maxVirtualSize)
+	img, err := openSource(ctx, o.globalOptions, &o.sourceFlags, o.source, o.maxVirtualSize)
 	if err != nil {
 		if convert.AsReject(err) == nil {
 			return err

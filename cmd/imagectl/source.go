@@ -32,10 +32,13 @@ type openedSource struct {
 	src     *source.Image
 }
 
-// openSource opens a source spec with the default source options (S3
-// settings from the AWS_* environment). The caller calls close.
-func openSource(ctx context.Context, spec string, maxVirtual int64) (*openedSource, error) {
-	src, err := source.Open(ctx, spec, source.Options{MaxSize: convert.SpoolLimit(maxVirtual), SkipDigest: true})
+// openSource opens a source spec with the source flags. Nothing here needs
+// the source's digest, so a local file is used in place without reading it
+// (unless --checksum asks for a check). The caller calls close.
+func openSource(ctx context.Context, g *globalOptions, f *sourceFlags, spec string, maxVirtual int64) (*openedSource, error) {
+	opts := f.options(g, maxVirtual, nil)
+	opts.SkipDigest = true
+	src, err := source.Open(ctx, spec, opts)
 	if err != nil {
 		return nil, err
 	}
