@@ -171,8 +171,11 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts Impo
 			later.set(key) // the upload can now be resumed by a later run
 		}
 		lookup <- found{digest: d, res: res, err: err}
-		if res != nil || err != nil {
+		switch {
+		case res != nil:
 			stop(errFoundExisting)
+		case err != nil:
+			stop(err)
 		}
 	}()
 	b, buildErr := c.build(buildCtx, ref, later, src, opts)
