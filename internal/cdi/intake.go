@@ -1,0 +1,88 @@
+package cdi
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/util/workqueue"
+)
+
+// ImageKey identifies the image an event is about: a repository and a tag,
+// or a digest for registries that announce deletes by digest only.
+type ImageKey struct {
+	Repository string
+	Ref        string // tag, or "sha256:..." when the event named no tag
+}
+
+func keyOf(e Event) ImageKey {
+	if e.Tag != "" {
+		return ImageKey{e.Repository, e.Tag}
+	}
+	return ImageKey{e.Repository, e.Digest}
+}
+
+// Intake coalesces events from webhooks and polling per image: a burst of
+// pushes to one tag is handled once, with the newest event. Failed work is
+// retried with exponential backoff (from 1 s to 5 min) until it succeeds or
+// newer news arrives. It is safe for concurrent use.
+type Intake struct {
+	mu     sync.Mutex
+	latest map[ImageKey]Event
+	queue  workqueue.TypedRateLimitingInterface[ImageKey]
+}
+
+// NewIntake returns an empty intake.
+func NewIntake() *Intake {
+	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[ImageKey](time.Second, 5*time.Minute)
+	return &Intake{
+		latest: map[ImageKey]Event{},
+		queue:  workqueue.NewTypedRateLimitingQueue(limiter),
+	}
+}
+
+// Add records events; for each image only the newest is kept.
+func (in *Intake) Add(events []Event) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, e := range events {
+		k := keyOf(e)
+		in.latest[k] = e
+		in.queue.Add(k)
+	}
+}
+
+// Next blocks until an image needs work and returns its newest event and a
+// done function to call with the outcome: nil forgets the image, an error
+// retries it later. ok is false once Shutdown was called or ctx ended;
+// ctx is the workers' lifetime, and its end shuts the whole intake down.
+func (in *Intake) Next(ctx context.Context) (e Event, done func(error), ok bool) {
+	stop := context.AfterFunc(ctx, in.queue.ShutDown)
+	defer stop()
+	k, shutdown := in.queue.Get()
+	if shutdown {
+		return Event{}, nil, false
+	}
+	in.mu.Lock()
+	e = in.latest[k]
+	in.mu.Unlock()
+	return e, func(err error) {
+		defer in.queue.Done(k)
+		in.mu.Lock()
+		defer in.mu.Unlock()
+		if err != nil {
+			in.queue.AddRateLimited(k)
+			return
+		}
+		in.queue.Forget(k)
+		if in.latest[k] == e { // nothing newer came in meanwhile
+			delete(in.latest, k)
+		}
+	}, true
+}
+
+// Len is the number of images waiting, for the queue-depth metric.
+func (in *Intake) Len() int { return in.queue.Len() }
+
+// Shutdown stops handing out work; Next returns ok false.
+func (in *Intake) Shutdown() { in.queue.ShutDown() }
