@@ -1,0 +1,138 @@
+package cdi
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+)
+
+// Labels the syncer puts on what it creates.
+const (
+	LabelManagedBy  = "app.kubernetes.io/managed-by"
+	LabelTenant     = "imagepipe.io/tenant"
+	LabelImage      = "imagepipe.io/image"
+	LabelDigest     = "imagepipe.io/digest" // first 12 hex digits: label values are short
+	ManagedByValue  = "image-syncer"
+	instancetypeKey = "instancetype.kubevirt.io/default-instancetype"
+	preferenceKey   = "instancetype.kubevirt.io/default-preference"
+)
+
+// DefaultFilesystemOverhead is CDI's default share of a Filesystem-mode
+// volume reserved for the filesystem: 5.5%.
+const DefaultFilesystemOverhead = 0.055
+
+// Storage is the volume shape chosen from the StorageClass's profile.
+type Storage struct {
+	StorageClass string
+	AccessMode   corev1.PersistentVolumeAccessMode
+	VolumeMode   corev1.PersistentVolumeMode
+	// FilesystemOverhead is the share reserved in Filesystem mode.
+	FilesystemOverhead float64
+}
+
+// Import describes one digest of one image to import onto a hub.
+type Import struct {
+	Namespace   string
+	Tenant      string
+	Image       string // ImageName of the repository
+	Registry    string // host[:port]
+	Repository  string // "TENANT/NAME"
+	Digest      string
+	VirtualSize int64
+	PullMethod  cdiv1.RegistryPullMethod // pod (default) or node
+	SecretRef   string                   // pull secret in Namespace, if the registry needs one
+	CertConfig  string                   // CA ConfigMap in Namespace, if the registry needs one
+	Storage     Storage
+	// Instancetype and Preference are the image's hints, copied to labels.
+	Instancetype, Preference string
+}
+
+// VolumeSize is the requested size: the virtual size, plus the filesystem
+// overhead in Filesystem mode, rounded up to whole MiB.
+func (im Import) VolumeSize() resource.Quantity {
+	size := float64(im.VirtualSize)
+	if im.Storage.VolumeMode != corev1.PersistentVolumeBlock {
+		overhead := im.Storage.FilesystemOverhead
+		if overhead <= 0 {
+			overhead = DefaultFilesystemOverhead
+		}
+		size /= 1 - overhead
+	}
+	const mib = 1 << 20
+	mibs := (int64(size) + mib - 1) / mib
+	return *resource.NewQuantity(mibs*mib, resource.BinarySI)
+}
+
+func (im Import) labels() map[string]string {
+	l := map[string]string{
+		LabelManagedBy: ManagedByValue,
+		LabelTenant:    im.Tenant,
+		LabelImage:     im.Image,
+		LabelDigest:    strings.TrimPrefix(im.Digest, "sha256:")[:12],
+	}
+	if im.Instancetype != "" {
+		l[instancetypeKey] = im.Instancetype
+	}
+	if im.Preference != "" {
+		l[preferenceKey] = im.Preference
+	}
+	return l
+}
+
+// DataVolume returns the digest-pinned import: the URL always names the
+// digest, never the tag, so what is imported is what was validated.
+func (im Import) DataVolume() *cdiv1.DataVolume {
+	url := fmt.Sprintf("docker://%s/%s@%s", im.Registry, im.Repository, im.Digest)
+	pull := im.PullMethod
+	if pull == "" {
+		pull = cdiv1.RegistryPullPod
+	}
+	src := &cdiv1.DataVolumeSourceRegistry{URL: &url, PullMethod: &pull}
+	if im.SecretRef != "" {
+		src.SecretRef = &im.SecretRef
+	}
+	if im.CertConfig != "" {
+		src.CertConfigMap = &im.CertConfig
+	}
+	mode := im.Storage.VolumeMode
+	storage := &cdiv1.StorageSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{im.Storage.AccessMode},
+		VolumeMode:  &mode,
+		Resources: corev1.VolumeResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceStorage: im.VolumeSize()},
+		},
+	}
+	if im.Storage.StorageClass != "" {
+		storage.StorageClassName = &im.Storage.StorageClass
+	}
+	return &cdiv1.DataVolume{
+		TypeMeta: metav1.TypeMeta{APIVersion: cdiv1.SchemeGroupVersion.String(), Kind: "DataVolume"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      DataVolumeName(im.Image, im.Digest),
+			Namespace: im.Namespace,
+			Labels:    im.labels(),
+			// Keep the PVC when the DataVolume object goes: GC decides.
+			Annotations: map[string]string{"cdi.kubevirt.io/storage.deleteAfterCompletion": "false"},
+		},
+		Spec: cdiv1.DataVolumeSpec{
+			Source:  &cdiv1.DataVolumeSource{Registry: src},
+			Storage: storage,
+		},
+	}
+}
+
+// DataSource returns the DataSource VMs clone from, pointing at the PVC of
+// a finished import.
+func (im Import) DataSource(name, pvc string) *cdiv1.DataSource {
+	return &cdiv1.DataSource{
+		TypeMeta:   metav1.TypeMeta{APIVersion: cdiv1.SchemeGroupVersion.String(), Kind: "DataSource"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: im.Namespace, Labels: im.labels()},
+		Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{
+			PVC: &cdiv1.DataVolumeSourcePVC{Namespace: im.Namespace, Name: pvc},
+		}},
+	}
+}

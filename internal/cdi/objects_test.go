@@ -1,0 +1,36 @@
+package cdi
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+func TestImportObjects(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	im := Import{
+		Namespace: "acme", Tenant: "acme", Image: "rhel", Registry: "registry.example.com:5000",
+		Repository: "acme/rhel", Digest: digest, VirtualSize: 10 << 30,
+		Storage:      Storage{StorageClass: "ceph-rbd", AccessMode: corev1.ReadWriteMany, VolumeMode: corev1.PersistentVolumeBlock},
+		Instancetype: "u1.medium",
+	}
+	dv := im.DataVolume()
+	if got := *dv.Spec.Source.Registry.URL; got != "docker://registry.example.com:5000/acme/rhel@"+digest {
+		t.Errorf("URL %q is not digest-pinned", got)
+	}
+	if dv.Name != "rhel-abababababab" || dv.Labels[LabelTenant] != "acme" || dv.Labels[instancetypeKey] != "u1.medium" {
+		t.Errorf("DataVolume meta: %s %v", dv.Name, dv.Labels)
+	}
+	if q := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]; q.Value() != 10<<30 {
+		t.Errorf("Block volume size %s, want exactly the virtual size", q.String())
+	}
+	im.Storage.VolumeMode = corev1.PersistentVolumeFilesystem
+	if q := im.VolumeSize(); q.Value() <= 10<<30 || q.Value()%(1<<20) != 0 {
+		t.Errorf("Filesystem volume size %s: want room for the filesystem, in whole MiB", q.String())
+	}
+	ds := im.DataSource("rhel", dv.Name)
+	if ds.Spec.Source.PVC == nil || ds.Spec.Source.PVC.Name != dv.Name || ds.Spec.Source.PVC.Namespace != "acme" {
+		t.Errorf("DataSource source %+v", ds.Spec.Source)
+	}
+}
