@@ -264,19 +264,8 @@ func (h *Hub) waitReadyz(p *proc) error {
 		TLSClientConfig:   &tls.Config{RootCAs: pool},
 		DisableKeepAlives: true,
 	}}
-	return waitReady(p, func(ctx context.Context) bool {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.URL+"/readyz", nil)
-		if err != nil {
-			return false
-		}
-		req.Header.Set("Authorization", "Bearer "+h.tokens["admin"])
-		resp, err := probe.Do(req)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	auth := http.Header{"Authorization": {"Bearer " + h.tokens["admin"]}}
+	return waitReady(p, httpAnswers(probe, h.URL+"/readyz", auth, http.StatusOK))
 }
 
 // installCRDs creates crds and waits until each is Established with its names accepted.
@@ -405,18 +394,7 @@ func startEtcd(bin, dir, logPath, clientURL string, peerPort int) (*proc, error)
 		return nil, err
 	}
 	probe := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	err = waitReady(p, func(ctx context.Context) bool {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, clientURL+"/health", nil)
-		if err != nil {
-			return false
-		}
-		resp, err := probe.Do(req)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	err = waitReady(p, httpAnswers(probe, clientURL+"/health", nil, http.StatusOK))
 	if err != nil {
 		_ = p.stop()
 		return nil, err

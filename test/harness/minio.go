@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -57,18 +56,7 @@ func StartMinIO(t testing.TB) *MinIO {
 		// health/cluster answers 200 only once the object layer can serve
 		// requests; health/live answers earlier.
 		url := "http://" + m.Endpoint + "/minio/health/cluster"
-		err = waitReady(p, func(ctx context.Context) bool {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-			if err != nil {
-				return false
-			}
-			resp, err := probe.Do(req)
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		})
+		err = waitReady(p, httpAnswers(probe, url, nil, http.StatusOK))
 		if !errors.Is(err, errExited) {
 			break
 		}

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -157,6 +159,26 @@ func waitReady(p *proc, ready func(context.Context) bool) error {
 		}
 	}
 	return fmt.Errorf("not ready after %s", readyTimeout)
+}
+
+// httpAnswers returns a readiness check: a GET of url (with header, if not
+// nil) through client answers with one of the statuses.
+func httpAnswers(client *http.Client, url string, header http.Header, statuses ...int) func(context.Context) bool {
+	return func(ctx context.Context) bool {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false
+		}
+		for k, v := range header {
+			req.Header[k] = v
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return slices.Contains(statuses, resp.StatusCode)
+	}
 }
 
 // logOnFailure prints the tail of a component's log when the test has failed.

@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
@@ -136,18 +135,7 @@ func (r *Registry) start() error {
 		scheme = "https"
 	}
 	url := scheme + "://" + r.Host + "/v2/"
-	err = waitReady(p, func(ctx context.Context) bool {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return false
-		}
-		resp, err := r.probe.Do(req)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusUnauthorized
-	})
+	err = waitReady(p, httpAnswers(r.probe, url, nil, http.StatusOK, http.StatusUnauthorized))
 	if err != nil {
 		_ = p.stop()
 		return err
