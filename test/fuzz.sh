@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs each fuzz target (package:Target) for FUZZTIME. Go's fuzzer sometimes
+# ends a healthy run with "context deadline exceeded" when the time runs out
+# while a worker is busy; such a run, with no failing input, is tried once
+# more. A real crash ("Failing input written to ...") fails at once.
+set -uo pipefail
+fuzztime=${FUZZTIME:-10s}
+for t in "$@"; do
+	pkg=${t%%:*}
+	name=${t##*:}
+	for attempt in 1 2; do
+		echo "fuzz $name for $fuzztime"
+		out=$(go test -run '^$' -fuzz "^${name}\$" -fuzztime "$fuzztime" "$pkg" 2>&1)
+		rc=$?
+		printf '%s\n' "$out" | tail -n 3
+		if [ $rc -eq 0 ]; then
+			break
+		fi
+		if [ $attempt -eq 1 ] && grep -q 'context deadline exceeded' <<<"$out" && ! grep -q 'Failing input' <<<"$out"; then
+			echo "fuzz $name: the fuzzer timed out without a failing input; trying again"
+			continue
+		fi
+		printf '%s\n' "$out"
+		exit 1
+	done
+done
