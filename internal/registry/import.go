@@ -357,17 +357,9 @@ func (c *Client) mountExisting(ctx context.Context, ref name.Tag, key string, re
 	if err != nil {
 		return false, err
 	}
-	ropts, err := c.remoteOptions(ctx, ref.Registry)
-	if err != nil {
-		return false, err
-	}
-	img, err := remote.Image(from, ropts...)
-	if err != nil {
-		return false, err
-	}
 	keyTag := ref.Context().Tag(BuildKeyTag(key))
-	if err := remote.Write(keyTag, img, ropts...); err != nil {
-		return false, fmt.Errorf("mounting %s into %s: %w", from, ref.Context(), err)
+	if _, err := c.Copy(ctx, from, keyTag); err != nil {
+		return false, err
 	}
 	return c.tagExisting(ctx, keyTag, ref, key, result)
 }
