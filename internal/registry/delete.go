@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"golang.org/x/sync/errgroup"
 )
 
 // DeleteOptions say how Delete treats an image other tags still name. The
@@ -81,37 +79,15 @@ func (c *Client) Delete(ctx context.Context, ref name.Reference, opts DeleteOpti
 // tagsOf returns the sorted tags of digest's repository, build-key tags
 // left out, that point to digest.
 func (c *Client) tagsOf(ctx context.Context, digest name.Digest) ([]string, error) {
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(listConcurrency)
-	ropts, err := c.remoteOptions(gctx, digest.Registry)
+	all, err := c.TagDigests(ctx, digest.Context())
 	if err != nil {
 		return nil, err
 	}
-	all, err := listTags(digest.Context(), ropts)
-	if err != nil {
-		return nil, err
-	}
-	var mu sync.Mutex
 	var tags []string
-	for _, t := range all {
-		g.Go(func() error {
-			desc, err := remote.Head(digest.Context().Tag(t), ropts...)
-			if isNotFound(err) {
-				return nil // deleted meanwhile
-			}
-			if err != nil {
-				return fmt.Errorf("resolving %s: %w", digest.Context().Tag(t), err)
-			}
-			if desc.Digest.String() == digest.DigestStr() {
-				mu.Lock()
-				tags = append(tags, t)
-				mu.Unlock()
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
+	for tag, d := range all {
+		if d == digest.DigestStr() {
+			tags = append(tags, tag)
+		}
 	}
 	slices.Sort(tags)
 	return tags, nil
