@@ -101,15 +101,47 @@ type BaseImageStatus struct {
 	// VirtualSize is the disk's virtual size in bytes.
 	// +optional
 	VirtualSize int64 `json:"virtualSize,omitempty"`
+	// Instancetype and Preference are the image's hints for VMs made from
+	// it, read from the image config at revalidation.
+	// +optional
+	Instancetype string `json:"instancetype,omitempty"`
+	// +optional
+	Preference string `json:"preference,omitempty"`
 	// Attempts counts failed imports of ObservedDigest; retries stop at a bound.
 	// +optional
 	Attempts int32 `json:"attempts,omitempty"`
+	// Imports are the successful imports kept on the hub, newest first;
+	// the first is the one the DataSource serves. Older ones beyond
+	// Retention.Keep are deleted.
+	// +kubebuilder:validation:MaxItems=10
+	// +optional
+	Imports []ImportRecord `json:"imports,omitempty"`
 	// Conditions: Ready, Progressing, Rejected and LiveMigratable.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
+
+// ImportRecord is one finished import of a digest.
+type ImportRecord struct {
+	// Digest is the manifest digest imported.
+	Digest string `json:"digest"`
+	// DataVolume names the DataVolume, and the PVC, holding the disk.
+	DataVolume string `json:"dataVolume"`
+	// CompletedAt is when the syncer saw the import succeed.
+	CompletedAt metav1.Time `json:"completedAt"`
+}
+
+// Annotations the syncer keeps on a BaseImage.
+const (
+	// AnnotationRemoved is set, to the time it was confirmed, when the tag
+	// is gone from the registry; the deletion policy then applies.
+	AnnotationRemoved = "imagepipe.io/removed-from-registry"
+	// AnnotationSeenAt is when the syncer learnt of spec.digest (RFC 3339
+	// with nanoseconds), for the event-to-import latency metric.
+	AnnotationSeenAt = "imagepipe.io/seen-at"
+)
 
 // BaseImage is one tenant image tag replicated onto this hub as a CDI
 // DataVolume and DataSource.
