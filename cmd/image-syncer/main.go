@@ -1,13 +1,23 @@
-// Command image-syncer will replicate registry images onto a hub cluster as
-// CDI DataVolumes and DataSources. It is not built yet.
+// Command image-syncer replicates tenant images from the central registry
+// onto one hub cluster: it learns of images from registry webhooks and from
+// polling, revalidates them, and makes each a BaseImage with a digest-pinned
+// CDI DataVolume and a DataSource VMs clone from.
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/signal"
+	"syscall"
 )
 
 func main() {
-	fmt.Fprintln(os.Stderr, "image-syncer is not built yet; see the README for what works today")
-	os.Exit(1)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := newRootCmd().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "image-syncer:", err)
+		os.Exit(1)
+	}
 }

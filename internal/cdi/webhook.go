@@ -15,9 +15,11 @@ import (
 // MaxWebhookBody. It answers 401 without the token, 400 for a malformed
 // body (nothing is handed on), and 202 once the events are handed to sink.
 type WebhookHandler struct {
-	token  []byte
-	sink   func([]Event)
-	logger *slog.Logger
+	// Metrics, when set, counts requests refused and events received.
+	Metrics *Metrics
+	token   []byte
+	sink    func([]Event)
+	logger  *slog.Logger
 }
 
 // NewWebhookHandler returns a handler that checks token and passes valid
@@ -41,6 +43,7 @@ func (h *WebhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if !ok || subtle.ConstantTimeCompare([]byte(got), h.token) != 1 {
 		h.logger.Info("webhook refused: bad or missing token", "remote", r.RemoteAddr)
+		h.Metrics.event("webhook", "unauthorized")
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
@@ -52,10 +55,12 @@ func (h *WebhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	events, err := ParseWebhook(r.Header, body)
 	if err != nil {
 		h.logger.Info("webhook refused", "remote", r.RemoteAddr, "error", err)
+		h.Metrics.event("webhook", "malformed")
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	if len(events) > 0 {
+		h.Metrics.Received(events[0].Source, len(events))
 		h.sink(events)
 	}
 	w.WriteHeader(http.StatusAccepted)

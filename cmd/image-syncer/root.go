@@ -1,0 +1,163 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
+)
+
+// options are the daemon's settings, from flags and the config file.
+type options struct {
+	kubeconfig           string
+	registry             string
+	registryCAFile       string
+	registryInsecure     bool
+	dockerConfig         string
+	webhookListen        string
+	webhookPath          string
+	webhookTokenFile     string
+	pollInterval         time.Duration
+	digestResyncInterval time.Duration
+	namespaceTemplate    string
+	tenants              []string
+	denyTenants          []string
+	storageClass         string
+	pullMethod           string
+	keep                 int32
+	onDelete             string
+	maxAttempts          int32
+	workers              int
+	metricsListen        string
+	healthListen         string
+	leaderElect          bool
+	leaderElectionNS     string
+	logFormat            string
+	logLevel             string
+	shutdownTimeout      time.Duration
+}
+
+func newRootCmd() *cobra.Command {
+	var configFile string
+	o := &options{}
+	cmd := &cobra.Command{
+		Use:   "image-syncer --registry HOST[:PORT] [flags]",
+		Short: "Replicate tenant images from the registry onto this hub as CDI DataVolumes and DataSources",
+		Long: `image-syncer runs on each hub cluster. It learns of tenant images in the
+central registry from webhooks and from polling, revalidates each one, and
+makes it a BaseImage with a digest-pinned CDI DataVolume and a DataSource.
+
+Every flag can also be set in a YAML file given with --config, whose keys
+are the flag names (poll-interval: 5m); the command line wins.`,
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if configFile != "" {
+				if err := applyConfigFile(cmd.Flags(), configFile); err != nil {
+					return err
+				}
+			}
+			if err := o.validate(); err != nil {
+				return err
+			}
+			return run(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&configFile, "config", "", "YAML file setting any of these flags by name")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the hub (default: in-cluster, then $KUBECONFIG)")
+	f.StringVar(&o.registry, "registry", "", "central registry HOST[:PORT] (required)")
+	f.StringVar(&o.registryCAFile, "registry-ca-file", "", "PEM CA bundle of the registry; also copied into tenant namespaces for CDI")
+	f.BoolVar(&o.registryInsecure, "registry-insecure", false, "use plain HTTP or skip TLS verification (127.0.0.1 and localhost use HTTP without it)")
+	f.StringVar(&o.dockerConfig, "docker-config", "", "docker config.json holding the registry's credentials; also copied into tenant namespaces as CDI's pull secret")
+	f.StringVar(&o.webhookListen, "webhook-listen", ":8080", "address of the webhook endpoint; empty disables it")
+	f.StringVar(&o.webhookPath, "webhook-path", "/webhook", "path of the webhook endpoint")
+	f.StringVar(&o.webhookTokenFile, "webhook-token-file", "", "file holding the bearer token registries must send (required with --webhook-listen)")
+	f.DurationVar(&o.pollInterval, "poll-interval", 5*time.Minute, "how often to list the registry's repositories and tags")
+	f.DurationVar(&o.digestResyncInterval, "digest-resync-interval", time.Hour, "how often polling also re-resolves the digest of every known tag")
+	f.StringVar(&o.namespaceTemplate, "namespace-template", cdi.DefaultNamespaceTemplate, "hub namespace of a tenant, a Go template with .Tenant")
+	f.StringSliceVar(&o.tenants, "tenants", nil, "tenants this hub serves (default: all)")
+	f.StringSliceVar(&o.denyTenants, "deny-tenants", nil, "tenants this hub never serves")
+	f.StringVar(&o.storageClass, "storage-class", "", "StorageClass of imports (default: the cluster's default class)")
+	f.StringVar(&o.pullMethod, "pull-method", "pod", "CDI registry pull method: pod or node")
+	f.Int32Var(&o.keep, "keep", cdi.DefaultKeep, "successful imports kept per image tag (1-10)")
+	f.StringVar(&o.onDelete, "on-delete", string(v1alpha1.DeletionRetain), "when a tag leaves the registry: retain (keep the current import) or delete")
+	f.Int32Var(&o.maxAttempts, "max-attempts", cdi.DefaultMaxAttempts, "failed imports of one digest before retries stop")
+	f.IntVar(&o.workers, "workers", 4, "concurrent reconciles and event handlers")
+	f.StringVar(&o.metricsListen, "metrics-listen", ":9090", "address of the Prometheus /metrics endpoint; 0 disables it")
+	f.StringVar(&o.healthListen, "health-listen", ":8081", "address of /healthz and /readyz; 0 disables them")
+	f.BoolVar(&o.leaderElect, "leader-elect", true, "run one active replica at a time (webhooks are accepted by all)")
+	f.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader lease (default: the pod's namespace)")
+	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take")
+	return cmd
+}
+
+func (o *options) validate() error {
+	var errs []error
+	if o.registry == "" {
+		errs = append(errs, errors.New("--registry is required"))
+	}
+	if o.webhookListen != "" && o.webhookTokenFile == "" {
+		errs = append(errs, errors.New("--webhook-listen needs --webhook-token-file: the endpoint is never open"))
+	}
+	if o.pollInterval < time.Second {
+		errs = append(errs, fmt.Errorf("--poll-interval %s is below 1s", o.pollInterval))
+	}
+	if o.digestResyncInterval < o.pollInterval {
+		errs = append(errs, fmt.Errorf("--digest-resync-interval %s is below --poll-interval %s", o.digestResyncInterval, o.pollInterval))
+	}
+	switch cdiv1.RegistryPullMethod(o.pullMethod) {
+	case cdiv1.RegistryPullPod, cdiv1.RegistryPullNode:
+	default:
+		errs = append(errs, fmt.Errorf("--pull-method %q: want pod or node", o.pullMethod))
+	}
+	if o.keep < 1 || o.keep > 10 {
+		errs = append(errs, fmt.Errorf("--keep %d: want 1 to 10", o.keep))
+	}
+	switch v1alpha1.DeletionPolicy(o.onDelete) {
+	case v1alpha1.DeletionRetain, v1alpha1.DeletionDelete:
+	default:
+		errs = append(errs, fmt.Errorf("--on-delete %q: want retain or delete", o.onDelete))
+	}
+	if o.maxAttempts < 1 {
+		errs = append(errs, fmt.Errorf("--max-attempts %d: want at least 1", o.maxAttempts))
+	}
+	if o.workers < 1 {
+		errs = append(errs, fmt.Errorf("--workers %d: want at least 1", o.workers))
+	}
+	if _, err := o.level(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.logFormat != "json" && o.logFormat != "text" {
+		errs = append(errs, fmt.Errorf("--log-format %q: want json or text", o.logFormat))
+	}
+	return errors.Join(errs...)
+}
+
+func (o *options) level() (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(o.logLevel))); err != nil {
+		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
+	}
+	return l, nil
+}
+
+func (o *options) logger() *slog.Logger {
+	level, _ := o.level()
+	hopts := &slog.HandlerOptions{Level: level}
+	if o.logFormat == "text" {
+		return slog.New(slog.NewTextHandler(os.Stderr, hopts))
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, hopts))
+}

@@ -1,0 +1,192 @@
+package cdi
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
+)
+
+// LabelTag records the tag on a BaseImage and its DataSource.
+const LabelTag = "imagepipe.io/tag"
+
+// Resolver looks a tag up directly in the registry; *registry.Client
+// implements it. found is false only when the registry answered that the
+// tag does not exist.
+type Resolver interface {
+	Resolve(ctx context.Context, ref name.Tag) (digest string, found bool, err error)
+}
+
+// Applier turns registry events into BaseImages on one hub: a push creates
+// or updates the BaseImage of the tag, a confirmed delete marks it removed
+// so that the reconciler applies the deletion policy. It writes only when
+// something changed, so replayed or polled events cost no Kubernetes
+// writes. Any replica may run it; the API server's optimistic concurrency
+// settles races.
+type Applier struct {
+	Client   client.Client
+	Registry name.Registry
+	Resolver Resolver
+	Tenancy  *Tenancy
+	Logger   *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Apply handles one event. It returns nil for events about tenants this
+// hub does not serve, and an error when the event must be retried (the
+// registry could not confirm a delete, the API server failed).
+func (a *Applier) Apply(ctx context.Context, e Event) error {
+	tenant, ns, err := a.Tenancy.Namespace(e.Repository)
+	if err != nil {
+		a.logger().Debug("event ignored", "repository", e.Repository, "reason", err)
+		return nil
+	}
+	if e.Tag == "" {
+		return a.applyDigest(ctx, tenant, ns, e)
+	}
+	digest := e.Digest
+	if e.Action == ActionDelete || digest == "" {
+		// A delete must be confirmed: the tag may have been pushed again
+		// since. A push without a digest (Quay) is resolved.
+		got, found, err := a.Resolver.Resolve(ctx, a.Registry.Repo(e.Repository).Tag(e.Tag))
+		if err != nil {
+			return fmt.Errorf("confirming %s:%s: %w", e.Repository, e.Tag, err)
+		}
+		if !found {
+			return a.markRemoved(ctx, ns, e.Repository, e.Tag)
+		}
+		digest = got
+	}
+	return a.upsert(ctx, tenant, ns, e.Repository, e.Tag, digest)
+}
+
+// applyDigest handles an event naming only a digest (distribution announces
+// a manifest delete that way): every tag of the image last seen at that
+// digest is confirmed against the registry.
+func (a *Applier) applyDigest(ctx context.Context, tenant, ns string, e Event) error {
+	var list v1alpha1.BaseImageList
+	if err := a.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{LabelImage: ImageName(e.Repository), LabelTenant: tenant}); err != nil {
+		return fmt.Errorf("listing the BaseImages of %s: %w", e.Repository, err)
+	}
+	for _, bi := range list.Items {
+		if bi.Spec.Digest != e.Digest || bi.Spec.Repository != a.repository(e.Repository) {
+			continue
+		}
+		if err := a.Apply(ctx, Event{Action: ActionDelete, Repository: e.Repository, Tag: bi.Spec.Tag, Source: e.Source}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a *Applier) repository(repo string) string { return a.Registry.Repo(repo).String() }
+
+// upsert makes the BaseImage of repo:tag name digest.
+func (a *Applier) upsert(ctx context.Context, tenant, ns, repo, tag, digest string) error {
+	image := ImageName(repo)
+	key := client.ObjectKey{Namespace: ns, Name: BaseImageName(image, tag)}
+	var bi v1alpha1.BaseImage
+	err := a.Client.Get(ctx, key, &bi)
+	if apierrors.IsNotFound(err) {
+		bi = v1alpha1.BaseImage{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: key.Name, Namespace: ns,
+				Labels: map[string]string{
+					LabelManagedBy: ManagedByValue, LabelTenant: tenant, LabelImage: image, LabelTag: labelValue(tag),
+				},
+				Annotations: map[string]string{v1alpha1.AnnotationSeenAt: a.now().Format(time.RFC3339Nano)},
+			},
+			Spec: v1alpha1.BaseImageSpec{Tenant: tenant, Repository: a.repository(repo), Tag: tag, Digest: digest},
+		}
+		if err := a.Client.Create(ctx, &bi); err != nil {
+			return fmt.Errorf("creating BaseImage %s: %w", key, err)
+		}
+		a.logger().Info("BaseImage created", "baseimage", key, "digest", digest)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading BaseImage %s: %w", key, err)
+	}
+	if bi.Spec.Repository != a.repository(repo) || bi.Spec.Tag != tag {
+		// Two tags or repositories whose names clean up to the same
+		// Kubernetes name would overwrite each other; BaseImageName
+		// hashes to avoid that, so this is a bug or a hand-made object.
+		return fmt.Errorf("BaseImage %s belongs to %s:%s, not %s:%s", key, bi.Spec.Repository, bi.Spec.Tag, repo, tag)
+	}
+	_, removed := bi.Annotations[v1alpha1.AnnotationRemoved]
+	if bi.Spec.Digest == digest && !removed {
+		return nil // nothing changed: no write
+	}
+	bi.Spec.Digest = digest
+	delete(bi.Annotations, v1alpha1.AnnotationRemoved)
+	if bi.Annotations == nil {
+		bi.Annotations = map[string]string{}
+	}
+	bi.Annotations[v1alpha1.AnnotationSeenAt] = a.now().Format(time.RFC3339Nano)
+	if err := a.Client.Update(ctx, &bi); err != nil {
+		return fmt.Errorf("updating BaseImage %s: %w", key, err)
+	}
+	a.logger().Info("BaseImage digest changed", "baseimage", key, "digest", digest)
+	return nil
+}
+
+// markRemoved records that repo:tag is confirmed gone from the registry.
+func (a *Applier) markRemoved(ctx context.Context, ns, repo, tag string) error {
+	key := client.ObjectKey{Namespace: ns, Name: BaseImageName(ImageName(repo), tag)}
+	var bi v1alpha1.BaseImage
+	if err := a.Client.Get(ctx, key, &bi); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("reading BaseImage %s: %w", key, err)
+	}
+	if _, ok := bi.Annotations[v1alpha1.AnnotationRemoved]; ok || bi.Spec.Repository != a.repository(repo) {
+		return nil
+	}
+	if bi.Annotations == nil {
+		bi.Annotations = map[string]string{}
+	}
+	bi.Annotations[v1alpha1.AnnotationRemoved] = a.now().UTC().Format(time.RFC3339)
+	if err := a.Client.Update(ctx, &bi); err != nil {
+		return fmt.Errorf("marking BaseImage %s removed: %w", key, err)
+	}
+	a.logger().Info("tag removed from the registry", "baseimage", key)
+	return nil
+}
+
+func (a *Applier) now() time.Time {
+	if a.Now != nil {
+		return a.Now()
+	}
+	return time.Now()
+}
+
+func (a *Applier) logger() *slog.Logger {
+	if a.Logger != nil {
+		return a.Logger
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// labelValue makes a tag fit a label value (63 characters, no leading dot
+// or dash); the full tag stays in the spec.
+func labelValue(s string) string {
+	if len(s) > 63 {
+		s = s[:63]
+	}
+	for len(s) > 0 && (s[len(s)-1] == '.' || s[len(s)-1] == '-' || s[len(s)-1] == '_') {
+		s = s[:len(s)-1]
+	}
+	for len(s) > 0 && (s[0] == '.' || s[0] == '-' || s[0] == '_') {
+		s = s[1:]
+	}
+	return s
+}

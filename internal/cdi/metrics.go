@@ -1,0 +1,113 @@
+package cdi
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
+)
+
+// Metrics are the syncer's Prometheus metrics. A nil *Metrics records
+// nothing, so that tests and library users need not register any.
+type Metrics struct {
+	// Events counts registry events by source (distribution, harbor, quay,
+	// zot, poll) and result (applied, ignored, retried, malformed,
+	// unauthorized).
+	Events *prometheus.CounterVec
+	// SyncLatency is the time from the syncer learning of a digest to the
+	// DataVolume importing it being created.
+	SyncLatency prometheus.Histogram
+	// RegistryRequests counts HTTP requests to the registry by method and code.
+	RegistryRequests *prometheus.CounterVec
+	images           *prometheus.GaugeVec
+
+	mu     sync.Mutex
+	phases map[types.NamespacedName]v1alpha1.Phase
+}
+
+// NewMetrics creates the metrics and registers them, with a queue-depth
+// gauge reading queueDepth at each scrape (nil: no such gauge).
+func NewMetrics(reg prometheus.Registerer, queueDepth func() int) (*Metrics, error) {
+	m := &Metrics{
+		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "imagepipe_syncer_events_total",
+			Help: "Registry events received, by source and result.",
+		}, []string{"source", "result"}),
+		SyncLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "imagepipe_syncer_sync_latency_seconds",
+			Help:    "Time from learning of a new digest to creating the DataVolume that imports it.",
+			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
+		}),
+		RegistryRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "imagepipe_syncer_registry_requests_total",
+			Help: "HTTP requests sent to the registry, by method and status code.",
+		}, []string{"method", "code"}),
+		images: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "imagepipe_syncer_images",
+			Help: "BaseImages on this hub by phase, as last reconciled by this replica.",
+		}, []string{"phase"}),
+		phases: map[types.NamespacedName]v1alpha1.Phase{},
+	}
+	collectors := []prometheus.Collector{m.Events, m.SyncLatency, m.RegistryRequests, m.images}
+	if queueDepth != nil {
+		collectors = append(collectors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "imagepipe_syncer_queue_depth",
+			Help: "Images waiting in the intake queue.",
+		}, func() float64 { return float64(queueDepth()) }))
+	}
+	for _, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *Metrics) event(source, result string) {
+	if m != nil {
+		m.Events.WithLabelValues(source, result).Inc()
+	}
+}
+
+// Received counts n events received from source.
+func (m *Metrics) Received(source string, n int) {
+	if m != nil {
+		m.Events.WithLabelValues(source, "received").Add(float64(n))
+	}
+}
+
+// Applied counts the outcome of handling one event: applied, or retried
+// when err is not nil.
+func (m *Metrics) Applied(e Event, err error) {
+	if err != nil {
+		m.event(e.Source, "retried")
+		return
+	}
+	m.event(e.Source, "applied")
+}
+
+func (m *Metrics) latency(d time.Duration) {
+	if m != nil && d >= 0 {
+		m.SyncLatency.Observe(d.Seconds())
+	}
+}
+
+// phase records the phase of one BaseImage; "" forgets it.
+func (m *Metrics) phase(key types.NamespacedName, p v1alpha1.Phase) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if old, ok := m.phases[key]; ok {
+		m.images.WithLabelValues(string(old)).Dec()
+		delete(m.phases, key)
+	}
+	if p != "" {
+		m.phases[key] = p
+		m.images.WithLabelValues(string(p)).Inc()
+	}
+}
