@@ -36,7 +36,7 @@ type Event struct {
 	Tag string
 	// Digest is the manifest digest, when the registry gave one (Quay does not).
 	Digest string
-	// Source names the payload format: distribution, harbor or quay.
+	// Source names the payload format: distribution, harbor, quay or zot.
 	Source string
 }
 
@@ -72,10 +72,10 @@ func (e Event) validate() error {
 
 // ParseWebhook turns a webhook body into events. The format is recognised
 // from the Content-Type and CloudEvents headers and the body's shape:
-// distribution notifications (an "events" envelope), Harbor's default JSON
-// and CloudEvents (structured or binary), and Quay's repo_push. Events the
-// syncer has no use for (pulls, blobs, other Harbor event types) are
-// dropped; an invalid body is an ErrMalformed error.
+// distribution notifications (an "events" envelope), Harbor's default JSON,
+// the CloudEvents of Harbor and zot (structured or binary), and Quay's
+// repo_push. Events the syncer has no use for (pulls, blobs, other Harbor or
+// zot event types) are dropped; an invalid body is an ErrMalformed error.
 func ParseWebhook(header http.Header, body []byte) ([]Event, error) {
 	if len(body) > MaxWebhookBody {
 		return nil, malformed("body of %d bytes exceeds %d", len(body), MaxWebhookBody)
@@ -202,16 +202,74 @@ func harborEvents(action Action, raw json.RawMessage) ([]Event, error) {
 	return out, nil
 }
 
-// parseCloudEvent reads the CloudEvents Harbor sends (types
-// harbor.artifact.pushed and harbor.artifact.deleted); others are ignored.
+// CloudEvent types the syncer acts on. Any other type is dropped.
+const (
+	ceHarborPushed  = "harbor.artifact.pushed"
+	ceHarborDeleted = "harbor.artifact.deleted"
+	ceZotUpdated    = "zotregistry.image.updated"
+	ceZotDeleted    = "zotregistry.image.deleted"
+)
+
+// parseCloudEvent reads the data of a CloudEvent, from the body of a binary
+// one (type in the Ce-Type header) or the "data" member of a structured one.
+// Harbor's harbor.artifact.pushed/deleted and zot's
+// zotregistry.image.updated/deleted are images pushed or deleted; other
+// types (zot's zotregistry.repository.created, image.lint_failed and
+// image.scanned, Harbor's pulls and scans) are ignored.
 func parseCloudEvent(typ string, data json.RawMessage) ([]Event, error) {
 	switch typ {
-	case "harbor.artifact.pushed":
+	case ceHarborPushed:
 		return harborEvents(ActionPush, data)
-	case "harbor.artifact.deleted":
+	case ceHarborDeleted:
 		return harborEvents(ActionDelete, data)
+	case ceZotUpdated:
+		return zotEvents(ActionPush, data)
+	case ceZotDeleted:
+		return zotEvents(ActionDelete, data)
 	}
 	return nil, nil
+}
+
+// zotData is the data of zot's image CloudEvents, a JSON object
+// {"name", "reference", "digest", "mediaType", "manifest" (the manifest as a
+// string, updates only), "actor", "request"}. The reference is the tag, or
+// the digest for a push or delete by digest. zot's HTTP sink sends events
+// with the CloudEvents Go SDK in binary mode: ce-* headers (source
+// "zotregistry.dev") and the data as an application/json body.
+//
+// Verified against project-zot/zot's zotregistry.dev/zot/v2 sources, the
+// release line whose "Event Support" docs (v2.1.21) add typePrefix:
+// pkg/extensions/events/common.go (type constants, Identity),
+// events.go (eventRecorder.ImageUpdated, ImageDeleted), builder.go and
+// http_sink.go. The data fields are the same in the earlier
+// zotregistry.dev/zot releases that first shipped events.
+//
+// Only zot's default type prefix "zotregistry" is recognised: a zot
+// configured with its own "typePrefix" sends types this parser drops, and
+// polling alone keeps its images current.
+type zotData struct {
+	Name      string `json:"name"`
+	Reference string `json:"reference"`
+	Digest    string `json:"digest"`
+}
+
+// zotEvents reads the data of one zot image event.
+func zotEvents(action Action, raw json.RawMessage) ([]Event, error) {
+	var d zotData
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return nil, malformed("zot event data: %v", err)
+	}
+	e := Event{Action: action, Repository: d.Name, Tag: d.Reference, Digest: d.Digest, Source: "zot"}
+	if strings.Contains(d.Reference, ":") { // a digest: a tag cannot hold ':'
+		e.Tag = ""
+		if e.Digest == "" {
+			e.Digest = d.Reference
+		}
+	}
+	if err := e.validate(); err != nil {
+		return nil, err
+	}
+	return []Event{e}, nil
 }
 
 // parseQuay reads Quay's repo_push: a repository and its updated tags, with

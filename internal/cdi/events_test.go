@@ -1,8 +1,14 @@
 package cdi
 
 import (
+	"bufio"
+	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/textproto"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -13,6 +19,58 @@ const (
 	dig1 = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
 	dig2 = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
 )
+
+// zotDigest is the digest of the manifest in the zot fixtures.
+const zotDigest = "sha256:b9414191426c4729ac77a52a941413dbd064f1cbc1b102e80f703b431fd67c09"
+
+// readDelivery reads a webhook delivery kept in testdata/webhooks (see its
+// README): the HTTP headers, a blank line, then the body as sent.
+func readDelivery(tb testing.TB, name string) (http.Header, []byte) {
+	tb.Helper()
+	raw, err := os.ReadFile(filepath.Join("testdata", "webhooks", name))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	r := bufio.NewReader(bytes.NewReader(raw))
+	h, err := textproto.NewReader(r).ReadMIMEHeader()
+	if err != nil {
+		tb.Fatalf("reading the headers of %s: %v", name, err)
+	}
+	body, err := io.ReadAll(r)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return http.Header(h), body
+}
+
+// TestParseWebhookDeliveries parses whole deliveries (headers and body) as
+// registries send them.
+func TestParseWebhookDeliveries(t *testing.T) {
+	tests := []struct {
+		file string
+		want []Event
+	}{
+		{"zot-image-updated-binary.txt", []Event{{ActionPush, "acme/fedora", "41", zotDigest, "zot"}}},
+		{"zot-image-updated-structured.txt", []Event{{ActionPush, "acme/fedora", "41", zotDigest, "zot"}}},
+		{"zot-image-updated-by-digest-binary.txt", []Event{{ActionPush, "acme/fedora", "", zotDigest, "zot"}}},
+		{"zot-image-deleted-binary.txt", []Event{{ActionDelete, "acme/fedora", "40", zotDigest, "zot"}}},
+		{"zot-image-deleted-structured.txt", []Event{{ActionDelete, "acme/fedora", "40", zotDigest, "zot"}}},
+		{"zot-repository-created-binary.txt", nil},
+		{"zot-image-lint-failed-binary.txt", nil},
+	}
+	for _, tt := range tests {
+		t.Run(strings.TrimSuffix(tt.file, ".txt"), func(t *testing.T) {
+			header, body := readDelivery(t, tt.file)
+			got, err := ParseWebhook(header, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
 
 func TestParseWebhook(t *testing.T) {
 	tests := []struct {
@@ -59,6 +117,57 @@ func TestParseWebhook(t *testing.T) {
 			name: "quay repo_push has no digest",
 			body: `{"name":"rhel","repository":"acme/rhel","namespace":"acme","docker_url":"quay.io/acme/rhel","homepage":"https://quay.io/repository/acme/rhel","updated_tags":["10","latest"]}`,
 			want: []Event{{ActionPush, "acme/rhel", "10", "", "quay"}, {ActionPush, "acme/rhel", "latest", "", "quay"}},
+		},
+		{
+			name:   "zot binary delete by digest",
+			header: http.Header{"Ce-Type": {"zotregistry.image.deleted"}, "Ce-Specversion": {"1.0"}, "Ce-Source": {"zotregistry.dev"}},
+			body:   `{"name":"acme/rhel","reference":"` + dig2 + `","digest":"` + dig2 + `","mediaType":"application/vnd.oci.image.index.v1+json"}`,
+			want:   []Event{{ActionDelete, "acme/rhel", "", dig2, "zot"}},
+		},
+		{
+			name:   "zot binary scan result ignored",
+			header: http.Header{"Ce-Type": {"zotregistry.image.scanned"}, "Ce-Specversion": {"1.0"}},
+			body:   `{"name":"acme/rhel","reference":"10","digest":"` + dig1 + `","summary":{"count":0}}`,
+		},
+		{
+			name:   "zot type under a custom prefix ignored",
+			header: http.Header{"Ce-Type": {"com.example.registry.image.updated"}, "Ce-Specversion": {"1.0"}},
+			body:   `{"name":"acme/rhel","reference":"10","digest":"` + dig1 + `"}`,
+		},
+		{
+			name:   "zot invalid repository",
+			header: http.Header{"Ce-Type": {"zotregistry.image.updated"}},
+			body:   `{"name":"Acme/../rhel","reference":"10","digest":"` + dig1 + `"}`,
+			bad:    true,
+		},
+		{
+			name:   "zot invalid tag",
+			header: http.Header{"Ce-Type": {"zotregistry.image.updated"}},
+			body:   `{"name":"acme/rhel","reference":"-10","digest":"` + dig1 + `"}`,
+			bad:    true,
+		},
+		{
+			name:   "zot reference is a digest of another algorithm",
+			header: http.Header{"Ce-Type": {"zotregistry.image.deleted"}},
+			body:   `{"name":"acme/rhel","reference":"sha512:abc"}`,
+			bad:    true,
+		},
+		{
+			name:   "zot neither tag nor digest",
+			header: http.Header{"Ce-Type": {"zotregistry.image.deleted"}},
+			body:   `{"name":"acme/rhel","reference":""}`,
+			bad:    true,
+		},
+		{
+			name:   "zot data not an object",
+			header: http.Header{"Ce-Type": {"zotregistry.image.updated"}},
+			body:   `["acme/rhel"]`,
+			bad:    true,
+		},
+		{
+			name: "zot structured without data",
+			body: `{"specversion":"1.0","id":"1","source":"zotregistry.dev","type":"zotregistry.image.updated"}`,
+			bad:  true,
 		},
 		{name: "not json", body: `events=1`, bad: true},
 		{name: "truncated", body: `{"events":[{"action":"push"`, bad: true},
@@ -139,14 +248,29 @@ func TestWebhookHandler(t *testing.T) {
 }
 
 // FuzzParseWebhook: no body makes the parser panic, and every event it
-// returns has valid names.
+// returns has valid names. ceType is the Ce-Type header of a binary
+// CloudEvent, empty for every other format. Seeds: one body of each format
+// and the deliveries in testdata/webhooks.
 func FuzzParseWebhook(f *testing.F) {
-	f.Add([]byte(`{"events":[{"action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"` + dig1 + `","repository":"acme/rhel","tag":"10"}}]}`))
-	f.Add([]byte(`{"type":"PUSH_ARTIFACT","event_data":{"resources":[{"digest":"` + dig1 + `","tag":"41"}],"repository":{"repo_full_name":"acme/fedora"}}}`))
-	f.Add([]byte(`{"specversion":"1.0","type":"harbor.artifact.deleted","data":{"resources":[{"tag":"x"}],"repository":{"repo_full_name":"a/b"}}}`))
-	f.Add([]byte(`{"repository":"acme/rhel","updated_tags":["10"]}`))
-	f.Fuzz(func(t *testing.T, body []byte) {
-		events, err := ParseWebhook(http.Header{}, body)
+	f.Add("", []byte(`{"events":[{"action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"`+dig1+`","repository":"acme/rhel","tag":"10"}}]}`))
+	f.Add("", []byte(`{"type":"PUSH_ARTIFACT","event_data":{"resources":[{"digest":"`+dig1+`","tag":"41"}],"repository":{"repo_full_name":"acme/fedora"}}}`))
+	f.Add("", []byte(`{"specversion":"1.0","type":"harbor.artifact.deleted","data":{"resources":[{"tag":"x"}],"repository":{"repo_full_name":"a/b"}}}`))
+	f.Add("harbor.artifact.pushed", []byte(`{"resources":[{"digest":"`+dig1+`","tag":"1"}],"repository":{"repo_full_name":"acme/alma"}}`))
+	f.Add("", []byte(`{"repository":"acme/rhel","updated_tags":["10"]}`))
+	files, err := filepath.Glob(filepath.Join("testdata", "webhooks", "*.txt"))
+	if err != nil || len(files) == 0 {
+		f.Fatalf("no deliveries in testdata/webhooks: %v", err)
+	}
+	for _, file := range files {
+		header, body := readDelivery(f, filepath.Base(file))
+		f.Add(header.Get("Ce-Type"), body)
+	}
+	f.Fuzz(func(t *testing.T, ceType string, body []byte) {
+		header := http.Header{}
+		if ceType != "" {
+			header.Set("Ce-Type", ceType)
+		}
+		events, err := ParseWebhook(header, body)
 		if err != nil {
 			return
 		}
