@@ -4,41 +4,83 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"golang.org/x/sync/errgroup"
 )
 
 // TagRegistry is what polling needs from the central registry;
 // *registry.Client implements it.
 type TagRegistry interface {
+	// Repositories lists the registry's catalog, all pages.
 	Repositories(ctx context.Context, reg name.Registry) ([]string, error)
-	TagDigests(ctx context.Context, repo name.Repository) (map[string]string, error)
+	// ListTags lists a repository's tags, sending etag as If-None-Match
+	// when it is not "": notModified reports the registry's 304. newETag
+	// is "" when the registry offers none for the listing.
+	ListTags(ctx context.Context, repo name.Repository, etag string) (tags []string, newETag string, notModified bool, err error)
+	// Resolve looks a tag up; found is false only when the registry
+	// answered that it does not exist.
 	Resolve(ctx context.Context, ref name.Tag) (digest string, found bool, err error)
 }
+
+// resolveConcurrency is how many tag look-ups a poll has in flight at once.
+const resolveConcurrency = 8
 
 // Poller finds changes by listing the registry, catching what webhooks
 // missed (distribution drops queued notifications when it restarts).
 //
-// It never deletes because of silence: a failed listing keeps everything
+// A pass comes in two kinds. Poll, the fast pass, reads the catalog and
+// lists each served repository's tags, conditionally where the registry
+// gives the listing an ETag; it looks up only tags that are new since the
+// last pass and tags that left the listing. With nothing changed it costs
+// one request per catalog page and one per repository. It cannot see a tag
+// pushed again to a new digest, which leaves the listing as it was.
+// PollDigests, the full pass, also looks up every known tag's digest, one
+// request per tag, and so catches those. The caller decides how often each
+// runs; the first pass of a Poller learns every digest either way.
+//
+// Neither deletes because of silence: a failed listing keeps everything
 // it knew, and a tag missing from a successful listing becomes a delete
 // event only after a direct look-up answers that it does not exist.
+//
+// A Poller is not safe for concurrent use; passes run one at a time.
 type Poller struct {
 	reg     name.Registry
 	client  TagRegistry
 	tenancy *Tenancy
-	known   map[string]map[string]string // repository → tag → digest
+	known   map[string]*repoState // by repository
+}
+
+// repoState is what a Poller knows of one repository.
+type repoState struct {
+	digests map[string]string // tag → digest
+	etag    string            // of the last listing fully taken in; "" for none
 }
 
 // NewPoller polls reg for the tenants tenancy serves.
 func NewPoller(reg name.Registry, client TagRegistry, tenancy *Tenancy) *Poller {
-	return &Poller{reg: reg, client: client, tenancy: tenancy, known: map[string]map[string]string{}}
+	return &Poller{reg: reg, client: client, tenancy: tenancy, known: map[string]*repoState{}}
 }
 
-// Poll lists the registry once and returns what changed since the last
-// poll: pushes for new tags and moved digests, deletes for tags confirmed
-// gone. Errors for single repositories are joined into the returned error;
-// the events found elsewhere are still returned.
+// Poll runs a fast pass and returns what changed since the last pass:
+// pushes for new tags and for tags a look-up found at a new digest,
+// deletes for tags confirmed gone. Errors for single repositories
+// are joined into the returned error; the events found elsewhere are still
+// returned.
 func (p *Poller) Poll(ctx context.Context) ([]Event, error) {
+	return p.pass(ctx, false)
+}
+
+// PollDigests runs a full pass: a fast pass that also looks up the digest
+// of every tag, to find tags pushed again whose webhook was missed. Its
+// results and errors are those of Poll.
+func (p *Poller) PollDigests(ctx context.Context) ([]Event, error) {
+	return p.pass(ctx, true)
+}
+
+func (p *Poller) pass(ctx context.Context, full bool) ([]Event, error) {
 	repos, err := p.client.Repositories(ctx, p.reg)
 	if err != nil {
 		return nil, fmt.Errorf("polling %s: %w", p.reg, err) // nothing is forgotten
@@ -51,21 +93,32 @@ func (p *Poller) Poll(ctx context.Context) ([]Event, error) {
 			continue // another hub's tenant, or an invalid name
 		}
 		listed[repo] = true
-		tags, err := p.client.TagDigests(ctx, p.reg.Repo(repo))
+		st := p.known[repo]
+		etag := ""
+		if st != nil {
+			etag = st.etag
+		}
+		tags, newETag, unchanged, err := p.client.ListTags(ctx, p.reg.Repo(repo), etag)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		ev, err := p.compare(ctx, repo, tags)
+		if unchanged {
+			if !full || st == nil {
+				continue
+			}
+			tags, newETag = slices.Collect(maps.Keys(st.digests)), etag
+		}
+		ev, err := p.compare(ctx, repo, tags, newETag, full)
 		events = append(events, ev...)
 		if err != nil {
 			errs = append(errs, err)
 		}
 	}
 	// A repository that left the catalog: every tag must be confirmed gone.
-	for repo := range p.known {
+	for _, repo := range slices.Sorted(maps.Keys(p.known)) {
 		if !listed[repo] {
-			ev, err := p.compare(ctx, repo, map[string]string{})
+			ev, err := p.compare(ctx, repo, nil, "", full)
 			events = append(events, ev...)
 			if err != nil {
 				errs = append(errs, err)
@@ -75,40 +128,82 @@ func (p *Poller) Poll(ctx context.Context) ([]Event, error) {
 	return events, errors.Join(errs...)
 }
 
-// compare turns one repository's listing into events and updates what is known.
-func (p *Poller) compare(ctx context.Context, repo string, tags map[string]string) ([]Event, error) {
-	var events []Event
-	var errs []error
-	before := p.known[repo]
-	now := map[string]string{}
-	for tag, digest := range tags {
-		now[tag] = digest
-		if before[tag] != digest {
-			events = append(events, Event{Action: ActionPush, Repository: repo, Tag: tag, Digest: digest, Source: "poll"})
-		}
+// lookup is the answer of one Resolve.
+type lookup struct {
+	tag, digest string
+	found       bool
+	err         error
+}
+
+// compare turns one repository's listing into events and updates what is
+// known. It looks up tags new to the listing, tags gone from it, and, in a
+// full pass, every listed tag. etag is kept only when every look-up
+// answered, so that a tag that could not be looked up is listed, and
+// tried, again on the next pass.
+func (p *Poller) compare(ctx context.Context, repo string, tags []string, etag string, full bool) ([]Event, error) {
+	var before map[string]string
+	if st := p.known[repo]; st != nil {
+		before = st.digests
 	}
-	for tag, digest := range before {
-		if _, ok := tags[tag]; ok {
+	now := map[string]string{}
+	inListing := map[string]bool{}
+	var ask []string
+	for _, tag := range tags {
+		if inListing[tag] {
 			continue
 		}
-		got, found, err := p.client.Resolve(ctx, p.reg.Repo(repo).Tag(tag))
-		switch {
-		case err != nil:
-			errs = append(errs, err)
-			now[tag] = digest // unsure: keep it
-		case found:
-			now[tag] = got // the listing was stale
-			if got != digest {
-				events = append(events, Event{Action: ActionPush, Repository: repo, Tag: tag, Digest: got, Source: "poll"})
-			}
-		default:
-			events = append(events, Event{Action: ActionDelete, Repository: repo, Tag: tag, Digest: digest, Source: "poll"})
+		inListing[tag] = true
+		if d, ok := before[tag]; ok && !full {
+			now[tag] = d
+			continue
 		}
+		ask = append(ask, tag)
+	}
+	for tag := range before {
+		if !inListing[tag] {
+			ask = append(ask, tag)
+		}
+	}
+	slices.Sort(ask)
+
+	answers := make([]lookup, len(ask))
+	var g errgroup.Group
+	g.SetLimit(resolveConcurrency)
+	for i, tag := range ask {
+		g.Go(func() error {
+			d, found, err := p.client.Resolve(ctx, p.reg.Repo(repo).Tag(tag))
+			answers[i] = lookup{tag: tag, digest: d, found: found, err: err}
+			return nil // each look-up's error is its own answer
+		})
+	}
+	_ = g.Wait()
+
+	var events []Event
+	var errs []error
+	for _, a := range answers {
+		old, wasKnown := before[a.tag]
+		switch {
+		case a.err != nil:
+			errs = append(errs, a.err)
+			if wasKnown {
+				now[a.tag] = old // unsure: keep it
+			}
+		case a.found:
+			now[a.tag] = a.digest // a listing that left it out was stale
+			if a.digest != old {
+				events = append(events, Event{Action: ActionPush, Repository: repo, Tag: a.tag, Digest: a.digest, Source: "poll"})
+			}
+		case wasKnown: // the registry answered that it does not exist
+			events = append(events, Event{Action: ActionDelete, Repository: repo, Tag: a.tag, Digest: old, Source: "poll"})
+		}
+	}
+	if len(errs) > 0 {
+		etag = ""
 	}
 	if len(now) == 0 {
 		delete(p.known, repo)
 	} else {
-		p.known[repo] = now
+		p.known[repo] = &repoState{digests: now, etag: etag}
 	}
 	return events, errors.Join(errs...)
 }

@@ -26,10 +26,11 @@ const DefaultChunkSize = 8 << 20
 // Client talks to OCI registries. It is safe for concurrent use.
 type Client struct {
 	opts options
-	base http.RoundTripper
+	base http.RoundTripper // every request goes through it, observed when asked
 
-	mu      sync.Mutex
-	schemes map[string]string // registry host → "https" or "http"
+	mu       sync.Mutex
+	schemes  map[string]string        // registry host → "https" or "http"
+	sessions map[string]cachedSession // registry host → authenticated transport
 }
 
 type options struct {
@@ -43,6 +44,7 @@ type options struct {
 	retries   int
 	backoff   time.Duration
 	userAgent string
+	observer  RequestObserver
 }
 
 // Option configures a Client.
@@ -118,6 +120,44 @@ func WithUserAgent(ua string) Option {
 	return func(o *options) error { o.userAgent = ua; return nil }
 }
 
+// RequestObserver is told of each HTTP request a Client sends, once, when
+// it completes: its method, URL path and response status (0 when no
+// response came). It sees everything on the wire: registry API calls, each
+// retry, the GET /v2/ that opens a session, and requests to a token
+// endpoint (their path is the token realm's, e.g. "/token" or
+// "/service/token"), so a count of requests is what the registry and its
+// token service actually served. It is called from many goroutines and
+// must be quick.
+type RequestObserver func(method, path string, status int)
+
+// WithRequestObserver calls f for every HTTP request the client sends, for
+// request metrics and cost measurements; the default observes nothing.
+func WithRequestObserver(f RequestObserver) Option {
+	return func(o *options) error {
+		if f == nil {
+			return errors.New("the request observer is nil")
+		}
+		o.observer = f
+		return nil
+	}
+}
+
+// observedTransport reports each round trip to a RequestObserver.
+type observedTransport struct {
+	inner   http.RoundTripper
+	observe RequestObserver
+}
+
+func (t observedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.inner.RoundTrip(req)
+	status := 0
+	if resp != nil {
+		status = resp.StatusCode
+	}
+	t.observe(req.Method, req.URL.Path, status)
+	return resp, err
+}
+
 // New returns a Client.
 func New(opts ...Option) (*Client, error) {
 	o := options{
@@ -152,7 +192,11 @@ func New(opts ...Option) (*Client, error) {
 	}
 	tlsConf.InsecureSkipVerify = o.insecure
 	tr.TLSClientConfig = tlsConf
-	return &Client{opts: o, base: tr, schemes: map[string]string{}}, nil
+	var base http.RoundTripper = tr
+	if o.observer != nil {
+		base = observedTransport{inner: tr, observe: o.observer}
+	}
+	return &Client{opts: o, base: base, schemes: map[string]string{}, sessions: map[string]cachedSession{}}, nil
 }
 
 func defaultCacheDir() string {
@@ -208,6 +252,63 @@ func (c *Client) remoteOptions(ctx context.Context, reg name.Registry) ([]remote
 		remote.WithUserAgent(c.opts.userAgent),
 		remote.WithRetryBackoff(remote.Backoff{Duration: c.opts.backoff, Factor: 2, Steps: c.opts.retries}),
 	}, nil
+}
+
+// sessionTTL is how long an authenticated transport is kept for reuse.
+// Renewing it costs one GET /v2/ (and a token exchange where the registry
+// uses tokens), and picks up credentials that changed in the keychain.
+const sessionTTL = 10 * time.Minute
+
+// cachedSession is an authenticated transport and when it was made.
+type cachedSession struct {
+	rt   http.RoundTripper
+	made time.Time
+}
+
+// session returns an authenticated transport for reg that is kept and
+// reused by the calls that read it often (Repositories, ListTags,
+// Resolve), so that each of them costs one request: go-containerregistry
+// opens every remote call with a GET /v2/ and, on token registries, a
+// token exchange, unless it is handed a transport.Wrapper, as here. Bearer
+// tokens are renewed by the transport when the registry challenges them;
+// the scopes it asks for grow with the repositories it is challenged for.
+// It carries the client's retries and User-Agent, which
+// go-containerregistry does not add to a Wrapper.
+func (c *Client) session(ctx context.Context, reg name.Registry) (http.RoundTripper, error) {
+	key := reg.RegistryStr()
+	c.mu.Lock()
+	s, ok := c.sessions[key]
+	c.mu.Unlock()
+	if ok && time.Since(s.made) < sessionTTL {
+		return s.rt, nil
+	}
+	auth, err := c.authenticator(reg)
+	if err != nil {
+		return nil, err
+	}
+	var rt http.RoundTripper = transport.NewRetry(c.base,
+		transport.WithRetryBackoff(remote.Backoff{Duration: c.opts.backoff, Factor: 2, Steps: c.opts.retries}),
+		transport.WithRetryStatusCodes(http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
+			http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout))
+	rt = transport.NewUserAgent(rt, c.opts.userAgent)
+	rt, err = transport.NewWithContext(ctx, reg, auth, rt, []string{reg.Scope(transport.PullScope)})
+	if err != nil {
+		return nil, fmt.Errorf("authenticating to %s: %w", reg, err)
+	}
+	c.mu.Lock()
+	c.sessions[key] = cachedSession{rt: rt, made: time.Now()}
+	c.mu.Unlock()
+	return rt, nil
+}
+
+// sessionOptions are the go-containerregistry options for a call that goes
+// through the reusable session transport of reg.
+func (c *Client) sessionOptions(ctx context.Context, reg name.Registry) ([]remote.Option, error) {
+	rt, err := c.session(ctx, reg)
+	if err != nil {
+		return nil, err
+	}
+	return []remote.Option{remote.WithContext(ctx), remote.WithTransport(rt)}, nil
 }
 
 // httpClient returns a client authorised for scopes on repo, and the

@@ -2,17 +2,35 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
-// Repositories lists every repository of a registry (the catalog, all pages).
+// Limits on a tag listing, which comes from the registry and is not
+// trusted: the bytes of one page and the number of pages followed.
+const (
+	maxTagPageBytes = 16 << 20
+	maxTagPages     = 10000
+)
+
+// Repositories lists every repository of a registry (the catalog, all
+// pages): one request per page on a kept session (see ListTags).
 func (c *Client) Repositories(ctx context.Context, reg name.Registry) ([]string, error) {
-	ropts, err := c.remoteOptions(ctx, reg)
+	ropts, err := c.sessionOptions(ctx, reg)
 	if err != nil {
 		return nil, err
 	}
@@ -21,6 +39,113 @@ func (c *Client) Repositories(ctx context.Context, reg name.Registry) ([]string,
 		return nil, fmt.Errorf("listing the repositories of %s: %w", reg, err)
 	}
 	return repos, nil
+}
+
+// ListTags lists the tags of repo, all pages, build-key tags excluded,
+// conditionally: when etag is not "" it is sent as If-None-Match, and the
+// registry's 304 answer returns notModified and no tags. newETag is the
+// listing's ETag to pass next time; it is "" when the registry sends none
+// (the CNCF distribution registry sends none on tag listings) or when the
+// listing spans pages, as the first page's ETag says nothing of the
+// others. A repository that does not exist has no tags.
+//
+// Calls share an authenticated session per registry, kept for a few
+// minutes, so a listing of one page costs one request, plus a GET /v2/
+// and a token exchange when the session is opened or renewed. On a
+// registry that issues tokens, the session's first request to each
+// repository is also challenged once (a 401, a token for the added scope,
+// the request again), and so is the first after the token expires.
+func (c *Client) ListTags(ctx context.Context, repo name.Repository, etag string) (tags []string, newETag string, notModified bool, err error) {
+	rt, err := c.session(ctx, repo.Registry)
+	if err != nil {
+		return nil, "", false, err
+	}
+	client := &http.Client{Transport: rt}
+	next := &url.URL{Scheme: repo.Scheme(), Host: repo.RegistryStr(), Path: "/v2/" + repo.RepositoryStr() + "/tags/list"}
+	for page := 0; next != nil; page++ {
+		if page == maxTagPages {
+			return nil, "", false, fmt.Errorf("listing the tags of %s: more than %d pages", repo, maxTagPages)
+		}
+		var pageTags []string
+		var pageETag string
+		pageTags, pageETag, next, notModified, err = listTagsPage(ctx, client, repo, next, etag)
+		if err != nil {
+			if page == 0 && isNotFound(err) {
+				return nil, "", false, nil
+			}
+			return nil, "", false, fmt.Errorf("listing the tags of %s: %w", repo, err)
+		}
+		if notModified {
+			return nil, etag, true, nil
+		}
+		if page == 0 && next == nil {
+			newETag = pageETag
+		}
+		tags = append(tags, pageTags...)
+		etag = "" // only the first page is asked conditionally
+	}
+	return slices.DeleteFunc(tags, func(t string) bool { return strings.HasPrefix(t, api.BuildKeyTagPrefix) }), newETag, false, nil
+}
+
+// listTagsPage fetches one page of a tag listing: its tags, its ETag, and
+// the next page from the Link header (nil on the last page), which must be
+// on the same registry.
+func listTagsPage(ctx context.Context, client *http.Client, repo name.Repository, u *url.URL, etag string) (tags []string, pageETag string, next *url.URL, notModified bool, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return nil, "", nil, false, err
+	}
+	if etag != "" {
+		req.Header.Set("If-None-Match", etag)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, "", nil, false, err
+	}
+	defer resp.Body.Close()
+	if etag != "" && resp.StatusCode == http.StatusNotModified {
+		return nil, "", nil, true, nil
+	}
+	if err := transport.CheckError(resp, http.StatusOK); err != nil {
+		return nil, "", nil, false, err
+	}
+	var body struct {
+		Tags []string `json:"tags"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxTagPageBytes)).Decode(&body); err != nil {
+		return nil, "", nil, false, fmt.Errorf("reading the tag listing: %w", err)
+	}
+	next, err = nextPage(resp, repo.Registry)
+	if err != nil {
+		return nil, "", nil, false, err
+	}
+	return body.Tags, resp.Header.Get("ETag"), next, false, nil
+}
+
+// nextPage reads an RFC 5988 Link header (`<URL>; rel="next"`), resolved
+// against the request; nil when there is none. A link to another host is
+// refused: a registry does not get to send the client elsewhere.
+func nextPage(resp *http.Response, reg name.Registry) (*url.URL, error) {
+	link := resp.Header.Get("Link")
+	if link == "" {
+		return nil, nil
+	}
+	start, end := strings.IndexByte(link, '<'), strings.IndexByte(link, '>')
+	if start != 0 || end < 1 {
+		return nil, fmt.Errorf("malformed Link header %q", link)
+	}
+	if end == 1 {
+		return nil, nil
+	}
+	u, err := url.Parse(link[1:end])
+	if err != nil {
+		return nil, fmt.Errorf("malformed Link header %q: %w", link, err)
+	}
+	u = resp.Request.URL.ResolveReference(u)
+	if u.Host != reg.RegistryStr() {
+		return nil, errors.New("the next page of the tag listing is on another host")
+	}
+	return u, nil
 }
 
 // TagDigests returns every tag of repo (build-key tags excluded) with the
@@ -60,10 +185,11 @@ func (c *Client) TagDigests(ctx context.Context, repo name.Repository) (map[stri
 	return out, g.Wait()
 }
 
-// Resolve looks a tag up directly. found is false only when the registry
-// answered that the tag does not exist; any other failure is an error.
+// Resolve looks a tag up directly with one HEAD on a kept session (see
+// ListTags). found is false only when the registry answered that the tag
+// does not exist; any other failure is an error.
 func (c *Client) Resolve(ctx context.Context, ref name.Tag) (digest string, found bool, err error) {
-	ropts, err := c.remoteOptions(ctx, ref.Registry)
+	ropts, err := c.sessionOptions(ctx, ref.Registry)
 	if err != nil {
 		return "", false, err
 	}
