@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"time"
 
 	dockerconfig "github.com/docker/cli/cli/config"
@@ -52,7 +53,12 @@ func run(ctx context.Context, o *options) error {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
 
-	ropts := []registry.Option{registry.WithLogger(log), registry.WithCacheDir(""), registry.WithInsecure(o.registryInsecure)}
+	ropts := []registry.Option{
+		registry.WithLogger(log), registry.WithCacheDir(""), registry.WithInsecure(o.registryInsecure),
+		registry.WithRequestObserver(func(method, _ string, status int) {
+			metrics.RegistryRequests.WithLabelValues(method, strconv.Itoa(status)).Inc()
+		}),
+	}
 	var pullSecret map[string][]byte
 	if o.dockerConfig != "" {
 		user, pass, err := registryCredentials(o.dockerConfig, reg.RegistryStr())
@@ -201,10 +207,15 @@ func pollLoop(ctx context.Context, p *cdi.Poller, intake *cdi.Intake, m *cdi.Met
 	for {
 		full := lastFull.IsZero() || time.Since(lastFull) >= resync
 		start := time.Now()
-		events, err := p.Poll(ctx)
+		poll := p.Poll
+		if full {
+			poll = p.PollDigests
+		}
+		events, err := poll(ctx)
 		if full && err == nil {
 			lastFull = start
 		}
+		m.Polled(full, err)
 		if err != nil && ctx.Err() == nil {
 			log.Warn("polling the registry failed; nothing is changed until it answers", "error", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -11,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
 
@@ -48,6 +50,9 @@ func (a *Applier) Apply(ctx context.Context, e Event) error {
 	if err != nil {
 		a.logger().Debug("event ignored", "repository", e.Repository, "reason", err)
 		return nil
+	}
+	if strings.HasPrefix(e.Tag, api.BuildKeyTagPrefix) {
+		return nil // imagectl's hidden re-import tags are not images
 	}
 	if e.Tag == "" {
 		return a.applyDigest(ctx, tenant, ns, e)

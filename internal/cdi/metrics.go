@@ -20,6 +20,8 @@ type Metrics struct {
 	// SyncLatency is the time from the syncer learning of a digest to the
 	// DataVolume importing it being created.
 	SyncLatency prometheus.Histogram
+	// Polls counts registry polls by kind (fast, full) and result (ok, error).
+	Polls *prometheus.CounterVec
 	// RegistryRequests counts HTTP requests to the registry by method and code.
 	RegistryRequests *prometheus.CounterVec
 	images           *prometheus.GaugeVec
@@ -41,6 +43,10 @@ func NewMetrics(reg prometheus.Registerer, queueDepth func() int) (*Metrics, err
 			Help:    "Time from learning of a new digest to creating the DataVolume that imports it.",
 			Buckets: []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300},
 		}),
+		Polls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "imagepipe_syncer_polls_total",
+			Help: "Registry polls, by kind (fast: tag listings; full: every digest too) and result.",
+		}, []string{"kind", "result"}),
 		RegistryRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "imagepipe_syncer_registry_requests_total",
 			Help: "HTTP requests sent to the registry, by method and status code.",
@@ -51,7 +57,7 @@ func NewMetrics(reg prometheus.Registerer, queueDepth func() int) (*Metrics, err
 		}, []string{"phase"}),
 		phases: map[types.NamespacedName]v1alpha1.Phase{},
 	}
-	collectors := []prometheus.Collector{m.Events, m.SyncLatency, m.RegistryRequests, m.images}
+	collectors := []prometheus.Collector{m.Events, m.SyncLatency, m.Polls, m.RegistryRequests, m.images}
 	if queueDepth != nil {
 		collectors = append(collectors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "imagepipe_syncer_queue_depth",
@@ -87,6 +93,21 @@ func (m *Metrics) Applied(e Event, err error) {
 		return
 	}
 	m.event(e.Source, "applied")
+}
+
+// Polled counts one poll of the registry.
+func (m *Metrics) Polled(full bool, err error) {
+	if m == nil {
+		return
+	}
+	kind, result := "fast", "ok"
+	if full {
+		kind = "full"
+	}
+	if err != nil {
+		result = "error"
+	}
+	m.Polls.WithLabelValues(kind, result).Inc()
 }
 
 func (m *Metrics) latency(d time.Duration) {

@@ -137,7 +137,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	bi.Status.ObservedGeneration = bi.Generation
 	if !equality.Semantic.DeepEqual(before, &bi.Status) {
-		if uerr := r.Client.Status().Update(ctx, &bi); uerr != nil {
+		uerr := r.Client.Status().Update(ctx, &bi)
+		if apierrors.IsConflict(uerr) && err == nil {
+			// A stale cache read: the next run sees the newer object.
+			return reconcile.Result{Requeue: true}, nil
+		}
+		if uerr != nil {
 			return res, errors.Join(err, fmt.Errorf("updating the status of BaseImage %s: %w", req.NamespacedName, uerr))
 		}
 	}

@@ -196,3 +196,7 @@ func logOnFailure(t testing.TB, name, path string) {
 	}
 	t.Logf("%s log %s:\n%s", name, path, data)
 }
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for a component a test
+// starts itself; another process may take it first, so such starts should be retried.
+func FreePort(t testing.TB) int { return freePort(t) }

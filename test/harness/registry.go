@@ -24,6 +24,8 @@ type RegistryOptions struct {
 	TLS                bool   // serve HTTPS with a self-signed CA made in Go (crypto/x509), cert valid for 127.0.0.1 and localhost
 	NotifyURL          string // optional: notifications endpoint (distribution's notifications.endpoints), with header Authorization: Bearer NotifyToken
 	NotifyToken        string
+	// NotifyURLs are further endpoints notified the same way, e.g. one syncer per hub.
+	NotifyURLs []string
 }
 
 // Registry is a running CNCF distribution registry (cmd/registry, v3) with filesystem storage
@@ -170,10 +172,14 @@ func (r *Registry) config() []byte {
 			"htpasswd": map[string]any{"realm": "imagepipe-test", "path": filepath.Join(r.dir, "htpasswd")},
 		}
 	}
-	if r.opts.NotifyURL != "" {
+	var endpoints []any
+	for i, url := range append([]string{r.opts.NotifyURL}, r.opts.NotifyURLs...) {
+		if url == "" {
+			continue
+		}
 		endpoint := map[string]any{
-			"name":      "imagepipe-test",
-			"url":       r.opts.NotifyURL,
+			"name":      fmt.Sprintf("imagepipe-test-%d", i),
+			"url":       url,
 			"timeout":   "5s",
 			"threshold": 3,
 			"backoff":   "1s",
@@ -181,7 +187,10 @@ func (r *Registry) config() []byte {
 		if r.opts.NotifyToken != "" {
 			endpoint["headers"] = map[string][]string{"Authorization": {"Bearer " + r.opts.NotifyToken}}
 		}
-		conf["notifications"] = map[string]any{"endpoints": []any{endpoint}}
+		endpoints = append(endpoints, endpoint)
+	}
+	if len(endpoints) > 0 {
+		conf["notifications"] = map[string]any{"endpoints": endpoints}
 	}
 	data, err := json.MarshalIndent(conf, "", "  ")
 	if err != nil {
