@@ -55,6 +55,9 @@ func (a *Applier) Apply(ctx context.Context, e Event) error {
 		return nil // imagectl's hidden re-import tags are not images
 	}
 	if e.Tag == "" {
+		if e.Action == ActionPush {
+			return nil // an untagged push: no tag to sync yet
+		}
 		return a.applyDigest(ctx, tenant, ns, e)
 	}
 	digest := e.Digest

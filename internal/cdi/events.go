@@ -194,6 +194,12 @@ func harborEvents(action Action, raw json.RawMessage) ([]Event, error) {
 	var out []Event
 	for _, r := range d.Resources {
 		e := Event{Action: action, Repository: d.Repository.RepoFullName, Tag: r.Tag, Digest: r.Digest, Source: "harbor"}
+		if strings.HasPrefix(r.Tag, "sha256:") { // an untagged artifact: Harbor names it by digest
+			e.Tag = ""
+			if e.Digest == "" {
+				e.Digest = r.Tag
+			}
+		}
 		if err := e.validate(); err != nil {
 			return nil, err
 		}

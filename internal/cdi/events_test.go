@@ -99,6 +99,11 @@ func TestParseWebhook(t *testing.T) {
 			want: []Event{{ActionPush, "acme/fedora", "41", dig1, "harbor"}},
 		},
 		{
+			name: "harbor untagged push names the digest in the tag field",
+			body: `{"type":"PUSH_ARTIFACT","event_data":{"resources":[{"digest":"` + dig1 + `","tag":"` + dig1 + `"}],"repository":{"repo_full_name":"acme/fedora"}}}`,
+			want: []Event{{ActionPush, "acme/fedora", "", dig1, "harbor"}},
+		},
+		{
 			name: "harbor pull ignored",
 			body: `{"type":"PULL_ARTIFACT","event_data":{"resources":[{"digest":"` + dig1 + `","tag":"41"}],"repository":{"repo_full_name":"acme/fedora"}}}`,
 		},
@@ -212,7 +217,11 @@ func TestWebhookHandler(t *testing.T) {
 	defer srv.Close()
 	push := `{"events":[{"action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"` + dig1 + `","repository":"acme/rhel","tag":"10"}}]}`
 	post := func(auth, body string) int {
-		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(body))
+		url := srv.URL
+		if q, ok := strings.CutPrefix(auth, "?"); ok {
+			url, auth = url+"/?"+q, ""
+		}
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/vnd.docker.distribution.events.v2+json")
 		if auth != "" {
 			req.Header.Set("Authorization", auth)
@@ -233,13 +242,16 @@ func TestWebhookHandler(t *testing.T) {
 		{"Basic czNjcmV0", push, http.StatusUnauthorized},
 		{"Bearer s3cret", `{"events":[`, http.StatusBadRequest},
 		{"Bearer s3cret", strings.Repeat(" ", MaxWebhookBody+1), http.StatusBadRequest},
+		{"?token=wrong", push, http.StatusUnauthorized},
+		{"?token=", push, http.StatusUnauthorized},
 		{"Bearer s3cret", push, http.StatusAccepted},
+		{"?token=s3cret", push, http.StatusAccepted},
 	} {
 		if code := post(tc.auth, tc.body); code != tc.want {
 			t.Errorf("auth %q, body %.30q: %d, want %d", tc.auth, tc.body, code, tc.want)
 		}
 	}
-	if len(got) != 1 || got[0].Tag != "10" {
+	if len(got) != 2 || got[0].Tag != "10" || got[1].Tag != "10" {
 		t.Errorf("events handed on: %+v, want only the authenticated valid push", got)
 	}
 	if _, err := NewWebhookHandler("", nil, nil); err == nil {

@@ -11,7 +11,10 @@ import (
 
 // WebhookHandler receives registry notifications. Each request must carry
 // "Authorization: Bearer TOKEN" (distribution's notification config can
-// send it, Harbor's "auth header" too); bodies are bounded by
+// send it, Harbor's "auth header" and zot's sink credentials too) or, for
+// registries that cannot set headers (Quay), a "token" query parameter in
+// the webhook URL, which then must be kept as secret as the token; bodies
+// are bounded by
 // MaxWebhookBody. It answers 401 without the token, 400 for a malformed
 // body (nothing is handed on), and 202 once the events are handed to sink.
 type WebhookHandler struct {
@@ -41,6 +44,10 @@ func (h *WebhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok && r.Header.Get("Authorization") == "" {
+		// Quay cannot send headers: its webhook URL carries the token.
+		got, ok = r.URL.Query().Get("token"), r.URL.Query().Has("token")
+	}
 	if !ok || subtle.ConstantTimeCompare([]byte(got), h.token) != 1 {
 		h.logger.Info("webhook refused: bad or missing token", "remote", r.RemoteAddr)
 		h.Metrics.event("webhook", "unauthorized")
