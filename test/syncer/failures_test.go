@@ -1,0 +1,214 @@
+package syncer
+
+import (
+	"archive/tar"
+	"bytes"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/pkg/api"
+	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
+	"github.com/imagepipe/imagepipe/test/harness"
+	"github.com/imagepipe/imagepipe/test/testenv"
+)
+
+// TestSyncerRejectsAnImagePushedByAnotherClient: a tenant pushes, with
+// go-containerregistry instead of imagectl, a containerDisk whose qcow2
+// names a backing file. Revalidation refuses it: the BaseImage says
+// Rejected with the reason, and nothing is imported.
+func TestSyncerRejectsAnImagePushedByAnotherClient(t *testing.T) {
+	testenv.RequireQEMU(t)
+	hub := startTestHub(t, "hub-a")
+	s := reserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.webhookURL, NotifyToken: webhookToken})
+	s.start(t, hub, reg.Host, "--poll-interval", "1h")
+
+	dir := t.TempDir()
+	base, top := filepath.Join(dir, "base.qcow2"), filepath.Join(dir, "top.qcow2")
+	testenv.Run(t, "qemu-img", "create", "-q", "-f", "qcow2", base, "16M")
+	testenv.Run(t, "qemu-img", "create", "-q", "-f", "qcow2", "-b", base, "-F", "qcow2", top)
+	pushContainerDisk(t, reg.Host+"/acme/sneaky:1", top)
+
+	bi := hub.baseImage(t, "acme", "sneaky-1", "rejected", func(b *v1alpha1.BaseImage) bool {
+		return b.Status.Phase == v1alpha1.PhaseRejected
+	})
+	c := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionRejected)
+	if c == nil || c.Status != "True" || c.Reason != "BackingFile" || !strings.Contains(c.Message, "backing-file") {
+		t.Errorf("Rejected condition %+v, want True with reason BackingFile", c)
+	}
+	if dvs := hub.dataVolumes(t, "acme", "sneaky"); len(dvs) != 0 {
+		t.Errorf("a rejected image was imported: %v", dvs)
+	}
+}
+
+// pushContainerDisk pushes disk as a containerDisk of the right shape,
+// built with go-containerregistry rather than imagectl.
+func pushContainerDisk(t *testing.T, ref, disk string) {
+	t.Helper()
+	data, err := os.ReadFile(disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range []*tar.Header{
+		{Typeflag: tar.TypeDir, Name: api.DiskDir, Mode: 0o555, Uid: api.DiskUID, Gid: api.DiskUID},
+		{Typeflag: tar.TypeReg, Name: api.DiskPath, Mode: 0o444, Uid: api.DiskUID, Gid: api.DiskUID, Size: int64(len(data))},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tw.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err = mutate.ConfigFile(img, &v1.ConfigFile{OS: "linux", Architecture: "amd64"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(r, img); err != nil {
+		t.Fatalf("pushing %s: %v", ref, err)
+	}
+}
+
+// TestSyncerNeverDeletesWhileTheRegistryIsDown: with the registry killed,
+// polls fail and nothing on the hub changes; once it is back, new tags sync
+// again.
+func TestSyncerNeverDeletesWhileTheRegistryIsDown(t *testing.T) {
+	testenv.RequireQEMU(t)
+	hub := startTestHub(t, "hub-a")
+	s := reserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.webhookURL, NotifyToken: webhookToken})
+	s.start(t, hub, reg.Host, "--poll-interval", "1s", "--digest-resync-interval", "2s", "--on-delete", "delete")
+
+	v1 := importImage(t, rawDisk(t, "before the outage"), reg.Host+"/acme/rhel:9")
+	hub.baseImage(t, "acme", "rhel-9", "importing", func(b *v1alpha1.BaseImage) bool { return b.Status.ObservedDigest == v1.Digest })
+	cdiCompletesImport(t, hub, "acme", dvName(v1.Digest))
+	hub.baseImage(t, "acme", "rhel-9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
+
+	reg.Kill(t)
+	failedFull := s.metric(t, "imagepipe_syncer_polls_total", `kind="full"`, `result="error"`)
+	failedFast := s.metric(t, "imagepipe_syncer_polls_total", `kind="fast"`, `result="error"`)
+	waitFor(t, "failed fast and full polls", func() (bool, error) {
+		return s.metric(t, "imagepipe_syncer_polls_total", `kind="full"`, `result="error"`) >= failedFull+2 &&
+			s.metric(t, "imagepipe_syncer_polls_total", `kind="fast"`, `result="error"`) >= failedFast+2, nil
+	})
+	bi := hub.baseImage(t, "acme", "rhel-9", "still there", func(*v1alpha1.BaseImage) bool { return true })
+	if _, removed := bi.Annotations[v1alpha1.AnnotationRemoved]; removed || bi.Status.Phase != v1alpha1.PhaseReady {
+		t.Errorf("while the registry was down the BaseImage became %s (annotations %v)", bi.Status.Phase, bi.Annotations)
+	}
+	if _, ok := hub.dataVolumes(t, "acme", "rhel")[dvName(v1.Digest)]; !ok {
+		t.Error("the import was deleted while the registry was down")
+	}
+
+	reg.Restart(t)
+	v2 := importImage(t, rawDisk(t, "after the outage"), reg.Host+"/acme/rhel:10")
+	hub.baseImage(t, "acme", "rhel-10", "synced after the outage", func(b *v1alpha1.BaseImage) bool { return b.Status.ObservedDigest == v2.Digest })
+	hub.baseImage(t, "acme", "rhel-9", "untouched", func(b *v1alpha1.BaseImage) bool {
+		return b.Status.Phase == v1alpha1.PhaseReady && b.Annotations[v1alpha1.AnnotationRemoved] == ""
+	})
+}
+
+// TestSyncerStopsRetryingAFailingImport: CDI's importer keeps failing;
+// after --max-attempts DataVolumes the syncer stops, says why, and leaves
+// no DataVolume behind for CDI to retry forever.
+func TestSyncerStopsRetryingAFailingImport(t *testing.T) {
+	testenv.RequireQEMU(t)
+	hub := startTestHub(t, "hub-a")
+	s := reserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.webhookURL, NotifyToken: webhookToken})
+	s.start(t, hub, reg.Host, "--poll-interval", "1h", "--max-attempts", "2")
+
+	v1 := importImage(t, rawDisk(t, "never imports"), reg.Host+"/acme/rhel:9")
+	dv := dvName(v1.Digest)
+	for attempt := 1; attempt <= 2; attempt++ {
+		waitFor(t, "DataVolume of the attempt", func() (bool, error) {
+			d, ok := hub.dataVolumes(t, "acme", "rhel")[dv]
+			return ok && d.Status.RestartCount == 0, nil
+		})
+		cdiFailsImport(t, hub, "acme", dv, 3)
+		hub.baseImage(t, "acme", "rhel-9", "counting the failure", func(b *v1alpha1.BaseImage) bool { return b.Status.Attempts == int32(attempt) })
+	}
+	bi := hub.baseImage(t, "acme", "rhel-9", "failed", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseFailed })
+	c := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionProgressing)
+	if c == nil || c.Status != "False" || c.Reason != "RetriesExhausted" {
+		t.Errorf("Progressing condition %+v, want False with reason RetriesExhausted", c)
+	}
+	waitFor(t, "no DataVolume left", func() (bool, error) { return len(hub.dataVolumes(t, "acme", "rhel")) == 0, nil })
+}
+
+// TestSyncerTakesHarborQuayAndZotWebhooks: payloads in the shape Harbor,
+// Quay and zot send, posted to the running syncer, each make a BaseImage
+// (the registry itself notifies nobody here). Quay names no digest: the
+// syncer resolves the tag.
+func TestSyncerTakesHarborQuayAndZotWebhooks(t *testing.T) {
+	testenv.RequireQEMU(t)
+	hub := startTestHub(t, "hub-a")
+	s := reserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{})
+	s.start(t, hub, reg.Host, "--poll-interval", "1h")
+
+	harbor := importImage(t, rawDisk(t, "harbor"), reg.Host+"/acme/from-harbor:1")
+	quay := importImage(t, rawDisk(t, "quay"), reg.Host+"/acme/from-quay:1")
+	zot := importImage(t, rawDisk(t, "zot"), reg.Host+"/acme/from-zot:1")
+	for _, d := range []struct {
+		url    string
+		header http.Header
+		body   string
+	}{
+		{s.webhookURL, http.Header{"Authorization": {"Bearer " + webhookToken}, "Content-Type": {"application/json"}},
+			`{"type":"PUSH_ARTIFACT","occur_at":1763800000,"operator":"ci","event_data":{"resources":[{"digest":"` + harbor.Digest + `","tag":"1","resource_url":"` + reg.Host + `/acme/from-harbor:1"}],"repository":{"name":"from-harbor","namespace":"acme","repo_full_name":"acme/from-harbor","repo_type":"private"}}}`},
+		{s.webhookURL + "?token=" + webhookToken, http.Header{"Content-Type": {"application/json"}},
+			`{"repository":"acme/from-quay","namespace":"acme","name":"from-quay","docker_url":"` + reg.Host + `/acme/from-quay","homepage":"https://quay.example.com/repository/acme/from-quay","updated_tags":["1"]}`},
+		{s.webhookURL, http.Header{"Authorization": {"Bearer " + webhookToken}, "Content-Type": {"application/json"},
+			"Ce-Specversion": {"1.0"}, "Ce-Id": {"1"}, "Ce-Source": {"zotregistry.dev"}, "Ce-Type": {"zotregistry.image.updated"}},
+			`{"name":"acme/from-zot","reference":"1","digest":"` + zot.Digest + `","mediaType":"application/vnd.oci.image.manifest.v1+json"}`},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, d.url, strings.NewReader(d.body))
+		req.Header = d.header
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("posting %.40s: status %d", d.body, resp.StatusCode)
+		}
+	}
+	for image, digest := range map[string]string{"from-harbor": harbor.Digest, "from-quay": quay.Digest, "from-zot": zot.Digest} {
+		hub.baseImage(t, "acme", cdi.BaseImageName(image, "1"), "at the pushed digest", func(b *v1alpha1.BaseImage) bool {
+			return b.Spec.Digest == digest && b.Status.ObservedDigest == digest
+		})
+	}
+	if got := s.metric(t, "imagepipe_syncer_events_total", `source="quay"`, `result="received"`); got != 1 {
+		t.Errorf("quay events received: %v, want 1", got)
+	}
+}
