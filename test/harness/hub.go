@@ -60,6 +60,10 @@ type Hub struct {
 	dir    string
 	caPEM  []byte
 	tokens map[string]string // user -> bearer token, admin included
+
+	apiserver                  *proc
+	apiserverBin, apiserverLog string
+	apiserverArgs              []string
 }
 
 // CRDDir is where buildtools.sh writes the generated CRDs: $IMAGEPIPE_CACHE/crds, else
@@ -98,13 +102,13 @@ func StartHub(t testing.TB, name string, extraCRDs ...string) *Hub {
 	h := &Hub{Name: name, dir: t.TempDir(), tokens: map[string]string{}}
 	etcdLog := filepath.Join(h.dir, "etcd.log")
 	apiserverLog := filepath.Join(h.dir, "kube-apiserver.log")
-	var etcd, apiserver *proc
+	var etcd *proc
 	t.Cleanup(func() {
 		// The apiserver first: it would retry a vanished etcd until its own timeout.
 		for _, p := range []struct {
 			name string
 			proc *proc
-		}{{"kube-apiserver", apiserver}, {"etcd", etcd}} {
+		}{{"kube-apiserver", h.apiserver}, {"etcd", etcd}} {
 			if p.proc != nil {
 				if err := p.proc.stop(); err != nil {
 					t.Errorf("stopping hub %s %s: %v", name, p.name, err)
@@ -174,10 +178,11 @@ func StartHub(t testing.TB, name string, extraCRDs ...string) *Hub {
 			// kubernetes service, and trying logs an error every few seconds.
 			"--endpoint-reconciler-type", "none",
 		}
-		if apiserver, err = startProc(apiserverLog, nil, apiserverBin, args...); err != nil {
+		if h.apiserver, err = startProc(apiserverLog, nil, apiserverBin, args...); err != nil {
 			break
 		}
-		if err = h.waitReadyz(apiserver); !errors.Is(err, errExited) {
+		h.apiserverBin, h.apiserverLog, h.apiserverArgs = apiserverBin, apiserverLog, args
+		if err = h.waitReadyz(h.apiserver); !errors.Is(err, errExited) {
 			break
 		}
 	}
@@ -201,6 +206,23 @@ func StartHub(t testing.TB, name string, extraCRDs ...string) *Hub {
 		t.Fatalf("installing CRDs on hub %s: %v", name, err)
 	}
 	return h
+}
+
+// RestartAPIServer stops the hub's kube-apiserver (SIGTERM), starts it again on the same port
+// with the same etcd, and waits until /readyz answers 200. Clients see the hub vanish and come
+// back, as during an apiserver upgrade; everything stored in etcd survives.
+func (h *Hub) RestartAPIServer(t testing.TB) {
+	t.Helper()
+	if err := h.apiserver.stop(); err != nil {
+		t.Fatalf("stopping hub %s kube-apiserver: %v", h.Name, err)
+	}
+	var err error
+	if h.apiserver, err = startProc(h.apiserverLog, nil, h.apiserverBin, h.apiserverArgs...); err != nil {
+		t.Fatalf("restarting hub %s kube-apiserver: %v", h.Name, err)
+	}
+	if err := h.waitReadyz(h.apiserver); err != nil {
+		t.Fatalf("restarting hub %s kube-apiserver: %v", h.Name, err)
+	}
 }
 
 // UserKubeconfig returns the path of a kubeconfig file for user, one of HubUsers, authenticating

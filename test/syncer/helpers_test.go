@@ -211,6 +211,10 @@ type syncer struct {
 	webhookURL, metricsURL, healthURL string
 	cmd                               *exec.Cmd
 	log                               string
+	// stop ends the syncer with SIGTERM and expects a clean exit; the
+	// test's cleanup calls it too.
+	stop    func(t *testing.T)
+	stopped chan struct{}
 }
 
 // reserveSyncer picks the syncer's ports, so that the registry can be told
@@ -255,7 +259,15 @@ func (s *syncer) start(t *testing.T, hub *testHub, registryHost string, args ...
 	}
 	exited := make(chan error, 1)
 	go func() { exited <- s.cmd.Wait(); logf.Close() }()
-	t.Cleanup(func() {
+	s.stopped = make(chan struct{})
+	s.stop = func(t *testing.T) {
+		t.Helper()
+		select {
+		case <-s.stopped:
+			return
+		default:
+		}
+		defer close(s.stopped)
 		_ = s.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case err := <-exited:
@@ -266,6 +278,9 @@ func (s *syncer) start(t *testing.T, hub *testHub, registryHost string, args ...
 			_ = s.cmd.Process.Kill()
 			t.Errorf("image-syncer did not stop within 30 s of SIGTERM")
 		}
+	}
+	t.Cleanup(func() {
+		s.stop(t)
 		if t.Failed() {
 			if data, err := os.ReadFile(s.log); err == nil {
 				t.Logf("image-syncer log (%s):\n%s", hub.Name, tail(data, 80))

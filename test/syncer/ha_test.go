@@ -1,0 +1,99 @@
+package syncer
+
+import (
+	"fmt"
+	"testing"
+
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
+	"github.com/imagepipe/imagepipe/test/harness"
+	"github.com/imagepipe/imagepipe/test/testenv"
+)
+
+// TestSyncerConvergesAcrossAnAPIServerRestart: the hub's apiserver restarts
+// while the syncer works through a burst of pushes. The syncer converges:
+// every tag gets its BaseImage and exactly one DataVolume per digest.
+func TestSyncerConvergesAcrossAnAPIServerRestart(t *testing.T) {
+	testenv.RequireQEMU(t)
+	hub := startTestHub(t, "hub-a")
+	s := reserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.webhookURL, NotifyToken: webhookToken})
+	s.start(t, hub, reg.Host, "--poll-interval", "1s")
+
+	const n = 8
+	digests := map[string]string{} // tag -> digest
+	for i := range n {
+		tag := fmt.Sprint(i)
+		digests[tag] = importImage(t, rawDisk(t, "burst "+tag), reg.Host+"/acme/rhel:"+tag).Digest
+		if i == n/2 {
+			hub.RestartAPIServer(t)
+		}
+	}
+	for tag, digest := range digests {
+		hub.baseImage(t, "acme", cdi.BaseImageName("rhel", tag), "importing its digest", func(b *v1alpha1.BaseImage) bool {
+			return b.Status.ObservedDigest == digest && b.Status.Phase == v1alpha1.PhaseImporting
+		})
+	}
+	var list cdiv1.DataVolumeList
+	if err := hub.c.List(t.Context(), &list, client.InNamespace("acme")); err != nil {
+		t.Fatal(err)
+	}
+	perURL := map[string]int{}
+	for _, dv := range list.Items {
+		perURL[*dv.Spec.Source.Registry.URL]++
+	}
+	if len(list.Items) != n || len(perURL) != n {
+		t.Errorf("%d DataVolumes for %d digests (%v), want exactly one each", len(list.Items), n, perURL)
+	}
+	var bis v1alpha1.BaseImageList
+	if err := hub.c.List(t.Context(), &bis, client.InNamespace("acme")); err != nil || len(bis.Items) != n {
+		t.Errorf("%d BaseImages for %d tags (%v)", len(bis.Items), n, err)
+	}
+}
+
+// TestSyncerReplicasShareTheWorkThroughLeaderElection: two replicas on one
+// hub, both notified by the registry. One leads; when it stops, the other
+// takes over and syncs the next push.
+func TestSyncerReplicasShareTheWorkThroughLeaderElection(t *testing.T) {
+	testenv.RequireQEMU(t)
+	hub := startTestHub(t, "hub-a")
+	r1, r2 := reserveSyncer(t), reserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: r1.webhookURL, NotifyURLs: []string{r2.webhookURL}, NotifyToken: webhookToken})
+	r1.start(t, hub, reg.Host, "--poll-interval", "1h")
+	r2.start(t, hub, reg.Host, "--poll-interval", "1h")
+
+	leader := func() (*syncer, *syncer) {
+		var l, f *syncer
+		waitFor(t, "one leader", func() (bool, error) {
+			m1 := r1.metric(t, "leader_election_master_status")
+			m2 := r2.metric(t, "leader_election_master_status")
+			switch {
+			case m1 == 1 && m2 == 0:
+				l, f = r1, r2
+			case m2 == 1 && m1 == 0:
+				l, f = r2, r1
+			}
+			return l != nil, nil
+		})
+		return l, f
+	}
+	lead, follow := leader()
+
+	v1 := importImage(t, rawDisk(t, "led by one"), reg.Host+"/acme/rhel:9")
+	hub.baseImage(t, "acme", "rhel-9", "importing v1", func(b *v1alpha1.BaseImage) bool { return b.Status.ObservedDigest == v1.Digest })
+	if got := follow.metric(t, "controller_runtime_reconcile_total", `controller="baseimage"`); got != 0 {
+		t.Errorf("the follower reconciled %v times", got)
+	}
+
+	lead.stop(t) // releases the lease on the way out
+	waitFor(t, "the follower leads", func() (bool, error) {
+		return follow.metric(t, "leader_election_master_status") == 1, nil
+	})
+	v2 := importImage(t, rawDisk(t, "led by the other"), reg.Host+"/acme/rhel:9")
+	hub.baseImage(t, "acme", "rhel-9", "importing v2", func(b *v1alpha1.BaseImage) bool {
+		return b.Status.ObservedDigest == v2.Digest && b.Status.Phase == v1alpha1.PhaseImporting
+	})
+}
