@@ -40,7 +40,7 @@ unit:
 	$(GO) test -count=1 -run Gzip ./internal/registry # the pure-Go gzip fallback
 
 integration: build
-	IMAGECTL=$(BIN)/imagectl IMAGEPIPE_CACHE=$(CACHE) $(GO) test -count=1 ./test/...
+	IMAGECTL=$(BIN)/imagectl IMAGE_SYNCER=$(BIN)/image-syncer IMAGEPIPE_CACHE=$(CACHE) $(GO) test -count=1 ./test/...
 
 fuzz:
 	@FUZZTIME=$(FUZZTIME) bash test/fuzz.sh $(FUZZ_TARGETS)

@@ -45,9 +45,11 @@ type options struct {
 	shutdownTimeout      time.Duration
 }
 
-func newRootCmd() *cobra.Command {
+func newRootCmd() *cobra.Command { return newRootCmdWith(&options{}) }
+
+// newRootCmdWith builds the command around o, which its flags fill.
+func newRootCmdWith(o *options) *cobra.Command {
 	var configFile string
-	o := &options{}
 	cmd := &cobra.Command{
 		Use:   "image-syncer --registry HOST[:PORT] [flags]",
 		Short: "Replicate tenant images from the registry onto this hub as CDI DataVolumes and DataSources",
