@@ -411,10 +411,18 @@ func rawDisk(t *testing.T, seed string) string {
 // importImage runs imagectl import and returns its result.
 func importImage(t *testing.T, disk, ref string) api.ImportResult {
 	t.Helper()
+	return importImageWith(t, "", disk, ref)
+}
+
+// importImageWith runs imagectl import with extra flags, feeding stdin
+// (e.g. a password for --password-stdin).
+func importImageWith(t *testing.T, stdin, disk, ref string, flags ...string) api.ImportResult {
+	t.Helper()
 	r := testenv.RunCommand(t, testenv.Command{
-		Name: testenv.Imagectl,
-		Args: []string{"import", "--quiet", "-o", "json", disk, ref},
-		Env:  []string{"IMAGEPIPE_CACHE=" + t.TempDir()},
+		Name:  testenv.Imagectl,
+		Args:  append([]string{"import", "--quiet", "-o", "json", disk, ref}, flags...),
+		Env:   []string{"IMAGEPIPE_CACHE=" + t.TempDir()},
+		Stdin: stdin,
 	})
 	if r.Code != 0 {
 		t.Fatalf("imagectl import %s %s: exit %d\n%s", disk, ref, r.Code, r.Stderr)
