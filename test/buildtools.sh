@@ -52,8 +52,8 @@ done
 etcd_version=v3.6.5
 kube_version=v1.34.4 # k8s.io/kubernetes; its staging modules are v0.X.Y
 controller_gen_version=v0.23.0
-kubevirt_api_version=v1.6.0
-cdi_api_version=v1.61.0
+kubevirt_api_version=v1.8.0
+cdi_api_version=v1.64.0
 
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod
 work="$(mktemp -d)"

@@ -12,7 +12,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
-	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -310,27 +309,7 @@ func ensureCopy[T any, PT interface {
 
 // storage reads the StorageProfile of the import StorageClass.
 func (r *Reconciler) storage(ctx context.Context) (Storage, bool, string, error) {
-	class := r.StorageClass
-	if class == "" {
-		var classes storagev1.StorageClassList
-		if err := r.Client.List(ctx, &classes); err != nil {
-			return Storage{}, false, "", fmt.Errorf("listing StorageClasses: %w", err)
-		}
-		for _, sc := range classes.Items {
-			if sc.Annotations["storageclass.kubernetes.io/is-default-class"] == "true" {
-				class = sc.Name
-				break
-			}
-		}
-		if class == "" {
-			return Storage{}, false, "", errors.New("no StorageClass is marked default; set --storage-class")
-		}
-	}
-	var sp cdiv1.StorageProfile
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: class}, &sp); err != nil {
-		return Storage{}, false, "", fmt.Errorf("reading the StorageProfile of StorageClass %s (is CDI installed?): %w", class, err)
-	}
-	return ChooseStorage(&sp)
+	return StorageForClass(ctx, r.Client, r.StorageClass)
 }
 
 // importDigest creates the DataVolume of the digest or follows it, counting

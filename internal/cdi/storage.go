@@ -1,12 +1,43 @@
 package cdi
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
+
+// StorageForClass reads the CDI StorageProfile of class (the cluster's
+// default StorageClass when class is empty) and chooses the volume shape
+// with ChooseStorage. image-syncer uses it for imports and imagectl vm for
+// the disks it clones from them.
+func StorageForClass(ctx context.Context, c client.Reader, class string) (st Storage, liveMigratable bool, reason string, err error) {
+	if class == "" {
+		var classes storagev1.StorageClassList
+		if err := c.List(ctx, &classes); err != nil {
+			return Storage{}, false, "", fmt.Errorf("listing StorageClasses: %w", err)
+		}
+		for _, sc := range classes.Items {
+			if sc.Annotations["storageclass.kubernetes.io/is-default-class"] == "true" {
+				class = sc.Name
+				break
+			}
+		}
+		if class == "" {
+			return Storage{}, false, "", errors.New("no StorageClass is marked default; name one")
+		}
+	}
+	var sp cdiv1.StorageProfile
+	if err := c.Get(ctx, client.ObjectKey{Name: class}, &sp); err != nil {
+		return Storage{}, false, "", fmt.Errorf("reading the StorageProfile of StorageClass %s (is CDI installed?): %w", class, err)
+	}
+	return ChooseStorage(&sp)
+}
 
 // ChooseStorage picks the volume shape for imports from the StorageClass's
 // CDI StorageProfile, preferring what lets VMs live-migrate: ReadWriteMany

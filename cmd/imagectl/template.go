@@ -1,0 +1,300 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/spf13/cobra"
+
+	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/vmlaunch"
+	"github.com/imagepipe/imagepipe/pkg/api"
+)
+
+// catalogFlags name the template catalog.
+type catalogFlags struct {
+	registryFlags
+	catalog string
+}
+
+func addCatalogFlags(cmd *cobra.Command, f *catalogFlags) {
+	addRegistryFlags(cmd, &f.registryFlags)
+	cmd.Flags().StringVar(&f.catalog, "catalog", os.Getenv("IMAGEPIPE_CATALOG"),
+		"template catalog REGISTRY[/REPO] (repository default "+api.DefaultTemplateRepository+"; default $IMAGEPIPE_CATALOG)")
+}
+
+// open returns the registry client and the catalog repository.
+func (f *catalogFlags) open(g *globalOptions) (*registry.Client, name.Repository, error) {
+	if f.catalog == "" {
+		return nil, name.Repository{}, errors.New("name the template catalog with --catalog REGISTRY[/REPO] or $IMAGEPIPE_CATALOG")
+	}
+	s := f.catalog
+	if !strings.Contains(s, "/") {
+		s += "/" + api.DefaultTemplateRepository
+	}
+	opts := []name.Option{name.StrictValidation}
+	if f.insecure {
+		opts = append(opts, name.Insecure)
+	}
+	repo, err := name.NewRepository(s, opts...)
+	if err != nil {
+		return nil, name.Repository{}, fmt.Errorf("--catalog %q: %w", f.catalog, err)
+	}
+	c, err := f.client(g)
+	return c, repo, err
+}
+
+func newTemplateCmd(g *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "template",
+		Short: "Publish, list and show VM templates in the registry's template catalog",
+		Long: `Providers publish VM templates to a catalog repository in the central registry,
+as OCI artifacts of type ` + api.TemplateArtifactType + `, one tag per template ID.
+Tenants list them and create VMs from them with imagectl vm create.`,
+	}
+	cmd.AddCommand(newTemplatePublishCmd(g), newTemplateListCmd(g), newTemplateShowCmd(g))
+	return cmd
+}
+
+type templatePublishOptions struct {
+	*globalOptions
+	catalogFlags
+	output string
+}
+
+func newTemplatePublishCmd(g *globalOptions) *cobra.Command {
+	o := &templatePublishOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "publish FILE|DIR... --catalog REGISTRY[/REPO]",
+		Short: "Validate templates and publish them; unchanged ones are not pushed again",
+		Long: `Reads template files (YAML or JSON; a directory is searched for *.yaml, *.yml
+and *.json files, as kept in Git), validates every one, and publishes them only
+if all are valid. A template whose catalog entry already holds the same
+document is left as it is.`,
+		Example: `  imagectl template publish templates/ --catalog registry.example.com
+  imagectl template publish simple_vm.yaml --catalog registry.example.com/provider-templates`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return runTemplatePublish(cmd, o, args) },
+	}
+	addCatalogFlags(cmd, &o.catalogFlags)
+	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	return cmd
+}
+
+// templateFiles expands directories into their template files, sorted.
+func templateFiles(args []string) ([]string, error) {
+	var files []string
+	for _, a := range args {
+		st, err := os.Stat(a)
+		if err != nil {
+			return nil, err
+		}
+		if !st.IsDir() {
+			files = append(files, a)
+			continue
+		}
+		err = filepath.WalkDir(a, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			switch strings.ToLower(filepath.Ext(p)) {
+			case ".yaml", ".yml", ".json":
+				if !d.IsDir() {
+					files = append(files, p)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	sort.Strings(files)
+	if len(files) == 0 {
+		return nil, errors.New("no template files (*.yaml, *.yml, *.json) found")
+	}
+	return files, nil
+}
+
+func runTemplatePublish(cmd *cobra.Command, o *templatePublishOptions, args []string) error {
+	format, err := parseOutput(o.output, outputTable, outputJSON, outputYAML)
+	if err != nil {
+		return err
+	}
+	files, err := templateFiles(args)
+	if err != nil {
+		return err
+	}
+	type doc struct {
+		file string
+		t    *api.VMTemplate
+		json []byte
+	}
+	var docs []doc
+	var errs []error
+	byID := map[string]string{}
+	for _, f := range files {
+		data, err := readBounded(f, api.MaxTemplateSize)
+		if err == nil {
+			var t *api.VMTemplate
+			if t, err = vmlaunch.ParseTemplate(data); err == nil {
+				if other, dup := byID[t.ID]; dup {
+					err = fmt.Errorf("template id %q is also defined in %s", t.ID, other)
+				} else {
+					byID[t.ID] = f
+					var js []byte
+					js, err = json.Marshal(t)
+					docs = append(docs, doc{f, t, js})
+				}
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("nothing published:\n%w", err)
+	}
+	client, repo, err := o.open(o.globalOptions)
+	if err != nil {
+		return err
+	}
+	results := []api.PublishResult{}
+	for _, d := range docs {
+		dgst, unchanged, err := client.PublishTemplate(cmd.Context(), repo, d.t.ID, d.json)
+		if err != nil {
+			return err
+		}
+		results = append(results, api.PublishResult{ID: d.t.ID, File: d.file, Digest: dgst, Unchanged: unchanged})
+	}
+	return format.print(cmd.OutOrStdout(), results, func(tw *tabwriter.Writer) {
+		fmt.Fprintln(tw, "ID\tFILE\tDIGEST\tSTATUS")
+		for _, r := range results {
+			status := "published"
+			if r.Unchanged {
+				status = "unchanged"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.ID, r.File, shortDigest(r.Digest), status)
+		}
+	})
+}
+
+// readBounded reads a file of at most limit bytes.
+func readBounded(path string, limit int64) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() > limit {
+		return nil, fmt.Errorf("%d bytes, over the limit of %d", st.Size(), limit)
+	}
+	return os.ReadFile(path)
+}
+
+type templateListOptions struct {
+	*globalOptions
+	catalogFlags
+	output string
+}
+
+func newTemplateListCmd(g *globalOptions) *cobra.Command {
+	o := &templateListOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "list --catalog REGISTRY[/REPO]",
+		Short: "List the templates of a catalog",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runTemplateList(cmd, o) },
+	}
+	addCatalogFlags(cmd, &o.catalogFlags)
+	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	return cmd
+}
+
+func runTemplateList(cmd *cobra.Command, o *templateListOptions) error {
+	format, err := parseOutput(o.output, outputTable, outputJSON, outputYAML)
+	if err != nil {
+		return err
+	}
+	client, repo, err := o.open(o.globalOptions)
+	if err != nil {
+		return err
+	}
+	entries, err := client.ListTemplates(cmd.Context(), repo)
+	if err != nil {
+		return err
+	}
+	out := []api.TemplateSummary{}
+	for _, e := range entries {
+		t, err := vmlaunch.ParseTemplate(e.Doc)
+		if err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "imagectl: skipping catalog entry %s: %v\n", e.ID, err)
+			continue
+		}
+		out = append(out, api.TemplateSummary{ID: t.ID, Title: t.Title, Description: t.Description, Parameters: len(t.Parameters), Digest: e.Digest})
+	}
+	return format.print(cmd.OutOrStdout(), out, func(tw *tabwriter.Writer) {
+		fmt.Fprintln(tw, "ID\tTITLE\tPARAMETERS\tDIGEST")
+		for _, s := range out {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", s.ID, s.Title, s.Parameters, shortDigest(s.Digest))
+		}
+	})
+}
+
+type templateShowOptions struct {
+	*globalOptions
+	catalogFlags
+	output string
+}
+
+func newTemplateShowCmd(g *globalOptions) *cobra.Command {
+	o := &templateShowOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "show ID --catalog REGISTRY[/REPO]",
+		Short: "Show one template: its parameters, their types, defaults and bounds",
+		Args:  cobra.ExactArgs(1),
+		RunE:  func(cmd *cobra.Command, args []string) error { return runTemplateShow(cmd, o, args[0]) },
+	}
+	addCatalogFlags(cmd, &o.catalogFlags)
+	cmd.Flags().StringVarP(&o.output, "output", "o", "yaml", "output format: yaml or json")
+	return cmd
+}
+
+func runTemplateShow(cmd *cobra.Command, o *templateShowOptions, id string) error {
+	format, err := parseOutput(o.output, outputJSON, outputYAML)
+	if err != nil {
+		return err
+	}
+	client, repo, err := o.open(o.globalOptions)
+	if err != nil {
+		return err
+	}
+	t, err := fetchTemplate(cmd, client, repo, id)
+	if err != nil {
+		return err
+	}
+	return format.print(cmd.OutOrStdout(), t, nil)
+}
+
+// fetchTemplate reads and validates one template from the catalog.
+func fetchTemplate(cmd *cobra.Command, client *registry.Client, repo name.Repository, id string) (*api.VMTemplate, error) {
+	e, err := client.FetchTemplate(cmd.Context(), repo, id)
+	if err != nil {
+		if errors.Is(err, registry.ErrTemplateNotFound) {
+			return nil, fmt.Errorf("the catalog %s has no template %q; imagectl template list shows those it has", repo, id)
+		}
+		return nil, err
+	}
+	t, err := vmlaunch.ParseTemplate(e.Doc)
+	if err != nil {
+		return nil, fmt.Errorf("catalog entry %s: %w", id, err)
+	}
+	return t, nil
+}

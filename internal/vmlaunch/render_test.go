@@ -1,0 +1,185 @@
+package vmlaunch
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/imagepipe/imagepipe/internal/cdi"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
+
+// RenderCases are the rendering cases with golden files; test/vm creates
+// each rendered VM on a real apiserver with KubeVirt's CRDs.
+func RenderCases() map[string]Request {
+	rwxBlock := cdi.Storage{StorageClass: "shared", AccessMode: corev1.ReadWriteMany, VolumeMode: corev1.PersistentVolumeBlock}
+	rwoFS := cdi.Storage{StorageClass: "local", AccessMode: corev1.ReadWriteOnce, VolumeMode: corev1.PersistentVolumeFilesystem}
+	image := Image{
+		Tenant: "acme", Name: "rhel", Tag: "9", Namespace: "acme", DataSource: "rhel",
+		Digest: "sha256:" + strings.Repeat("ab", 32), VirtualSize: 10 << 30,
+	}
+	hinted := image
+	hinted.Instancetype, hinted.Preference = "u1.medium", "rhel.9"
+	must := func(doc string, sets ...string) (*Request, error) {
+		tmpl, err := ParseTemplate([]byte(doc))
+		if err != nil {
+			return nil, err
+		}
+		values, err := ResolveParameters(tmpl, sets)
+		if err != nil {
+			return nil, err
+		}
+		return &Request{Name: "web", Namespace: "acme", Template: tmpl, Values: values, Image: image, Storage: rwxBlock}, nil
+	}
+	gpuDoc := `
+id: gpu_vm
+title: GPU VM
+parameters:
+  - {name: cores, type: integer, min: 1, max: 32, default: {value: 8}}
+  - {name: memory, type: quantity, default: {value: 16Gi}}
+  - {name: gpu_model, type: string, enum: [nvidia.com/GA102GL_A10, nvidia.com/TU104GL_Tesla_T4], default: {value: nvidia.com/GA102GL_A10}}
+vm:
+  cpuCores: ${cores}
+  memory: ${memory}
+  diskSize: 40Gi
+  gpus: [{name: gpu1, deviceName: "${gpu_model}"}]
+`
+	multusDoc := `
+id: multus_vm
+title: VM on a secondary network
+parameters:
+  - {name: net, type: string, default: {value: tenant-vlan}}
+vm:
+  memory: 1Gi
+  network: ${net}
+  userData: |
+    #cloud-config
+    packages: [nginx]
+`
+	cases := map[string]Request{}
+	add := func(name string, r *Request, err error, edit func(*Request)) {
+		if err != nil {
+			panic(name + ": " + err.Error())
+		}
+		if edit != nil {
+			edit(r)
+		}
+		cases[name] = *r
+	}
+	r, err := must(simpleVM)
+	add("simple-defaults", r, err, nil)
+	r, err = must(simpleVM, "vm_cpu_cores=4", "vm_memory=8Gi", "vm_disk_size=5Gi")
+	add("simple-small-disk-ssh-stopped", r, err, func(r *Request) {
+		r.SSHKeys = []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBlU3pg8jG2C5zN7D3YtKo0Yc7U5m1Q0bGm0b8dQ1x4G alice@example.com"}
+		r.Stopped = true
+	})
+	r, err = must(simpleVM)
+	add("simple-rwo-filesystem", r, err, func(r *Request) {
+		r.Storage, r.StorageNote = rwoFS, "StorageClass local offers no ReadWriteMany volumes"
+	})
+	r, err = must(simpleVM)
+	add("simple-image-hints-udn-layer2", r, err, func(r *Request) { r.Image, r.Network = hinted, PrimaryUDNLayer2 })
+	r, err = must(gpuDoc)
+	add("gpu", r, err, nil)
+	r, err = must(multusDoc)
+	add("multus-userdata", r, err, nil)
+	return cases
+}
+
+func TestRenderGolden(t *testing.T) {
+	for name, req := range RenderCases() {
+		t.Run(name, func(t *testing.T) {
+			out, err := Render(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := renderedYAML(t, out)
+			path := filepath.Join("testdata", "golden", name+".yaml")
+			if *update {
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (run go test ./internal/vmlaunch -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("rendered VM differs from %s (go test -update rewrites it):\n%s", path, got)
+			}
+		})
+	}
+}
+
+// renderedYAML is the golden form: the VM, its Secrets and the verdict.
+func renderedYAML(t *testing.T, r *Rendered) []byte {
+	t.Helper()
+	doc := map[string]any{"vm": r.VM, "secrets": r.Secrets, "liveMigratable": r.LiveMigratable, "reasons": r.Reasons, "notes": r.Notes}
+	b, err := yaml.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestRenderVerdicts(t *testing.T) {
+	cases := RenderCases()
+	for name, want := range map[string]struct {
+		migratable bool
+		reason     string
+	}{
+		"simple-defaults":               {true, ""},
+		"simple-image-hints-udn-layer2": {true, ""},
+		"simple-rwo-filesystem":         {false, "no ReadWriteMany"},
+		"gpu":                           {false, "GPU gpu1 (nvidia.com/GA102GL_A10) is passed through"},
+	} {
+		out, err := Render(cases[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.LiveMigratable != want.migratable || (want.reason != "" && !strings.Contains(strings.Join(out.Reasons, "; "), want.reason)) {
+			t.Errorf("%s: migratable %v %v, want %v %q", name, out.LiveMigratable, out.Reasons, want.migratable, want.reason)
+		}
+		ev := *out.VM.Spec.Template.Spec.EvictionStrategy
+		if (ev == "LiveMigrate") != want.migratable {
+			t.Errorf("%s: eviction strategy %s", name, ev)
+		}
+	}
+	// The root disk is never smaller than the image.
+	small := cases["simple-small-disk-ssh-stopped"]
+	out, err := Render(small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := out.VM.Spec.DataVolumeTemplates[0].Spec.Storage.Resources.Requests[corev1.ResourceStorage]
+	if size.Value() < small.Image.VirtualSize {
+		t.Errorf("root disk %s is smaller than the %d-byte image", size.String(), small.Image.VirtualSize)
+	}
+}
+
+func TestRenderRefusesWhatCannotBoot(t *testing.T) {
+	tmpl, err := ParseTemplate([]byte(`{"id":"nothing","title":"No memory","parameters":[{"name":"vm_cpu_cores","default":{"value":2}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	values, _ := ResolveParameters(tmpl, nil)
+	req := Request{Name: "web", Namespace: "acme", Template: tmpl, Values: values, Image: RenderCases()["simple-defaults"].Image,
+		Storage: cdi.Storage{AccessMode: corev1.ReadWriteMany, VolumeMode: corev1.PersistentVolumeBlock}}
+	if _, err := Render(req); err == nil || !strings.Contains(err.Error(), "neither memory") {
+		t.Errorf("a VM without memory or instancetype: %v", err)
+	}
+	req.Name = "Web_1"
+	if _, err := Render(req); err == nil || !strings.Contains(err.Error(), "VM name") {
+		t.Errorf("an invalid VM name: %v", err)
+	}
+}

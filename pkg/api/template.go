@@ -1,0 +1,122 @@
+package api
+
+// VM templates: documents a provider publishes (imagectl template publish)
+// and tenants render into KubeVirt VirtualMachines (imagectl vm create).
+
+// TemplateArtifactType is the OCI artifact type of a published template;
+// its single layer is the template as JSON (TemplateMediaType).
+const (
+	TemplateArtifactType = "application/vnd.imagepipe.vmtemplate.v1+json"
+	TemplateMediaType    = "application/vnd.imagepipe.vmtemplate.v1+json"
+	// DefaultTemplateRepository is the catalog repository under the registry.
+	DefaultTemplateRepository = "templates"
+	// MaxTemplateSize bounds a template document, in bytes.
+	MaxTemplateSize = 256 << 10
+	// MaxTemplateParameters bounds the parameters of one template.
+	MaxTemplateParameters = 64
+)
+
+// VMTemplate is a provider's recipe for a VM: parameters a tenant may set,
+// and where each one goes in the VM. The shape follows the VM-fulfilment
+// catalogs providers already keep (id, title, description, parameters with
+// defaults), plus an optional vm section binding parameters to fields.
+type VMTemplate struct {
+	// ID names the template in the catalog: lower-case letters, digits,
+	// '_' and '-', at most 63 characters.
+	ID          string `json:"id"`
+	Title       string `json:"title"`
+	Description string `json:"description,omitempty"`
+	// Parameters are what a tenant may set with --set NAME=VALUE.
+	Parameters []Parameter `json:"parameters,omitempty"`
+	// VM binds parameters and fixed values to the VM's fields. Without it,
+	// parameters bind by their conventional names (DefaultBindings).
+	VM *VMBindings `json:"vm,omitempty"`
+}
+
+// ParameterType is the type of a parameter's value.
+type ParameterType string
+
+// Parameter types. A parameter without a type takes the type of its default.
+const (
+	TypeInteger  ParameterType = "integer"
+	TypeString   ParameterType = "string"
+	TypeQuantity ParameterType = "quantity" // a Kubernetes quantity: 2Gi, 500M
+	TypeBoolean  ParameterType = "boolean"
+)
+
+// Parameter is one value a tenant may set.
+type Parameter struct {
+	Name        string        `json:"name"`
+	Description string        `json:"description,omitempty"`
+	Type        ParameterType `json:"type,omitempty"`
+	Default     *Default      `json:"default,omitempty"`
+	// Required parameters have no default and must be set.
+	Required bool `json:"required,omitempty"`
+	// Enum lists the allowed values.
+	Enum []any `json:"enum,omitempty"`
+	// Min and Max bound integers and quantities (inclusive).
+	Min any `json:"min,omitempty"`
+	Max any `json:"max,omitempty"`
+}
+
+// Default holds a parameter's default value.
+type Default struct {
+	Value any `json:"value"`
+}
+
+// VMBindings are the VM fields a template may set. Every field is a
+// literal value or a reference "${NAME}" to one parameter, never free-form
+// KubeVirt YAML: a template can only fill the places listed here.
+type VMBindings struct {
+	CPUCores     string `json:"cpuCores,omitempty"`     // integer
+	Memory       string `json:"memory,omitempty"`       // quantity
+	DiskSize     string `json:"diskSize,omitempty"`     // quantity: the root disk's minimum size
+	Instancetype string `json:"instancetype,omitempty"` // a VirtualMachineClusterInstancetype
+	Preference   string `json:"preference,omitempty"`   // a VirtualMachineClusterPreference
+	// Network names a Multus NetworkAttachmentDefinition in the VM's
+	// namespace for the VM's only interface; empty means the pod network.
+	Network string `json:"network,omitempty"`
+	// GPUs and HostDevices pass devices through; a VM with any cannot
+	// live-migrate.
+	GPUs        []DeviceBinding `json:"gpus,omitempty"`
+	HostDevices []DeviceBinding `json:"hostDevices,omitempty"`
+	// UserData is the default cloud-init user data; --user-data replaces it.
+	UserData string `json:"userData,omitempty"`
+}
+
+// DeviceBinding is one passed-through device.
+type DeviceBinding struct {
+	Name       string `json:"name"`
+	DeviceName string `json:"deviceName"` // resource name, e.g. nvidia.com/GA102GL_A10
+}
+
+// DefaultBindings binds parameters by conventional name when a template
+// has no vm section; the parameters present decide which fields are set.
+var DefaultBindings = VMBindings{
+	CPUCores:     "${vm_cpu_cores}",
+	Memory:       "${vm_memory}",
+	DiskSize:     "${vm_disk_size}",
+	Instancetype: "${vm_instancetype}",
+	Preference:   "${vm_preference}",
+	Network:      "${vm_network}",
+	GPUs:         []DeviceBinding{{Name: "gpu0", DeviceName: "${vm_gpu}"}},
+	UserData:     "${vm_user_data}",
+}
+
+// TemplateSummary is one line of `imagectl template list -o json`.
+type TemplateSummary struct {
+	ID          string `json:"id"`
+	Title       string `json:"title"`
+	Description string `json:"description,omitempty"`
+	Parameters  int    `json:"parameters"`
+	Digest      string `json:"digest"`
+}
+
+// PublishResult is one template of `imagectl template publish -o json`.
+type PublishResult struct {
+	ID     string `json:"id"`
+	File   string `json:"file"`
+	Digest string `json:"digest"`
+	// Unchanged is true when the catalog already held this exact template.
+	Unchanged bool `json:"unchanged"`
+}
