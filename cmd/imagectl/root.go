@@ -37,6 +37,6 @@ Exit codes: 0 success, 1 error, 3 the image was rejected by validation.`,
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log debug details to stderr")
 	root.AddCommand(newInspectCmd(g), newConvertCmd(g), newImportCmd(g),
 		newListCmd(g), newExportCmd(g), newDeleteCmd(g), newCopyCmd(g),
-		newTemplateCmd(g))
+		newTemplateCmd(g), newVMCmd(g), newVolumeCmd(g))
 	return root
 }

@@ -120,3 +120,23 @@ type PublishResult struct {
 	// Unchanged is true when the catalog already held this exact template.
 	Unchanged bool `json:"unchanged"`
 }
+
+// VMSummary is one VM in `imagectl vm list -o json` and `vm get -o json`.
+type VMSummary struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	// Status is KubeVirt's printable status (Running, Stopped, ...).
+	Status   string `json:"status"`
+	Image    string `json:"image,omitempty"`
+	Digest   string `json:"digest,omitempty"`
+	Template string `json:"template,omitempty"`
+	// IP and Node come from the running instance, when KubeVirt reports them.
+	IP   string `json:"ip,omitempty"`
+	Node string `json:"node,omitempty"`
+	// LiveMigratable is KubeVirt's verdict on the running instance, else
+	// the one vm create made: "true", "false" or "unknown".
+	LiveMigratable string   `json:"liveMigratable"`
+	Reasons        []string `json:"reasons,omitempty"`
+	// Volumes are the attached data volumes (root disk excluded).
+	Volumes []string `json:"volumes,omitempty"`
+}

@@ -1,0 +1,418 @@
+package vmlaunch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/pkg/api"
+	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
+)
+
+// Annotations recording vm create's live-migration verdict.
+const (
+	AnnotationLiveMigratable = "imagepipe.io/live-migratable"
+	AnnotationNotMigratable  = "imagepipe.io/not-migratable-reasons"
+	// LabelPrimaryUDN is OVN-Kubernetes' label on a namespace whose
+	// primary network is a user defined network.
+	LabelPrimaryUDN = "k8s.ovn.org/primary-user-defined-network"
+)
+
+var imageRefPattern = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)/([a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)(?::([A-Za-z0-9_][A-Za-z0-9._-]{0,127}))?$`)
+
+// ParseImageRef splits "TENANT/IMAGE[:TAG]" (tag default "latest").
+func ParseImageRef(s string) (tenant, repository, tag string, err error) {
+	m := imageRefPattern.FindStringSubmatch(s)
+	if m == nil {
+		return "", "", "", fmt.Errorf("image %q: want TENANT/IMAGE[:TAG]", s)
+	}
+	tag = m[4]
+	if tag == "" {
+		tag = "latest"
+	}
+	return m[1], m[1] + "/" + m[3], tag, nil
+}
+
+// FindImage returns the synced image ref ("TENANT/IMAGE[:TAG]") in
+// namespace ns, from its BaseImage. Only images image-syncer placed in ns
+// are found, so a tenant cannot boot another tenant's image; an image not
+// synced, rejected or not yet imported is a clear error.
+func FindImage(ctx context.Context, c client.Reader, ns, ref string) (Image, error) {
+	tenant, repo, tag, err := ParseImageRef(ref)
+	if err != nil {
+		return Image{}, err
+	}
+	image := cdi.ImageName(repo)
+	var bi v1alpha1.BaseImage
+	err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: cdi.BaseImageName(image, tag)}, &bi)
+	if apierrors.IsNotFound(err) || (err == nil && (bi.Spec.Tenant != tenant || !strings.HasSuffix(bi.Spec.Repository, "/"+repo) || bi.Spec.Tag != tag)) {
+		return Image{}, fmt.Errorf("image %s:%s is not synced into namespace %s: VMs here boot only from images image-syncer synced into it, which are the namespace's tenant's own (kubectl get bi -n %s lists them)", repo, tag, ns, ns)
+	}
+	if err != nil {
+		return Image{}, fmt.Errorf("reading the BaseImage of %s:%s: %w", repo, tag, err)
+	}
+	if c := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionRejected); c != nil && c.Status == metav1.ConditionTrue && bi.Status.ImportedDigest == "" {
+		return Image{}, fmt.Errorf("image %s:%s was rejected: %s", repo, tag, c.Message)
+	}
+	if bi.Status.ImportedDigest == "" || bi.Status.DataSourceName == "" {
+		progress := ""
+		if bi.Status.Progress != "" {
+			progress = ", " + bi.Status.Progress
+		}
+		return Image{}, fmt.Errorf("image %s:%s is not ready yet (phase %s%s); try again once kubectl get bi -n %s %s shows Ready", repo, tag, orUnknown(string(bi.Status.Phase)), progress, ns, bi.Name)
+	}
+	return Image{
+		Tenant: tenant, Name: image, Tag: tag, Namespace: ns,
+		DataSource: bi.Status.DataSourceName, Digest: bi.Status.ImportedDigest, VirtualSize: bi.Status.VirtualSize,
+		Instancetype: bi.Status.Instancetype, Preference: bi.Status.Preference,
+	}, nil
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "Pending"
+	}
+	return s
+}
+
+var udnGVK = schema.GroupVersionKind{Group: "k8s.ovn.org", Version: "v1", Kind: "UserDefinedNetworkList"}
+
+// PrimaryNetworkOf finds ns's primary network: an OVN-Kubernetes primary
+// user defined network (its topology) or the pod network. A hub without
+// OVN-Kubernetes' CRDs, or a user who may not read namespaces, gets the
+// pod network.
+func PrimaryNetworkOf(ctx context.Context, c client.Reader, ns string) (PrimaryNetwork, error) {
+	var n corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: ns}, &n); err != nil {
+		if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
+			return PrimaryPod, nil
+		}
+		return PrimaryPod, fmt.Errorf("reading namespace %s: %w", ns, err)
+	}
+	if _, ok := n.Labels[LabelPrimaryUDN]; !ok {
+		return PrimaryPod, nil
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(udnGVK)
+	if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
+		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+			return PrimaryPod, nil
+		}
+		return PrimaryPod, fmt.Errorf("listing the user defined networks of %s: %w", ns, err)
+	}
+	for _, u := range list.Items {
+		role, _, _ := unstructured.NestedString(u.Object, "spec", "layer2", "role")
+		if role == "Primary" {
+			return PrimaryUDNLayer2, nil
+		}
+		role, _, _ = unstructured.NestedString(u.Object, "spec", "layer3", "role")
+		if role == "Primary" {
+			return PrimaryUDNLayer3, nil
+		}
+	}
+	return PrimaryPod, nil
+}
+
+// Create creates the rendered VM, then its Secrets owned by it, so that
+// they go when it goes. When a Secret cannot be created the VM is removed
+// again.
+func Create(ctx context.Context, c client.Client, r *Rendered) error {
+	vm := r.VM.DeepCopy()
+	if vm.Annotations == nil {
+		vm.Annotations = map[string]string{}
+	}
+	vm.Annotations[AnnotationLiveMigratable] = fmt.Sprint(r.LiveMigratable)
+	if len(r.Reasons) > 0 {
+		vm.Annotations[AnnotationNotMigratable] = strings.Join(r.Reasons, "; ")
+	}
+	if err := c.Create(ctx, vm); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("a VM named %s already exists in %s", vm.Name, vm.Namespace)
+		}
+		return fmt.Errorf("creating VM %s/%s: %w", vm.Namespace, vm.Name, err)
+	}
+	owner := metav1.OwnerReference{APIVersion: kubevirtv1.GroupVersion.String(), Kind: "VirtualMachine", Name: vm.Name, UID: vm.UID}
+	for _, s := range r.Secrets {
+		s := s.DeepCopy()
+		s.OwnerReferences = []metav1.OwnerReference{owner}
+		if err := c.Create(ctx, s); err != nil {
+			cleanup := context.WithoutCancel(ctx)
+			_ = c.Delete(cleanup, vm)
+			return fmt.Errorf("creating Secret %s/%s for the VM (the VM was removed again): %w", s.Namespace, s.Name, err)
+		}
+	}
+	r.VM = vm
+	return nil
+}
+
+// getVM reads a VM, with a clear error when it does not exist.
+func getVM(ctx context.Context, c client.Reader, ns, name string) (*kubevirtv1.VirtualMachine, error) {
+	var vm kubevirtv1.VirtualMachine
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &vm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("no VM %s in namespace %s", name, ns)
+		}
+		return nil, fmt.Errorf("reading VM %s/%s: %w", ns, name, err)
+	}
+	return &vm, nil
+}
+
+// SetRunStrategy starts (Always) or stops (Halted) a VM, as virtctl does
+// by editing spec.runStrategy; changed is false when it already had it.
+func SetRunStrategy(ctx context.Context, c client.Client, ns, name string, rs kubevirtv1.VirtualMachineRunStrategy) (changed bool, err error) {
+	vm, err := getVM(ctx, c, ns, name)
+	if err != nil {
+		return false, err
+	}
+	if vm.Spec.RunStrategy != nil && *vm.Spec.RunStrategy == rs {
+		return false, nil
+	}
+	patch := client.MergeFrom(vm.DeepCopy())
+	vm.Spec.RunStrategy = &rs
+	vm.Spec.Running = nil //nolint:staticcheck // a VM made elsewhere may still use it; both cannot be set
+	if err := c.Patch(ctx, vm, patch); err != nil {
+		return false, fmt.Errorf("setting the run strategy of VM %s/%s: %w", ns, name, err)
+	}
+	return true, nil
+}
+
+// Restart restarts a running VM by deleting its instance; with run
+// strategy Always, KubeVirt starts a new one at once.
+func Restart(ctx context.Context, c client.Client, ns, name string) error {
+	vm, err := getVM(ctx, c, ns, name)
+	if err != nil {
+		return err
+	}
+	if vm.Spec.RunStrategy == nil || *vm.Spec.RunStrategy != kubevirtv1.RunStrategyAlways {
+		return fmt.Errorf("VM %s is not set to run (run strategy %v); start it with imagectl vm start", name, runStrategy(vm))
+	}
+	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	if err := c.Delete(ctx, vmi); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("VM %s has no running instance yet; it starts on its own", name)
+		}
+		return fmt.Errorf("restarting VM %s/%s: %w", ns, name, err)
+	}
+	return nil
+}
+
+func runStrategy(vm *kubevirtv1.VirtualMachine) string {
+	if vm.Spec.RunStrategy == nil {
+		return "unset"
+	}
+	return string(*vm.Spec.RunStrategy)
+}
+
+// Migrate asks KubeVirt to live-migrate a running VM to another node, by
+// creating a VirtualMachineInstanceMigration. It refuses when the
+// instance is not running or KubeVirt says it cannot migrate.
+func Migrate(ctx context.Context, c client.Client, ns, name string) (*kubevirtv1.VirtualMachineInstanceMigration, error) {
+	if _, err := getVM(ctx, c, ns, name); err != nil {
+		return nil, err
+	}
+	var vmi kubevirtv1.VirtualMachineInstance
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &vmi); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("VM %s is not running; only a running VM migrates", name)
+		}
+		return nil, fmt.Errorf("reading the instance of VM %s/%s: %w", ns, name, err)
+	}
+	for _, cond := range vmi.Status.Conditions {
+		if cond.Type == kubevirtv1.VirtualMachineInstanceIsMigratable && cond.Status == corev1.ConditionFalse {
+			return nil, fmt.Errorf("KubeVirt says VM %s cannot live-migrate: %s", name, cond.Message)
+		}
+	}
+	m := &kubevirtv1.VirtualMachineInstanceMigration{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-migration-", Namespace: ns, Labels: map[string]string{LabelVM: name, cdi.LabelManagedBy: "imagectl"}},
+		Spec:       kubevirtv1.VirtualMachineInstanceMigrationSpec{VMIName: name},
+	}
+	if err := c.Create(ctx, m); err != nil {
+		return nil, fmt.Errorf("creating the migration of VM %s/%s: %w", ns, name, err)
+	}
+	return m, nil
+}
+
+// Delete deletes a VM. Its root disk, a DataVolume template of the VM, and
+// its cloud-init Secrets go with it; attached data volumes are separate
+// DataVolumes and stay.
+func Delete(ctx context.Context, c client.Client, ns, name string) error {
+	vm, err := getVM(ctx, c, ns, name)
+	if err != nil {
+		return err
+	}
+	if err := c.Delete(ctx, vm, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting VM %s/%s: %w", ns, name, err)
+	}
+	return nil
+}
+
+// CreateVolume creates a blank data volume whose life is independent of
+// any VM.
+func CreateVolume(ctx context.Context, c client.Client, ns, name string, size resource.Quantity, st cdi.Storage) (*cdiv1.DataVolume, error) {
+	if !dns1123Label.MatchString(name) {
+		return nil, fmt.Errorf("volume name %q is not a valid name", name)
+	}
+	if size.Sign() <= 0 {
+		return nil, errors.New("--size must be positive")
+	}
+	mode := st.VolumeMode
+	storage := &cdiv1.StorageSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{st.AccessMode},
+		VolumeMode:  &mode,
+		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+	}
+	if st.StorageClass != "" {
+		storage.StorageClassName = &st.StorageClass
+	}
+	dv := &cdiv1.DataVolume{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{LabelVolume: name, cdi.LabelManagedBy: "imagectl"}},
+		Spec:       cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}}, Storage: storage},
+	}
+	if err := c.Create(ctx, dv); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("a volume named %s already exists in %s", name, ns)
+		}
+		return nil, fmt.Errorf("creating volume %s/%s: %w", ns, name, err)
+	}
+	return dv, nil
+}
+
+// AttachVolume declares data volume vol as a disk of VM name. A running VM
+// gets it at its next start. changed is false when it was attached already.
+func AttachVolume(ctx context.Context, c client.Client, ns, name, vol string) (changed bool, err error) {
+	var dv cdiv1.DataVolume
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: vol}, &dv); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("no volume %s in namespace %s; create it with imagectl volume create", vol, ns)
+		}
+		return false, fmt.Errorf("reading volume %s/%s: %w", ns, vol, err)
+	}
+	if dv.Labels[LabelVolume] == "" {
+		return false, fmt.Errorf("DataVolume %s is not a data volume made by imagectl volume create", vol)
+	}
+	vm, err := getVM(ctx, c, ns, name)
+	if err != nil {
+		return false, err
+	}
+	spec := vm.Spec.Template
+	if slices.ContainsFunc(spec.Spec.Volumes, func(v kubevirtv1.Volume) bool { return v.DataVolume != nil && v.DataVolume.Name == vol }) {
+		return false, nil
+	}
+	diskName := "vol-" + vol
+	if len(diskName) > 63 {
+		diskName = diskName[:63]
+	}
+	patch := client.MergeFrom(vm.DeepCopy())
+	spec.Spec.Domain.Devices.Disks = append(spec.Spec.Domain.Devices.Disks, kubevirtv1.Disk{Name: diskName, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}})
+	spec.Spec.Volumes = append(spec.Spec.Volumes, kubevirtv1.Volume{Name: diskName, VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: vol}}})
+	if err := c.Patch(ctx, vm, patch); err != nil {
+		return false, fmt.Errorf("attaching volume %s to VM %s: %w", vol, name, err)
+	}
+	return true, nil
+}
+
+// DetachVolume removes data volume vol from VM name; the volume stays.
+func DetachVolume(ctx context.Context, c client.Client, ns, name, vol string) (changed bool, err error) {
+	vm, err := getVM(ctx, c, ns, name)
+	if err != nil {
+		return false, err
+	}
+	spec := &vm.Spec.Template.Spec
+	i := slices.IndexFunc(spec.Volumes, func(v kubevirtv1.Volume) bool { return v.DataVolume != nil && v.DataVolume.Name == vol })
+	if i < 0 {
+		return false, nil
+	}
+	if spec.Volumes[i].Name == rootDiskName {
+		return false, fmt.Errorf("%s is VM %s's root disk, not an attached volume", vol, name)
+	}
+	patch := client.MergeFrom(vm.DeepCopy())
+	diskName := spec.Volumes[i].Name
+	spec.Volumes = slices.Delete(spec.Volumes, i, i+1)
+	spec.Domain.Devices.Disks = slices.DeleteFunc(spec.Domain.Devices.Disks, func(d kubevirtv1.Disk) bool { return d.Name == diskName })
+	if err := c.Patch(ctx, vm, patch); err != nil {
+		return false, fmt.Errorf("detaching volume %s from VM %s: %w", vol, name, err)
+	}
+	return true, nil
+}
+
+// Summaries describes the VMs of ns (all when name is empty).
+func Summaries(ctx context.Context, c client.Reader, ns, name string) ([]api.VMSummary, error) {
+	var vms []kubevirtv1.VirtualMachine
+	if name != "" {
+		vm, err := getVM(ctx, c, ns, name)
+		if err != nil {
+			return nil, err
+		}
+		vms = []kubevirtv1.VirtualMachine{*vm}
+	} else {
+		var list kubevirtv1.VirtualMachineList
+		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return nil, fmt.Errorf("listing VMs in %s: %w", ns, err)
+		}
+		vms = list.Items
+	}
+	out := []api.VMSummary{}
+	for _, vm := range vms {
+		s := api.VMSummary{
+			Name: vm.Name, Namespace: vm.Namespace, Status: string(vm.Status.PrintableStatus),
+			Image: vm.Labels[cdi.LabelTenant] + "/" + vm.Labels[cdi.LabelImage], Digest: vm.Annotations[AnnotationDigest],
+			Template: vm.Labels[LabelTemplate], LiveMigratable: "unknown",
+		}
+		if vm.Labels[cdi.LabelImage] == "" {
+			s.Image = ""
+		}
+		if s.Status == "" {
+			s.Status = "Unknown"
+		}
+		if v, ok := vm.Annotations[AnnotationLiveMigratable]; ok {
+			s.LiveMigratable = v
+			if r := vm.Annotations[AnnotationNotMigratable]; r != "" {
+				s.Reasons = strings.Split(r, "; ")
+			}
+		}
+		if vm.Spec.Template != nil {
+			for _, v := range vm.Spec.Template.Spec.Volumes {
+				if v.DataVolume != nil && v.Name != rootDiskName {
+					s.Volumes = append(s.Volumes, v.DataVolume.Name)
+				}
+			}
+		}
+		var vmi kubevirtv1.VirtualMachineInstance
+		err := c.Get(ctx, types.NamespacedName{Namespace: vm.Namespace, Name: vm.Name}, &vmi)
+		switch {
+		case err == nil:
+			s.Node = vmi.Status.NodeName
+			if len(vmi.Status.Interfaces) > 0 {
+				s.IP = vmi.Status.Interfaces[0].IP
+			}
+			for _, cond := range vmi.Status.Conditions {
+				if cond.Type == kubevirtv1.VirtualMachineInstanceIsMigratable {
+					s.LiveMigratable = strings.ToLower(string(cond.Status))
+					if cond.Status == corev1.ConditionFalse && cond.Message != "" {
+						s.Reasons = []string{cond.Message}
+					}
+				}
+			}
+		case !apierrors.IsNotFound(err):
+			return nil, fmt.Errorf("reading the instance of VM %s: %w", vm.Name, err)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
