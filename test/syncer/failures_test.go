@@ -110,7 +110,9 @@ func TestSyncerNeverDeletesWhileTheRegistryIsDown(t *testing.T) {
 	s.start(t, hub, reg.Host, "--poll-interval", "1s", "--digest-resync-interval", "2s", "--on-delete", "delete")
 
 	v1 := importImage(t, rawDisk(t, "before the outage"), reg.Host+"/acme/rhel:9")
-	hub.baseImage(t, "acme", "rhel-9", "importing", func(b *v1alpha1.BaseImage) bool { return b.Status.ObservedDigest == v1.Digest })
+	hub.baseImage(t, "acme", "rhel-9", "importing", func(b *v1alpha1.BaseImage) bool {
+		return b.Status.ObservedDigest == v1.Digest && b.Status.Phase == v1alpha1.PhaseImporting
+	})
 	cdiCompletesImport(t, hub, "acme", dvName(v1.Digest))
 	hub.baseImage(t, "acme", "rhel-9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
 

@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -76,7 +77,7 @@ type testHub struct {
 
 func newScheme(t *testing.T) *runtime.Scheme {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, cdiv1.AddToScheme, v1alpha1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, cdiv1.AddToScheme, v1alpha1.AddToScheme, kubevirtv1.AddToScheme} {
 		if err := add(s); err != nil {
 			t.Fatal(err)
 		}
@@ -155,13 +156,13 @@ func (h *testHub) applySyncerRBAC(t *testing.T) {
 // makes one profile per StorageClass and fills in its property sets.
 func cdiPublishesStorageProfile(t *testing.T, ctx context.Context, c client.Client, class string, sets []cdiv1.ClaimPropertySet) {
 	t.Helper()
-	// CDI's StorageProfile CRD has no status subresource: the status is
-	// written with the object.
-	sp := &cdiv1.StorageProfile{
-		ObjectMeta: metav1.ObjectMeta{Name: class},
-		Status:     cdiv1.StorageProfileStatus{StorageClass: &class, ClaimPropertySets: sets},
-	}
+	status := cdiv1.StorageProfileStatus{StorageClass: &class, ClaimPropertySets: sets}
+	sp := &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: class}}
 	if err := c.Create(ctx, sp); err != nil {
+		t.Fatal(err)
+	}
+	sp.Status = status
+	if err := c.Status().Update(ctx, sp); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -372,6 +373,11 @@ func waitFor(t *testing.T, what string, cond func() (bool, error)) {
 func (h *testHub) baseImage(t *testing.T, ns, name, what string, cond func(*v1alpha1.BaseImage) bool) *v1alpha1.BaseImage {
 	t.Helper()
 	var bi v1alpha1.BaseImage
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("hub %s: BaseImage %s/%s last seen: phase %q, status %+v", h.Name, ns, name, bi.Status.Phase, bi.Status.Conditions)
+		}
+	})
 	waitFor(t, fmt.Sprintf("hub %s: BaseImage %s/%s %s", h.Name, ns, name, what), func() (bool, error) {
 		err := h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &bi)
 		if apierrors.IsNotFound(err) {

@@ -1,0 +1,308 @@
+package syncer
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/imagepipe/imagepipe/pkg/api"
+	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
+	"github.com/imagepipe/imagepipe/test/harness"
+	"github.com/imagepipe/imagepipe/test/testenv"
+)
+
+// bindTenant applies config/tenant/rbac.yaml and binds hub user "tenant-a"
+// to namespace ns only.
+func (h *testHub) bindTenant(t *testing.T, ns string) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "tenant", "rbac.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var raw runtime.RawExtension
+		if err := dec.Decode(&raw); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		obj, _, err := clientgoscheme.Codecs.UniversalDeserializer().Decode(raw.Raw, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.create(t, obj.(client.Object))
+	}
+	user := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "tenant-a"}}
+	h.create(t, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "tenant-a", Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "imagepipe-tenant"},
+		Subjects:   user,
+	})
+	h.create(t, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "tenant-a-storage"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "imagepipe-tenant-storage"},
+		Subjects:   user,
+	})
+}
+
+// imagectl runs imagectl and returns its result.
+func imagectl(t *testing.T, args ...string) testenv.Result {
+	t.Helper()
+	return testenv.RunCommand(t, testenv.Command{Name: testenv.Imagectl, Args: args, Env: []string{"IMAGEPIPE_CACHE=" + t.TempDir()}})
+}
+
+func imagectlOK(t *testing.T, args ...string) testenv.Result {
+	t.Helper()
+	r := imagectl(t, args...)
+	if r.Code != 0 {
+		t.Fatalf("imagectl %s: exit %d\n%s", strings.Join(args, " "), r.Code, r.Stderr)
+	}
+	return r
+}
+
+// TestTemplateCatalogInTheRegistry: templates are validated, published as
+// OCI artifacts, listed and shown; publishing again pushes only what changed.
+func TestTemplateCatalogInTheRegistry(t *testing.T) {
+	reg := harness.StartRegistry(t, harness.RegistryOptions{})
+	dir := t.TempDir()
+	write := func(name, body string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("simple_vm.json", `{"id":"simple_vm","title":"Simple VM Template","description":"CPU, memory, and boot volume size are configurable","parameters":[{"name":"vm_cpu_cores","default":{"value":2}},{"name":"vm_memory","default":{"value":"2Gi"}},{"name":"vm_disk_size","default":{"value":"20Gi"}}]}`)
+	write("gpu.yaml", "id: gpu_vm\ntitle: GPU VM\nparameters:\n  - {name: memory, type: quantity, default: {value: 16Gi}}\nvm:\n  memory: ${memory}\n  gpus: [{name: gpu1, deviceName: nvidia.com/GA102GL_A10}]\n")
+	catalog := []string{"--catalog", reg.Host}
+
+	publish := func() []api.PublishResult {
+		t.Helper()
+		var res []api.PublishResult
+		out := imagectlOK(t, append([]string{"template", "publish", dir, "-o", "json"}, catalog...)...)
+		if err := json.Unmarshal([]byte(out.Stdout), &res); err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	status := func(res []api.PublishResult) map[string]bool {
+		m := map[string]bool{}
+		for _, r := range res {
+			m[r.ID] = r.Unchanged
+		}
+		return m
+	}
+	if got := status(publish()); len(got) != 2 || got["simple_vm"] || got["gpu_vm"] {
+		t.Fatalf("first publish: %v, want both published", got)
+	}
+	if got := status(publish()); !got["simple_vm"] || !got["gpu_vm"] {
+		t.Fatalf("re-publish: %v, want both unchanged", got)
+	}
+	write("gpu.yaml", "id: gpu_vm\ntitle: GPU VM, larger\nparameters:\n  - {name: memory, type: quantity, default: {value: 32Gi}}\nvm:\n  memory: ${memory}\n  gpus: [{name: gpu1, deviceName: nvidia.com/GA102GL_A10}]\n")
+	if got := status(publish()); !got["simple_vm"] || got["gpu_vm"] {
+		t.Fatalf("after editing gpu.yaml: %v, want only gpu_vm published", got)
+	}
+
+	var list []api.TemplateSummary
+	if err := json.Unmarshal([]byte(imagectlOK(t, append([]string{"template", "list", "-o", "json"}, catalog...)...).Stdout), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 2 || list[0].ID != "gpu_vm" || list[0].Title != "GPU VM, larger" || list[1].Parameters != 3 {
+		t.Errorf("template list: %+v", list)
+	}
+	shown := imagectlOK(t, append([]string{"template", "show", "simple_vm"}, catalog...)...).Stdout
+	if !strings.Contains(shown, "type: quantity") || !strings.Contains(shown, "vm_disk_size") {
+		t.Errorf("template show:\n%s", shown)
+	}
+	// skopeo, an independent client, sees an OCI artifact of our type.
+	raw := testenv.Run(t, "skopeo", "inspect", "--raw", "--tls-verify=false", "docker://"+reg.Host+"/templates:simple_vm")
+	if !strings.Contains(string(raw), api.TemplateArtifactType) {
+		t.Errorf("manifest %s lacks the artifact type", raw)
+	}
+
+	// An invalid file stops the whole publish, naming the file and parameter.
+	write("broken.yaml", "id: broken\ntitle: Broken\nparameters:\n  - {name: vm_cpu_cores, type: integer, min: 4, default: {value: 2}}\n")
+	r := imagectl(t, append([]string{"template", "publish", dir}, catalog...)...)
+	if r.Code == 0 || !strings.Contains(r.Stderr, "broken.yaml") || !strings.Contains(r.Stderr, "parameter vm_cpu_cores: default: 2 is below the minimum 4") {
+		t.Errorf("publishing an invalid template: exit %d\n%s", r.Code, r.Stderr)
+	}
+	if r := imagectl(t, append([]string{"template", "show", "broken"}, catalog...)...); r.Code == 0 {
+		t.Error("the invalid template was published")
+	}
+}
+
+// TestVMLaunchFromASyncedImage: a tenant creates a VM from an image the
+// syncer replicated and a published template, with exactly the RBAC of
+// config/tenant, and drives its lifecycle. KubeVirt's controllers do not
+// run: where a running instance is needed, the test plays virt-controller.
+func TestVMLaunchFromASyncedImage(t *testing.T) {
+	testenv.RequireQEMU(t)
+	hub := startTestHub(t, "hub-a")
+	hub.bindTenant(t, "acme")
+	s := reserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.webhookURL, NotifyToken: webhookToken})
+	s.start(t, hub, reg.Host, "--poll-interval", "1h")
+
+	v1 := importImage(t, rawDisk(t, "bootable"), reg.Host+"/acme/rhel:9")
+	hub.baseImage(t, "acme", "rhel-9", "importing", func(b *v1alpha1.BaseImage) bool {
+		return b.Status.ObservedDigest == v1.Digest && b.Status.Phase == v1alpha1.PhaseImporting
+	})
+	cdiCompletesImport(t, hub, "acme", dvName(v1.Digest))
+	hub.baseImage(t, "acme", "rhel-9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
+
+	dir := t.TempDir()
+	tmplFile := filepath.Join(dir, "simple_vm.yaml")
+	if err := os.WriteFile(tmplFile, []byte("id: simple_vm\ntitle: Simple VM\nparameters:\n  - {name: vm_cpu_cores, type: integer, min: 1, max: 8, default: {value: 2}}\n  - {name: vm_memory, default: {value: 2Gi}}\n  - {name: vm_disk_size, default: {value: 20Gi}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	imagectlOK(t, "template", "publish", tmplFile, "--catalog", reg.Host)
+	key := filepath.Join(dir, "id.pub")
+	if err := os.WriteFile(key, []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBlU3pg8jG2C5zN7D3YtKo0Yc7U5m1Q0bGm0b8dQ1x4G alice@example.com\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kube := []string{"--kubeconfig", hub.UserKubeconfig(t, "tenant-a"), "-n", "acme"}
+	vm := func(args ...string) testenv.Result { return imagectl(t, append(append([]string{"vm"}, args...), kube...)...) }
+	vmOK := func(args ...string) testenv.Result {
+		t.Helper()
+		return imagectlOK(t, append(append([]string{"vm"}, args...), kube...)...)
+	}
+
+	// Parameter errors name the parameter; nothing is created.
+	r := vm("create", "web", "--image", "acme/rhel:9", "--template", "simple_vm", "--catalog", reg.Host, "--set", "vm_cpu_cores=16")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "parameter vm_cpu_cores: 16 is above the maximum 8") {
+		t.Errorf("out-of-bounds parameter: exit %d\n%s", r.Code, r.Stderr)
+	}
+	// Another tenant's image, and an image not imported yet, are refused.
+	if r := vm("create", "web", "--image", "globex/rhel:9", "--template", "simple_vm", "--catalog", reg.Host); r.Code == 0 || !strings.Contains(r.Stderr, "not synced into namespace acme") {
+		t.Errorf("another tenant's image: exit %d\n%s", r.Code, r.Stderr)
+	}
+	importImage(t, rawDisk(t, "still importing"), reg.Host+"/acme/rhel:10")
+	hub.baseImage(t, "acme", "rhel-10", "importing", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseImporting })
+	if r := vm("create", "web", "--image", "acme/rhel:10", "--template", "simple_vm", "--catalog", reg.Host); r.Code == 0 || !strings.Contains(r.Stderr, "not ready yet") {
+		t.Errorf("an image still importing: exit %d\n%s", r.Code, r.Stderr)
+	}
+	var vms kubevirtv1.VirtualMachineList
+	if err := hub.c.List(t.Context(), &vms, client.InNamespace("acme")); err != nil || len(vms.Items) != 0 {
+		t.Fatalf("refused creates left VMs: %v %v", vms.Items, err)
+	}
+
+	// Create, as the tenant.
+	r = vmOK("create", "web", "--image", "acme/rhel:9", "--template", "simple_vm", "--catalog", reg.Host, "--set", "vm_cpu_cores=4", "--ssh-key", key)
+	if !strings.Contains(r.Stderr, "will be live-migratable") {
+		t.Errorf("create did not report live migration:\n%s", r.Stderr)
+	}
+	var got kubevirtv1.VirtualMachine
+	if err := hub.c.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	dvt := got.Spec.DataVolumeTemplates[0].Spec
+	if dvt.SourceRef == nil || dvt.SourceRef.Kind != "DataSource" || dvt.SourceRef.Name != "rhel" || dvt.Storage.AccessModes[0] != corev1.ReadWriteMany ||
+		*got.Spec.Template.Spec.EvictionStrategy != kubevirtv1.EvictionStrategyLiveMigrate || *got.Spec.RunStrategy != kubevirtv1.RunStrategyAlways ||
+		got.Spec.Template.Spec.Domain.CPU.Cores != 4 || got.Annotations["imagepipe.io/image-digest"] != v1.Digest {
+		t.Errorf("created VM: %+v", got.Spec)
+	}
+	var secret corev1.Secret
+	if err := hub.c.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web-ssh"}, &secret); err != nil || len(secret.OwnerReferences) != 1 || secret.OwnerReferences[0].UID != got.UID {
+		t.Errorf("SSH key Secret %v owned by %v (%v)", secret.Name, secret.OwnerReferences, err)
+	}
+	if r := vm("create", "web", "--image", "acme/rhel:9", "--template", "simple_vm", "--catalog", reg.Host); r.Code == 0 || !strings.Contains(r.Stderr, "already exists") {
+		t.Errorf("a second VM of the same name: exit %d\n%s", r.Code, r.Stderr)
+	}
+
+	// Lifecycle: stop and start edit the run strategy.
+	runStrategy := func() kubevirtv1.VirtualMachineRunStrategy {
+		var vm kubevirtv1.VirtualMachine
+		if err := hub.c.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &vm); err != nil {
+			t.Fatal(err)
+		}
+		return *vm.Spec.RunStrategy
+	}
+	vmOK("stop", "web")
+	if rs := runStrategy(); rs != kubevirtv1.RunStrategyHalted {
+		t.Errorf("after stop: %s", rs)
+	}
+	if r := vm("restart", "web"); r.Code == 0 {
+		t.Error("a stopped VM restarted")
+	}
+	vmOK("start", "web")
+	if rs := runStrategy(); rs != kubevirtv1.RunStrategyAlways {
+		t.Errorf("after start: %s", rs)
+	}
+	if r := vm("migrate", "web"); r.Code == 0 || !strings.Contains(r.Stderr, "not running") {
+		t.Errorf("migrating a VM without an instance: exit %d\n%s", r.Code, r.Stderr)
+	}
+	virtControllerStartsInstance(t, hub, &got)
+	var list []api.VMSummary
+	if err := json.Unmarshal([]byte(vmOK("list", "-o", "json").Stdout), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].Node != "node-1" || list[0].IP != "10.0.0.7" || list[0].LiveMigratable != "true" || list[0].Template != "simple_vm" {
+		t.Errorf("vm list: %+v", list)
+	}
+	r = vmOK("migrate", "web")
+	var migrations kubevirtv1.VirtualMachineInstanceMigrationList
+	if err := hub.c.List(t.Context(), &migrations, client.InNamespace("acme")); err != nil || len(migrations.Items) != 1 || migrations.Items[0].Spec.VMIName != "web" {
+		t.Errorf("migrations %+v (%v)", migrations.Items, err)
+	}
+	vmOK("restart", "web")
+	if err := hub.c.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &kubevirtv1.VirtualMachineInstance{}); err == nil {
+		t.Error("restart left the old instance")
+	}
+
+	// A data volume outlives the VM it was attached to.
+	imagectlOK(t, append([]string{"volume", "create", "data1", "--size", "1Gi"}, kube...)...)
+	vmOK("attach-volume", "web", "data1")
+	if err := hub.c.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if vols := got.Spec.Template.Spec.Volumes; vols[len(vols)-1].DataVolume == nil || vols[len(vols)-1].DataVolume.Name != "data1" {
+		t.Errorf("attach-volume: volumes %+v", vols)
+	}
+	r = vmOK("delete", "web")
+	if !strings.Contains(r.Stdout, "data volumes kept: data1") {
+		t.Errorf("delete output: %s", r.Stdout)
+	}
+	var dv cdiv1.DataVolume
+	if err := hub.c.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "data1"}, &dv); err != nil || dv.DeletionTimestamp != nil {
+		t.Errorf("the data volume did not survive the VM: %v", err)
+	}
+	if err := hub.c.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &got); err == nil && got.DeletionTimestamp == nil {
+		t.Error("the VM was not deleted")
+	}
+
+	// The tenant cannot act in another namespace.
+	other := []string{"vm", "list", "--kubeconfig", hub.UserKubeconfig(t, "tenant-a"), "-n", "globex"}
+	if r := imagectl(t, other...); r.Code == 0 || !strings.Contains(strings.ToLower(r.Stderr), "forbidden") {
+		t.Errorf("tenant-a listing VMs in globex: exit %d\n%s", r.Code, r.Stderr)
+	}
+}
+
+// virtControllerStartsInstance plays KubeVirt's virt-controller and
+// virt-handler: the VM's instance, scheduled to node-1 with an address,
+// reported live-migratable.
+func virtControllerStartsInstance(t *testing.T, h *testHub, vm *kubevirtv1.VirtualMachine) {
+	t.Helper()
+	vmi := &kubevirtv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Namespace: vm.Namespace, Name: vm.Name, Labels: vm.Spec.Template.ObjectMeta.Labels},
+		Spec:       vm.Spec.Template.Spec,
+		Status: kubevirtv1.VirtualMachineInstanceStatus{
+			Phase: kubevirtv1.Running, NodeName: "node-1",
+			Interfaces: []kubevirtv1.VirtualMachineInstanceNetworkInterface{{Name: "default", IP: "10.0.0.7"}},
+			Conditions: []kubevirtv1.VirtualMachineInstanceCondition{{Type: kubevirtv1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionTrue}},
+		},
+	}
+	h.create(t, vmi)
+}
