@@ -174,7 +174,9 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	kube := []string{"--kubeconfig", hub.UserKubeconfig(t, "tenant-a"), "-n", "acme"}
-	vm := func(args ...string) testenv.Result { return imagectl(t, append(append([]string{"vm"}, args...), kube...)...) }
+	vm := func(args ...string) testenv.Result {
+		return imagectl(t, append(append([]string{"vm"}, args...), kube...)...)
+	}
 	vmOK := func(args ...string) testenv.Result {
 		t.Helper()
 		return imagectlOK(t, append(append([]string{"vm"}, args...), kube...)...)
