@@ -201,6 +201,23 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 		t.Fatalf("refused creates left VMs: %v %v", vms.Items, err)
 	}
 
+	// A dry run prints the VM and its Secrets and creates nothing; a GPU
+	// template is reported as not live-migratable, with the reason.
+	gpuFile := filepath.Join(dir, "gpu.yaml")
+	if err := os.WriteFile(gpuFile, []byte("id: gpu_vm\ntitle: GPU VM\nvm:\n  memory: 8Gi\n  gpus: [{name: gpu1, deviceName: nvidia.com/GA102GL_A10}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = vmOK("create", "gpu", "--image", "acme/rhel:9", "--template-file", gpuFile, "--ssh-key", key, "--dry-run", "-o", "yaml")
+	if !strings.Contains(r.Stdout, "kind: VirtualMachine") || !strings.Contains(r.Stdout, "kind: Secret") || !strings.Contains(r.Stdout, "deviceName: nvidia.com/GA102GL_A10") {
+		t.Errorf("dry run printed:\n%s", r.Stdout)
+	}
+	if !strings.Contains(r.Stderr, "will NOT be live-migratable") || !strings.Contains(r.Stderr, "GPU gpu1 (nvidia.com/GA102GL_A10) is passed through") {
+		t.Errorf("dry run of a GPU VM reported:\n%s", r.Stderr)
+	}
+	if err := hub.c.List(t.Context(), &vms, client.InNamespace("acme")); err != nil || len(vms.Items) != 0 {
+		t.Fatalf("the dry run created VMs: %v %v", vms.Items, err)
+	}
+
 	// Create, as the tenant.
 	r = vmOK("create", "web", "--image", "acme/rhel:9", "--template", "simple_vm", "--catalog", reg.Host, "--set", "vm_cpu_cores=4", "--ssh-key", key)
 	if !strings.Contains(r.Stderr, "will be live-migratable") {
