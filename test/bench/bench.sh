@@ -5,7 +5,9 @@
 # prints a Markdown table: median wall time of each, the ratio imagectl/qemu-img next to its
 # target, and peak RSS of each. Ratios measured in one run are what to quote; absolute times are
 # one machine's. Then runs test/bench/import.sh (imagectl import vs qemu-img convert + tar +
-# crane append, against a local distribution registry) and appends its table to the report.
+# crane append, against a local distribution registry) and test/bench/syncer.sh (image-syncer:
+# webhook → DataVolume latency on two hubs, no-change resync of 5,000 images; about 5 minutes) and
+# appends their tables to the report.
 #
 # Inputs are built once and cached under ${IMAGEPIPE_CACHE:-$HOME/.cache/imagepipe}/bench/
 # (delete that directory to rebuild them): a sparse 4 GiB ext4 raw image filled from ~1 GB of the
@@ -20,7 +22,9 @@
 #   IMAGEPIPE_CACHE  cache root (default $HOME/.cache/imagepipe)
 #
 # Needs qemu-img, mkfs.ext4 and GNU time (apt-get install qemu-utils e2fsprogs time); import.sh
-# also needs skopeo, jq, curl and GNU tar, and the registry and crane from test/buildtools.sh.
+# also needs skopeo, jq, curl and GNU tar, and the registry and crane from test/buildtools.sh;
+# syncer.sh needs go, and etcd, kube-apiserver, the registry and the CRDs from test/buildtools.sh
+# (it builds image-syncer itself unless IMAGE_SYNCER names a binary).
 # The last report is also written to ${IMAGEPIPE_CACHE}/bench/last.md.
 set -euo pipefail
 
@@ -262,6 +266,7 @@ main() {
 	resolve_imagectl
 	[[ $REPS =~ ^[1-9][0-9]*$ ]] || die "BENCH_REPS must be a positive integer, got '$REPS'"
 	IMAGECTL=$IMAGECTL IMAGEPIPE_CACHE=$CACHE bash "$REPO_ROOT/test/bench/import.sh" --check
+	IMAGECTL=$IMAGECTL IMAGEPIPE_CACHE=$CACHE bash "$REPO_ROOT/test/bench/syncer.sh" --check
 
 	mkdir -p "$BENCH_DIR"
 	build_raw
@@ -322,6 +327,12 @@ main() {
 	IMAGECTL=$IMAGECTL IMAGEPIPE_CACHE=$CACHE bash "$REPO_ROOT/test/bench/import.sh" >"$import_md"
 	cat "$import_md" >>"$report"
 	cat "$import_md"
+
+	# The image-syncer benchmark (real hubs, registry and syncer; no inputs from above) last.
+	local syncer_md=$RUN_DIR/syncer.md
+	IMAGECTL=$IMAGECTL IMAGEPIPE_CACHE=$CACHE bash "$REPO_ROOT/test/bench/syncer.sh" >"$syncer_md"
+	cat "$syncer_md" >>"$report"
+	cat "$syncer_md"
 	log "report written to $report"
 }
 
