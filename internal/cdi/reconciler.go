@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -89,7 +90,15 @@ type Reconciler struct {
 	Logger      *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+
+	// verdicts caches revalidation reports by repository@digest: a digest
+	// is immutable, and many tags (or hubs' namespaces) share one.
+	verdictsMu sync.Mutex
+	verdicts   map[string]*api.ContainerDiskReport
 }
+
+// maxVerdicts bounds the revalidation cache; it is emptied when full.
+const maxVerdicts = 4096
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
 
@@ -204,7 +213,7 @@ func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res
 // image pushed by another client is refused before anything is imported.
 func (r *Reconciler) revalidate(ctx context.Context, bi *v1alpha1.BaseImage, digest string) error {
 	ref := r.Registry.Repo(r.repoPath(bi)).Digest(digest)
-	report, err := r.Checker.CheckContainerDisk(ctx, ref)
+	report, err := r.check(ctx, ref)
 	if err != nil {
 		r.condition(bi, v1alpha1.ConditionProgressing, true, "RegistryUnavailable", "revalidating the image: "+err.Error())
 		return fmt.Errorf("revalidating %s: %w", ref, err)
@@ -227,6 +236,29 @@ func (r *Reconciler) revalidate(ctx context.Context, bi *v1alpha1.BaseImage, dig
 	}
 	r.condition(bi, v1alpha1.ConditionRejected, false, "Validated", "the containerDisk shape and disk header passed revalidation")
 	return nil
+}
+
+// check revalidates ref once; later BaseImages of the same digest reuse
+// the verdict. Errors are not cached.
+func (r *Reconciler) check(ctx context.Context, ref name.Digest) (*api.ContainerDiskReport, error) {
+	key := ref.String()
+	r.verdictsMu.Lock()
+	report, ok := r.verdicts[key]
+	r.verdictsMu.Unlock()
+	if ok {
+		return report, nil
+	}
+	report, err := r.Checker.CheckContainerDisk(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	r.verdictsMu.Lock()
+	if r.verdicts == nil || len(r.verdicts) >= maxVerdicts {
+		r.verdicts = map[string]*api.ContainerDiskReport{}
+	}
+	r.verdicts[key] = report
+	r.verdictsMu.Unlock()
+	return report, nil
 }
 
 // importOf gathers what the DataVolume of digest needs: storage choice,
