@@ -239,33 +239,32 @@ func Render(req Request) (*Rendered, error) {
 	tmpl.Spec.Networks = []kubevirtv1.Network{net}
 
 	// Devices passed through pin the VM to its node.
-	for _, d := range b.GPUs {
-		v, ok, err := get("deviceName", d.DeviceName)
-		if err != nil {
-			return nil, err
+	passThrough := func(kind string, list []api.DeviceBinding, add func(name, device string)) error {
+		for _, d := range list {
+			v, ok, err := get("deviceName", d.DeviceName)
+			if err != nil {
+				return err
+			}
+			if !ok || v.Str == "" {
+				continue
+			}
+			if !resourceName.MatchString(v.Str) {
+				return fmt.Errorf("%s device name %q is not a resource name", kind, v.Str)
+			}
+			add(d.Name, v.Str)
+			out.notMigratable(fmt.Sprintf("%s %s (%s) is passed through", kind, d.Name, v.Str))
 		}
-		if !ok || v.Str == "" {
-			continue
-		}
-		if !resourceName.MatchString(v.Str) {
-			return nil, fmt.Errorf("GPU device name %q is not a resource name", v.Str)
-		}
-		domain.Devices.GPUs = append(domain.Devices.GPUs, kubevirtv1.GPU{Name: d.Name, DeviceName: v.Str})
-		out.notMigratable(fmt.Sprintf("GPU %s (%s) is passed through", d.Name, v.Str))
+		return nil
 	}
-	for _, d := range b.HostDevices {
-		v, ok, err := get("deviceName", d.DeviceName)
-		if err != nil {
-			return nil, err
-		}
-		if !ok || v.Str == "" {
-			continue
-		}
-		if !resourceName.MatchString(v.Str) {
-			return nil, fmt.Errorf("host device name %q is not a resource name", v.Str)
-		}
-		domain.Devices.HostDevices = append(domain.Devices.HostDevices, kubevirtv1.HostDevice{Name: d.Name, DeviceName: v.Str})
-		out.notMigratable(fmt.Sprintf("host device %s (%s) is passed through", d.Name, v.Str))
+	if err := passThrough("GPU", b.GPUs, func(name, device string) {
+		domain.Devices.GPUs = append(domain.Devices.GPUs, kubevirtv1.GPU{Name: name, DeviceName: device})
+	}); err != nil {
+		return nil, err
+	}
+	if err := passThrough("host device", b.HostDevices, func(name, device string) {
+		domain.Devices.HostDevices = append(domain.Devices.HostDevices, kubevirtv1.HostDevice{Name: name, DeviceName: device})
+	}); err != nil {
+		return nil, err
 	}
 
 	// cloud-init NoCloud: user data in a Secret, SSH keys propagated by
