@@ -35,6 +35,7 @@ type options struct {
 	keep                 int32
 	onDelete             string
 	maxAttempts          int32
+	retryDelay           time.Duration
 	workers              int
 	metricsListen        string
 	healthListen         string
@@ -94,6 +95,7 @@ are the flag names (poll-interval: 5m); the command line wins.`,
 	f.Int32Var(&o.keep, "keep", cdi.DefaultKeep, "successful imports kept per image tag (1-10)")
 	f.StringVar(&o.onDelete, "on-delete", string(v1alpha1.DeletionRetain), "when a tag leaves the registry: retain (keep the current import) or delete")
 	f.Int32Var(&o.maxAttempts, "max-attempts", cdi.DefaultMaxAttempts, "failed imports of one digest before retries stop")
+	f.DurationVar(&o.retryDelay, "retry-delay", cdi.DefaultRetryDelay, "wait after a failed import, doubling after each further one (at most 10m)")
 	f.IntVar(&o.workers, "workers", 4, "concurrent reconciles and event handlers")
 	f.StringVar(&o.metricsListen, "metrics-listen", ":9090", "address of the Prometheus /metrics endpoint; 0 disables it")
 	f.StringVar(&o.healthListen, "health-listen", ":8081", "address of /healthz and /readyz; 0 disables them")
@@ -134,6 +136,9 @@ func (o *options) validate() error {
 	}
 	if o.maxAttempts < 1 {
 		errs = append(errs, fmt.Errorf("--max-attempts %d: want at least 1", o.maxAttempts))
+	}
+	if o.retryDelay < time.Second || o.retryDelay > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("--retry-delay %s: want 1s to 10m", o.retryDelay))
 	}
 	if o.workers < 1 {
 		errs = append(errs, fmt.Errorf("--workers %d: want at least 1", o.workers))

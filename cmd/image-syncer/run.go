@@ -115,16 +115,16 @@ func run(ctx context.Context, o *options) error {
 
 	applier := &cdi.Applier{Client: mgr.GetClient(), Registry: reg, Resolver: rc, Tenancy: tenancy, Logger: log}
 	rec := &cdi.Reconciler{
-		Client: mgr.GetClient(), Registry: reg, Checker: rc,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registry: reg, Checker: rc,
 		StorageClass: o.storageClass, PullMethod: cdiv1.RegistryPullMethod(o.pullMethod),
 		PullSecret: pullSecret, CA: ca, Keep: o.keep, OnDelete: v1alpha1.DeletionPolicy(o.onDelete),
-		MaxAttempts: o.maxAttempts, Metrics: metrics, Logger: log,
+		MaxAttempts: o.maxAttempts, RetryDelay: o.retryDelay, Metrics: metrics, Logger: log,
 	}
 	if err := rec.SetupWithManager(mgr, o.workers); err != nil {
 		return fmt.Errorf("setting up the reconciler: %w", err)
 	}
 	if err := mgr.Add(everyReplica(func(ctx context.Context) error {
-		return runWorkers(ctx, intake, applier, metrics, o.workers)
+		return runWorkers(ctx, intake, applier, metrics, o.workers, log)
 	})); err != nil {
 		return err
 	}
@@ -175,7 +175,7 @@ func run(ctx context.Context, o *options) error {
 }
 
 // runWorkers hands queued events to the applier until ctx ends.
-func runWorkers(ctx context.Context, intake *cdi.Intake, a *cdi.Applier, m *cdi.Metrics, workers int) error {
+func runWorkers(ctx context.Context, intake *cdi.Intake, a *cdi.Applier, m *cdi.Metrics, workers int, log *slog.Logger) error {
 	done := make(chan struct{})
 	for range workers {
 		go func() {
@@ -187,6 +187,9 @@ func runWorkers(ctx context.Context, intake *cdi.Intake, a *cdi.Applier, m *cdi.
 				}
 				err := a.Apply(ctx, e)
 				m.Applied(e, err)
+				if err != nil && ctx.Err() == nil {
+					log.Warn("event not applied; retrying with backoff", "repository", e.Repository, "tag", e.Tag, "source", e.Source, "error", err)
+				}
 				finish(err)
 			}
 		}()

@@ -45,6 +45,7 @@ const (
 const (
 	DefaultKeep        = 2
 	DefaultMaxAttempts = 5
+	DefaultRetryDelay  = 30 * time.Second
 	// maxPodRestarts is how many restarts of CDI's importer pod count as
 	// one failed attempt: CDI itself retries forever.
 	maxPodRestarts = 3
@@ -65,7 +66,10 @@ type Checker interface {
 // retention. Every write is preceded by a comparison, so a BaseImage that
 // is already where it should be costs no write.
 type Reconciler struct {
-	Client   client.Client
+	Client client.Client
+	// APIReader reads without the cache; it confirms a BaseImage is
+	// current before an import is started. Nil means Client.
+	APIReader client.Reader
 	Registry name.Registry
 	Checker  Checker
 	// StorageClass is the class imports use; empty means the cluster's default.
@@ -86,6 +90,9 @@ type Reconciler struct {
 	OnDelete v1alpha1.DeletionPolicy
 	// MaxAttempts bounds the imports tried for one digest; 0 means DefaultMaxAttempts.
 	MaxAttempts int32
+	// RetryDelay is the wait after the first failed import, doubling after
+	// each further one up to 10 min; 0 means DefaultRetryDelay.
+	RetryDelay time.Duration
 	Metrics     *Metrics
 	Logger      *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -184,6 +191,9 @@ func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res
 		if err := r.revalidate(ctx, bi, digest); err != nil {
 			return reconcile.Result{}, false, err
 		}
+	}
+	if _, retry := bi.Annotations[v1alpha1.AnnotationRetry]; retry {
+		return r.retry(ctx, bi)
 	}
 	if meta.IsStatusConditionTrue(bi.Status.Conditions, v1alpha1.ConditionRejected) {
 		bi.Status.Phase = v1alpha1.PhaseRejected
@@ -357,6 +367,16 @@ func (r *Reconciler) importDigest(ctx context.Context, bi *v1alpha1.BaseImage, i
 			r.failed(bi)
 			return reconcile.Result{}, nil
 		}
+		if st.LastFailure != nil {
+			if wait := st.LastFailure.Add(retryDelay(r.RetryDelay, st.Attempts)).Sub(r.now()); wait > 0 {
+				return reconcile.Result{RequeueAfter: wait}, nil
+			}
+		}
+		// The cache may lag behind the status written after the last
+		// failure; an import is started only from the current object.
+		if current, err := r.isCurrent(ctx, bi); err != nil || !current {
+			return reconcile.Result{Requeue: true}, err
+		}
 		want := im.DataVolume()
 		want.Labels[LabelBaseImage] = bi.Name
 		if err := r.Client.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -383,6 +403,8 @@ func (r *Reconciler) importDigest(ctx context.Context, bi *v1alpha1.BaseImage, i
 		return reconcile.Result{}, nil
 	case dv.Status.Phase == cdiv1.Failed || dv.Status.RestartCount >= maxPodRestarts:
 		st.Attempts++
+		now := metav1.NewTime(r.now())
+		st.LastFailure = &now
 		if err := r.Client.Delete(ctx, &dv, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
 			return reconcile.Result{}, fmt.Errorf("deleting failed DataVolume %s/%s: %w", bi.Namespace, dvName, err)
 		}
@@ -394,7 +416,7 @@ func (r *Reconciler) importDigest(ctx context.Context, bi *v1alpha1.BaseImage, i
 		st.Phase = v1alpha1.PhaseImporting
 		r.condition(bi, v1alpha1.ConditionProgressing, true, "Retrying",
 			fmt.Sprintf("import attempt %d of %d failed (%s); retrying", st.Attempts, maxAttempts, dvFailure(&dv)))
-		return reconcile.Result{RequeueAfter: retryDelay(st.Attempts)}, nil
+		return reconcile.Result{RequeueAfter: retryDelay(r.RetryDelay, st.Attempts)}, nil
 	default:
 		st.Phase = v1alpha1.PhaseImporting
 		st.Progress = string(dv.Status.Progress)
@@ -407,12 +429,48 @@ func (r *Reconciler) importDigest(ctx context.Context, bi *v1alpha1.BaseImage, i
 func (r *Reconciler) failed(bi *v1alpha1.BaseImage) {
 	bi.Status.Phase = v1alpha1.PhaseFailed
 	r.condition(bi, v1alpha1.ConditionProgressing, false, "RetriesExhausted",
-		fmt.Sprintf("the import of %s failed %d times and is not retried; push a new digest, or delete the BaseImage to start over", bi.Spec.Digest, bi.Status.Attempts))
+		fmt.Sprintf("the import of %s failed %d times and is not retried; push a new digest, or start over with: kubectl annotate bi -n %s %s %s=now", bi.Spec.Digest, bi.Status.Attempts, bi.Namespace, bi.Name, v1alpha1.AnnotationRetry))
 }
 
-// retryDelay is the wait before attempt n+1: 30 s doubling, at most 10 min.
-func retryDelay(attempts int32) time.Duration {
-	return min(30*time.Second<<min(attempts-1, 5), 10*time.Minute)
+// retry honours the retry annotation: the attempts of the digest start
+// over, and the annotation is removed.
+func (r *Reconciler) retry(ctx context.Context, bi *v1alpha1.BaseImage) (reconcile.Result, bool, error) {
+	bi.Status.Attempts, bi.Status.LastFailure = 0, nil
+	if bi.Status.Phase == v1alpha1.PhaseFailed {
+		bi.Status.Phase = v1alpha1.PhaseImporting
+		r.condition(bi, v1alpha1.ConditionProgressing, true, "Retrying", "imports start over, as asked with "+v1alpha1.AnnotationRetry)
+	}
+	status := bi.Status.DeepCopy()
+	patch := client.MergeFrom(bi.DeepCopy())
+	delete(bi.Annotations, v1alpha1.AnnotationRetry)
+	if err := r.Client.Patch(ctx, bi, patch); err != nil {
+		return reconcile.Result{}, false, fmt.Errorf("removing the retry annotation: %w", err)
+	}
+	bi.Status = *status // the patch answer carries the stored status
+	r.logger().Info("imports start over on request", "baseimage", client.ObjectKeyFromObject(bi))
+	return reconcile.Result{Requeue: true}, false, nil
+}
+
+// isCurrent reports whether bi is the newest version of the object.
+func (r *Reconciler) isCurrent(ctx context.Context, bi *v1alpha1.BaseImage) (bool, error) {
+	reader := r.APIReader
+	if reader == nil {
+		return true, nil // the client reads the API server itself
+	}
+	var fresh v1alpha1.BaseImage
+	if err := reader.Get(ctx, client.ObjectKeyFromObject(bi), &fresh); err != nil {
+		return false, fmt.Errorf("reading BaseImage %s: %w", client.ObjectKeyFromObject(bi), err)
+	}
+	return fresh.ResourceVersion == bi.ResourceVersion, nil
+}
+
+// retryDelay is the wait before attempt n+1: base (default 30 s)
+// doubling, at most 10 min.
+func retryDelay(base time.Duration, attempts int32) time.Duration {
+	if base <= 0 {
+		base = DefaultRetryDelay
+	}
+	return min(base<<min(max(attempts-1, 0), 5), 10*time.Minute)
 }
 
 func dvFailure(dv *cdiv1.DataVolume) string {

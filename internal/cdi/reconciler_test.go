@@ -31,7 +31,7 @@ func TestConditionReason(t *testing.T) {
 func TestRetryDelayIsBounded(t *testing.T) {
 	prev := time.Duration(0)
 	for n := int32(1); n <= 20; n++ {
-		d := retryDelay(n)
+		d := retryDelay(0, n)
 		if d < prev || d > 10*time.Minute || d < 30*time.Second {
 			t.Errorf("retryDelay(%d) = %s after %s", n, d, prev)
 		}

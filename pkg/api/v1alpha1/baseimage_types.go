@@ -110,6 +110,10 @@ type BaseImageStatus struct {
 	// Attempts counts failed imports of ObservedDigest; retries stop at a bound.
 	// +optional
 	Attempts int32 `json:"attempts,omitempty"`
+	// LastFailure is when the latest import attempt of ObservedDigest failed;
+	// the next one waits for the retry delay after it.
+	// +optional
+	LastFailure *metav1.Time `json:"lastFailure,omitempty"`
 	// Imports are the successful imports kept on the hub, newest first;
 	// the first is the one the DataSource serves. Older ones beyond
 	// Retention.Keep are deleted.
@@ -141,6 +145,9 @@ const (
 	// AnnotationSeenAt is when the syncer learnt of spec.digest (RFC 3339
 	// with nanoseconds), for the event-to-import latency metric.
 	AnnotationSeenAt = "imagepipe.io/seen-at"
+	// AnnotationRetry, set by a user on a Failed BaseImage, starts its
+	// imports over; the syncer removes it.
+	AnnotationRetry = "imagepipe.io/retry"
 )
 
 // BaseImage is one tenant image tag replicated onto this hub as a CDI
