@@ -225,6 +225,12 @@ func (h *Hub) RestartAPIServer(t testing.TB) {
 	}
 }
 
+// LogPaths are the files holding the stdout and stderr of the hub's etcd and kube-apiserver,
+// in that order.
+func (h *Hub) LogPaths() []string {
+	return []string{filepath.Join(h.dir, "etcd.log"), filepath.Join(h.dir, "kube-apiserver.log")}
+}
+
 // UserKubeconfig returns the path of a kubeconfig file for user, one of HubUsers, authenticating
 // with that user's own token. The user starts with no permissions; bind it with RBAC.
 func (h *Hub) UserKubeconfig(t testing.TB, user string) string {

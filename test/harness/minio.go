@@ -16,6 +16,8 @@ import (
 type MinIO struct {
 	Endpoint             string // 127.0.0.1:PORT
 	AccessKey, SecretKey string
+
+	logPath string
 }
 
 // StartMinIO starts MinIO on free ports of 127.0.0.1 (S3 API and console) with its data in
@@ -26,7 +28,7 @@ func StartMinIO(t testing.TB) *MinIO {
 	bin := Binary(t, "minio")
 	dir := t.TempDir()
 	logPath := filepath.Join(dir, "minio.log")
-	m := &MinIO{AccessKey: "imagepipe", SecretKey: randomHex(16)}
+	m := &MinIO{AccessKey: "imagepipe", SecretKey: randomHex(16), logPath: logPath}
 	env := []string{
 		"MINIO_ROOT_USER=" + m.AccessKey,
 		"MINIO_ROOT_PASSWORD=" + m.SecretKey,
@@ -66,6 +68,9 @@ func StartMinIO(t testing.TB) *MinIO {
 	}
 	return m
 }
+
+// LogPath is the file holding MinIO's stdout and stderr.
+func (m *MinIO) LogPath() string { return m.logPath }
 
 // PutFile uploads the file at path as bucket/key, creating the bucket if needed.
 func (m *MinIO) PutFile(t testing.TB, bucket, key, path string) {

@@ -70,6 +70,7 @@ type proc struct {
 	cmd    *exec.Cmd
 	cancel context.CancelFunc
 	done   chan struct{} // closed once the process has exited and been reaped
+	err    error         // what Wait returned; read only after done is closed
 }
 
 // startProc starts bin with args and extra environment variables. Cancelling its context (stop)
@@ -98,7 +99,7 @@ func startProc(logPath string, env []string, bin string, args ...string) (*proc,
 	p := &proc{cmd: cmd, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		_ = cmd.Wait() // a stopped component exits by signal; its log tells the rest
+		p.err = cmd.Wait() // a stopped component exits by signal; its log tells the rest
 	}()
 	return p, nil
 }

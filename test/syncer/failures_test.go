@@ -32,9 +32,9 @@ import (
 func TestSyncerRejectsAnImagePushedByAnotherClient(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
-	s := reserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.webhookURL, NotifyToken: webhookToken})
-	s.start(t, hub, reg.Host, "--poll-interval", "1h")
+	s := harness.ReserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h")
 
 	dir := t.TempDir()
 	base, top := filepath.Join(dir, "base.qcow2"), filepath.Join(dir, "top.qcow2")
@@ -105,23 +105,23 @@ func pushContainerDisk(t *testing.T, ref, disk string) {
 func TestSyncerNeverDeletesWhileTheRegistryIsDown(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
-	s := reserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.webhookURL, NotifyToken: webhookToken})
-	s.start(t, hub, reg.Host, "--poll-interval", "1s", "--digest-resync-interval", "2s", "--on-delete", "delete")
+	s := harness.ReserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1s", "--digest-resync-interval", "2s", "--on-delete", "delete")
 
 	v1 := importImage(t, rawDisk(t, "before the outage"), reg.Host+"/acme/rhel:9")
 	hub.baseImage(t, "acme", "rhel-9", "importing", func(b *v1alpha1.BaseImage) bool {
 		return b.Status.ObservedDigest == v1.Digest && b.Status.Phase == v1alpha1.PhaseImporting
 	})
-	cdiCompletesImport(t, hub, "acme", dvName(v1.Digest))
+	hub.PlayCDIImportSucceeded(t, "acme", dvName(v1.Digest))
 	hub.baseImage(t, "acme", "rhel-9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
 
 	reg.Kill(t)
-	failedFull := s.metric(t, "imagepipe_syncer_polls_total", `kind="full"`, `result="error"`)
-	failedFast := s.metric(t, "imagepipe_syncer_polls_total", `kind="fast"`, `result="error"`)
+	failedFull := s.Metric(t, "imagepipe_syncer_polls_total", `kind="full"`, `result="error"`)
+	failedFast := s.Metric(t, "imagepipe_syncer_polls_total", `kind="fast"`, `result="error"`)
 	waitFor(t, "failed fast and full polls", func() (bool, error) {
-		return s.metric(t, "imagepipe_syncer_polls_total", `kind="full"`, `result="error"`) >= failedFull+2 &&
-			s.metric(t, "imagepipe_syncer_polls_total", `kind="fast"`, `result="error"`) >= failedFast+2, nil
+		return s.Metric(t, "imagepipe_syncer_polls_total", `kind="full"`, `result="error"`) >= failedFull+2 &&
+			s.Metric(t, "imagepipe_syncer_polls_total", `kind="fast"`, `result="error"`) >= failedFast+2, nil
 	})
 	bi := hub.baseImage(t, "acme", "rhel-9", "still there", func(*v1alpha1.BaseImage) bool { return true })
 	if _, removed := bi.Annotations[v1alpha1.AnnotationRemoved]; removed || bi.Status.Phase != v1alpha1.PhaseReady {
@@ -145,9 +145,9 @@ func TestSyncerNeverDeletesWhileTheRegistryIsDown(t *testing.T) {
 func TestSyncerStopsRetryingAFailingImport(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
-	s := reserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.webhookURL, NotifyToken: webhookToken})
-	s.start(t, hub, reg.Host, "--poll-interval", "1h", "--max-attempts", "2")
+	s := harness.ReserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h", "--max-attempts", "2")
 
 	v1 := importImage(t, rawDisk(t, "never imports"), reg.Host+"/acme/rhel:9")
 	dv := dvName(v1.Digest)
@@ -156,7 +156,7 @@ func TestSyncerStopsRetryingAFailingImport(t *testing.T) {
 			d, ok := hub.dataVolumes(t, "acme", "rhel")[dv]
 			return ok && d.Status.RestartCount == 0, nil
 		})
-		cdiFailsImport(t, hub, "acme", dv, 3)
+		hub.PlayCDIImportRestarting(t, "acme", dv, 3)
 		hub.baseImage(t, "acme", "rhel-9", "counting the failure", func(b *v1alpha1.BaseImage) bool { return b.Status.Attempts == int32(attempt) })
 	}
 	bi := hub.baseImage(t, "acme", "rhel-9", "failed", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseFailed })
@@ -174,9 +174,9 @@ func TestSyncerStopsRetryingAFailingImport(t *testing.T) {
 func TestSyncerTakesHarborQuayAndZotWebhooks(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
-	s := reserveSyncer(t)
+	s := harness.ReserveSyncer(t)
 	reg := harness.StartRegistry(t, harness.RegistryOptions{})
-	s.start(t, hub, reg.Host, "--poll-interval", "1h")
+	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h")
 
 	harbor := importImage(t, rawDisk(t, "harbor"), reg.Host+"/acme/from-harbor:1")
 	quay := importImage(t, rawDisk(t, "quay"), reg.Host+"/acme/from-quay:1")
@@ -186,11 +186,11 @@ func TestSyncerTakesHarborQuayAndZotWebhooks(t *testing.T) {
 		header http.Header
 		body   string
 	}{
-		{s.webhookURL, http.Header{"Authorization": {"Bearer " + webhookToken}, "Content-Type": {"application/json"}},
+		{s.WebhookURL, http.Header{"Authorization": {"Bearer " + webhookToken}, "Content-Type": {"application/json"}},
 			`{"type":"PUSH_ARTIFACT","occur_at":1763800000,"operator":"ci","event_data":{"resources":[{"digest":"` + harbor.Digest + `","tag":"1","resource_url":"` + reg.Host + `/acme/from-harbor:1"}],"repository":{"name":"from-harbor","namespace":"acme","repo_full_name":"acme/from-harbor","repo_type":"private"}}}`},
-		{s.webhookURL + "?token=" + webhookToken, http.Header{"Content-Type": {"application/json"}},
+		{s.WebhookURL + "?token=" + webhookToken, http.Header{"Content-Type": {"application/json"}},
 			`{"repository":"acme/from-quay","namespace":"acme","name":"from-quay","docker_url":"` + reg.Host + `/acme/from-quay","homepage":"https://quay.example.com/repository/acme/from-quay","updated_tags":["1"]}`},
-		{s.webhookURL, http.Header{"Authorization": {"Bearer " + webhookToken}, "Content-Type": {"application/json"},
+		{s.WebhookURL, http.Header{"Authorization": {"Bearer " + webhookToken}, "Content-Type": {"application/json"},
 			"Ce-Specversion": {"1.0"}, "Ce-Id": {"1"}, "Ce-Source": {"zotregistry.dev"}, "Ce-Type": {"zotregistry.image.updated"}},
 			`{"name":"acme/from-zot","reference":"1","digest":"` + zot.Digest + `","mediaType":"application/vnd.oci.image.manifest.v1+json"}`},
 	} {
@@ -210,7 +210,7 @@ func TestSyncerTakesHarborQuayAndZotWebhooks(t *testing.T) {
 			return b.Spec.Digest == digest && b.Status.ObservedDigest == digest
 		})
 	}
-	if got := s.metric(t, "imagepipe_syncer_events_total", `source="quay"`, `result="received"`); got != 1 {
+	if got := s.Metric(t, "imagepipe_syncer_events_total", `source="quay"`, `result="received"`); got != 1 {
 		t.Errorf("quay events received: %v, want 1", got)
 	}
 }

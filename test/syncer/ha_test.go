@@ -19,9 +19,9 @@ import (
 func TestSyncerConvergesAcrossAnAPIServerRestart(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
-	s := reserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.webhookURL, NotifyToken: webhookToken})
-	s.start(t, hub, reg.Host, "--poll-interval", "1s")
+	s := harness.ReserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1s")
 
 	const n = 8
 	digests := map[string]string{} // tag -> digest
@@ -38,7 +38,7 @@ func TestSyncerConvergesAcrossAnAPIServerRestart(t *testing.T) {
 		})
 	}
 	var list cdiv1.DataVolumeList
-	if err := hub.c.List(t.Context(), &list, client.InNamespace("acme")); err != nil {
+	if err := hub.Client.List(t.Context(), &list, client.InNamespace("acme")); err != nil {
 		t.Fatal(err)
 	}
 	perURL := map[string]int{}
@@ -49,7 +49,7 @@ func TestSyncerConvergesAcrossAnAPIServerRestart(t *testing.T) {
 		t.Errorf("%d DataVolumes for %d digests (%v), want exactly one each", len(list.Items), n, perURL)
 	}
 	var bis v1alpha1.BaseImageList
-	if err := hub.c.List(t.Context(), &bis, client.InNamespace("acme")); err != nil || len(bis.Items) != n {
+	if err := hub.Client.List(t.Context(), &bis, client.InNamespace("acme")); err != nil || len(bis.Items) != n {
 		t.Errorf("%d BaseImages for %d tags (%v)", len(bis.Items), n, err)
 	}
 }
@@ -60,16 +60,16 @@ func TestSyncerConvergesAcrossAnAPIServerRestart(t *testing.T) {
 func TestSyncerReplicasShareTheWorkThroughLeaderElection(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
-	r1, r2 := reserveSyncer(t), reserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: r1.webhookURL, NotifyURLs: []string{r2.webhookURL}, NotifyToken: webhookToken})
-	r1.start(t, hub, reg.Host, "--poll-interval", "1h")
-	r2.start(t, hub, reg.Host, "--poll-interval", "1h")
+	r1, r2 := harness.ReserveSyncer(t), harness.ReserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: r1.WebhookURL, NotifyURLs: []string{r2.WebhookURL}, NotifyToken: webhookToken})
+	startSyncer(t, r1, hub, reg.Host, "--poll-interval", "1h")
+	startSyncer(t, r2, hub, reg.Host, "--poll-interval", "1h")
 
-	leader := func() (*syncer, *syncer) {
-		var l, f *syncer
+	leader := func() (*harness.Syncer, *harness.Syncer) {
+		var l, f *harness.Syncer
 		waitFor(t, "one leader", func() (bool, error) {
-			m1 := r1.metric(t, "leader_election_master_status")
-			m2 := r2.metric(t, "leader_election_master_status")
+			m1 := r1.Metric(t, "leader_election_master_status")
+			m2 := r2.Metric(t, "leader_election_master_status")
 			switch {
 			case m1 == 1 && m2 == 0:
 				l, f = r1, r2
@@ -84,13 +84,13 @@ func TestSyncerReplicasShareTheWorkThroughLeaderElection(t *testing.T) {
 
 	v1 := importImage(t, rawDisk(t, "led by one"), reg.Host+"/acme/rhel:9")
 	hub.baseImage(t, "acme", "rhel-9", "importing v1", func(b *v1alpha1.BaseImage) bool { return b.Status.ObservedDigest == v1.Digest })
-	if got := follow.metric(t, "controller_runtime_reconcile_total", `controller="baseimage"`); got != 0 {
+	if got := follow.Metric(t, "controller_runtime_reconcile_total", `controller="baseimage"`); got != 0 {
 		t.Errorf("the follower reconciled %v times", got)
 	}
 
-	lead.stop(t) // releases the lease on the way out
+	lead.Stop(t) // releases the lease on the way out
 	waitFor(t, "the follower leads", func() (bool, error) {
-		return follow.metric(t, "leader_election_master_status") == 1, nil
+		return follow.Metric(t, "leader_election_master_status") == 1, nil
 	})
 	v2 := importImage(t, rawDisk(t, "led by the other"), reg.Host+"/acme/rhel:9")
 	hub.baseImage(t, "acme", "rhel-9", "importing v2", func(b *v1alpha1.BaseImage) bool {

@@ -29,14 +29,14 @@ func TestSyncerWithAPrivateRegistryAndNoSharedStorage(t *testing.T) {
 	testenv.RequireQEMU(t)
 	fs := corev1.PersistentVolumeFilesystem
 	hub := startTestHub(t, "hub-a", cdiv1.ClaimPropertySet{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &fs})
-	s := reserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{Username: "robot", Password: "pull-only", TLS: true, NotifyURL: s.webhookURL, NotifyToken: webhookToken})
+	s := harness.ReserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Username: "robot", Password: "pull-only", TLS: true, NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
 	dockerConfig := filepath.Join(t.TempDir(), "config.json")
 	auth := base64.StdEncoding.EncodeToString([]byte("robot:pull-only"))
 	if err := os.WriteFile(dockerConfig, []byte(`{"auths":{"`+reg.Host+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s.start(t, hub, reg.Host, "--poll-interval", "1h", "--docker-config", dockerConfig, "--registry-ca-file", reg.CAFile)
+	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h", "--docker-config", dockerConfig, "--registry-ca-file", reg.CAFile)
 
 	hints := []string{"--username", "robot", "--password-stdin", "--ca-file", reg.CAFile, "--default-instancetype", "u1.medium", "--default-preference", "fedora"}
 	v9 := importImageWith(t, "pull-only", rawDisk(t, "nine"), reg.Host+"/acme/rhel:9", hints...)
@@ -55,14 +55,14 @@ func TestSyncerWithAPrivateRegistryAndNoSharedStorage(t *testing.T) {
 		t.Fatalf("DataVolume registry source %+v lacks the pull secret or CA", src)
 	}
 	var secret corev1.Secret
-	if err := hub.c.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: cdi.PullSecretName}, &secret); err != nil {
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: cdi.PullSecretName}, &secret); err != nil {
 		t.Fatal(err)
 	}
 	if string(secret.Data["accessKeyId"]) != "robot" || string(secret.Data["secretKey"]) != "pull-only" {
 		t.Errorf("pull secret keys %v, want CDI's accessKeyId and secretKey with the docker config's credentials", slices.Sorted(maps.Keys(secret.Data)))
 	}
 	var cm corev1.ConfigMap
-	if err := hub.c.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: cdi.CAConfigMapName}, &cm); err != nil {
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: cdi.CAConfigMapName}, &cm); err != nil {
 		t.Fatal(err)
 	}
 	if ca, _ := os.ReadFile(reg.CAFile); cm.Data["ca.crt"] != string(ca) {
@@ -76,14 +76,14 @@ func TestSyncerWithAPrivateRegistryAndNoSharedStorage(t *testing.T) {
 
 	v10 := importImageWith(t, "pull-only", rawDisk(t, "ten"), reg.Host+"/acme/rhel:10", hints...)
 	hub.baseImage(t, "acme", "rhel-10", "importing", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseImporting })
-	cdiCompletesImport(t, hub, "acme", dvName(v9.Digest))
+	hub.PlayCDIImportSucceeded(t, "acme", dvName(v9.Digest))
 	hub.baseImage(t, "acme", "rhel-9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.DataSourceName == "rhel" })
-	cdiCompletesImport(t, hub, "acme", dvName(v10.Digest))
+	hub.PlayCDIImportSucceeded(t, "acme", dvName(v10.Digest))
 	hub.baseImage(t, "acme", "rhel-10", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.DataSourceName == "rhel-10" })
 	hub.wantDataSource(t, "acme", "rhel", dvName(v9.Digest))
 	hub.wantDataSource(t, "acme", "rhel-10", dvName(v10.Digest))
 	var ds cdiv1.DataSource
-	if err := hub.c.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "rhel-10"}, &ds); err != nil {
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "rhel-10"}, &ds); err != nil {
 		t.Fatal(err)
 	}
 	if ds.Labels["instancetype.kubevirt.io/default-instancetype"] != "u1.medium" || ds.Labels["instancetype.kubevirt.io/default-preference"] != "fedora" {

@@ -27,10 +27,10 @@ func dvName(digest string) string { return cdi.DataVolumeName("rhel", digest) }
 func TestSyncerReplicatesOntoTwoHubs(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hubA, hubB := startTestHub(t, "hub-a"), startTestHub(t, "hub-b")
-	sa, sb := reserveSyncer(t), reserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: sa.webhookURL, NotifyURLs: []string{sb.webhookURL}, NotifyToken: webhookToken})
-	sa.start(t, hubA, reg.Host, "--poll-interval", "1h")
-	sb.start(t, hubB, reg.Host, "--poll-interval", "1s", "--digest-resync-interval", "1s", "--keep", "1", "--on-delete", "delete")
+	sa, sb := harness.ReserveSyncer(t), harness.ReserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: sa.WebhookURL, NotifyURLs: []string{sb.WebhookURL}, NotifyToken: webhookToken})
+	startSyncer(t, sa, hubA, reg.Host, "--poll-interval", "1h")
+	startSyncer(t, sb, hubB, reg.Host, "--poll-interval", "1s", "--digest-resync-interval", "1s", "--keep", "1", "--on-delete", "delete")
 	hubs := []*testHub{hubA, hubB}
 	const ns, bi = "acme", "rhel-9"
 
@@ -61,7 +61,7 @@ func TestSyncerReplicatesOntoTwoHubs(t *testing.T) {
 
 	// 2. Once CDI finished, the DataSource serves the import.
 	for _, h := range hubs {
-		cdiCompletesImport(t, h, ns, dvName(v1.Digest))
+		h.PlayCDIImportSucceeded(t, ns, dvName(v1.Digest))
 		h.baseImage(t, ns, bi, "ready at v1", func(b *v1alpha1.BaseImage) bool {
 			return b.Status.Phase == v1alpha1.PhaseReady && b.Status.ImportedDigest == v1.Digest &&
 				meta.IsStatusConditionTrue(b.Status.Conditions, v1alpha1.ConditionReady)
@@ -80,7 +80,7 @@ func TestSyncerReplicatesOntoTwoHubs(t *testing.T) {
 			t.Fatalf("hub %s: no DataVolume for v2", h.Name)
 		}
 		h.wantDataSource(t, ns, "rhel", dvName(v1.Digest))
-		cdiCompletesImport(t, h, ns, dvName(v2.Digest))
+		h.PlayCDIImportSucceeded(t, ns, dvName(v2.Digest))
 		h.baseImage(t, ns, bi, "ready at v2", func(b *v1alpha1.BaseImage) bool {
 			return b.Status.Phase == v1alpha1.PhaseReady && b.Status.ImportedDigest == v2.Digest
 		})
@@ -103,7 +103,7 @@ func TestSyncerReplicatesOntoTwoHubs(t *testing.T) {
 			_, ok := h.dataVolumes(t, ns, "rhel")[dvName(v3.Digest)]
 			return ok, nil
 		})
-		cdiCompletesImport(t, h, ns, dvName(v3.Digest))
+		h.PlayCDIImportSucceeded(t, ns, dvName(v3.Digest))
 		h.baseImage(t, ns, bi, "ready at v3", func(b *v1alpha1.BaseImage) bool { return b.Status.ImportedDigest == v3.Digest })
 	}
 	waitFor(t, "hub-a: v1 collected, v2 and v3 kept", func() (bool, error) {
@@ -115,8 +115,8 @@ func TestSyncerReplicatesOntoTwoHubs(t *testing.T) {
 
 	// 5. A webhook with a wrong token is refused and changes nothing.
 	body := `{"events":[{"action":"push","target":{"repository":"acme/intruder","tag":"1","digest":"sha256:` + strings.Repeat("ab", 32) + `","mediaType":"application/vnd.oci.image.manifest.v1+json"}}]}`
-	for _, h := range []*syncer{sa, sb} {
-		req, _ := http.NewRequest(http.MethodPost, h.webhookURL, strings.NewReader(body))
+	for _, h := range []*harness.Syncer{sa, sb} {
+		req, _ := http.NewRequest(http.MethodPost, h.WebhookURL, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer wrong-token")
 		req.Header.Set("Content-Type", "application/vnd.docker.distribution.events.v2+json")
 		resp, err := http.DefaultClient.Do(req)
@@ -135,14 +135,14 @@ func TestSyncerReplicatesOntoTwoHubs(t *testing.T) {
 	hubA.baseImage(t, ns, bi, "marked deleted", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseDeleted })
 	hubA.wantDataSource(t, ns, "rhel", dvName(v3.Digest))
 	waitFor(t, "hub-b: BaseImage, DataSource and imports deleted", func() (bool, error) {
-		err := hubB.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: bi}, &v1alpha1.BaseImage{})
-		dsErr := hubB.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "rhel"}, &cdiv1.DataSource{})
+		err := hubB.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: bi}, &v1alpha1.BaseImage{})
+		dsErr := hubB.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "rhel"}, &cdiv1.DataSource{})
 		return apierrors.IsNotFound(err) && apierrors.IsNotFound(dsErr) && len(hubB.dataVolumes(t, ns, "rhel")) == 0, nil
 	})
 	// The refused webhook named acme/intruder; it never became a BaseImage.
 	for _, h := range hubs {
 		var list v1alpha1.BaseImageList
-		if err := h.c.List(t.Context(), &list, client.MatchingLabels{cdi.LabelImage: "intruder"}); err != nil || len(list.Items) != 0 {
+		if err := h.Client.List(t.Context(), &list, client.MatchingLabels{cdi.LabelImage: "intruder"}); err != nil || len(list.Items) != 0 {
 			t.Errorf("hub %s: the unauthenticated push left BaseImages %v (%v)", h.Name, list.Items, err)
 		}
 	}
@@ -153,7 +153,7 @@ func (h *testHub) wantDataSource(t *testing.T, ns, name, pvc string) {
 	t.Helper()
 	var ds cdiv1.DataSource
 	waitFor(t, h.Name+": DataSource "+name+" → "+pvc, func() (bool, error) {
-		err := h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &ds)
+		err := h.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &ds)
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
@@ -174,7 +174,7 @@ func (h *testHub) wantDataSource(t *testing.T, ns, name, pvc string) {
 func (h *testHub) pvcExists(t *testing.T, ns, name string) bool {
 	t.Helper()
 	var pvc corev1.PersistentVolumeClaim
-	err := h.c.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &pvc)
+	err := h.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: name}, &pvc)
 	if err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}

@@ -1,20 +1,14 @@
 package syncer
 
 import (
-	"bytes"
 	"encoding/json"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -24,41 +18,6 @@ import (
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
 )
-
-// bindTenant applies config/tenant/rbac.yaml and binds hub user "tenant-a"
-// to namespace ns only.
-func (h *testHub) bindTenant(t *testing.T, ns string) {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("..", "..", "config", "tenant", "rbac.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		var raw runtime.RawExtension
-		if err := dec.Decode(&raw); err == io.EOF {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		obj, _, err := clientgoscheme.Codecs.UniversalDeserializer().Decode(raw.Raw, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h.create(t, obj.(client.Object))
-	}
-	user := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "tenant-a"}}
-	h.create(t, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "tenant-a", Namespace: ns},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "imagepipe-tenant"},
-		Subjects:   user,
-	})
-	h.create(t, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "tenant-a-storage"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "imagepipe-tenant-storage"},
-		Subjects:   user,
-	})
-}
 
 // imagectl runs imagectl and returns its result.
 func imagectl(t *testing.T, args ...string) testenv.Result {
@@ -151,16 +110,16 @@ func TestTemplateCatalogInTheRegistry(t *testing.T) {
 func TestVMLaunchFromASyncedImage(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
-	hub.bindTenant(t, "acme")
-	s := reserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.webhookURL, NotifyToken: webhookToken})
-	s.start(t, hub, reg.Host, "--poll-interval", "1h")
+	hub.BindTenant(t, "tenant-a", "acme")
+	s := harness.ReserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h")
 
 	v1 := importImage(t, rawDisk(t, "bootable"), reg.Host+"/acme/rhel:9")
 	hub.baseImage(t, "acme", "rhel-9", "importing", func(b *v1alpha1.BaseImage) bool {
 		return b.Status.ObservedDigest == v1.Digest && b.Status.Phase == v1alpha1.PhaseImporting
 	})
-	cdiCompletesImport(t, hub, "acme", dvName(v1.Digest))
+	hub.PlayCDIImportSucceeded(t, "acme", dvName(v1.Digest))
 	hub.baseImage(t, "acme", "rhel-9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
 
 	dir := t.TempDir()
@@ -197,7 +156,7 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 		t.Errorf("an image still importing: exit %d\n%s", r.Code, r.Stderr)
 	}
 	var vms kubevirtv1.VirtualMachineList
-	if err := hub.c.List(t.Context(), &vms, client.InNamespace("acme")); err != nil || len(vms.Items) != 0 {
+	if err := hub.Client.List(t.Context(), &vms, client.InNamespace("acme")); err != nil || len(vms.Items) != 0 {
 		t.Fatalf("refused creates left VMs: %v %v", vms.Items, err)
 	}
 
@@ -214,7 +173,7 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 	if !strings.Contains(r.Stderr, "will NOT be live-migratable") || !strings.Contains(r.Stderr, "GPU gpu1 (nvidia.com/GA102GL_A10) is passed through") {
 		t.Errorf("dry run of a GPU VM reported:\n%s", r.Stderr)
 	}
-	if err := hub.c.List(t.Context(), &vms, client.InNamespace("acme")); err != nil || len(vms.Items) != 0 {
+	if err := hub.Client.List(t.Context(), &vms, client.InNamespace("acme")); err != nil || len(vms.Items) != 0 {
 		t.Fatalf("the dry run created VMs: %v %v", vms.Items, err)
 	}
 
@@ -224,7 +183,7 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 		t.Errorf("create did not report live migration:\n%s", r.Stderr)
 	}
 	var got kubevirtv1.VirtualMachine
-	if err := hub.c.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &got); err != nil {
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &got); err != nil {
 		t.Fatal(err)
 	}
 	dvt := got.Spec.DataVolumeTemplates[0].Spec
@@ -234,7 +193,7 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 		t.Errorf("created VM: %+v", got.Spec)
 	}
 	var secret corev1.Secret
-	if err := hub.c.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web-ssh"}, &secret); err != nil || len(secret.OwnerReferences) != 1 || secret.OwnerReferences[0].UID != got.UID {
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web-ssh"}, &secret); err != nil || len(secret.OwnerReferences) != 1 || secret.OwnerReferences[0].UID != got.UID {
 		t.Errorf("SSH key Secret %v owned by %v (%v)", secret.Name, secret.OwnerReferences, err)
 	}
 	if r := vm("create", "web", "--image", "acme/rhel:9", "--template", "simple_vm", "--catalog", reg.Host); r.Code == 0 || !strings.Contains(r.Stderr, "already exists") {
@@ -244,7 +203,7 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 	// Lifecycle: stop and start edit the run strategy.
 	runStrategy := func() kubevirtv1.VirtualMachineRunStrategy {
 		var vm kubevirtv1.VirtualMachine
-		if err := hub.c.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &vm); err != nil {
+		if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &vm); err != nil {
 			t.Fatal(err)
 		}
 		return *vm.Spec.RunStrategy
@@ -273,18 +232,18 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 	}
 	r = vmOK("migrate", "web")
 	var migrations kubevirtv1.VirtualMachineInstanceMigrationList
-	if err := hub.c.List(t.Context(), &migrations, client.InNamespace("acme")); err != nil || len(migrations.Items) != 1 || migrations.Items[0].Spec.VMIName != "web" {
+	if err := hub.Client.List(t.Context(), &migrations, client.InNamespace("acme")); err != nil || len(migrations.Items) != 1 || migrations.Items[0].Spec.VMIName != "web" {
 		t.Errorf("migrations %+v (%v)", migrations.Items, err)
 	}
 	vmOK("restart", "web")
-	if err := hub.c.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &kubevirtv1.VirtualMachineInstance{}); err == nil {
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &kubevirtv1.VirtualMachineInstance{}); err == nil {
 		t.Error("restart left the old instance")
 	}
 
 	// A data volume outlives the VM it was attached to.
 	imagectlOK(t, append([]string{"volume", "create", "data1", "--size", "1Gi"}, kube...)...)
 	vmOK("attach-volume", "web", "data1")
-	if err := hub.c.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &got); err != nil {
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &got); err != nil {
 		t.Fatal(err)
 	}
 	if vols := got.Spec.Template.Spec.Volumes; vols[len(vols)-1].DataVolume == nil || vols[len(vols)-1].DataVolume.Name != "data1" {
@@ -295,10 +254,10 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 		t.Errorf("delete output: %s", r.Stdout)
 	}
 	var dv cdiv1.DataVolume
-	if err := hub.c.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "data1"}, &dv); err != nil || dv.DeletionTimestamp != nil {
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "data1"}, &dv); err != nil || dv.DeletionTimestamp != nil {
 		t.Errorf("the data volume did not survive the VM: %v", err)
 	}
-	if err := hub.c.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &got); err == nil && got.DeletionTimestamp == nil {
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &got); err == nil && got.DeletionTimestamp == nil {
 		t.Error("the VM was not deleted")
 	}
 
@@ -323,5 +282,5 @@ func virtControllerStartsInstance(t *testing.T, h *testHub, vm *kubevirtv1.Virtu
 			Conditions: []kubevirtv1.VirtualMachineInstanceCondition{{Type: kubevirtv1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionTrue}},
 		},
 	}
-	h.create(t, vmi)
+	h.Create(t, vmi)
 }

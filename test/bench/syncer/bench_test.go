@@ -193,7 +193,7 @@ func benchLatency(t *testing.T) *latencyResult {
 	hubs := []*hub{startHub(t, "hub-a"), startHub(t, "hub-b")}
 	syncers := []*syncer{reserveSyncer(t), reserveSyncer(t)}
 	reg := harness.StartRegistry(t, harness.RegistryOptions{
-		NotifyURL: syncers[0].webhookURL, NotifyURLs: []string{syncers[1].webhookURL}, NotifyToken: webhookToken,
+		NotifyURL: syncers[0].WebhookURL, NotifyURLs: []string{syncers[1].WebhookURL}, NotifyToken: webhookToken,
 	})
 	for i, s := range syncers {
 		// Only webhooks drive the syncers: the one poll at start sees an empty registry.
@@ -314,10 +314,8 @@ func keepLatencyLogs(t *testing.T, pushes []push, res *latencyResult, reg *harne
 	}
 	files := map[string]string{"pushes.csv": path, "registry.log": reg.LogPath()}
 	for i, s := range syncers {
-		files["syncer-"+hubs[i].Name+".log"] = s.log
-		// The harness keeps the apiserver's log next to the admin kubeconfig; it does not
-		// export its path.
-		if log := filepath.Join(filepath.Dir(hubs[i].Kubeconfig), "kube-apiserver.log"); fileExists(log) {
+		files["syncer-"+hubs[i].Name+".log"] = s.LogPath
+		if log := hubs[i].LogPaths()[1]; fileExists(log) {
 			files["kube-apiserver-"+hubs[i].Name+".log"] = log
 		}
 	}
@@ -383,7 +381,7 @@ func observe(t *testing.T, h *hub) *observer {
 	}
 	for _, w := range watchers {
 		// Open the watch here, so that it is established before the pushes start.
-		wi, err := h.c.Watch(ctx, w.list, client.InNamespace(tenantNS))
+		wi, err := h.Client.Watch(ctx, w.list, client.InNamespace(tenantNS))
 		if err != nil {
 			t.Fatalf("hub %s: watching %T: %v", h.Name, w.list, err)
 		}
@@ -427,7 +425,7 @@ func (o *observer) follow(ctx context.Context, h *hub, w watch.Interface, list c
 			return nil
 		}
 		var err error
-		w, err = h.c.Watch(ctx, list, client.InNamespace(tenantNS), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+		w, err = h.Client.Watch(ctx, list, client.InNamespace(tenantNS), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
 		if err != nil {
 			return err
 		}
@@ -503,7 +501,7 @@ func notificationRetries(t *testing.T, path string, syncers []*syncer) (map[stri
 			continue
 		}
 		for i, s := range syncers {
-			if strings.Contains(line, s.webhookURL) {
+			if strings.Contains(line, s.WebhookURL) {
 				out[fmt.Sprintf("syncer %d", i+1)]++
 			}
 		}
@@ -820,10 +818,10 @@ func populate(t *testing.T, host, seedRepo, digest string) {
 func listResync(t *testing.T, h *hub) (*v1alpha1.BaseImageList, *cdiv1.DataVolumeList, error) {
 	var bis v1alpha1.BaseImageList
 	var dvs cdiv1.DataVolumeList
-	if err := h.c.List(t.Context(), &bis, client.InNamespace(tenantNS)); err != nil {
+	if err := h.Client.List(t.Context(), &bis, client.InNamespace(tenantNS)); err != nil {
 		return nil, nil, err
 	}
-	if err := h.c.List(t.Context(), &dvs, client.InNamespace(tenantNS)); err != nil {
+	if err := h.Client.List(t.Context(), &dvs, client.InNamespace(tenantNS)); err != nil {
 		return nil, nil, err
 	}
 	return &bis, &dvs, nil

@@ -1,0 +1,396 @@
+package harness
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
+)
+
+const (
+	// SyncerNamespace is the namespace StartSyncerHub creates for image-syncer, as config/syncer
+	// does; its leader-election Lease lives there.
+	SyncerNamespace = "imagepipe-system"
+	// SyncerStorageClass is the default StorageClass StartSyncerHub creates. Its provisioner
+	// does not exist: no volume is ever provisioned, which is fine, since nothing would use it.
+	SyncerStorageClass = "shared-rwx"
+	// SyncerWebhookToken is the bearer token every Syncer's webhook requires. Give it to the
+	// registry as RegistryOptions.NotifyToken.
+	SyncerWebhookToken = "imagepipe-test-webhook-token"
+
+	// syncerStopTimeout is how long a Syncer may take to exit after SIGTERM. Its own graceful
+	// shutdown is bounded by --shutdown-timeout (30 s by default).
+	syncerStopTimeout = 30 * time.Second
+)
+
+// RepoRoot returns the root of the imagepipe repository: the nearest directory at or above the
+// working directory that holds go.mod. Tests run in their package's directory and a compiled
+// test binary wherever it is started, so paths into config/ are made from this.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if data, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && bytes.Contains(data, []byte("module github.com/imagepipe/imagepipe\n")) {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			t.Fatalf("no imagepipe go.mod at or above %s", dir)
+		}
+	}
+}
+
+// NewScheme returns a scheme with the Kubernetes, CDI, KubeVirt and BaseImage types, for
+// clients of a hub.
+func NewScheme(t testing.TB) *runtime.Scheme {
+	t.Helper()
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, cdiv1.AddToScheme, kubevirtv1.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+// SyncerHubOptions configures StartSyncerHub. The zero value gives no tenant namespace and a
+// StorageProfile offering ReadWriteMany Block.
+type SyncerHubOptions struct {
+	// Namespaces are the tenant namespaces to create. image-syncer never creates one.
+	Namespaces []string
+	// StorageModes are the claim property sets that CDI's StorageProfile for SyncerStorageClass
+	// publishes (played by PlayCDIStorageProfile); empty means ReadWriteMany Block.
+	StorageModes []cdiv1.ClaimPropertySet
+}
+
+// SyncerHub is a hub prepared for image-syncer as a provider would prepare a real one: the
+// BaseImage CRD (config/crd), the namespace SyncerNamespace with the syncer's RBAC from
+// config/syncer/rbac.yaml bound to the hub user "syncer", the tenant namespaces, and a default
+// StorageClass whose CDI StorageProfile the harness plays.
+type SyncerHub struct {
+	*Hub
+	// Client is the admin's controller-runtime client, with NewScheme's types.
+	Client client.WithWatch
+}
+
+// StartSyncerHub starts a hub (StartHub, with the BaseImage CRD) and prepares it for
+// image-syncer; see SyncerHub. It stops the hub when the test ends.
+func StartSyncerHub(t testing.TB, name string, opts SyncerHubOptions) *SyncerHub {
+	t.Helper()
+	root := RepoRoot(t)
+	hub := StartHub(t, name, filepath.Join(root, "config", "crd"))
+	c, err := client.NewWithWatch(hub.RestConfig, client.Options{Scheme: NewScheme(t)})
+	if err != nil {
+		t.Fatalf("hub %s: making a client: %v", name, err)
+	}
+	h := &SyncerHub{Hub: hub, Client: c}
+	for _, ns := range append([]string{SyncerNamespace}, opts.Namespaces...) {
+		h.Create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
+	}
+	user := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "syncer"}}
+	for _, obj := range h.readManifests(t, filepath.Join(root, "config", "syncer", "rbac.yaml")) {
+		switch o := obj.(type) {
+		case *rbacv1.ClusterRoleBinding:
+			o.Subjects = user
+		case *rbacv1.RoleBinding:
+			o.Subjects = user
+		}
+		h.Create(t, obj)
+	}
+	h.Create(t, &storagev1.StorageClass{
+		ObjectMeta:  metav1.ObjectMeta{Name: SyncerStorageClass, Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
+		Provisioner: "example.com/shared",
+	})
+	modes := opts.StorageModes
+	if len(modes) == 0 {
+		block := corev1.PersistentVolumeBlock
+		modes = []cdiv1.ClaimPropertySet{{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, VolumeMode: &block}}
+	}
+	h.PlayCDIStorageProfile(t, SyncerStorageClass, modes)
+	return h
+}
+
+// Create creates obj on the hub as the admin, failing the test on any error.
+func (h *SyncerHub) Create(t testing.TB, obj client.Object) {
+	t.Helper()
+	if err := h.Client.Create(t.Context(), obj); err != nil {
+		t.Fatalf("hub %s: creating %T %s: %v", h.Name, obj, obj.GetName(), err)
+	}
+}
+
+// BindTenant gives the hub user (one of HubUsers) the tenant RBAC of config/tenant/rbac.yaml:
+// the ClusterRole imagepipe-tenant through a RoleBinding in namespace ns only, and
+// imagepipe-tenant-storage cluster-wide. It may be called for several users and namespaces.
+func (h *SyncerHub) BindTenant(t testing.TB, user, ns string) {
+	t.Helper()
+	for _, obj := range h.readManifests(t, filepath.Join(RepoRoot(t), "config", "tenant", "rbac.yaml")) {
+		if err := h.Client.Create(t.Context(), obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("hub %s: creating %T %s: %v", h.Name, obj, obj.GetName(), err)
+		}
+	}
+	subjects := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
+	h.Create(t, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user, Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "imagepipe-tenant"},
+		Subjects:   subjects,
+	})
+	storage := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: user + "-storage"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "imagepipe-tenant-storage"},
+		Subjects:   subjects,
+	}
+	if err := h.Client.Create(t.Context(), storage); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("hub %s: binding %s to imagepipe-tenant-storage: %v", h.Name, user, err)
+	}
+}
+
+// readManifests decodes the Kubernetes objects of a multi-document YAML file.
+func (h *SyncerHub) readManifests(t testing.TB, path string) []client.Object {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var objs []client.Object
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var raw runtime.RawExtension
+		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
+			return objs
+		} else if err != nil {
+			t.Fatalf("decoding %s: %v", path, err)
+		}
+		if len(bytes.TrimSpace(raw.Raw)) == 0 {
+			continue
+		}
+		obj, _, err := clientgoscheme.Codecs.UniversalDeserializer().Decode(raw.Raw, nil, nil)
+		if err != nil {
+			t.Fatalf("decoding %s: %v", path, err)
+		}
+		objs = append(objs, obj.(client.Object))
+	}
+}
+
+// PlayCDIStorageProfile stands in for CDI's StorageProfile controller, which does not run on a
+// harness hub: it creates the StorageProfile of class and publishes sets, the access and volume
+// modes the class supports, in its status. CDI API v1.64's CRD has a status subresource, which
+// drops a status sent with the create, hence the separate status update.
+func (h *SyncerHub) PlayCDIStorageProfile(t testing.TB, class string, sets []cdiv1.ClaimPropertySet) {
+	t.Helper()
+	status := cdiv1.StorageProfileStatus{StorageClass: &class, ClaimPropertySets: sets}
+	sp := &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: class}}
+	h.Create(t, sp)
+	sp.Status = status
+	if err := h.Client.Status().Update(t.Context(), sp); err != nil {
+		t.Fatalf("hub %s: publishing StorageProfile %s: %v", h.Name, class, err)
+	}
+}
+
+// PlayCDIImportSucceeded stands in for CDI's import controller finishing one DataVolume, which
+// on a real cluster happens once CDI's importer pod has pulled the containerDisk into the
+// volume: it creates the DataVolume's PVC (bound) and marks the DataVolume Succeeded at 100%.
+// No data moves. The PVC keeps the DataVolume's labels and storage, as CDI's does.
+func (h *SyncerHub) PlayCDIImportSucceeded(t testing.TB, ns, dataVolume string) {
+	t.Helper()
+	ctx := t.Context()
+	var dv cdiv1.DataVolume
+	if err := h.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: dataVolume}, &dv); err != nil {
+		t.Fatalf("hub %s: DataVolume %s/%s: %v", h.Name, ns, dataVolume, err)
+	}
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: dataVolume, Labels: dv.Labels},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      dv.Spec.Storage.AccessModes,
+			VolumeMode:       dv.Spec.Storage.VolumeMode,
+			StorageClassName: dv.Spec.Storage.StorageClassName,
+			Resources:        dv.Spec.Storage.Resources,
+		},
+	}
+	if err := h.Client.Create(ctx, pvc); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("hub %s: creating PVC %s/%s: %v", h.Name, ns, dataVolume, err)
+	}
+	pvc.Status.Phase = corev1.ClaimBound
+	if err := h.Client.Status().Update(ctx, pvc); err != nil {
+		t.Fatalf("hub %s: binding PVC %s/%s: %v", h.Name, ns, dataVolume, err)
+	}
+	dv.Status.Phase, dv.Status.Progress = cdiv1.Succeeded, "100.0%"
+	if err := h.Client.Status().Update(ctx, &dv); err != nil {
+		t.Fatalf("hub %s: marking DataVolume %s/%s Succeeded: %v", h.Name, ns, dataVolume, err)
+	}
+}
+
+// PlayCDIImportRestarting stands in for CDI's importer pod failing: the DataVolume stays
+// ImportInProgress while its restart count reaches restarts.
+func (h *SyncerHub) PlayCDIImportRestarting(t testing.TB, ns, dataVolume string, restarts int32) {
+	t.Helper()
+	var dv cdiv1.DataVolume
+	if err := h.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: dataVolume}, &dv); err != nil {
+		t.Fatalf("hub %s: DataVolume %s/%s: %v", h.Name, ns, dataVolume, err)
+	}
+	dv.Status.Phase, dv.Status.RestartCount = cdiv1.ImportInProgress, restarts
+	if err := h.Client.Status().Update(t.Context(), &dv); err != nil {
+		t.Fatalf("hub %s: updating DataVolume %s/%s: %v", h.Name, ns, dataVolume, err)
+	}
+}
+
+// Syncer is one image-syncer process on a hub. ReserveSyncer picks its addresses first, so that
+// the registry can be configured to notify it before it starts.
+type Syncer struct {
+	// WebhookURL is where the registry's notifications go: http://127.0.0.1:PORT/webhook,
+	// with SyncerWebhookToken as bearer token.
+	WebhookURL string
+	// MetricsURL is its Prometheus endpoint, http://127.0.0.1:PORT/metrics.
+	MetricsURL string
+	// HealthURL is the base of /healthz and /readyz, http://127.0.0.1:PORT.
+	HealthURL string
+	// Args are the arguments Start ran the binary with.
+	Args []string
+	// LogPath is the file holding its stdout and stderr (text logs), set by Start.
+	LogPath string
+
+	hub     string
+	proc    *proc
+	stopped bool
+}
+
+// ReserveSyncer picks free ports on 127.0.0.1 for a syncer's webhook, metrics and health
+// endpoints. Another process could take one before Start; the ports are short-lived and
+// such a clash fails the test with the syncer's log.
+func ReserveSyncer(t testing.TB) *Syncer {
+	t.Helper()
+	addr := func() string { return "127.0.0.1:" + strconv.Itoa(freePort(t)) }
+	return &Syncer{WebhookURL: "http://" + addr() + "/webhook", MetricsURL: "http://" + addr() + "/metrics", HealthURL: "http://" + addr()}
+}
+
+// Start runs the image-syncer binary bin against hub as the RBAC-bound hub user "syncer", with
+// the webhook (SyncerWebhookToken), leader election in SyncerNamespace, SyncerStorageClass and
+// text logs; args add to or override these flags. It waits until /readyz answers 200 and
+// stops the syncer when the test ends (Stop).
+func (s *Syncer) Start(t testing.TB, bin string, hub *SyncerHub, registryHost string, args ...string) {
+	t.Helper()
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "webhook-token")
+	if err := os.WriteFile(tokenFile, []byte(SyncerWebhookToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hostPort := func(u string) string { return strings.SplitN(strings.TrimPrefix(u, "http://"), "/", 2)[0] }
+	s.Args = append([]string{
+		"--kubeconfig", hub.UserKubeconfig(t, "syncer"),
+		"--registry", registryHost,
+		"--webhook-listen", hostPort(s.WebhookURL),
+		"--webhook-token-file", tokenFile,
+		"--metrics-listen", hostPort(s.MetricsURL),
+		"--health-listen", hostPort(s.HealthURL),
+		"--leader-election-namespace", SyncerNamespace,
+		"--storage-class", SyncerStorageClass,
+		"--log-format", "text",
+		"--log-level", "info",
+	}, args...)
+	s.LogPath = filepath.Join(dir, "image-syncer.log")
+	s.hub = hub.Name
+	p, err := startProc(s.LogPath, nil, bin, s.Args...)
+	if err != nil {
+		t.Fatalf("hub %s: %v", hub.Name, err)
+	}
+	s.proc = p
+	t.Cleanup(func() {
+		s.Stop(t)
+		logOnFailure(t, "image-syncer on "+hub.Name, s.LogPath)
+	})
+	probe := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	if err := waitReady(p, httpAnswers(probe, s.HealthURL+"/readyz", nil, http.StatusOK)); err != nil {
+		t.Fatalf("hub %s: image-syncer not ready: %v (log %s)", hub.Name, err, s.LogPath)
+	}
+}
+
+// Pid is the syncer's process ID.
+func (s *Syncer) Pid() int { return s.proc.cmd.Process.Pid }
+
+// Stop ends the syncer with SIGTERM and fails the test unless it exits cleanly (status 0)
+// within 30 s; it then gets SIGKILL. Stopping a stopped syncer does nothing.
+func (s *Syncer) Stop(t testing.TB) {
+	t.Helper()
+	if s.proc == nil || s.stopped {
+		return
+	}
+	s.stopped = true
+	if !s.proc.exited() {
+		_ = s.proc.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	select {
+	case <-s.proc.done:
+		s.proc.cancel()
+		if s.proc.err != nil {
+			t.Errorf("image-syncer on %s did not exit cleanly on SIGTERM: %v (log %s)", s.hub, s.proc.err, s.LogPath)
+		}
+	case <-time.After(syncerStopTimeout):
+		if err := s.proc.kill(); err != nil {
+			t.Error(err)
+		}
+		t.Errorf("image-syncer on %s did not stop within %s of SIGTERM (log %s)", s.hub, syncerStopTimeout, s.LogPath)
+	}
+}
+
+// Metric returns the sum of a Prometheus metric's samples on the syncer's /metrics whose label
+// text contains every string in match (`kind="full"`).
+func (s *Syncer) Metric(t testing.TB, name string, match ...string) float64 {
+	t.Helper()
+	resp, err := http.Get(s.MetricsURL)
+	if err != nil {
+		t.Fatalf("scraping image-syncer on %s: %v", s.hub, err)
+	}
+	defer resp.Body.Close()
+	var sum float64
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		ok := true
+		for _, m := range match {
+			ok = ok && strings.Contains(line, m)
+		}
+		if !ok {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		sum += v
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("reading image-syncer metrics on %s: %v", s.hub, err)
+	}
+	return sum
+}
+
+// String names the syncer for messages.
+func (s *Syncer) String() string { return fmt.Sprintf("image-syncer on %s", s.hub) }
