@@ -70,8 +70,8 @@ type Reconciler struct {
 	// APIReader reads without the cache; it confirms a BaseImage is
 	// current before an import is started. Nil means Client.
 	APIReader client.Reader
-	Registry name.Registry
-	Checker  Checker
+	Registry  name.Registry
+	Checker   Checker
 	// StorageClass is the class imports use; empty means the cluster's default.
 	StorageClass string
 	// PullMethod is CDI's registry pull method; empty means pod.
@@ -93,8 +93,8 @@ type Reconciler struct {
 	// RetryDelay is the wait after the first failed import, doubling after
 	// each further one up to 10 min; 0 means DefaultRetryDelay.
 	RetryDelay time.Duration
-	Metrics     *Metrics
-	Logger      *slog.Logger
+	Metrics    *Metrics
+	Logger     *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -17,6 +18,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -117,11 +120,11 @@ func TestSyncerNeverDeletesWhileTheRegistryIsDown(t *testing.T) {
 	hub.baseImage(t, "acme", "rhel-9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
 
 	reg.Kill(t)
-	failedFull := s.Metric(t, "imagepipe_syncer_polls_total", `kind="full"`, `result="error"`)
-	failedFast := s.Metric(t, "imagepipe_syncer_polls_total", `kind="fast"`, `result="error"`)
-	waitFor(t, "failed fast and full polls", func() (bool, error) {
-		return s.Metric(t, "imagepipe_syncer_polls_total", `kind="full"`, `result="error"`) >= failedFull+2 &&
-			s.Metric(t, "imagepipe_syncer_polls_total", `kind="fast"`, `result="error"`) >= failedFast+2, nil
+	// Until a full poll succeeds again every poll is a full one, which
+	// also looks up every known tag: the kind of pass that could delete.
+	failed := s.Metric(t, "imagepipe_syncer_polls_total", `kind="full"`, `result="error"`)
+	waitFor(t, "two failed full polls", func() (bool, error) {
+		return s.Metric(t, "imagepipe_syncer_polls_total", `kind="full"`, `result="error"`) >= failed+2, nil
 	})
 	bi := hub.baseImage(t, "acme", "rhel-9", "still there", func(*v1alpha1.BaseImage) bool { return true })
 	if _, removed := bi.Annotations[v1alpha1.AnnotationRemoved]; removed || bi.Status.Phase != v1alpha1.PhaseReady {
@@ -147,24 +150,45 @@ func TestSyncerStopsRetryingAFailingImport(t *testing.T) {
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)
 	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
-	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h", "--max-attempts", "2")
+	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h", "--max-attempts", "2", "--retry-delay", "1s")
 
 	v1 := importImage(t, rawDisk(t, "never imports"), reg.Host+"/acme/rhel:9")
 	dv := dvName(v1.Digest)
+	var lastFailure metav1.Time
 	for attempt := 1; attempt <= 2; attempt++ {
+		var created metav1.Time
 		waitFor(t, "DataVolume of the attempt", func() (bool, error) {
 			d, ok := hub.dataVolumes(t, "acme", "rhel")[dv]
-			return ok && d.Status.RestartCount == 0, nil
+			created = d.CreationTimestamp
+			return ok && d.Status.RestartCount == 0 && d.DeletionTimestamp == nil, nil
 		})
+		if attempt > 1 && created.Before(&metav1.Time{Time: lastFailure.Add(time.Second)}) {
+			t.Errorf("attempt %d started at %s, before the 1 s retry delay after the failure at %s", attempt, created, lastFailure)
+		}
 		hub.PlayCDIImportRestarting(t, "acme", dv, 3)
-		hub.baseImage(t, "acme", "rhel-9", "counting the failure", func(b *v1alpha1.BaseImage) bool { return b.Status.Attempts == int32(attempt) })
+		bi := hub.baseImage(t, "acme", "rhel-9", "counting the failure", func(b *v1alpha1.BaseImage) bool {
+			return b.Status.Attempts == int32(attempt) && b.Status.LastFailure != nil
+		})
+		lastFailure = *bi.Status.LastFailure
 	}
 	bi := hub.baseImage(t, "acme", "rhel-9", "failed", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseFailed })
 	c := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionProgressing)
-	if c == nil || c.Status != "False" || c.Reason != "RetriesExhausted" {
-		t.Errorf("Progressing condition %+v, want False with reason RetriesExhausted", c)
+	if c == nil || c.Status != "False" || c.Reason != "RetriesExhausted" || bi.Status.Attempts != 2 {
+		t.Errorf("attempts %d, Progressing condition %+v, want 2 and False with reason RetriesExhausted", bi.Status.Attempts, c)
 	}
 	waitFor(t, "no DataVolume left", func() (bool, error) { return len(hub.dataVolumes(t, "acme", "rhel")) == 0, nil })
+
+	// The annotation the condition names starts the imports over.
+	patch := client.MergeFrom(bi.DeepCopy())
+	bi.Annotations[v1alpha1.AnnotationRetry] = "now"
+	if err := hub.Client.Patch(t.Context(), bi, patch); err != nil {
+		t.Fatal(err)
+	}
+	hub.baseImage(t, "acme", "rhel-9", "importing again", func(b *v1alpha1.BaseImage) bool {
+		_, annotated := b.Annotations[v1alpha1.AnnotationRetry]
+		return b.Status.Phase == v1alpha1.PhaseImporting && b.Status.Attempts == 0 && !annotated
+	})
+	waitFor(t, "a new DataVolume", func() (bool, error) { _, ok := hub.dataVolumes(t, "acme", "rhel")[dv]; return ok, nil })
 }
 
 // TestSyncerTakesHarborQuayAndZotWebhooks: payloads in the shape Harbor,
