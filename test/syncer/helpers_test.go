@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -20,31 +19,9 @@ import (
 	"github.com/imagepipe/imagepipe/test/testenv"
 )
 
-// syncerBin is the image-syncer binary under test, built by TestMain.
-var syncerBin string
-
-// TestMain builds image-syncer unless $IMAGE_SYNCER names a binary the
-// Makefile built.
-func TestMain(m *testing.M) {
-	if syncerBin = os.Getenv("IMAGE_SYNCER"); syncerBin != "" {
-		os.Exit(testenv.Main(m))
-	}
-	dir, err := os.MkdirTemp("", "image-syncer-bin-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	syncerBin = filepath.Join(dir, "image-syncer")
-	build := exec.Command("go", "build", "-o", syncerBin, "github.com/imagepipe/imagepipe/cmd/image-syncer")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building image-syncer:", err)
-		os.Exit(1)
-	}
-	code := testenv.Main(m)
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+// TestMain builds imagectl and image-syncer unless the Makefile built
+// them ($IMAGECTL, $IMAGE_SYNCER).
+func TestMain(m *testing.M) { os.Exit(testenv.MainWithSyncer(m)) }
 
 // webhookToken is what the registry sends the syncers' webhooks.
 const webhookToken = harness.SyncerWebhookToken
@@ -67,7 +44,7 @@ func startTestHub(t *testing.T, name string, modes ...cdiv1.ClaimPropertySet) *t
 // startSyncer runs the image-syncer under test on hub; see harness.Syncer.Start.
 func startSyncer(t *testing.T, s *harness.Syncer, hub *testHub, registryHost string, args ...string) {
 	t.Helper()
-	s.Start(t, syncerBin, hub.SyncerHub, registryHost, args...)
+	s.Start(t, testenv.ImageSyncer, hub.SyncerHub, registryHost, args...)
 }
 
 // waitFor polls cond until it holds, failing the test after a minute.

@@ -15,27 +15,53 @@ import (
 // Imagectl is the imagectl binary under test, set by Main.
 var Imagectl string
 
+// ImageSyncer is the image-syncer binary under test, set by MainWithSyncer.
+var ImageSyncer string
+
 // Main runs a test package's tests with Imagectl set: $IMAGECTL when the
 // Makefile built it, else a fresh build into a temporary directory.
 func Main(m *testing.M) int {
-	Imagectl = os.Getenv("IMAGECTL")
-	if Imagectl != "" {
-		return m.Run()
-	}
-	dir, err := os.MkdirTemp("", "imagectl-bin-")
+	path, cleanup, err := command("IMAGECTL", "imagectl")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
-	Imagectl = filepath.Join(dir, "imagectl")
-	build := exec.Command("go", "build", "-o", Imagectl, "github.com/imagepipe/imagepipe/cmd/imagectl")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building imagectl:", err)
+	defer cleanup()
+	Imagectl = path
+	return m.Run()
+}
+
+// MainWithSyncer is Main with ImageSyncer set too: $IMAGE_SYNCER, else a
+// fresh build.
+func MainWithSyncer(m *testing.M) int {
+	path, cleanup, err := command("IMAGE_SYNCER", "image-syncer")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	return m.Run()
+	defer cleanup()
+	ImageSyncer = path
+	return Main(m)
+}
+
+// command returns the binary of cmd/NAME: the path in $envVar, or a build
+// into a temporary directory that cleanup removes.
+func command(envVar, name string) (path string, cleanup func(), err error) {
+	if path = os.Getenv(envVar); path != "" {
+		return path, func() {}, nil
+	}
+	dir, err := os.MkdirTemp("", name+"-bin-")
+	if err != nil {
+		return "", nil, err
+	}
+	path = filepath.Join(dir, name)
+	build := exec.Command("go", "build", "-o", path, "github.com/imagepipe/imagepipe/cmd/"+name)
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, fmt.Errorf("building %s: %w", name, err)
+	}
+	return path, func() { os.RemoveAll(dir) }, nil
 }
 
 // RequireQEMU skips the test when the oracle is missing; `make tools`

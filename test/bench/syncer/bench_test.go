@@ -58,34 +58,13 @@ const (
 	targetKubeWrites    = 0
 )
 
-// syncerBin is the image-syncer under test: $IMAGE_SYNCER, else a fresh build.
-var syncerBin string
-
+// TestMain builds imagectl and image-syncer for the bench (unless the
+// Makefile built them: $IMAGECTL, $IMAGE_SYNCER), and nothing otherwise.
 func TestMain(m *testing.M) {
 	if os.Getenv("IMAGEPIPE_BENCH") != "1" {
 		os.Exit(m.Run()) // TestSyncerBench skips itself
 	}
-	syncerBin = os.Getenv("IMAGE_SYNCER")
-	var dir string
-	if syncerBin == "" {
-		var err error
-		if dir, err = os.MkdirTemp("", "image-syncer-bin-"); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		syncerBin = filepath.Join(dir, "image-syncer")
-		build := exec.Command("go", "build", "-o", syncerBin, "github.com/imagepipe/imagepipe/cmd/image-syncer")
-		build.Stdout, build.Stderr = os.Stderr, os.Stderr
-		if err := build.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "building image-syncer:", err)
-			os.Exit(1)
-		}
-	}
-	code := testenv.Main(m)
-	if dir != "" {
-		os.RemoveAll(dir)
-	}
-	os.Exit(code)
+	os.Exit(testenv.MainWithSyncer(m))
 }
 
 // TestSyncerBench measures the image-syncer against the targets and writes a Markdown
@@ -1058,7 +1037,7 @@ func render(lat *latencyResult, rs *resyncResult, took time.Duration) string {
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	bin := harness.BinDir()
 	p("\n## image-syncer: webhook → DataVolume latency and no-change resync\n\n")
-	p("- image-syncer: %s; imagectl: %s\n", syncerBin, testenv.Imagectl)
+	p("- image-syncer: %s; imagectl: %s\n", testenv.ImageSyncer, testenv.Imagectl)
 	p("- registry: %s; %s; etcd %s (from %s)\n", toolVersion(filepath.Join(bin, "registry"), "--version"),
 		toolVersion(filepath.Join(bin, "kube-apiserver"), "--version"), strings.TrimPrefix(toolVersion(filepath.Join(bin, "etcd"), "--version"), "etcd Version: "), bin)
 	p("- hubs: etcd + kube-apiserver each, no controllers (CDI's StorageProfile is played; no DataVolume ever gets a status); the syncer runs as the hub user \"syncer\" bound to config/syncer/rbac.yaml, with its default --workers 4 (its hub client: QPS 50, burst 100)\n")

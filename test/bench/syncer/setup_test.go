@@ -72,7 +72,7 @@ func reserveSyncer(t *testing.T) *syncer { return &syncer{harness.ReserveSyncer(
 // /readyz, and stops it with SIGTERM when the test ends.
 func (s *syncer) start(t *testing.T, h *hub, registryHost string, args ...string) {
 	t.Helper()
-	s.Start(t, syncerBin, h.SyncerHub, registryHost, args...)
+	s.Start(t, testenv.ImageSyncer, h.SyncerHub, registryHost, args...)
 }
 
 // metrics scrapes the syncer's /metrics.
