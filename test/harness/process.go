@@ -201,3 +201,27 @@ func logOnFailure(t testing.TB, name, path string) {
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for a component a test
 // starts itself; another process may take it first, so such starts should be retried.
 func FreePort(t testing.TB) int { return freePort(t) }
+
+// WaitUntil polls cond every interval until it holds, failing the test when cond errs, after
+// timeout, or when the test's context ends.
+func WaitUntil(t testing.TB, what string, timeout, interval time.Duration, cond func() (bool, error)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := cond()
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		select {
+		case <-t.Context().Done():
+			t.Fatalf("waiting for %s: %v", what, t.Context().Err())
+		case <-time.After(interval):
+		}
+	}
+}

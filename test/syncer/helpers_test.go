@@ -50,20 +50,7 @@ func startSyncer(t *testing.T, s *harness.Syncer, hub *testHub, registryHost str
 // waitFor polls cond until it holds, failing the test after a minute.
 func waitFor(t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		ok, err := cond()
-		if err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	harness.WaitUntil(t, what, time.Minute, 50*time.Millisecond, cond)
 }
 
 // baseImage waits until the BaseImage of repository:tag on hub satisfies cond.

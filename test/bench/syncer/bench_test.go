@@ -179,7 +179,7 @@ func benchLatency(t *testing.T) *latencyResult {
 		s.start(t, hubs[i], reg.Host, "--poll-interval", "1h")
 	}
 	for i, s := range syncers {
-		waitUntil(t, hubs[i].Name+": syncer leading and its first poll done", time.Minute, 50*time.Millisecond, func() (bool, error) {
+		harness.WaitUntil(t, hubs[i].Name+": syncer leading and its first poll done", time.Minute, 50*time.Millisecond, func() (bool, error) {
 			return s.metrics(t).sum("imagepipe_syncer_polls_total", "kind", "full", "result", "ok") >= 1, nil
 		})
 	}
@@ -305,7 +305,7 @@ func keepLatencyLogs(t *testing.T, pushes []push, res *latencyResult, reg *harne
 func waitForDataVolumes(t *testing.T, hubs []*hub, obs []*observer, names []string) {
 	t.Helper()
 	for i, o := range obs {
-		waitUntil(t, fmt.Sprintf("%s: %d DataVolumes", hubs[i].Name, len(names)), latencyDeadline, 50*time.Millisecond, func() (bool, error) {
+		harness.WaitUntil(t, fmt.Sprintf("%s: %d DataVolumes", hubs[i].Name, len(names)), latencyDeadline, 50*time.Millisecond, func() (bool, error) {
 			if err := o.failed(); err != nil {
 				return false, err
 			}
@@ -592,7 +592,7 @@ func benchResync(t *testing.T) *resyncResult {
 	// start right after, and the next (fast) pass follows at once when this one took longer
 	// than the poll interval. The registry's log, read later, tells them apart.
 	var m metrics
-	waitUntil(t, "the first (full) poll", 2*time.Minute, 10*time.Millisecond, func() (bool, error) {
+	harness.WaitUntil(t, "the first (full) poll", 2*time.Minute, 10*time.Millisecond, func() (bool, error) {
 		m = s.metrics(t)
 		return m.sum("imagepipe_syncer_polls_total", "kind", "full", "result", "ok") >= 1, nil
 	})
@@ -618,7 +618,7 @@ func benchResync(t *testing.T) *resyncResult {
 	// interval away.
 	fastOK := func(m metrics) float64 { return m.sum("imagepipe_syncer_polls_total", "kind", "fast", "result", "ok") }
 	afterPass := func(want float64) metrics {
-		waitUntil(t, "a fast pass", time.Minute, 10*time.Millisecond, func() (bool, error) {
+		harness.WaitUntil(t, "a fast pass", time.Minute, 10*time.Millisecond, func() (bool, error) {
 			return fastOK(s.metrics(t)) >= want, nil
 		})
 		time.Sleep(200 * time.Millisecond)
@@ -709,7 +709,7 @@ func waitSettled(t *testing.T, h *hub, s *syncer, digest string, ready time.Time
 	fastOK := func(m metrics) float64 { return m.sum("imagepipe_syncer_polls_total", "kind", "fast", "result", "ok") }
 	lastLog := time.Now()
 	var rvBI, rvDV map[string]string
-	waitUntil(t, "the initial sync to settle", settleTimeout, time.Second, func() (bool, error) {
+	harness.WaitUntil(t, "the initial sync to settle", settleTimeout, time.Second, func() (bool, error) {
 		m := s.metrics(t)
 		importing := m.sum("imagepipe_syncer_images", "phase", string(v1alpha1.PhaseImporting))
 		intake, queue := m.sum("imagepipe_syncer_queue_depth"), m.sum("workqueue_depth", "name", "baseimage")
@@ -738,7 +738,7 @@ func waitSettled(t *testing.T, h *hub, s *syncer, digest string, ready time.Time
 		rvBI, rvDV = nowBI, nowDV
 		if !quiet { // look again two passes on
 			passes := fastOK(m)
-			waitUntil(t, "two fast passes", time.Minute, 50*time.Millisecond, func() (bool, error) {
+			harness.WaitUntil(t, "two fast passes", time.Minute, 50*time.Millisecond, func() (bool, error) {
 				return fastOK(s.metrics(t)) >= passes+2, nil
 			})
 		}

@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"k8s.io/client-go/rest"
 
@@ -261,27 +260,4 @@ func importImage(t *testing.T, disk, ref string) api.ImportResult {
 		t.Fatalf("import output %q: %v", r.Stdout, err)
 	}
 	return res
-}
-
-// waitUntil polls cond every interval until it holds, failing the test after timeout.
-func waitUntil(t *testing.T, what string, timeout, interval time.Duration, cond func() (bool, error)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, err := cond()
-		if err != nil {
-			t.Fatalf("waiting for %s: %v", what, err)
-		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		select {
-		case <-t.Context().Done():
-			t.Fatalf("waiting for %s: %v", what, t.Context().Err())
-		case <-time.After(interval):
-		}
-	}
 }
