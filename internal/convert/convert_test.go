@@ -282,3 +282,56 @@ func rawPlan(t *testing.T, raw []byte) *Plan {
 	}
 	return p
 }
+
+// TestDataBytesDependsOnContentOnly: the qcow2 plan's data bytes count the
+// non-zero clusters, the last one clipped to the virtual size, whether the
+// source's zeros are holes in a sparse file or written out.
+func TestDataBytesDependsOnContentOnly(t *testing.T) {
+	const size = 3<<20 + 1000 // the last cluster is partial
+	content := sparseRaw(size, 0, 1<<20+70000, size-500)
+	dir := t.TempDir()
+	sparse, err := os.Create(filepath.Join(dir, "sparse.raw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sparse.Close()
+	if err := sparse.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	for _, off := range []int64{0, 1<<20 + 70000, size - 500} {
+		end := min(off+3000, size)
+		if _, err := sparse.WriteAt(content[off:end], off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dense := filepath.Join(dir, "dense.raw")
+	if err := os.WriteFile(dense, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	denseF, err := os.Open(dense)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer denseF.Close()
+	// Data in cluster 0, in cluster 17 (1 MiB+70000), and in the last,
+	// partial cluster: the qcow2 virtual size is rounded up to whole
+	// sectors, 3 MiB+1024.
+	want := int64(2*DefaultClusterSize + 1024)
+	for name, f := range map[string]*os.File{"sparse": sparse, "dense": denseF} {
+		img, err := Open(f, size, OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := img.Plan(t.Context(), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := p.DataBytes(); !ok || got != want {
+			t.Errorf("%s source: DataBytes %d (%v), want %d", name, got, ok, want)
+		}
+	}
+	p := rawPlan(t, content)
+	if _, ok := p.DataBytes(); ok {
+		t.Error("raw output claims a data figure")
+	}
+}

@@ -111,6 +111,22 @@ func (img *Image) qcow2VirtualSize() int64 { return (img.info.VirtualSize + 511)
 // Size is the exact number of bytes Write produces.
 func (p *Plan) Size() int64 { return p.size }
 
+// DataBytes is the guest bytes the planned qcow2 output stores as data:
+// its non-zero clusters, the last one clipped to the virtual size. It
+// depends on the image's content only, not on how a filesystem allocated
+// the source. ok is false for raw output, which has no such scan.
+func (p *Plan) DataBytes() (n int64, ok bool) {
+	if p.layout == nil {
+		return 0, false
+	}
+	cs := p.opts.ClusterSize
+	n = p.layout.data * cs
+	if last := (p.layout.vsize - 1) / cs; p.layout.vsize > 0 && p.nonzero.has(last) {
+		n -= (last+1)*cs - p.layout.vsize
+	}
+	return n, true
+}
+
 // batchFor returns the guest bytes per work item: a multiple of both the
 // input's alignment and the output cluster size.
 func (p *Plan) batchFor() int64 {

@@ -255,7 +255,11 @@ func (c *Client) build(ctx context.Context, ref name.Tag, key *uploadKey, src So
 		c.opts.logger.Info("upload session lost; sending the layer again", "reference", ref.String())
 		layer, sent, err = c.pushLayer(ctx, ref.Context(), key, plan, opts)
 	}
-	return built{layer: layer, sent: sent, allocated: summary.AllocatedBytes}, err
+	allocated := summary.AllocatedBytes // raw output: the source's allocation
+	if n, ok := plan.DataBytes(); ok {
+		allocated = n // qcow2 output: content-defined, so digests do not depend on the filesystem
+	}
+	return built{layer: layer, sent: sent, allocated: allocated}, err
 }
 
 // publish pushes the config and the manifest, which writes the build-key

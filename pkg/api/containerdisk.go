@@ -13,7 +13,9 @@ const (
 	AnnotationDiskFormat = "io.imagepipe.disk.format"
 	// AnnotationVirtualSize is the guest disk size in bytes, in decimal.
 	AnnotationVirtualSize = "io.imagepipe.disk.virtual-size"
-	// AnnotationAllocatedSize is the guest bytes backed by data, in decimal.
+	// AnnotationAllocatedSize is the guest bytes backed by data, in decimal:
+	// for a qcow2 disk its non-zero clusters (a figure of the content only),
+	// for a raw disk the source's allocated bytes.
 	AnnotationAllocatedSize = "io.imagepipe.disk.allocated-size"
 	// AnnotationCreator names the tool and version that built the image.
 	AnnotationCreator = "io.imagepipe.creator"
