@@ -64,14 +64,15 @@ Tenants list them and create VMs from them with imagectl vm create.`,
 	return cmd
 }
 
-type templatePublishOptions struct {
+// templateOptions are the options of every template subcommand.
+type templateOptions struct {
 	*globalOptions
 	catalogFlags
 	output string
 }
 
 func newTemplatePublishCmd(g *globalOptions) *cobra.Command {
-	o := &templatePublishOptions{globalOptions: g}
+	o := &templateOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "publish FILE|DIR... --catalog REGISTRY[/REPO]",
 		Short: "Validate templates and publish them; unchanged ones are not pushed again",
@@ -124,7 +125,7 @@ func templateFiles(args []string) ([]string, error) {
 	return files, nil
 }
 
-func runTemplatePublish(cmd *cobra.Command, o *templatePublishOptions, args []string) error {
+func runTemplatePublish(cmd *cobra.Command, o *templateOptions, args []string) error {
 	format, err := parseOutput(o.output, outputTable, outputJSON, outputYAML)
 	if err != nil {
 		return err
@@ -199,14 +200,8 @@ func readBounded(path string, limit int64) ([]byte, error) {
 	return os.ReadFile(path)
 }
 
-type templateListOptions struct {
-	*globalOptions
-	catalogFlags
-	output string
-}
-
 func newTemplateListCmd(g *globalOptions) *cobra.Command {
-	o := &templateListOptions{globalOptions: g}
+	o := &templateOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "list --catalog REGISTRY[/REPO]",
 		Short: "List the templates of a catalog",
@@ -218,7 +213,7 @@ func newTemplateListCmd(g *globalOptions) *cobra.Command {
 	return cmd
 }
 
-func runTemplateList(cmd *cobra.Command, o *templateListOptions) error {
+func runTemplateList(cmd *cobra.Command, o *templateOptions) error {
 	format, err := parseOutput(o.output, outputTable, outputJSON, outputYAML)
 	if err != nil {
 		return err
@@ -248,14 +243,8 @@ func runTemplateList(cmd *cobra.Command, o *templateListOptions) error {
 	})
 }
 
-type templateShowOptions struct {
-	*globalOptions
-	catalogFlags
-	output string
-}
-
 func newTemplateShowCmd(g *globalOptions) *cobra.Command {
-	o := &templateShowOptions{globalOptions: g}
+	o := &templateOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "show ID --catalog REGISTRY[/REPO]",
 		Short: "Show one template: its parameters, their types, defaults and bounds",
@@ -267,7 +256,7 @@ func newTemplateShowCmd(g *globalOptions) *cobra.Command {
 	return cmd
 }
 
-func runTemplateShow(cmd *cobra.Command, o *templateShowOptions, id string) error {
+func runTemplateShow(cmd *cobra.Command, o *templateOptions, id string) error {
 	format, err := parseOutput(o.output, outputJSON, outputYAML)
 	if err != nil {
 		return err
