@@ -44,7 +44,7 @@ func runCopy(cmd *cobra.Command, o *copyOptions) error {
 	if err != nil {
 		return err
 	}
-	dst, err := client.ParseReference(o.dst)
+	dst, err := client.ParseTarget(o.dst)
 	if err != nil {
 		return err
 	}

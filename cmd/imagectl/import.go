@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
@@ -87,13 +86,9 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	if err != nil {
 		return err
 	}
-	parsed, err := client.ParseReference(o.ref)
+	tag, err := client.ParseTag(o.ref)
 	if err != nil {
 		return err
-	}
-	tag, ok := parsed.(name.Tag)
-	if !ok {
-		return fmt.Errorf("%s: import needs a tag, not a digest", o.ref)
 	}
 
 	readBar := newProgressBar("reading ", o.quiet)

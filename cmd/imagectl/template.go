@@ -40,16 +40,15 @@ func (f *catalogFlags) open(g *globalOptions) (*registry.Client, name.Repository
 	if !strings.Contains(s, "/") {
 		s += "/" + api.DefaultTemplateRepository
 	}
-	opts := []name.Option{name.StrictValidation}
-	if f.insecure {
-		opts = append(opts, name.Insecure)
-	}
-	repo, err := name.NewRepository(s, opts...)
-	if err != nil {
-		return nil, name.Repository{}, fmt.Errorf("--catalog %q: %w", f.catalog, err)
-	}
 	c, err := f.client(g)
-	return c, repo, err
+	if err != nil {
+		return nil, name.Repository{}, err
+	}
+	repo, err := c.ParseRepository(s)
+	if err != nil {
+		return nil, name.Repository{}, fmt.Errorf("--catalog: %w", err)
+	}
+	return c, repo, nil
 }
 
 func newTemplateCmd(g *globalOptions) *cobra.Command {

@@ -209,24 +209,6 @@ func defaultCacheDir() string {
 	return ""
 }
 
-// ParseReference parses and validates a reference ("REGISTRY/TENANT/NAME:TAG"
-// or "...@sha256:..."), following the OCI distribution spec's grammar.
-// The first path component is the tenant, so at least two are required.
-func (c *Client) ParseReference(s string) (name.Reference, error) {
-	nopts := []name.Option{name.StrictValidation}
-	if c.opts.insecure {
-		nopts = append(nopts, name.Insecure)
-	}
-	ref, err := name.ParseReference(s, nopts...)
-	if err != nil {
-		return nil, fmt.Errorf("invalid image reference %q: %w", s, err)
-	}
-	if _, err := Tenant(ref.Context()); err != nil {
-		return nil, err
-	}
-	return ref, nil
-}
-
 // authenticator returns the credentials for a registry.
 func (c *Client) authenticator(reg name.Registry) (authn.Authenticator, error) {
 	if c.opts.auth != nil {

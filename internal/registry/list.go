@@ -25,27 +25,6 @@ import (
 // flight at once.
 const listConcurrency = 8
 
-// ParseTenant parses "REGISTRY/TENANT" and validates the tenant as
-// ParseReference does.
-func (c *Client) ParseTenant(s string) (name.Registry, string, error) {
-	nopts := []name.Option{name.StrictValidation}
-	if c.opts.insecure {
-		nopts = append(nopts, name.Insecure)
-	}
-	repo, err := name.NewRepository(strings.TrimSuffix(s, "/"), nopts...)
-	if err != nil {
-		return name.Registry{}, "", fmt.Errorf("invalid tenant %q (want REGISTRY/TENANT): %w", s, err)
-	}
-	tenant := repo.RepositoryStr()
-	if strings.Contains(tenant, "/") {
-		return name.Registry{}, "", fmt.Errorf("%q names a repository, not a tenant: use REGISTRY/TENANT", s)
-	}
-	if !tenantPattern.MatchString(tenant) {
-		return name.Registry{}, "", fmt.Errorf("tenant %q is not a valid name (lowercase letters, digits and '-', at most 63)", tenant)
-	}
-	return repo.Registry, tenant, nil
-}
-
 // List returns every tag of every repository of tenant on reg, sorted by
 // repository and tag, without the build-key tags. The catalog and the tag
 // lists are read page by page; each tag's manifest and config are fetched

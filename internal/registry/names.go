@@ -1,26 +1,399 @@
 package registry
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
-// tenantPattern is a DNS-1123 label: tenants become Kubernetes namespaces.
-var tenantPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+// Every image reference imagectl is given goes through parseRef, which
+// follows the OCI distribution grammar strictly, before a byte reaches a
+// registry. go-containerregistry's name package is lenient where that
+// matters for tenancy: it accepts "..", "." and empty path components
+// ("reg/acme/../globex/x:1", which a URL cleaner then turns into
+// globex/x), repeated separators, a missing registry (it assumes Docker
+// Hub) and a missing tag (it assumes "latest"). parseRef refuses all of
+// them, and says which part breaks which rule.
+//
+// Limits: a name (registry host, "/", repository) of at most
+// MaxNameLength characters, a tag of at most 128, a host of at most 253
+// with labels of at most 63.
 
-// Tenant returns the tenant of a repository: its first path component.
-// Repositories without a tenant ("registry/name") or whose tenant is not a
-// valid namespace name are refused.
-func Tenant(repo name.Repository) (string, error) {
-	tenant, rest, ok := strings.Cut(repo.RepositoryStr(), "/")
+// MaxNameLength bounds a name: registry host, "/" and repository together
+// (distribution's NameTotalLengthMax).
+const MaxNameLength = 255
+
+var (
+	// pathComponentPattern is one repository path component.
+	pathComponentPattern = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*$`)
+	// tagPattern is a tag: at most 128 characters.
+	tagPattern = regexp.MustCompile(`^[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}$`)
+	// digestPattern is the only digest form imagepipe reads and writes.
+	digestPattern = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
+	// hostLabelPattern is one label of a registry host name (lower case).
+	hostLabelPattern = regexp.MustCompile(`^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$`)
+	// tenantPattern is a DNS-1123 label: tenants become Kubernetes namespaces.
+	tenantPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+)
+
+// ReferenceError reports a reference outside the grammar: which part and
+// which rule.
+type ReferenceError struct {
+	// Input is the reference as given.
+	Input string
+	// Part names the offending part: "reference", "registry host",
+	// "repository", "tenant", "tag" or "digest".
+	Part string
+	// Rule is a sentence saying what is wrong and what is allowed.
+	Rule string
+}
+
+func (e *ReferenceError) Error() string {
+	return fmt.Sprintf("invalid image reference %q: %s", e.Input, e.Rule)
+}
+
+// AsReferenceError returns the *ReferenceError in err's chain, or nil.
+func AsReferenceError(err error) *ReferenceError {
+	var re *ReferenceError
+	if errors.As(err, &re) {
+		return re
+	}
+	return nil
+}
+
+// refForm says which parts a reference must have.
+type refForm int
+
+const (
+	// formImage names an image: REGISTRY/TENANT/NAME with a tag or a
+	// digest, not both (export, inspect, delete, copy's source).
+	formImage refForm = iota
+	// formTag names a tag to write: REGISTRY/TENANT/NAME:TAG (import,
+	// copy's destination, which may also be a digest). Tags with the
+	// reserved prefix api.BuildKeyTagPrefix are refused.
+	formTag
+	// formTagOrDigestTarget is formTag or a digest: copy's destination.
+	formTagOrDigestTarget
+	// formRepository names a repository without tag or digest and without
+	// a tenant (the template catalog).
+	formRepository
+	// formTenant is REGISTRY/TENANT (list).
+	formTenant
+)
+
+// ref is a parsed reference. Parsing its String gives it back unchanged.
+type ref struct {
+	Registry   string // host[:port], lower case
+	Repository string // path components joined by '/'
+	Tag        string // "" when absent
+	Digest     string // "" when absent
+}
+
+func (r ref) String() string {
+	s := r.Registry + "/" + r.Repository
+	if r.Tag != "" {
+		s += ":" + r.Tag
+	}
+	if r.Digest != "" {
+		s += "@" + r.Digest
+	}
+	return s
+}
+
+// Tenant is the first path component.
+func (r ref) Tenant() string {
+	t, _, _ := strings.Cut(r.Repository, "/")
+	return t
+}
+
+// parseRef parses s in the given form. It never touches the network.
+func parseRef(s string, form refForm) (ref, error) {
+	bad := func(part, format string, args ...any) (ref, error) {
+		return ref{}, &ReferenceError{Input: s, Part: part, Rule: fmt.Sprintf(format, args...)}
+	}
+	if s == "" {
+		return bad("reference", "it is empty")
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c > '~' {
+			return bad("reference", "it contains %q at byte %d; references are printable ASCII without spaces", rune(c), i)
+		}
+	}
+	if strings.Contains(s, "://") {
+		return bad("reference", "it has a URL scheme; write REGISTRY/TENANT/NAME:TAG without one")
+	}
+	var r ref
+	rest := s
+	if at := strings.IndexByte(rest, '@'); at >= 0 {
+		rest, r.Digest = rest[:at], rest[at+1:]
+		if strings.HasPrefix(r.Digest, "sha512:") || strings.HasPrefix(r.Digest, "sha384:") {
+			return bad("digest", "digest %q uses another algorithm; imagepipe reads only sha256 digests", r.Digest)
+		}
+		if !digestPattern.MatchString(r.Digest) {
+			return bad("digest", "digest %q is not \"sha256:\" followed by 64 lower-case hexadecimal digits", r.Digest)
+		}
+	}
+	host, path, ok := strings.Cut(rest, "/")
+	if !ok || !looksLikeHost(host) {
+		return bad("registry host", "it names no registry host: write REGISTRY/TENANT/NAME:TAG, e.g. registry.example.com/acme/rhel:10 (a host has a '.' or a ':PORT', or is localhost; imagectl never assumes Docker Hub)")
+	}
+	if err := checkHost(host); err != "" {
+		return bad("registry host", "registry host %q %s", host, err)
+	}
+	r.Registry = host
+	if colon := strings.LastIndexByte(path, ':'); colon > strings.LastIndexByte(path, '/') {
+		path, r.Tag = path[:colon], path[colon+1:]
+		if r.Tag == "" {
+			return bad("tag", "the tag after ':' is empty")
+		}
+		if len(r.Tag) > 128 {
+			return bad("tag", "the tag is %d characters long; the limit is 128", len(r.Tag))
+		}
+		if !tagPattern.MatchString(r.Tag) {
+			return bad("tag", "tag %q is not letters, digits, '_', '.' and '-' starting with a letter, digit or '_'", r.Tag)
+		}
+	}
+	if path == "" {
+		return bad("repository", "it names no repository after the registry host")
+	}
+	for _, c := range strings.Split(path, "/") {
+		switch {
+		case c == "":
+			return bad("repository", "the repository %q has an empty path component (a '/' at the start or end, or two in a row)", path)
+		case c == "." || c == "..":
+			return bad("repository", "path component %q of the repository is a relative path step, not a name", c)
+		case strings.ToLower(c) != c:
+			return bad("repository", "path component %q of the repository has upper-case letters; repository names are lower case", c)
+		case !pathComponentPattern.MatchString(c):
+			return bad("repository", "path component %q of the repository breaks the OCI name grammar: lower-case letters and digits, separated inside a component by one '.', one or two '_', or one or more '-'", c)
+		}
+	}
+	r.Repository = path
+	if n := len(r.Registry) + 1 + len(r.Repository); n > MaxNameLength {
+		return bad("repository", "the name (registry host and repository) is %d characters long; the limit is %d", n, MaxNameLength)
+	}
+	switch form {
+	case formTenant:
+		if strings.Contains(path, "/") || r.Tag != "" || r.Digest != "" {
+			return bad("tenant", "it names more than a tenant: write REGISTRY/TENANT")
+		}
+		if !tenantPattern.MatchString(path) {
+			return bad("tenant", "%s", tenantRule(path))
+		}
+		return r, nil
+	case formRepository:
+		if r.Tag != "" || r.Digest != "" {
+			return bad("repository", "it names a tag or a digest; write REGISTRY/REPOSITORY")
+		}
+		return r, nil
+	}
+	if rule := checkTenant(path); rule != "" {
+		return bad("tenant", "%s", rule)
+	}
+	if r.Tag != "" && r.Digest != "" {
+		return bad("reference", "it has both a tag and a digest; give one of them")
+	}
+	if r.Tag == "" {
+		switch {
+		case form == formTag && r.Digest != "":
+			return bad("digest", "it names a digest, and this command writes a tag: write REGISTRY/TENANT/NAME:TAG")
+		case form == formTag:
+			return bad("tag", "it has no tag, and this command writes one: add :TAG (imagectl never assumes :latest)")
+		case r.Digest == "":
+			return bad("tag", "it has neither a tag nor a digest: add :TAG or @sha256:... (imagectl never assumes :latest)")
+		}
+	}
+	if (form == formTag || form == formTagOrDigestTarget) && strings.HasPrefix(r.Tag, api.BuildKeyTagPrefix) {
+		return bad("tag", "tags starting with %q are reserved for imagepipe", api.BuildKeyTagPrefix)
+	}
+	return r, nil
+}
+
+// checkTenant checks that a repository path starts with a tenant; it
+// returns "" or the broken rule.
+func checkTenant(path string) string {
+	tenant, rest, ok := strings.Cut(path, "/")
 	if !ok || rest == "" {
-		return "", fmt.Errorf("repository %q has no tenant: use REGISTRY/TENANT/NAME", repo.RepositoryStr())
+		return fmt.Sprintf("repository %q has no tenant: write REGISTRY/TENANT/NAME", path)
 	}
 	if !tenantPattern.MatchString(tenant) {
-		return "", fmt.Errorf("tenant %q is not a valid name (lowercase letters, digits and '-', at most 63)", tenant)
+		return tenantRule(tenant)
 	}
-	return tenant, nil
+	return ""
+}
+
+func tenantRule(tenant string) string {
+	return fmt.Sprintf("tenant %q (the first path component) is not a valid name: lower-case letters, digits and '-', starting and ending with a letter or digit, at most 63", tenant)
+}
+
+// looksLikeHost tells a registry host from a first path component, as
+// docker does: a host has a '.' or a ':' (a port, or an IPv6 literal),
+// or is localhost.
+func looksLikeHost(s string) bool {
+	return s == "localhost" || strings.ContainsAny(s, ".:[")
+}
+
+// checkHost validates host[:port]; it returns "" or the broken rule as
+// the end of a sentence.
+func checkHost(s string) string {
+	host, port := s, ""
+	if strings.HasPrefix(s, "[") {
+		end := strings.IndexByte(s, ']')
+		if end < 0 {
+			return "has an unclosed '['"
+		}
+		host, port = s[1:end], s[end+1:]
+		if ip := net.ParseIP(host); ip == nil || !strings.Contains(host, ":") || strings.Contains(host, "%") {
+			return "is not an IPv6 address in brackets"
+		}
+		if strings.ToLower(host) != host {
+			return "has upper-case letters; write the host in lower case so that one registry has one name"
+		}
+		if port != "" {
+			if !strings.HasPrefix(port, ":") {
+				return "has characters after ']' that are not a ':PORT'"
+			}
+			port = port[1:]
+		}
+	} else if i := strings.LastIndexByte(s, ':'); i >= 0 {
+		host, port = s[:i], s[i+1:]
+		if port == "" {
+			return "has an empty port after ':'"
+		}
+	}
+	if port != "" || strings.HasSuffix(s, ":") {
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 1 || n > 65535 || strconv.Itoa(n) != port {
+			return fmt.Sprintf("has port %q; a port is a number from 1 to 65535 without leading zeros", port)
+		}
+	}
+	if strings.HasPrefix(s, "[") {
+		return ""
+	}
+	if len(host) > 253 {
+		return "is longer than 253 characters"
+	}
+	if strings.ToLower(host) != host {
+		return "has upper-case letters; write the host in lower case so that one registry has one name"
+	}
+	for _, label := range strings.Split(host, ".") {
+		if !hostLabelPattern.MatchString(label) {
+			return fmt.Sprintf("has the label %q; a host is labels of letters, digits and '-' (not at either end, at most 63) joined by single dots", label)
+		}
+	}
+	return ""
+}
+
+// nameOptions are go-containerregistry's options for parsed references.
+func (c *Client) nameOptions() []name.Option {
+	nopts := []name.Option{name.StrictValidation}
+	if c.opts.insecure {
+		nopts = append(nopts, name.Insecure)
+	}
+	return nopts
+}
+
+// toName turns a parsed reference into go-containerregistry's form.
+func (c *Client) toName(r ref) (name.Reference, error) {
+	var (
+		n   name.Reference
+		err error
+	)
+	if r.Digest != "" {
+		n, err = name.NewDigest(r.String(), c.nameOptions()...)
+	} else {
+		n, err = name.NewTag(r.String(), c.nameOptions()...)
+	}
+	if err != nil { // parseRef is stricter: this is a bug, not bad input
+		return nil, fmt.Errorf("converting the reference %q: %w", r, err)
+	}
+	return n, nil
+}
+
+// ParseReference parses a reference to an image, "REGISTRY/TENANT/NAME:TAG"
+// or "REGISTRY/TENANT/NAME@sha256:...", following the OCI distribution
+// grammar strictly (see ReferenceError): the registry host is required,
+// no path component is "..", ".", empty or upper case, the first one is
+// the tenant, and exactly one of tag and digest is given.
+func (c *Client) ParseReference(s string) (name.Reference, error) {
+	r, err := parseRef(s, formImage)
+	if err != nil {
+		return nil, err
+	}
+	return c.toName(r)
+}
+
+// ParseTag parses a reference to a tag that is going to be written,
+// "REGISTRY/TENANT/NAME:TAG", as ParseReference does; a digest is refused
+// and so are tags with the reserved prefix api.BuildKeyTagPrefix.
+func (c *Client) ParseTag(s string) (name.Tag, error) {
+	r, err := parseRef(s, formTag)
+	if err != nil {
+		return name.Tag{}, err
+	}
+	n, err := c.toName(r)
+	if err != nil {
+		return name.Tag{}, err
+	}
+	return n.(name.Tag), nil
+}
+
+// ParseTarget parses a reference that is going to be written to: a tag
+// as ParseTag, or a digest.
+func (c *Client) ParseTarget(s string) (name.Reference, error) {
+	r, err := parseRef(s, formTagOrDigestTarget)
+	if err != nil {
+		return nil, err
+	}
+	return c.toName(r)
+}
+
+// ParseRepository parses "REGISTRY/REPOSITORY" with the same grammar, for
+// repositories that belong to no tenant (the template catalog).
+func (c *Client) ParseRepository(s string) (name.Repository, error) {
+	r, err := parseRef(s, formRepository)
+	if err != nil {
+		return name.Repository{}, err
+	}
+	repo, err := name.NewRepository(r.String(), c.nameOptions()...)
+	if err != nil {
+		return name.Repository{}, fmt.Errorf("converting the repository %q: %w", r, err)
+	}
+	return repo, nil
+}
+
+// ParseTenant parses "REGISTRY/TENANT" with the same grammar.
+func (c *Client) ParseTenant(s string) (name.Registry, string, error) {
+	r, err := parseRef(strings.TrimSuffix(s, "/"), formTenant)
+	if err != nil {
+		return name.Registry{}, "", err
+	}
+	reg, err := name.NewRegistry(r.Registry, c.nameOptions()...)
+	if err != nil {
+		return name.Registry{}, "", fmt.Errorf("converting the registry %q: %w", r.Registry, err)
+	}
+	return reg, r.Repository, nil
+}
+
+// Tenant returns the tenant of a repository: its first path component.
+// The repository is checked against the same grammar, so one that did not
+// come from ParseReference (e.g. built by go-containerregistry from a
+// string) is refused too when it has "..", empty or upper-case components.
+func Tenant(repo name.Repository) (string, error) {
+	s := repo.RegistryStr() + "/" + repo.RepositoryStr()
+	r, err := parseRef(s, formRepository)
+	if err != nil {
+		return "", err
+	}
+	if rule := checkTenant(r.Repository); rule != "" {
+		return "", &ReferenceError{Input: s, Part: "tenant", Rule: rule}
+	}
+	return r.Tenant(), nil
 }

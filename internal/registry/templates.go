@@ -73,6 +73,9 @@ func (c *Client) catalog(ctx context.Context, repo name.Repository) (*remote.Rep
 // the tag already holds the same document nothing is pushed and unchanged
 // is true.
 func (c *Client) PublishTemplate(ctx context.Context, repo name.Repository, id string, doc []byte) (dgst string, unchanged bool, err error) {
+	if err := checkTemplateID(repo, id); err != nil {
+		return "", false, err
+	}
 	r, err := c.catalog(ctx, repo)
 	if err != nil {
 		return "", false, err
@@ -116,6 +119,9 @@ func pushIfMissing(ctx context.Context, r *remote.Repository, desc ocispec.Descr
 
 // FetchTemplate reads the template id from repo.
 func (c *Client) FetchTemplate(ctx context.Context, repo name.Repository, id string) (*Template, error) {
+	if err := checkTemplateID(repo, id); err != nil {
+		return nil, err
+	}
 	r, err := c.catalog(ctx, repo)
 	if err != nil {
 		return nil, err
@@ -156,6 +162,16 @@ func (c *Client) ListTemplates(ctx context.Context, repo name.Repository) ([]Tem
 		out = append(out, *t)
 	}
 	return out, nil
+}
+
+// checkTemplateID checks that id is a tag (the OCI grammar's), so that it
+// never resolves as a digest or reaches the registry malformed.
+func checkTemplateID(repo name.Repository, id string) error {
+	if !tagPattern.MatchString(id) {
+		return &ReferenceError{Input: repo.Name() + ":" + id, Part: "tag",
+			Rule: fmt.Sprintf("template ID %q is not a tag: letters, digits, '_', '.' and '-' starting with a letter, digit or '_', at most 128", id)}
+	}
+	return nil
 }
 
 var errNotATemplate = errors.New("not a template artifact")
