@@ -1,8 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -34,9 +36,74 @@ Exit codes: 0 success, 1 error, 3 the image was rejected by validation.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	groupCommand(root)
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log debug details to stderr")
 	root.AddCommand(newInspectCmd(g), newConvertCmd(g), newImportCmd(g),
 		newListCmd(g), newExportCmd(g), newDeleteCmd(g), newCopyCmd(g),
 		newTemplateCmd(g), newVMCmd(g), newVolumeCmd(g))
+	// cobra's own completion and help commands, which Execute would add,
+	// get the same refusal of unknown subcommands and topics.
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			groupCommand(c)
+		}
+	}
+	root.SetHelpCommand(newHelpCmd())
 	return root
+}
+
+// newHelpCmd is "imagectl help [COMMAND...]": cobra's, except that an
+// unknown topic fails like an unknown command instead of printing the
+// root's usage with exit code 0.
+func newHelpCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "help [command]",
+		Short: "Help about any command",
+		Long:  "Help provides help for any command in the application.",
+		RunE: func(c *cobra.Command, args []string) error {
+			cmd, rest, err := c.Root().Find(args)
+			if err != nil {
+				return err
+			}
+			if len(rest) > 0 && cmd.HasSubCommands() {
+				return unknownCommandError(cmd, rest[0])
+			}
+			return cmd.Help()
+		},
+	}
+}
+
+// groupCommand makes cmd, a command that only holds subcommands, fail on
+// an unknown subcommand (cobra would print the help and exit 0 for any
+// but the root) and suggest the nearest ones; without arguments it prints
+// its help.
+func groupCommand(cmd *cobra.Command) {
+	if !strings.Contains(cmd.Use, " ") {
+		cmd.Use += " COMMAND"
+	}
+	cmd.Args = func(c *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		return unknownCommandError(c, args[0])
+	}
+	cmd.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+}
+
+// unknownCommandError says that typed is not a subcommand of c, with the
+// subcommands it may have meant.
+func unknownCommandError(c *cobra.Command, typed string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", typed, c.CommandPath())
+	if c.SuggestionsMinimumDistance <= 0 {
+		c.SuggestionsMinimumDistance = 2
+	}
+	if s := c.SuggestionsFor(typed); len(s) > 0 {
+		quoted := make([]string, len(s))
+		for i, name := range s {
+			quoted[i] = fmt.Sprintf("%q", name)
+		}
+		return fmt.Errorf("%s; did you mean %s?", msg, strings.Join(quoted, " or "))
+	}
+	return fmt.Errorf("%s; %q lists its commands", msg, c.CommandPath()+" --help")
 }

@@ -59,6 +59,7 @@ func newTemplateCmd(g *globalOptions) *cobra.Command {
 as OCI artifacts of type ` + api.TemplateArtifactType + `, one tag per template ID.
 Tenants list them and create VMs from them with imagectl vm create.`,
 	}
+	groupCommand(cmd)
 	cmd.AddCommand(newTemplatePublishCmd(g), newTemplateListCmd(g), newTemplateShowCmd(g))
 	return cmd
 }

@@ -26,6 +26,7 @@ func newVMCmd(g *globalOptions) *cobra.Command {
 namespace, shaped by a template from the provider's catalog. They are
 live-migratable by default: ReadWriteMany disks, LiveMigrate eviction.`,
 	}
+	groupCommand(cmd)
 	cmd.AddCommand(newVMCreateCmd(g), newVMListCmd(g), newVMGetCmd(g),
 		newVMRunCmd(g, "start", "Start a VM (run strategy Always)", kubevirtv1.RunStrategyAlways),
 		newVMRunCmd(g, "stop", "Stop a VM (run strategy Halted)", kubevirtv1.RunStrategyHalted),

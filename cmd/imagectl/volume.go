@@ -18,6 +18,7 @@ func newVolumeCmd(g *globalOptions) *cobra.Command {
 		Use:   "volume",
 		Short: "Data volumes whose life is independent of any VM",
 	}
+	groupCommand(cmd)
 	cmd.AddCommand(newVolumeCreateCmd(g), newVolumeListCmd(g))
 	return cmd
 }
