@@ -19,8 +19,9 @@ func newCopyCmd(g *globalOptions) *cobra.Command {
 		Short: "Copy an image between repositories or registries, keeping its digest",
 		Long: `Copies the image SRC_REF names to DST_REF, manifest byte for byte, so that it
 keeps its digest. Blobs DST already holds are not sent again, and within one
-registry they are mounted rather than copied. An image imagepipe built also
-keeps its build key in DST, so importing the same source there only tags it.
+registry they are mounted rather than copied. When this machine built the
+image, DST is added to its build record, so importing the same source there
+only tags it.
 
 The registry flags apply to both registries. Prints DST@DIGEST.`,
 		Example: `  imagectl copy registry.example.com/acme/rhel:10 registry.example.com/acme/rhel-stable:10

@@ -43,7 +43,8 @@ input, optionally gzip-, zstd- or xz-compressed.
 
 The tag is written only after every blob is committed. An interrupted upload
 resumes where the registry left off, also in a later run. An identical
-re-import (same source bytes and options) only tags the existing image.
+re-import (same source bytes and options) on the machine that pushed the image
+only tags it, once the registry is found to hold exactly what was pushed.
 
 Exit codes: 0 pushed, 3 the image is rejected (nothing is pushed), 1 other errors.`,
 		Example: `  imagectl import ./rhel.qcow2 registry.example.com/acme/rhel:10

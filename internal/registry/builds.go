@@ -1,79 +1,245 @@
 package registry
 
 import (
+	"cmp"
 	"encoding/json"
-	"maps"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"syscall"
 	"time"
 )
 
-// The build cache remembers where each build key was last pushed, so that
-// importing the same disk into another repository of the same registry
-// mounts the existing blobs instead of uploading them again. Losing it only
-// costs that optimisation.
+// The build record is this machine's evidence of what it pushed: for each
+// build key, the registry, repository and manifest digest (with its config
+// and layer digests) of every image it built or copied from one it built.
+// A re-import skips work only when such a record exists and the registry
+// still holds exactly that manifest and both its blobs (Client.reuseBuild):
+// nothing found in a registry alone is trusted, since anyone with push
+// access can put any image under any tag, with any annotations. Losing the
+// file only costs the optimisation.
+//
+// The file is trusted only when it and the cache directory belong to the
+// user and nobody else may write them (like ssh's files); otherwise it is
+// neither read nor written.
 
-// buildsMaxEntries bounds the cache; the newest entries are kept.
-const buildsMaxEntries = 1000
+const (
+	// buildsFileName is the record's file name in the cache directory.
+	buildsFileName = "builds.json"
+	// buildsVersion is the file's format; other versions are ignored
+	// (version 1 was a map keyed by build key only).
+	buildsVersion = 2
+	// buildsMaxEntries bounds the record; the newest entries are kept.
+	buildsMaxEntries = 1000
+	// buildsMaxFileSize bounds what is read of the file (about 400 bytes
+	// per entry).
+	buildsMaxFileSize = 4 << 20
+)
 
-// buildRecord is where one build key's image lives.
+// buildKeyPattern is the form of AnnotationBuildKey imagepipe writes.
+var buildKeyPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// buildRecord is one image this machine pushed (or copied from one it
+// pushed): where it is and what it is made of.
 type buildRecord struct {
+	Key        string `json:"key"`
 	Registry   string `json:"registry"`
 	Repository string `json:"repository"`
-	Digest     string `json:"digest"`
+	Digest     string `json:"digest"` // the manifest's
+	Config     string `json:"config"`
+	Layer      string `json:"layer"`
+	LayerSize  int64  `json:"layerSize"`
 	StoredNs   int64  `json:"storedNs"`
+}
+
+// valid reports whether every field has the form imagepipe writes, so a
+// damaged record is never acted on.
+func (r buildRecord) valid() bool {
+	if !buildKeyPattern.MatchString(r.Key) || !digestPattern.MatchString(r.Digest) ||
+		!digestPattern.MatchString(r.Config) || !digestPattern.MatchString(r.Layer) || r.LayerSize <= 0 {
+		return false
+	}
+	_, err := parseRef(r.Registry+"/"+r.Repository+"@"+r.Digest, formImage)
+	return err == nil
+}
+
+type buildsFile struct {
+	Version int           `json:"version"`
+	Records []buildRecord `json:"records"`
 }
 
 func (c *Client) buildsPath() string {
 	if c.opts.cacheDir == "" {
 		return ""
 	}
-	return filepath.Join(c.opts.cacheDir, "builds.json")
+	return filepath.Join(c.opts.cacheDir, buildsFileName)
 }
 
-func (c *Client) loadBuilds() map[string]buildRecord {
-	records := map[string]buildRecord{}
-	if p := c.buildsPath(); p != "" {
-		if b, err := os.ReadFile(p); err == nil {
-			if json.Unmarshal(b, &records) != nil {
-				c.opts.logger.Debug("ignoring a corrupt build cache", "path", p)
-				return map[string]buildRecord{}
-			}
+// errUntrustedCache says why a cache file is not used.
+var errUntrustedCache = errors.New("the cache is not private to this user")
+
+// checkPrivate returns nil when path belongs to the current user and
+// neither its group nor others may write it (a missing path is fine).
+func checkPrivate(path string) error {
+	st, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.Mode()&fs.ModeSymlink != 0 {
+		return fmt.Errorf("%w: %s is a symbolic link", errUntrustedCache, path)
+	}
+	if st.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("%w: others may write %s (mode %04o)", errUntrustedCache, path, st.Mode().Perm())
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Getuid() {
+		return fmt.Errorf("%w: %s belongs to user %d", errUntrustedCache, path, sys.Uid)
+	}
+	return nil
+}
+
+// privateCachePath returns path when it and the cache directory are
+// private to the user, else logs why not and returns "".
+func (c *Client) privateCachePath(path string) string {
+	if path == "" {
+		return ""
+	}
+	for _, p := range []string{c.opts.cacheDir, filepath.Dir(path), path} {
+		if err := checkPrivate(p); err != nil {
+			c.opts.logger.Warn("not using the cache", "path", path, "error", err)
+			return ""
 		}
 	}
-	return records
+	return path
 }
 
-// lookupBuild returns where key was last pushed.
-func (c *Client) lookupBuild(key string) (buildRecord, bool) {
-	r, ok := c.loadBuilds()[key]
-	return r, ok
+func (c *Client) loadBuilds() []buildRecord {
+	p := c.privateCachePath(c.buildsPath())
+	if p == "" {
+		return nil
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var file buildsFile
+	if err := json.NewDecoder(&limitedReader{r: f, n: buildsMaxFileSize}).Decode(&file); err != nil || file.Version != buildsVersion {
+		c.opts.logger.Debug("ignoring a corrupt or older build record", "path", p)
+		return nil
+	}
+	return slices.DeleteFunc(file.Records, func(r buildRecord) bool { return !r.valid() })
 }
 
-// rememberBuild records where key now lives; errors are ignored.
-func (c *Client) rememberBuild(key string, r buildRecord) {
+// lookupBuilds returns the records of key on registry, the one in
+// repository first, then the newest.
+func (c *Client) lookupBuilds(key, registry, repository string) []buildRecord {
+	var out []buildRecord
+	for _, r := range c.loadBuilds() {
+		if r.Key == key && r.Registry == registry {
+			out = append(out, r)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b buildRecord) int {
+		if (a.Repository == repository) != (b.Repository == repository) {
+			if a.Repository == repository {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(b.StoredNs, a.StoredNs)
+	})
+	return out
+}
+
+// lookupDigest returns a record of the image with manifest digest d, if
+// this machine pushed it anywhere.
+func (c *Client) lookupDigest(d string) (buildRecord, bool) {
+	for _, r := range c.loadBuilds() {
+		if r.Digest == d {
+			return r, true
+		}
+	}
+	return buildRecord{}, false
+}
+
+// rememberBuild records that r's image is in r's repository (replacing an
+// older record of the same key there); errors are ignored.
+func (c *Client) rememberBuild(r buildRecord) {
 	p := c.buildsPath()
+	if p == "" || !r.valid() {
+		return
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil || c.privateCachePath(p) == "" {
+		return
+	}
+	records := slices.DeleteFunc(c.loadBuilds(), func(o buildRecord) bool {
+		return o.Key == r.Key && o.Registry == r.Registry && o.Repository == r.Repository
+	})
+	r.StoredNs = time.Now().UnixNano()
+	records = append(records, r)
+	if len(records) > buildsMaxEntries {
+		slices.SortFunc(records, func(a, b buildRecord) int { return cmp.Compare(b.StoredNs, a.StoredNs) })
+		records = records[:buildsMaxEntries]
+	}
+	c.saveBuilds(p, records)
+}
+
+// forgetBuild drops the record of key in registry/repository, once the
+// registry no longer holds what it says.
+func (c *Client) forgetBuild(r buildRecord) {
+	p := c.privateCachePath(c.buildsPath())
 	if p == "" {
 		return
 	}
-	records := c.loadBuilds()
-	r.StoredNs = time.Now().UnixNano()
-	records[key] = r
-	if len(records) > buildsMaxEntries {
-		keys := slices.SortedFunc(maps.Keys(records), func(a, b string) int {
-			return int(records[b].StoredNs - records[a].StoredNs)
-		})
-		for _, k := range keys[buildsMaxEntries:] {
-			delete(records, k)
-		}
-	}
-	b, err := json.Marshal(records)
-	if err != nil || os.MkdirAll(filepath.Dir(p), 0o700) != nil {
+	all := c.loadBuilds()
+	records := slices.DeleteFunc(slices.Clone(all), func(o buildRecord) bool {
+		return o.Key == r.Key && o.Registry == r.Registry && o.Repository == r.Repository && o.Digest == r.Digest
+	})
+	if len(records) == len(all) {
 		return
 	}
-	tmp := p + ".tmp"
-	if os.WriteFile(tmp, b, 0o600) == nil {
-		os.Rename(tmp, p)
+	c.saveBuilds(p, records)
+}
+
+// saveBuilds replaces the file at p with records, atomically; errors are
+// ignored.
+func (c *Client) saveBuilds(p string, records []buildRecord) {
+	b, err := json.Marshal(buildsFile{Version: buildsVersion, Records: records})
+	if err != nil {
+		return
 	}
+	tmp, err := os.CreateTemp(filepath.Dir(p), buildsFileName+".*.tmp")
+	if err != nil {
+		return
+	}
+	_, werr := tmp.Write(b)
+	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), p) != nil {
+		os.Remove(tmp.Name())
+	}
+}
+
+// limitedReader reads at most n bytes and then fails, so that an
+// oversized file is an error rather than a truncated document.
+type limitedReader struct {
+	r interface{ Read([]byte) (int, error) }
+	n int64
+}
+
+func (l *limitedReader) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, errors.New("the file is larger than its limit")
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	return n, err
 }

@@ -3,24 +3,18 @@ package registry
 import (
 	"context"
 	"fmt"
-	"regexp"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-
-	"github.com/imagepipe/imagepipe/pkg/api"
 )
-
-// buildKeyPattern is the form of AnnotationBuildKey imagepipe writes.
-var buildKeyPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
 // Copy copies the image (or image index) at src to dst, which may be on
 // another registry, and returns dst pinned by digest. The manifest is
 // copied byte for byte, so the digest stays the same; blobs dst already
 // holds are skipped, and on the same registry they are mounted from src's
-// repository instead of sent. An image imagepipe built also gets its
-// build-key tag in dst, so that importing the same source there only tags.
+// repository instead of sent. When this machine built the image (its
+// build record has the digest), dst is added to the record, so that
+// importing the same source into dst's repository only tags.
 func (c *Client) Copy(ctx context.Context, src, dst name.Reference) (name.Digest, error) {
 	srcOpts, err := c.remoteOptions(ctx, src.Context().Registry)
 	if err != nil {
@@ -37,8 +31,6 @@ func (c *Client) Copy(ctx context.Context, src, dst name.Reference) (name.Digest
 	if d, ok := dst.(name.Digest); ok && d.DigestStr() != desc.Digest.String() {
 		return name.Digest{}, fmt.Errorf("%s is %s, not the digest %s names", src, desc.Digest, dst)
 	}
-	var annotations map[string]string
-	var tagged remote.Taggable
 	if desc.MediaType.IsIndex() {
 		idx, err := desc.ImageIndex()
 		if err != nil {
@@ -47,7 +39,6 @@ func (c *Client) Copy(ctx context.Context, src, dst name.Reference) (name.Digest
 		if err := remote.WriteIndex(dst, idx, dstOpts...); err != nil {
 			return name.Digest{}, fmt.Errorf("copying %s to %s: %w", src, dst, err)
 		}
-		tagged = idx
 	} else {
 		img, err := desc.Image()
 		if err != nil {
@@ -56,11 +47,6 @@ func (c *Client) Copy(ctx context.Context, src, dst name.Reference) (name.Digest
 		if err := remote.Write(dst, img, dstOpts...); err != nil {
 			return name.Digest{}, fmt.Errorf("copying %s to %s: %w", src, dst, err)
 		}
-		var m *v1.Manifest
-		if m, err = img.Manifest(); err != nil {
-			return name.Digest{}, err
-		}
-		annotations, tagged = m.Annotations, img
 	}
 	got, err := remote.Head(dst, dstOpts...)
 	if err != nil {
@@ -69,11 +55,9 @@ func (c *Client) Copy(ctx context.Context, src, dst name.Reference) (name.Digest
 	if got.Digest != desc.Digest {
 		return name.Digest{}, fmt.Errorf("%s holds %s after the copy, not %s", dst, got.Digest, desc.Digest)
 	}
-	if key := annotations[api.AnnotationBuildKey]; buildKeyPattern.MatchString(key) {
-		tag := dst.Context().Tag(BuildKeyTag(key))
-		if err := remote.Tag(tag, tagged, dstOpts...); err != nil {
-			return name.Digest{}, fmt.Errorf("tagging %s: %w", tag, err)
-		}
+	if rec, ok := c.lookupDigest(desc.Digest.String()); ok {
+		rec.Registry, rec.Repository = dst.Context().RegistryStr(), dst.Context().RepositoryStr()
+		c.rememberBuild(rec)
 	}
 	pinned := dst.Context().Digest(desc.Digest.String())
 	c.opts.logger.Info("copied", "from", src.String(), "to", pinned.String())

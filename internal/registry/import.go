@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"net/http"
+	"net/url"
 	"strconv"
 	"time"
 
@@ -114,15 +115,12 @@ func formatCreated(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// BuildKeyTag is the tag under which an image is also stored, so that an
-// identical import finds it with one request.
-func BuildKeyTag(key string) string {
-	return api.BuildKeyTagPrefix + key[len("sha256:"):]
-}
-
-// Import builds a containerDisk from src and pushes it to ref. When the
-// repository already holds an image with the same build key, it is only
-// tagged. A rejection of the disk (a *convert.RejectError) leaves nothing
+// Import builds a containerDisk from src and pushes it to ref. When this
+// machine's build record says it already pushed the same build (same
+// source digest and options) to this registry, and the registry still
+// holds exactly that manifest and its blobs, the image is only tagged (or,
+// from another repository, copied by mounting its blobs); anything else is
+// built anew, whatever the registry's tags say. A rejection of the disk (a *convert.RejectError) leaves nothing
 // behind; a network failure leaves a resumable upload.
 //
 // When src's digest is still being computed (Source.WaitDigest), the build
@@ -200,24 +198,22 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts Impo
 // errFoundExisting stops a build that an identical image made unnecessary.
 var errFoundExisting = errors.New("an identical image exists")
 
-// findExisting returns the result of tagging an identical image already in
-// the registry (the repository's build-key tag, or another repository this
-// client pushed the build to), or nil when there is none.
+// findExisting returns the result of reusing an image this machine
+// already built with key (see builds.go), or nil when there is none that
+// the registry still fully holds.
 func (c *Client) findExisting(ctx context.Context, ref name.Tag, key string, src Source, opts ImportOptions) (*api.ImportResult, error) {
-	result := newResult(ref, src, opts)
-	if found, err := c.tagExisting(ctx, ref.Context().Tag(BuildKeyTag(key)), ref, key, result); err != nil || found {
-		if err != nil {
-			return nil, err
+	for _, rec := range c.lookupBuilds(key, ref.RegistryStr(), ref.RepositoryStr()) {
+		result := newResult(ref, src, opts)
+		found, err := c.reuseBuild(ctx, ref, rec, result)
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
 		}
-		return result, nil
-	}
-	if rec, ok := c.lookupBuild(key); ok && rec.Registry == ref.RegistryStr() && rec.Repository != ref.RepositoryStr() {
-		found, err := c.mountExisting(ctx, ref, key, rec, result)
-		if err == nil && found {
+		if err != nil {
+			c.opts.logger.Debug("reusing an earlier build failed; building", "repository", rec.Repository, "digest", rec.Digest, "error", err)
+			continue
+		}
+		if found {
 			return result, nil
-		}
-		if err != nil {
-			c.opts.logger.Debug("mounting from another repository failed; building", "repository", rec.Repository, "error", err)
 		}
 	}
 	return nil, nil
@@ -305,67 +301,102 @@ func (c *Client) publish(ctx context.Context, ref name.Tag, key, sourceDigest st
 	if err != nil {
 		return nil, err
 	}
-	// Blobs are committed; now the manifest, under the build-key tag first
-	// and the user's tag last.
-	for _, tag := range []name.Tag{ref.Context().Tag(BuildKeyTag(key)), ref} {
-		if err := c.putManifest(ctx, tag, manifest); err != nil {
-			return nil, err
-		}
+	// Blobs are committed; now the manifest, which writes the tag.
+	if err := c.putManifest(ctx, ref, manifest); err != nil {
+		return nil, err
 	}
 	result := newResult(ref, src, opts)
 	result.SourceDigest = sourceDigest
 	result.LayerSize, result.UploadedBytes = b.layer.size, b.sent
 	result.Digest = fmt.Sprintf("sha256:%x", sha256.Sum256(manifest))
 	result.Pinned = ref.Context().Digest(result.Digest).String()
-	c.rememberBuild(key, buildRecord{Registry: ref.RegistryStr(), Repository: ref.RepositoryStr(), Digest: result.Digest})
+	c.rememberBuild(buildRecord{Key: key, Registry: ref.RegistryStr(), Repository: ref.RepositoryStr(), Digest: result.Digest,
+		Config: configDesc.Digest.String(), Layer: b.layer.digest, LayerSize: b.layer.size})
 	c.opts.logger.Info("imported", "reference", ref.String(), "digest", result.Digest, "bytes", b.layer.size)
 	return result, nil
 }
 
-// tagExisting tags ref with the image at existing (its build-key tag) when
-// that image has the build key, and fills result from it.
-func (c *Client) tagExisting(ctx context.Context, existing name.Reference, ref name.Tag, key string, result *api.ImportResult) (bool, error) {
-	ropts, err := c.remoteOptions(ctx, ref.Registry)
+// reuseBuild writes ref from the image rec records, after checking that
+// the registry holds exactly that manifest (fetched by digest, so its
+// bytes are the ones pushed) with the recorded config and layer, and both
+// blobs in rec's repository. When rec is in another repository of the
+// registry, the image is copied into ref's, mounting the blobs. It
+// reports false, forgetting rec, when the registry no longer holds it
+// all; the caller then builds.
+func (c *Client) reuseBuild(ctx context.Context, ref name.Tag, rec buildRecord, result *api.ImportResult) (bool, error) {
+	from, err := name.NewDigest(rec.Registry+"/"+rec.Repository+"@"+rec.Digest, c.nameOptions()...)
 	if err != nil {
 		return false, err
 	}
-	desc, err := remote.Get(existing, ropts...)
-	var terr *transport.Error
-	if errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound {
-		return false, nil
+	manifest, ok, err := c.checkBuild(ctx, from, rec)
+	if err != nil || !ok {
+		if err == nil {
+			c.forgetBuild(rec)
+		}
+		return false, err
+	}
+	if rec.Repository == ref.RepositoryStr() {
+		err = c.putManifest(ctx, ref, manifest)
+	} else {
+		_, err = c.Copy(ctx, from, ref)
 	}
 	if err != nil {
-		return false, fmt.Errorf("looking for an identical image in %s: %w", ref.Context(), err)
+		var terr *transport.Error
+		if errors.As(err, &terr) && terr.StatusCode == http.StatusBadRequest {
+			return false, nil // a blob went in the meantime: build
+		}
+		return false, err
 	}
-	var m ocispec.Manifest
-	if err := json.Unmarshal(desc.Manifest, &m); err != nil || len(m.Layers) != 1 || m.Annotations[api.AnnotationBuildKey] != key {
-		return false, nil // not ours after all: build anew
-	}
-	if err := remote.Tag(ref, desc, ropts...); err != nil {
-		return false, fmt.Errorf("tagging %s: %w", ref, err)
-	}
-	c.rememberBuild(key, buildRecord{Registry: ref.RegistryStr(), Repository: ref.RepositoryStr(), Digest: desc.Digest.String()})
-	result.Digest = desc.Digest.String()
-	result.Pinned = ref.Context().Digest(result.Digest).String()
+	rec.Repository = ref.RepositoryStr()
+	c.rememberBuild(rec)
+	result.Digest = rec.Digest
+	result.Pinned = ref.Context().Digest(rec.Digest).String()
 	result.Reused = true
-	result.LayerSize = m.Layers[0].Size
+	result.LayerSize = rec.LayerSize
 	return true, nil
 }
 
-// mountExisting copies the image recorded for key from another repository
-// of the same registry into ref's repository. The registry mounts the
-// blobs, so no layer byte travels; then ref and the build-key tag are
-// written.
-func (c *Client) mountExisting(ctx context.Context, ref name.Tag, key string, rec buildRecord, result *api.ImportResult) (bool, error) {
-	from, err := name.NewDigest(ref.RegistryStr() + "/" + rec.Repository + "@" + rec.Digest)
+// checkBuild fetches the manifest at pinned (go-containerregistry checks
+// that its bytes have the digest) and checks that it is the one rec
+// describes and that its repository holds the config and the layer. ok is
+// false when something is missing or different.
+func (c *Client) checkBuild(ctx context.Context, pinned name.Digest, rec buildRecord) (manifest []byte, ok bool, err error) {
+	ropts, err := c.remoteOptions(ctx, pinned.Registry)
 	if err != nil {
-		return false, err
+		return nil, false, err
 	}
-	keyTag := ref.Context().Tag(BuildKeyTag(key))
-	if _, err := c.Copy(ctx, from, keyTag); err != nil {
-		return false, err
+	desc, err := remote.Get(pinned, ropts...)
+	var terr *transport.Error
+	if errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound {
+		return nil, false, nil
 	}
-	return c.tagExisting(ctx, keyTag, ref, key, result)
+	if err != nil {
+		return nil, false, fmt.Errorf("fetching %s: %w", pinned, err)
+	}
+	if desc.Digest.String() != rec.Digest {
+		return nil, false, fmt.Errorf("%s answered with manifest %s", pinned, desc.Digest)
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(desc.Manifest, &m); err != nil || len(m.Layers) != 1 ||
+		m.Config.Digest.String() != rec.Config || m.Layers[0].Digest.String() != rec.Layer ||
+		m.Layers[0].Size != rec.LayerSize || m.Annotations[api.AnnotationBuildKey] != rec.Key {
+		return nil, false, nil
+	}
+	client, base, err := c.httpClient(ctx, pinned.Context(), pinned.Context().Scope(transport.PullScope))
+	if err != nil {
+		return nil, false, err
+	}
+	baseURL, err := url.Parse(base)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, d := range []string{rec.Config, rec.Layer} {
+		exists, err := c.blobExists(ctx, client, baseURL, pinned.Context(), d)
+		if err != nil || !exists {
+			return nil, false, err
+		}
+	}
+	return desc.Manifest, true, nil
 }
 
 // pushLayer builds the layer and streams it into a resumable upload.

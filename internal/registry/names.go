@@ -182,7 +182,7 @@ func parseRef(s string, form refForm) (ref, error) {
 	switch form {
 	case formTenant:
 		if strings.Contains(path, "/") || r.Tag != "" || r.Digest != "" {
-			return bad("tenant", "it names more than a tenant: write REGISTRY/TENANT")
+			return bad("tenant", "it names a repository, not a tenant: write REGISTRY/TENANT")
 		}
 		if !tenantPattern.MatchString(path) {
 			return bad("tenant", "%s", tenantRule(path))

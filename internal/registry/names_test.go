@@ -101,7 +101,7 @@ func TestParseRefRefuses(t *testing.T) {
 		{"reg.example.com/acme/rhél:1", formImage, "reference", "printable ASCII", false},
 		{"", formImage, "reference", "empty", false},
 		{"reg.example.com/acme/" + long + ":1", formImage, "repository", "limit is 255", true},
-		{"reg.example.com/acme/x", formTenant, "tenant", "more than a tenant", false},
+		{"reg.example.com/acme/x", formTenant, "tenant", "not a tenant", false},
 		{"reg.example.com/Acme", formTenant, "repository", "upper-case", false},
 		{"reg.example.com/a_b", formTenant, "tenant", "not a valid name", false},
 		{"reg.example.com/cat:1", formRepository, "repository", "tag or a digest", false},

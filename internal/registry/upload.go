@@ -96,9 +96,11 @@ func (c *Client) startUpload(ctx context.Context, repo name.Repository, key *upl
 		return nil, err
 	}
 	u := &blobUpload{c: c, client: client, base: baseURL, repo: repo, key: key, buf: make([]byte, 0, c.opts.chunkSize)}
-	if u.stateFile() {
+	if u.stateFile() && c.privateCachePath(u.state.path) != "" {
+		// A state file only names an upload session of this registry: the
+		// layer's bytes never go to a host it names.
 		if prev, err := readUploadState(u.state.path); err == nil && prev.Key == u.state.Key && prev.Repo == repo.Name() {
-			if loc, err := baseURL.Parse(prev.Location); err == nil {
+			if loc, err := baseURL.Parse(prev.Location); err == nil && loc.Scheme == baseURL.Scheme && loc.Host == baseURL.Host {
 				u.location = loc
 				if err := u.status(ctx); err == nil {
 					u.skip = u.acked
@@ -128,13 +130,17 @@ func stateFileName(repo, key string) string {
 	return strings.NewReplacer("/", "_", ":", "_").Replace(repo) + "-" + strings.TrimPrefix(key, "sha256:")[:16] + ".json"
 }
 
+// maxStateFile bounds what is read of an upload state file.
+const maxStateFile = 64 << 10
+
 func readUploadState(path string) (*uploadState, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
+	defer f.Close()
 	var s uploadState
-	if err := json.Unmarshal(b, &s); err != nil {
+	if err := json.NewDecoder(&limitedReader{r: f, n: maxStateFile}).Decode(&s); err != nil {
 		return nil, err
 	}
 	return &s, nil
@@ -159,12 +165,16 @@ func (u *blobUpload) saveState() {
 	}
 	u.state.Location = u.location.String()
 	b, _ := json.Marshal(u.state)
-	if err := os.MkdirAll(filepath.Dir(u.state.path), 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(u.state.path), 0o700); err != nil || u.c.privateCachePath(u.state.path) == "" {
 		return
 	}
-	tmp := u.state.path + ".tmp"
-	if os.WriteFile(tmp, b, 0o600) == nil {
-		os.Rename(tmp, u.state.path)
+	tmp, err := os.CreateTemp(filepath.Dir(u.state.path), filepath.Base(u.state.path)+".*.tmp")
+	if err != nil {
+		return
+	}
+	_, werr := tmp.Write(b)
+	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), u.state.path) != nil {
+		os.Remove(tmp.Name())
 	}
 }
 

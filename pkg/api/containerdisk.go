@@ -66,7 +66,9 @@ type ImportResult struct {
 	DiskFormat  string `json:"diskFormat"`
 }
 
-// BuildKeyTagPrefix starts the tag that every imported image also carries,
-// followed by the hex of its build key. Listings hide such tags; syncers
-// ignore them.
+// BuildKeyTagPrefix starts the hidden tag that older imagectl versions
+// wrote next to every import (followed by the hex of its build key) and
+// trusted on re-import; anyone with push access could plant one. imagectl
+// neither writes nor trusts such tags now and refuses them as a
+// destination; listings hide them and syncers ignore them.
 const BuildKeyTagPrefix = "imagepipe-build-"

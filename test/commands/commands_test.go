@@ -394,7 +394,7 @@ func TestDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	if tags, err := remote.List(repo); err == nil && len(tags) > 0 {
-		t.Errorf("tags left in acme/alpha: %v (the build-key tag must go with the image)", tags)
+		t.Errorf("tags left in acme/alpha: %v", tags)
 	}
 
 	ls := f.list(t, "other")

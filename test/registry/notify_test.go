@@ -59,8 +59,8 @@ func TestDistributionNotificationsReachTheWebhook(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	for _, e := range events {
-		if strings.HasPrefix(e.Tag, "imagepipe-build-") && e.Digest != res.Digest {
-			t.Errorf("build-key tag event with another digest: %+v", e)
+		if strings.HasPrefix(e.Tag, "imagepipe-build-") {
+			t.Errorf("an event for a build-key tag, which imagectl no longer writes: %+v", e)
 		}
 	}
 }

@@ -1,0 +1,79 @@
+package registry
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+)
+
+// TestForgedUploadStateNeverSendsElsewhere plants an upload state file
+// whose session URL is on another host: the import ignores it, sends
+// nothing there, and completes on the registry named by the reference.
+func TestForgedUploadStateNeverSendsElsewhere(t *testing.T) {
+	host := testRegistry(t)
+	var elsewhere atomic.Int64
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		w.Header().Set("Range", "0-0")
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(evil.Close)
+
+	cache := t.TempDir()
+	c := testClient(t, WithCacheDir(cache))
+	src := testDisk(t, 4<<20, 9)
+	ref := mustTag(t, host+"/acme/state:1")
+	opts, err := ImportOptions{}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := buildKey(src.Digest, opts)
+	state := uploadState{Key: key, Repo: ref.Context().Name(), Location: evil.URL + "/v2/acme/state/blobs/uploads/forged"}
+	b, _ := json.Marshal(state)
+	dir := filepath.Join(cache, "uploads")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, stateFileName(ref.Context().Name(), key)), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Import(t.Context(), ref, src, ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("%d requests went to the host the state file named", n)
+	}
+	if res.UploadedBytes != res.LayerSize {
+		t.Errorf("result %+v: the whole layer should have gone to the registry", res)
+	}
+}
+
+// TestCacheFilesMustBePrivate: checkPrivate refuses what others may write
+// and symbolic links, and accepts a missing path.
+func TestCacheFilesMustBePrivate(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	if err := checkPrivate(p); err != nil {
+		t.Errorf("missing file: %v", err)
+	}
+	os.WriteFile(p, []byte("{}"), 0o600)
+	if err := checkPrivate(p); err != nil {
+		t.Errorf("private file: %v", err)
+	}
+	for _, mode := range []os.FileMode{0o620, 0o602, 0o666} {
+		os.Chmod(p, mode)
+		if err := checkPrivate(p); err == nil {
+			t.Errorf("mode %04o accepted", mode)
+		}
+	}
+	link := filepath.Join(dir, "link")
+	os.Symlink(p, link)
+	if err := checkPrivate(link); err == nil {
+		t.Error("symbolic link accepted")
+	}
+}
