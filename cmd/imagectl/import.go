@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -46,7 +47,9 @@ resumes where the registry left off, also in a later run. An identical
 re-import (same source bytes and options) on the machine that pushed the image
 only tags it, once the registry is found to hold exactly what was pushed.
 
-Exit codes: 0 pushed, 3 the image is rejected (nothing is pushed), 1 other errors.`,
+Exit codes: 0 pushed, 3 the image is rejected (nothing is pushed), 1 other
+errors, 130 and 143 interrupted by SIGINT and SIGTERM (the upload is kept: run
+the same command again to resume).`,
 		Example: `  imagectl import ./rhel.qcow2 registry.example.com/acme/rhel:10
   imagectl import s3://images/fedora.raw.zst registry.example.com/acme/fedora:41 --disk-format raw
   curl -sL https://example.com/disk.qcow2 | imagectl import - registry.example.com/acme/disk:1 -o json`,
@@ -111,10 +114,11 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	if src.Digest == "" {
 		rsrc.WaitDigest = src.WaitDigest
 	}
+	rsrc.UploadName = localUploadName(o.src)
 	result, err := client.Import(ctx, tag, rsrc, iopts)
 	pushBar.finish()
 	if err != nil {
-		return err
+		return interrupted(ctx, err, errors.Is(err, registry.ErrResumable))
 	}
 	out := cmd.OutOrStdout()
 	if o.output == "json" {

@@ -14,7 +14,9 @@ import (
 	"github.com/imagepipe/imagepipe/internal/registry"
 )
 
-// Exit codes, documented in the README.
+// Exit codes, documented in the README. An interrupted command exits with
+// 128 plus the signal's number, as shells report it: 130 for SIGINT
+// (Ctrl-C), 143 for SIGTERM.
 const (
 	exitOK       = 0
 	exitError    = 1
@@ -22,10 +24,57 @@ const (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptContext()
 	err := newRootCmd().ExecuteContext(ctx)
+	var intr *interruptedError
+	if cause := context.Cause(ctx); err != nil && errors.As(cause, &intr) && !errors.As(err, &intr) {
+		err = cause // whatever the command was doing when it was stopped
+	}
 	stop()
 	os.Exit(exitCode(err))
+}
+
+// interruptContext is cancelled, with an *interruptedError as its cause,
+// at the first SIGINT or SIGTERM; commands then stop and say so. A second
+// signal ends the process at once.
+func interruptContext() (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-sigs:
+			cancel(&interruptedError{sig: sig.(syscall.Signal)})
+		case <-done:
+			return
+		}
+		select {
+		case sig := <-sigs:
+			os.Exit(128 + int(sig.(syscall.Signal)))
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sigs)
+		close(done)
+		cancel(nil)
+	}
+}
+
+// interruptedError is the outcome of a command stopped by a signal.
+type interruptedError struct {
+	sig syscall.Signal
+	// resumable says that running the same command again resumes the
+	// work (an import's upload) rather than starting over.
+	resumable bool
+}
+
+func (e *interruptedError) Error() string {
+	if e.resumable {
+		return "interrupted; run the same command again to resume"
+	}
+	return "interrupted"
 }
 
 // exitCode maps an error to the process exit code and prints it.
@@ -38,6 +87,13 @@ func exitCode(err error) int {
 		return reported.code
 	}
 	fmt.Fprintln(os.Stderr, "imagectl:", err)
+	var intr *interruptedError
+	if errors.As(err, &intr) {
+		return 128 + int(intr.sig)
+	}
+	if errors.Is(err, registry.ErrResumable) {
+		fmt.Fprintln(os.Stderr, "hint: the upload is kept; run the same command again to resume it")
+	}
 	if re := convert.AsReject(err); re != nil {
 		if hint := hintFor(re.Reason); hint != "" {
 			fmt.Fprintln(os.Stderr, "hint:", hint)

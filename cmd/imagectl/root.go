@@ -31,7 +31,8 @@ func newRootCmd() *cobra.Command {
 		Short: "Validate, convert and publish VM disk images",
 		Long: `imagectl validates untrusted qcow2 and raw disk images and converts them natively.
 
-Exit codes: 0 success, 1 error, 3 the image was rejected by validation.`,
+Exit codes: 0 success, 1 error, 3 the image was rejected by validation,
+130 and 143 interrupted by SIGINT (Ctrl-C) and SIGTERM.`,
 		Version:       version,
 		SilenceUsage:  true,
 		SilenceErrors: true,

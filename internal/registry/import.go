@@ -34,7 +34,25 @@ type Source struct {
 	Digest string
 	// WaitDigest, when Digest is "", returns the digest once known.
 	WaitDigest func(context.Context) (string, error)
+	// UploadName, when set, names the layer upload so that a later run can
+	// resume it even when this one was interrupted before the digest was
+	// known: e.g. a local file's path, device, inode, size and times. A
+	// name that matches another content costs only a fresh upload: the
+	// registry checks the layer's digest before it accepts it.
+	UploadName string
 }
+
+// ErrResumable marks an import that stopped (interrupted, or the registry
+// or the network failed) with its upload session kept and recorded, so
+// that running the same import again resumes it.
+var ErrResumable = errors.New("the upload is kept for a later run")
+
+// resumableError wraps an import's error when its upload can be resumed.
+type resumableError struct{ err error }
+
+func (e *resumableError) Error() string        { return e.err.Error() }
+func (e *resumableError) Unwrap() error        { return e.err }
+func (e *resumableError) Is(target error) bool { return target == ErrResumable }
 
 // ImportOptions describe the containerDisk to build. The zero value builds
 // a gzip-compressed qcow2 disk for linux/amd64.
@@ -139,7 +157,11 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts Impo
 		if res, err := c.findExisting(ctx, ref, key, src, opts); err != nil || res != nil {
 			return res, err
 		}
-		b, err := c.build(ctx, ref, knownKey(key), src, opts)
+		upload := knownKey(key)
+		if src.UploadName != "" {
+			upload = knownKey(uploadNameKey(src.UploadName, opts))
+		}
+		b, err := c.build(ctx, ref, upload, src, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -156,6 +178,10 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts Impo
 	}
 	lookup := make(chan found, 1)
 	later := new(uploadKey)
+	named := src.UploadName != ""
+	if named {
+		later.set(uploadNameKey(src.UploadName, opts))
+	}
 	go func() {
 		d, err := src.WaitDigest(buildCtx)
 		if err != nil {
@@ -165,7 +191,7 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts Impo
 		}
 		key := buildKey(d, opts)
 		res, err := c.findExisting(buildCtx, ref, key, Source{Image: src.Image, Digest: d}, opts)
-		if res == nil && err == nil {
+		if res == nil && err == nil && !named {
 			later.set(key) // the upload can now be resumed by a later run
 		}
 		lookup <- found{digest: d, res: res, err: err}
@@ -179,6 +205,9 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts Impo
 	b, buildErr := c.build(buildCtx, ref, later, src, opts)
 	if buildErr != nil && !errors.Is(context.Cause(buildCtx), errFoundExisting) {
 		if cause := context.Cause(buildCtx); cause != nil {
+			if errors.Is(buildErr, ErrResumable) {
+				return nil, &resumableError{cause}
+			}
 			return nil, cause // hashing failed, or the caller gave up
 		}
 		return nil, buildErr
@@ -193,6 +222,13 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts Impo
 		return nil, buildErr
 	}
 	return c.publish(ctx, ref, buildKey(f.digest, opts), f.digest, src, opts, b)
+}
+
+// uploadNameKey names the upload of a source known by name (see
+// Source.UploadName) rather than by digest, with everything else that
+// decides the layer's bytes.
+func uploadNameKey(uploadName string, o ImportOptions) string {
+	return buildKey("name:"+uploadName, o)
 }
 
 // errFoundExisting stops a build that an identical image made unnecessary.
@@ -413,17 +449,26 @@ func (c *Client) pushLayer(ctx context.Context, repo name.Repository, key *uploa
 		tarIn = &progressWriter{fn: opts.Progress, total: total}
 	}
 	layer, err := buildLayer(ctx, plan, opts.Compression, up, tarIn)
-	if err != nil {
+	if err == nil {
+		err = up.finish()
+	} else {
 		up.abort()
-		if convert.AsReject(err) != nil || errors.Is(err, context.Canceled) {
-			up.cancel(context.WithoutCancel(ctx))
+	}
+	if err == nil {
+		err = up.commit(ctx, layer.digest)
+	}
+	if err != nil {
+		if convert.AsReject(err) != nil || errors.Is(context.Cause(ctx), errFoundExisting) {
+			// Rejected or not needed: its bytes must not stay on the registry.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			up.cancel(cctx)
+			cancel()
+			return layerInfo{}, up.sent, err
 		}
-		return layerInfo{}, up.sent, err
-	}
-	if err := up.finish(); err != nil {
-		return layerInfo{}, up.sent, err
-	}
-	if err := up.commit(ctx, layer.digest); err != nil {
+		// Interrupted or failed: the session stays, for a later run.
+		if !errors.Is(err, errUploadLost) && up.saveState() {
+			err = &resumableError{err}
+		}
 		return layerInfo{}, up.sent, err
 	}
 	c.opts.logger.Debug("layer uploaded", "digest", layer.digest, "bytes", layer.size, "sent", up.sent, "resent", up.resent)

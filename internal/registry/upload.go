@@ -157,25 +157,28 @@ func (u *blobUpload) stateFile() bool {
 	return u.state != nil
 }
 
-// saveState records the current upload URL; failing to is not an error,
-// it only costs a later run the ability to resume.
-func (u *blobUpload) saveState() {
+// saveState records the current upload URL and reports whether it did;
+// failing to is not an error, it only costs a later run the ability to
+// resume.
+func (u *blobUpload) saveState() bool {
 	if !u.stateFile() || u.location == nil {
-		return
+		return false
 	}
 	u.state.Location = u.location.String()
 	b, _ := json.Marshal(u.state)
 	if err := os.MkdirAll(filepath.Dir(u.state.path), 0o700); err != nil || u.c.privateCachePath(u.state.path) == "" {
-		return
+		return false
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(u.state.path), filepath.Base(u.state.path)+".*.tmp")
 	if err != nil {
-		return
+		return false
 	}
 	_, werr := tmp.Write(b)
 	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), u.state.path) != nil {
 		os.Remove(tmp.Name())
+		return false
 	}
+	return true
 }
 
 func (u *blobUpload) forgetState() {
@@ -426,6 +429,13 @@ func (u *blobUpload) commit(ctx context.Context, digest string) error {
 			break
 		}
 		lastErr = transport.CheckError(resp, http.StatusCreated)
+		var terr *transport.Error
+		if errors.As(lastErr, &terr) && terr.StatusCode == http.StatusBadRequest && hasCode(terr, transport.DigestInvalidErrorCode) {
+			// What the registry holds is not this layer (a session resumed
+			// from a stale or foreign state file): start over.
+			u.cancel(ctx)
+			return fmt.Errorf("%w: %v", errUploadLost, lastErr)
+		}
 		if !retryableStatus(resp.StatusCode) {
 			break
 		}
@@ -468,6 +478,16 @@ func (c *Client) blobExists(ctx context.Context, client *http.Client, base *url.
 		return false, nil
 	}
 	return false, transport.CheckError(resp, http.StatusOK)
+}
+
+// hasCode reports whether the registry's error response carries code.
+func hasCode(e *transport.Error, code transport.ErrorCode) bool {
+	for _, d := range e.Errors {
+		if d.Code == code {
+			return true
+		}
+	}
+	return false
 }
 
 // retryableStatus: 408, 429 and 5xx are worth another try.
