@@ -94,6 +94,11 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	if err != nil {
 		return err
 	}
+	// A wrong password or an unreachable registry is found before the
+	// source is read, not after a long download.
+	if err := client.CheckPush(ctx, tag.Context()); err != nil {
+		return err
+	}
 
 	readBar := newProgressBar("reading ", o.quiet)
 	sopts := o.sourceFlags.options(o.globalOptions, o.maxVirtualSize, readBar.update)

@@ -6,8 +6,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
 )
 
 // TestForgedUploadStateNeverSendsElsewhere plants an upload state file
@@ -75,5 +79,54 @@ func TestCacheFilesMustBePrivate(t *testing.T) {
 	os.Symlink(p, link)
 	if err := checkPrivate(link); err == nil {
 		t.Error("symbolic link accepted")
+	}
+}
+
+// TestCheckPushSaysWhy: CheckPush names the cause for a registry that
+// refuses the push (played by a handler: distribution has no per-repository
+// permissions), one that wants credentials, and accepts an open registry,
+// deleting the session it opened.
+func TestCheckPushSaysWhy(t *testing.T) {
+	var deleted atomic.Int64
+	denying := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/v2/":
+			w.WriteHeader(http.StatusOK)
+		case r.Method == http.MethodPost:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			w.Write([]byte(`{"errors":[{"code":"DENIED","message":"requested access to the resource is denied"}]}`))
+		}
+	}))
+	t.Cleanup(denying.Close)
+	wanting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("WWW-Authenticate", `Basic realm="test"`)
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	t.Cleanup(wanting.Close)
+	host := func(s *httptest.Server) string { return strings.TrimPrefix(s.URL, "http://") }
+
+	c := testClient(t, WithBasicAuth("tenant", "pw"))
+	repo, _ := name.NewRepository(host(denying) + "/acme/x")
+	if err := c.CheckPush(t.Context(), repo); err == nil || !strings.Contains(err.Error(), `user "tenant" may not push to `+repo.String()) {
+		t.Errorf("denied: %v", err)
+	}
+	repo, _ = name.NewRepository(host(wanting) + "/acme/x")
+	if err := testClient(t, WithKeychain(authn.NewMultiKeychain())).CheckPush(t.Context(), repo); err == nil || !strings.Contains(err.Error(), "wants credentials") {
+		t.Errorf("anonymous: %v", err)
+	}
+
+	open := testRegistry(t)
+	observed := testClient(t, WithRequestObserver(func(method, path string, status int) {
+		if method == http.MethodDelete && strings.Contains(path, "/blobs/uploads/") {
+			deleted.Add(1)
+		}
+	}))
+	repo, _ = name.NewRepository(open + "/acme/x")
+	if err := observed.CheckPush(t.Context(), repo); err != nil {
+		t.Errorf("open registry: %v", err)
+	}
+	if deleted.Load() != 1 {
+		t.Errorf("%d upload sessions deleted, want 1", deleted.Load())
 	}
 }

@@ -1,0 +1,100 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"syscall"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+)
+
+// checkPushTimeout bounds CheckPush: one attempt of each request.
+const checkPushTimeout = 30 * time.Second
+
+// CheckPush finds out, before any work, whether the registry of repo
+// answers and accepts a push to repo from this client's credentials: it
+// opens an upload session (the request every push starts with) and
+// deletes it at once. Each request is tried once. Its errors say what is
+// wrong in words: the registry is unreachable, it wants credentials, the
+// credentials are wrong, or they may not push to repo.
+func (c *Client) CheckPush(ctx context.Context, repo name.Repository) error {
+	ctx, cancel := context.WithTimeout(ctx, checkPushTimeout)
+	defer cancel()
+	host := repo.RegistryStr()
+	auth, err := c.authenticator(repo.Registry)
+	if err != nil {
+		return err
+	}
+	user := ""
+	if cfg, err := auth.Authorization(); err == nil {
+		user = cfg.Username
+	}
+	explain := func(err error) error {
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil && context.Cause(ctx) != nil && !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+			return context.Cause(ctx)
+		}
+		var terr *transport.Error
+		switch {
+		case unreachable(err):
+			return fmt.Errorf("registry %s unreachable: %w", host, err)
+		case errors.As(err, &terr) && terr.StatusCode == http.StatusUnauthorized && auth == authn.Anonymous:
+			return fmt.Errorf("registry %s wants credentials: log in (docker login %s) or pass --username and --password-stdin: %w", host, host, err)
+		case errors.As(err, &terr) && terr.StatusCode == http.StatusUnauthorized:
+			return fmt.Errorf("wrong credentials for %s: the registry refused user %q: %w", host, user, err)
+		case errors.As(err, &terr) && terr.StatusCode == http.StatusForbidden:
+			return fmt.Errorf("user %q may not push to %s: %w", user, repo, err)
+		}
+		return fmt.Errorf("checking that %s accepts a push: %w", repo, err)
+	}
+	client, base, err := c.httpClient(ctx, repo, repo.Scope(transport.PushScope))
+	if err != nil {
+		return explain(err)
+	}
+	baseURL, err := url.Parse(base)
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL.JoinPath("v2", repo.RepositoryStr(), "blobs", "uploads").String()+"/", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return explain(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		return explain(transport.CheckError(resp, http.StatusAccepted))
+	}
+	// The session is not needed: delete it (a registry that cannot only
+	// lets it expire).
+	if loc, err := baseURL.Parse(resp.Header.Get("Location")); err == nil && resp.Header.Get("Location") != "" &&
+		loc.Scheme == baseURL.Scheme && loc.Host == baseURL.Host {
+		if req, err := http.NewRequestWithContext(ctx, http.MethodDelete, loc.String(), nil); err == nil {
+			if resp, err := client.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}
+	}
+	return nil
+}
+
+// unreachable reports whether err means that no HTTP conversation took
+// place: no route, refused, name not found, timed out.
+func unreachable(err error) bool {
+	var dnsErr *net.DNSError
+	var opErr *net.OpError
+	return errors.As(err, &dnsErr) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, context.DeadlineExceeded) ||
+		(errors.As(err, &opErr) && opErr.Op == "dial")
+}
