@@ -274,7 +274,9 @@ func FuzzDiskEntry(f *testing.F) {
 		if int64(len(data)) > size {
 			data = data[:size]
 		}
-		content := func() io.Reader { return io.MultiReader(bytes.NewReader(data), io.LimitReader(zeroReader{}, size-int64(len(data)))) }
+		content := func() io.Reader {
+			return io.MultiReader(bytes.NewReader(data), io.LimitReader(zeroReader{}, size-int64(len(data))))
+		}
 
 		// The rules, applied to the headers as read back.
 		want, wantErr := "", false
