@@ -83,9 +83,15 @@ func (c *Client) buildsPath() string {
 var errUntrustedCache = errors.New("the cache is not private to this user")
 
 // checkPrivate returns nil when path belongs to the current user and
-// neither its group nor others may write it (a missing path is fine).
-func checkPrivate(path string) error {
-	st, err := os.Lstat(path)
+// neither its group nor others may write it (a missing path is fine). A
+// symbolic link is refused, except for the cache directory itself
+// (follow), whose target is checked instead.
+func checkPrivate(path string, follow bool) error {
+	stat := os.Lstat
+	if follow {
+		stat = os.Stat
+	}
+	st, err := stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -110,8 +116,8 @@ func (c *Client) privateCachePath(path string) string {
 	if path == "" {
 		return ""
 	}
-	for _, p := range []string{c.opts.cacheDir, filepath.Dir(path), path} {
-		if err := checkPrivate(p); err != nil {
+	for i, p := range []string{c.opts.cacheDir, filepath.Dir(path), path} {
+		if err := checkPrivate(p, i == 0); err != nil {
 			c.opts.logger.Warn("not using the cache", "path", path, "error", err)
 			return ""
 		}

@@ -2,11 +2,13 @@ package registry
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -55,6 +57,38 @@ func TestForgedUploadStateNeverSendsElsewhere(t *testing.T) {
 	if res.UploadedBytes != res.LayerSize {
 		t.Errorf("result %+v: the whole layer should have gone to the registry", res)
 	}
+
+	// On the same registry, a session of another tenant's repository is
+	// not resumed either.
+	var paths []string
+	var mu sync.Mutex
+	c2 := testClient(t, WithCacheDir(cache), WithRequestObserver(func(method, path string, status int) {
+		mu.Lock()
+		paths = append(paths, method+" "+path)
+		mu.Unlock()
+	}))
+	ref2 := mustTag(t, host+"/acme/state:2")
+	for i, loc := range []string{"http://" + host + "/v2/globex/evil/blobs/uploads/forged", "/v2/acme/state/blobs/uploads/../../../globex/evil/blobs/uploads/x"} {
+		src2 := testDisk(t, 4<<20, uint64(10+i))
+		src2.Digest = fmt.Sprintf("sha256:%064x", 10+i) // another source: nothing to reuse
+		key2 := buildKey(src2.Digest, opts)
+		state = uploadState{Key: key2, Repo: ref2.Context().Name(), Location: loc}
+		b, _ = json.Marshal(state)
+		if err := os.WriteFile(filepath.Join(dir, stateFileName(ref2.Context().Name(), key2)), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := c2.Import(t.Context(), ref2, src2, ImportOptions{}); err != nil || res.Reused {
+			t.Fatalf("import: %+v, %v", res, err)
+		}
+		mu.Lock()
+		for _, p := range paths {
+			if strings.Contains(p, "globex") {
+				t.Errorf("state file location %s: request %s", loc, p)
+			}
+		}
+		paths = nil
+		mu.Unlock()
+	}
 }
 
 // TestCacheFilesMustBePrivate: checkPrivate refuses what others may write
@@ -62,23 +96,27 @@ func TestForgedUploadStateNeverSendsElsewhere(t *testing.T) {
 func TestCacheFilesMustBePrivate(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "f")
-	if err := checkPrivate(p); err != nil {
+	if err := checkPrivate(p, false); err != nil {
 		t.Errorf("missing file: %v", err)
 	}
 	os.WriteFile(p, []byte("{}"), 0o600)
-	if err := checkPrivate(p); err != nil {
+	if err := checkPrivate(p, false); err != nil {
 		t.Errorf("private file: %v", err)
 	}
 	for _, mode := range []os.FileMode{0o620, 0o602, 0o666} {
 		os.Chmod(p, mode)
-		if err := checkPrivate(p); err == nil {
+		if err := checkPrivate(p, false); err == nil {
 			t.Errorf("mode %04o accepted", mode)
 		}
 	}
 	link := filepath.Join(dir, "link")
 	os.Symlink(p, link)
-	if err := checkPrivate(link); err == nil {
+	if err := checkPrivate(link, false); err == nil {
 		t.Error("symbolic link accepted")
+	}
+	os.Chmod(p, 0o600)
+	if err := checkPrivate(link, true); err != nil {
+		t.Errorf("symbolic link to a private file, followed: %v", err)
 	}
 }
 

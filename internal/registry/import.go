@@ -284,8 +284,10 @@ func (c *Client) build(ctx context.Context, ref name.Tag, key *uploadKey, src So
 	}
 	layer, sent, err := c.pushLayer(ctx, ref.Context(), key, plan, opts)
 	if errors.Is(err, errUploadLost) {
-		c.opts.logger.Info("upload session lost; sending the layer again", "reference", ref.String())
-		layer, sent, err = c.pushLayer(ctx, ref.Context(), key, plan, opts)
+		c.opts.logger.Info("upload session lost; sending the layer again", "reference", ref.String(), "error", err)
+		var again int64
+		layer, again, err = c.pushLayer(ctx, ref.Context(), key, plan, opts)
+		sent += again
 	}
 	allocated := summary.AllocatedBytes // raw output: the source's allocation
 	if n, ok := plan.DataBytes(); ok {

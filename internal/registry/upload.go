@@ -97,10 +97,11 @@ func (c *Client) startUpload(ctx context.Context, repo name.Repository, key *upl
 	}
 	u := &blobUpload{c: c, client: client, base: baseURL, repo: repo, key: key, buf: make([]byte, 0, c.opts.chunkSize)}
 	if u.stateFile() && c.privateCachePath(u.state.path) != "" {
-		// A state file only names an upload session of this registry: the
-		// layer's bytes never go to a host it names.
+		// A state file only names an upload session of this repository on
+		// this registry: the layer's bytes never go where else it points.
 		if prev, err := readUploadState(u.state.path); err == nil && prev.Key == u.state.Key && prev.Repo == repo.Name() {
-			if loc, err := baseURL.Parse(prev.Location); err == nil && loc.Scheme == baseURL.Scheme && loc.Host == baseURL.Host {
+			if loc, err := baseURL.Parse(prev.Location); err == nil && loc.Scheme == baseURL.Scheme && loc.Host == baseURL.Host &&
+				strings.HasPrefix(loc.Path, "/v2/"+repo.RepositoryStr()+"/blobs/uploads/") && !strings.Contains(loc.Path, "/../") {
 				u.location = loc
 				if err := u.status(ctx); err == nil {
 					u.skip = u.acked
@@ -423,12 +424,13 @@ func (u *blobUpload) commit(ctx context.Context, digest string) error {
 			lastErr = err
 			continue
 		}
-		resp.Body.Close()
 		if resp.StatusCode == http.StatusCreated {
+			resp.Body.Close()
 			lastErr = nil
 			break
 		}
-		lastErr = transport.CheckError(resp, http.StatusCreated)
+		lastErr = transport.CheckError(resp, http.StatusCreated) // reads the body's error codes
+		resp.Body.Close()
 		var terr *transport.Error
 		if errors.As(lastErr, &terr) && terr.StatusCode == http.StatusBadRequest && hasCode(terr, transport.DigestInvalidErrorCode) {
 			// What the registry holds is not this layer (a session resumed

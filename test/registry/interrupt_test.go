@@ -3,9 +3,13 @@ package registry
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -42,30 +46,7 @@ func TestInterruptedImportResumes(t *testing.T) {
 			proxy := harness.StartPauseProxy(t, reg.Host, 20*mib)
 			cache := t.TempDir()
 			ref := proxy.Addr + "/acme/disk:1"
-			args := []string{"import", "--quiet", "-o", "json", raw, ref, "--compression", "none"}
-
-			cmd := exec.Command(testenv.Imagectl, args...)
-			cmd.Env = append(os.Environ(), "IMAGEPIPE_CACHE="+cache)
-			var stderr bytes.Buffer
-			cmd.Stderr = &stderr
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			exited := make(chan error, 1)
-			go func() { exited <- cmd.Wait() }()
-			select {
-			case <-proxy.Reached():
-			case err := <-exited:
-				t.Fatalf("the import ended before the upload reached 20 MiB: %v\n%s", err, stderr.String())
-			}
-			if err := cmd.Process.Signal(tc.sig); err != nil {
-				t.Fatal(err)
-			}
-			<-exited
-			if code := cmd.ProcessState.ExitCode(); code != tc.code || !strings.Contains(stderr.String(), "interrupted; run the same command again to resume") {
-				t.Fatalf("after %s: exit %d, stderr %q; want %d and the resume hint", tc.name, code, stderr.String(), tc.code)
-			}
-			proxy.Drop()
+			interruptImport(t, proxy, cache, tc.sig, tc.code, raw, ref, "--compression", "none")
 			if tags := listTags(t, reg.Host, "acme/disk"); len(tags) != 0 {
 				t.Fatalf("tags after the interrupt: %v", tags)
 			}
@@ -85,6 +66,97 @@ func TestInterruptedImportResumes(t *testing.T) {
 			testenv.Run(t, "qemu-img", "compare", "-q", "-f", "raw", raw, disk)
 		})
 	}
+}
+
+// interruptImport runs imagectl import with args through proxy, sends it
+// sig once the proxy holds the upload, checks the exit code and message,
+// and drops the held connection.
+func interruptImport(t *testing.T, proxy *harness.PauseProxy, cache string, sig syscall.Signal, code int, args ...string) {
+	t.Helper()
+	cmd := exec.Command(testenv.Imagectl, append([]string{"import", "--quiet", "-o", "json"}, args...)...)
+	cmd.Env = append(os.Environ(), "IMAGEPIPE_CACHE="+cache)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case <-proxy.Reached():
+	case err := <-exited:
+		t.Fatalf("the import ended before the proxy paused it: %v\n%s", err, stderr.String())
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	if got := cmd.ProcessState.ExitCode(); got != code || !strings.Contains(stderr.String(), "interrupted; run the same command again to resume") {
+		t.Fatalf("after %v: exit %d, stderr %q; want %d and the resume hint", sig, got, stderr.String(), code)
+	}
+	proxy.Drop()
+}
+
+// TestTamperedUploadStartsOver: someone appends bytes to the upload
+// session an interrupted import left (its URL is in the state file). The
+// re-run resumes, the registry refuses the layer's digest, and imagectl
+// sends the layer again from the start: the image is right.
+func TestTamperedUploadStartsOver(t *testing.T) {
+	testenv.RequireQEMU(t)
+	const mib = 1 << 20
+	raw := makeDisk(t, t.TempDir(), 32, 20, "raw")
+	reg := harness.StartRegistry(t, harness.RegistryOptions{})
+	want := importOK(t, t.TempDir(), raw, reg.Host+"/acme/clean:1", "--compression", "none")
+	proxy := harness.StartPauseProxy(t, reg.Host, 12*mib)
+	cache := t.TempDir()
+	ref := proxy.Addr + "/acme/disk:1"
+	interruptImport(t, proxy, cache, syscall.SIGINT, 130, raw, ref, "--compression", "none")
+
+	states, _ := filepath.Glob(filepath.Join(cache, "uploads", "*.json"))
+	if len(states) != 1 {
+		t.Fatalf("state files %v, want one", states)
+	}
+	var state struct{ Location string }
+	b, _ := os.ReadFile(states[0])
+	if err := json.Unmarshal(b, &state); err != nil || state.Location == "" {
+		t.Fatalf("state file %s: %v", b, err)
+	}
+	loc := strings.Replace(state.Location, proxy.Addr, reg.Host, 1)
+	resp, err := http.Get(loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var last int64
+	if _, err := fmt.Sscanf(resp.Header.Get("Range"), "0-%d", &last); err != nil {
+		t.Fatalf("upload status %d, Range %q", resp.StatusCode, resp.Header.Get("Range"))
+	}
+	if l := resp.Header.Get("Location"); l != "" { // the registry's URL for the next request
+		if strings.HasPrefix(l, "/") {
+			l = "http://" + reg.Host + l
+		}
+		loc = l
+	}
+	req, _ := http.NewRequest(http.MethodPatch, loc, bytes.NewReader(bytes.Repeat([]byte{0xee}, mib)))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("Content-Range", fmt.Sprintf("%d-%d", last+1, last+mib))
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("appending to the session at %d: HTTP %d", last+1, resp.StatusCode)
+	}
+
+	res := importOK(t, cache, raw, ref, "--compression", "none")
+	t.Logf("layer %d bytes, the re-run sent %d", res.LayerSize, res.UploadedBytes)
+	// It resumed (sending the rest), was refused, and sent it all again.
+	if res.Digest != want.Digest || res.UploadedBytes <= res.LayerSize {
+		t.Errorf("re-run after tampering: %+v, want digest %s and the whole layer sent again after the rest", res, want.Digest)
+	}
+	disk := pullWithSkopeo(t, reg.Host+"/acme/disk:1")
+	testenv.Run(t, "qemu-img", "compare", "-q", "-f", "raw", raw, disk)
 }
 
 // errStopped stands for a signal in TestInterruptBeforeTheDigestResumes.
