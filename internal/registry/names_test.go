@@ -58,6 +58,10 @@ func TestParseRefRefuses(t *testing.T) {
 	}{
 		{"reg.example.com/acme/../globex/evil:1", formTag, "repository", `".." of the repository is a relative path step`, true},
 		{"reg.example.com/acme/./evil:1", formTag, "repository", "relative path step", true},
+		{"reg.example.com/acme/%2e%2e/globex/evil:1", formTag, "repository", "OCI name grammar", false},
+		{`reg.example.com/acme/..\globex:1`, formTag, "repository", "OCI name grammar", false},
+		{"reg.example.com/acme/evil?x=1:1", formTag, "repository", "OCI name grammar", false},
+		{"user@reg.example.com/acme/evil:1", formTag, "digest", "64 lower-case", false},
 		{"reg.example.com/acme//evil:1", formTag, "repository", "empty path component", true},
 		{"reg.example.com/acme/evil/:1", formTag, "repository", "empty path component", true},
 		{"reg.example.com//acme/evil:1", formTag, "repository", "empty path component", true},
