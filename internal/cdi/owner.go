@@ -56,14 +56,27 @@ func ownsDataSource(bi *v1alpha1.BaseImage, ds *cdiv1.DataSource) bool {
 		ds.Annotations[AnnotationRepository] == bi.Spec.Repository && ds.Annotations[AnnotationTag] == bi.Spec.Tag
 }
 
-// importsFor reports whether dv is the syncer's import of exactly
-// repository@digest from url (two tags of one repository share it).
-func importsFor(dv *cdiv1.DataVolume, repository, digest, url string) bool {
-	if dv.Labels[LabelManagedBy] != ManagedByValue || dv.Annotations[AnnotationRepository] != repository || dv.Annotations[AnnotationDigest] != digest {
+// importsFor reports whether dv is the syncer's import want (two tags of
+// one repository share it): the syncer's label, want's exact repository
+// and digest, want's digest-pinned URL, and no pull secret or CA but the
+// syncer's own copies. A DataVolume someone else created under the name (a
+// tenant may create DataVolumes) with another source is not followed.
+func importsFor(dv, want *cdiv1.DataVolume) bool {
+	if dv.Labels[LabelManagedBy] != ManagedByValue || dv.Annotations[AnnotationRepository] != want.Annotations[AnnotationRepository] ||
+		dv.Annotations[AnnotationDigest] != want.Annotations[AnnotationDigest] {
 		return false
 	}
-	src := dv.Spec.Source
-	return src != nil && src.Registry != nil && src.Registry.URL != nil && *src.Registry.URL == url
+	src, wsrc := dv.Spec.Source, want.Spec.Source
+	if src == nil || src.Registry == nil || src.Registry.URL == nil || *src.Registry.URL != *wsrc.Registry.URL {
+		return false
+	}
+	if ref := src.Registry.SecretRef; ref != nil && *ref != PullSecretName {
+		return false
+	}
+	if cm := src.Registry.CertConfigMap; cm != nil && *cm != CAConfigMapName {
+		return false
+	}
+	return true
 }
 
 // madeFor reports whether dv was created for bi: the syncer's label, bi's

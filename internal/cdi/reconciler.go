@@ -415,7 +415,7 @@ func (r *Reconciler) importDigest(ctx context.Context, bi *v1alpha1.BaseImage, i
 		return reconcile.Result{RequeueAfter: importingRecheck}, nil
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("reading DataVolume %s/%s: %w", bi.Namespace, dvName, err)
-	case !importsFor(&dv, bi.Spec.Repository, im.Digest, im.URL()):
+	case !importsFor(&dv, im.DataVolume()):
 		return reconcile.Result{}, r.conflict(bi, &ConflictError{Kind: "DataVolume", Namespace: bi.Namespace, Name: dvName, Owner: ownerOf(&dv)})
 	}
 

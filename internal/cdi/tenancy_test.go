@@ -86,6 +86,14 @@ func TestNames(t *testing.T) {
 	if got := DataVolumeName("rhel", "sha256:0123456789abcdef0123"+strings.Repeat("0", 44)); got != "rhel--0123456789abcdef0123000000000000" {
 		t.Errorf("DataVolumeName = %q", got)
 	}
+	// A tenant choosing a tag or path that spells another image's hashed
+	// name: "--" makes a part not simple, so it is hashed again.
+	hashed := BaseImageName("acme/rhel", "v1.0")
+	for _, rt := range [][2]string{{"acme/rhel", strings.TrimPrefix(hashed, "rhel--")}, {"acme/" + strings.TrimSuffix(hashed, "--"+hashed[len(hashed)-16:]), hashed[len(hashed)-16:]}} {
+		if BaseImageName(rt[0], rt[1]) == hashed {
+			t.Errorf("%s:%s forges the name %q of acme/rhel:v1.0", rt[0], rt[1], hashed)
+		}
+	}
 	// Each group collided under the old scheme.
 	for _, group := range [][][2]string{
 		{{"acme/rhel", "v1.0"}, {"acme/rhel", "v1-0"}, {"acme/rhel", "v1_0"}, {"acme/rhel", "V1.0"}, {"acme/rhel", "v1--0"}},

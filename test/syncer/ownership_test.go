@@ -22,7 +22,8 @@ import (
 // DataVolume, and deleting one under --on-delete delete leaves the others.
 // A DataSource someone else made under a BaseImage's name is never taken
 // over: the BaseImage says Conflict, naming the owner, until it is gone.
-// A BaseImage named under the old scheme is left alone.
+// A BaseImage named under the old scheme is left alone, and a tenant
+// outside --tenants gets nothing.
 func TestSyncerNamesAreInjectiveAndOwned(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
@@ -41,7 +42,7 @@ func TestSyncerNamesAreInjectiveAndOwned(t *testing.T) {
 		Spec:       v1alpha1.BaseImageSpec{Tenant: "acme", Repository: reg.Host + "/acme/rhel", Tag: "v1.0"},
 	}
 	hub.Create(t, legacy)
-	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h", "--on-delete", "delete")
+	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h", "--on-delete", "delete", "--tenants", "acme")
 
 	type img struct{ repo, tag, digest, bi, dv string }
 	imgs := []*img{{repo: "acme/rhel", tag: "v1.0"}, {repo: "acme/rhel", tag: "v1-0"}, {repo: "acme/rhel", tag: "v1_0"},
@@ -55,6 +56,8 @@ func TestSyncerNamesAreInjectiveAndOwned(t *testing.T) {
 		}
 		names[im.bi] = true
 	}
+	// A tenant this hub does not serve: its notifications are dropped.
+	importImage(t, rawDisk(t, "globex"), reg.Host+"/globex/rhel:9")
 	for _, im := range imgs {
 		hub.baseImage(t, "acme", im.bi, "importing", func(b *v1alpha1.BaseImage) bool {
 			return b.Spec.Repository == reg.Host+"/"+im.repo && b.Spec.Tag == im.tag && b.Status.Phase == v1alpha1.PhaseImporting
@@ -120,6 +123,10 @@ func TestSyncerNamesAreInjectiveAndOwned(t *testing.T) {
 			t.Errorf("%s:%s was touched by another tag's delete: phase %s, annotations %v", kept.repo, kept.tag, b.Status.Phase, b.Annotations)
 		}
 		hub.wantDataSourceOf(t, kept.bi, reg.Host+"/"+kept.repo, kept.tag, kept.dv)
+	}
+	var others v1alpha1.BaseImageList
+	if err := hub.Client.List(t.Context(), &others, client.InNamespace("globex")); err != nil || len(others.Items) != 0 {
+		t.Errorf("a tenant outside --tenants got BaseImages: %v %v", others.Items, err)
 	}
 }
 
