@@ -88,6 +88,12 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return err
 	}
+	// The syncer's own namespace is never a tenant's.
+	for _, ns := range []string{o.leaderElectionNS, os.Getenv("POD_NAMESPACE")} {
+		if ns != "" {
+			tenancy.Reserve(ns)
+		}
+	}
 
 	cfg, err := restConfig(o.kubeconfig)
 	if err != nil {

@@ -23,8 +23,24 @@ type Tenancy struct {
 	allow []string // empty: every tenant not denied
 	deny  []string
 
-	mu    sync.Mutex
-	owner map[string]string // namespace → the tenant first mapped to it
+	mu       sync.Mutex
+	owner    map[string]string // namespace → the tenant first mapped to it
+	reserved []string
+}
+
+// Reserve marks namespaces that are never a tenant's, such as the syncer's
+// own. The cluster's own (default, kube-*, openshift and openshift-*) are
+// always reserved: a repository whose tenant would render to one of them
+// (a registry project named kube-system) is not served.
+func (t *Tenancy) Reserve(namespaces ...string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.reserved = append(t.reserved, namespaces...)
+}
+
+func (t *Tenancy) isReserved(ns string) bool {
+	return ns == "default" || ns == "openshift" || strings.HasPrefix(ns, "kube-") || strings.HasPrefix(ns, "openshift-") ||
+		slices.Contains(t.reserved, ns)
 }
 
 // probeTenants are rendered when a template is compiled: any two that land
@@ -99,6 +115,9 @@ func (t *Tenancy) Namespace(repository string) (tenant, namespace string, err er
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.isReserved(namespace) {
+		return "", "", fmt.Errorf("the template maps tenant %q to namespace %q, which is reserved for the cluster or the syncer", tenant, namespace)
+	}
 	if other, ok := t.owner[namespace]; ok && other != tenant {
 		return "", "", fmt.Errorf("the namespace template maps tenants %q and %q to the same namespace %q; %q is not served", other, tenant, namespace, tenant)
 	}

@@ -56,6 +56,14 @@ func TestTenancy(t *testing.T) {
 	if _, ns, err := loose.Namespace("globex2/rhel"); err == nil {
 		t.Errorf("globex2 was served in %q, the namespace globex1 already has", ns)
 	}
+	// Namespaces of the cluster and of the syncer are nobody's tenant namespace.
+	plain, _ := NewTenancy("", nil, nil)
+	plain.Reserve("imagepipe-system")
+	for _, repo := range []string{"kube-system/rhel", "default/rhel", "kube-public/x", "openshift-config/x", "imagepipe-system/rhel"} {
+		if _, ns, err := plain.Namespace(repo); err == nil {
+			t.Errorf("Namespace(%q) = %q: a reserved namespace was served", repo, ns)
+		}
+	}
 	for _, tmpl := range []string{"{{.Tenant}}", "vms-{{.Tenant}}", "{{.Tenant}}-images"} {
 		if _, err := NewTenancy(tmpl, nil, nil); err != nil {
 			t.Errorf("template %q refused: %v", tmpl, err)
