@@ -49,10 +49,12 @@ func TestOwnership(t *testing.T) {
 	}
 	evil, other := "tenant-secret", "docker://reg.example.com/acme/rhel@sha256:"+strings.Repeat("cd", 32)
 	for what, change := range map[string]func(*cdiv1.DataVolume){
-		"another URL":       func(d *cdiv1.DataVolume) { d.Spec.Source.Registry.URL = &other },
-		"another secret":    func(d *cdiv1.DataVolume) { d.Spec.Source.Registry.SecretRef = &evil },
-		"another CA":        func(d *cdiv1.DataVolume) { d.Spec.Source.Registry.CertConfigMap = &evil },
-		"an HTTP source":    func(d *cdiv1.DataVolume) { d.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "http://x"}} },
+		"another URL":    func(d *cdiv1.DataVolume) { d.Spec.Source.Registry.URL = &other },
+		"another secret": func(d *cdiv1.DataVolume) { d.Spec.Source.Registry.SecretRef = &evil },
+		"another CA":     func(d *cdiv1.DataVolume) { d.Spec.Source.Registry.CertConfigMap = &evil },
+		"an HTTP source": func(d *cdiv1.DataVolume) {
+			d.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "http://x"}}
+		},
 		"another digest":    func(d *cdiv1.DataVolume) { d.Annotations[AnnotationDigest] = "sha256:" + strings.Repeat("cd", 32) },
 		"no syncer's label": func(d *cdiv1.DataVolume) { delete(d.Labels, LabelManagedBy) },
 	} {

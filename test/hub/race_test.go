@@ -17,7 +17,9 @@ import (
 // resolverFunc plays the registry's answer to a tag look-up.
 type resolverFunc func(ctx context.Context, ref name.Tag) (string, bool, error)
 
-func (f resolverFunc) Resolve(ctx context.Context, ref name.Tag) (string, bool, error) { return f(ctx, ref) }
+func (f resolverFunc) Resolve(ctx context.Context, ref name.Tag) (string, bool, error) {
+	return f(ctx, ref)
+}
 
 // TestDeleteRacingARepush: a delete notification is being confirmed while
 // the tag is pushed again and the push is applied (another worker, another
