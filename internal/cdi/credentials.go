@@ -20,6 +20,10 @@ type TenantCredentials interface {
 	Credential(tenant string) (data map[string][]byte, ok bool, err error)
 }
 
+// ErrNoTenantCredential is returned (wrapped) when imports need a tenant's
+// own registry credential and the tenant has none.
+var ErrNoTenantCredential = errors.New("no registry credential of the tenant's own")
+
 // MaxCredentialFile bounds a tenant's docker config file: 64 KiB.
 const MaxCredentialFile = 64 << 10
 

@@ -218,7 +218,11 @@ func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res
 
 	im, err := r.importOf(ctx, bi, image, digest)
 	if err != nil {
-		r.condition(bi, v1alpha1.ConditionProgressing, false, "StorageUnavailable", err.Error())
+		reason := "StorageUnavailable"
+		if errors.Is(err, ErrNoTenantCredential) {
+			reason = "NoTenantCredential"
+		}
+		r.condition(bi, v1alpha1.ConditionProgressing, false, reason, err.Error())
 		return reconcile.Result{}, false, err
 	}
 	dvName := DataVolumeName(image, digest)
@@ -311,7 +315,7 @@ func (r *Reconciler) importOf(ctx context.Context, bi *v1alpha1.BaseImage, image
 			return Import{}, fmt.Errorf("reading the registry credential of tenant %s: %w", bi.Spec.Tenant, err)
 		}
 		if !ok {
-			return Import{}, fmt.Errorf("tenant %s has no registry credential of its own; the syncer copies no other into its namespace", bi.Spec.Tenant)
+			return Import{}, fmt.Errorf("%w: tenant %s has none; the syncer copies no other into its namespace", ErrNoTenantCredential, bi.Spec.Tenant)
 		}
 		im.SecretRef = PullSecretName
 		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: PullSecretName, Namespace: bi.Namespace}, Data: data}
