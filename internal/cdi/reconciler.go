@@ -176,7 +176,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res reconcile.Result, gone bool, err error) {
 	image := ImageName(r.repoPath(bi))
 	if want := BaseImageName(r.repoPath(bi), bi.Spec.Tag); bi.Name != want {
-		// Made under the naming before 0.2, or by hand: the syncer leaves
+		// Named by an earlier version, or made by hand: the syncer leaves
 		// it and everything it made alone (docs/syncer.md, Upgrading).
 		msg := fmt.Sprintf("this BaseImage's name is not the one image-syncer derives for %s:%s (%s); the syncer no longer updates it or what it made. Delete it, its DataSource and its DataVolumes (label %s=%s) once %s serves the image",
 			bi.Spec.Repository, bi.Spec.Tag, want, LabelBaseImage, bi.Name, want)
