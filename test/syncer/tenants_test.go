@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
@@ -57,9 +58,28 @@ func TestTenantPullSecretReadsOnlyItsTenant(t *testing.T) {
 	startSyncer(t, s, hub, z.Host, "--webhook-listen", "", "--poll-interval", "1s", "--digest-resync-interval", "1s",
 		"--docker-config", dockerConfig(filepath.Join(dir, "syncer.json"), "syncer", "syncer-pw"), "--tenant-credentials-dir", tenants)
 
+	// zot answers a missing tag with the registry's own error, which is
+	// what confirms a delete (registry.Client.Resolve).
+	rc, err := registry.New(registry.WithCacheDir(""), registry.WithBasicAuth("syncer", "syncer-pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	confirmMissing := func(ref string) {
+		t.Helper()
+		tag, err := name.NewTag(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, found, err := rc.Resolve(t.Context(), tag); found || err != nil {
+			t.Errorf("zot's answer for %s: found %v, error %v; want a confirmed not found", ref, found, err)
+		}
+	}
+	confirmMissing(z.Host + "/acme/none:missing") // NAME_UNKNOWN
+
 	push := []string{"--username", "pusher", "--password-stdin"}
 	importImageWith(t, "pusher-pw", rawDisk(t, "acme's secret disk"), z.Host+"/acme/rhel:9", push...)
 	importImageWith(t, "pusher-pw", rawDisk(t, "globex's disk"), z.Host+"/globex/rhel:9", push...)
+	confirmMissing(z.Host + "/acme/rhel:missing") // MANIFEST_UNKNOWN
 	for _, ns := range []string{"acme", "globex"} {
 		hub.baseImage(t, ns, "rhel--9", "importing", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseImporting })
 	}
