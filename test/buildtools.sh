@@ -2,7 +2,7 @@
 # Builds the real components imagepipe's integration tests and benchmarks run
 # from the Go module proxy into ${IMAGEPIPE_CACHE:-$HOME/.cache/imagepipe}/bin,
 # unless IMAGEPIPE_BIN names another folder: the CNCF distribution registry,
-# MinIO, crane, etcd, kube-apiserver and kubectl. It also generates the CDI,
+# MinIO, crane, etcd, zot, kube-apiserver and kubectl. It also generates the CDI,
 # KubeVirt and instancetype CRDs (with their real schemas, by controller-gen from
 # the published API modules) into ${IMAGEPIPE_CACHE:-$HOME/.cache/imagepipe}/crds.
 # Each tool has a stamp file (bin/.NAME.version, crds/.version) holding what it
@@ -102,6 +102,28 @@ GO
 	)
 	echo "$stamp" >"$bin/.etcd.version"
 	echo "etcd: built ($stamp) in $((SECONDS - start)) s"
+fi
+
+# zot: an OCI registry with per-repository access control (htpasswd users and
+# accessControl policies), for the test that a tenant's pull secret cannot read
+# another tenant's repositories. Its releases declare the module path
+# zotregistry.io/zot (later zotregistry.dev/zot/v2), which the module proxy does
+# not serve; v1.4.3 is served under github.com/project-zot/zot, so its source is
+# downloaded from there and built in place with its own go.mod. Without cgo, the
+# containers_image_openpgp tag replaces gpgme. About 100 s with a cold cache.
+zot_version=v1.4.3
+stamp="github.com/project-zot/zot/cmd/zot@$zot_version tags=containers_image_openpgp"
+if cached zot "$stamp"; then
+	echo "zot: cached ($stamp)"
+else
+	start=$SECONDS
+	rm -f "$bin/.zot.version"
+	src="$(cd "$work" && go mod download -json "github.com/project-zot/zot@$zot_version" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",*$/\1/p')"
+	cp -r "$src" "$work/zot"
+	chmod -R u+w "$work/zot"
+	(cd "$work/zot" && CGO_ENABLED=0 go build -trimpath -tags containers_image_openpgp -o "$bin/zot" ./cmd/zot)
+	echo "$stamp" >"$bin/.zot.version"
+	echo "zot: built ($stamp) in $((SECONDS - start)) s"
 fi
 
 # kube-apiserver and kubectl from k8s.io/kubernetes. Its go.mod replaces every

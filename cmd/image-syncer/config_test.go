@@ -67,6 +67,9 @@ func TestOptionsValidate(t *testing.T) {
 		"on-delete":             func(o *options) { o.onDelete = "purge" },
 		"resync below poll":     func(o *options) { o.digestResyncInterval = time.Second },
 		"log level":             func(o *options) { o.logLevel = "loud" },
+		"tenant credentials with node pull": func(o *options) {
+			o.pullMethod, o.tenantCredentialsDir = "node", "/creds"
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			o := valid()
@@ -75,5 +78,22 @@ func TestOptionsValidate(t *testing.T) {
 				t.Error("accepted")
 			}
 		})
+	}
+}
+
+// TestNamespaceTemplateRefused: a template that puts two tenants into one
+// namespace stops the syncer at start with a message naming both tenants
+// and the namespace.
+func TestNamespaceTemplateRefused(t *testing.T) {
+	cmd := newRootCmd()
+	cmd.SetArgs([]string{"--registry", "r.example.com", "--webhook-token-file", "/t", "--namespace-template", `{{printf "%.3s" .Tenant}}`})
+	err := cmd.Execute()
+	if err == nil {
+		t.Fatal("the syncer started with a template mapping tenant-a and tenant-b to one namespace")
+	}
+	for _, want := range []string{"--namespace-template", `maps tenants "tenant-a" and "tenant-b" to the same namespace "ten"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
 	}
 }

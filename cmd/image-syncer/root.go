@@ -22,6 +22,7 @@ type options struct {
 	registryCAFile       string
 	registryInsecure     bool
 	dockerConfig         string
+	tenantCredentialsDir string
 	webhookListen        string
 	webhookPath          string
 	webhookTokenFile     string
@@ -81,7 +82,8 @@ are the flag names (poll-interval: 5m); the command line wins.`,
 	f.StringVar(&o.registry, "registry", "", "central registry HOST[:PORT] (required)")
 	f.StringVar(&o.registryCAFile, "registry-ca-file", "", "PEM CA bundle of the registry; also copied into tenant namespaces for CDI")
 	f.BoolVar(&o.registryInsecure, "registry-insecure", false, "use plain HTTP or skip TLS verification (127.0.0.1 and localhost use HTTP without it)")
-	f.StringVar(&o.dockerConfig, "docker-config", "", "docker config.json holding the registry's credentials; also copied into tenant namespaces as CDI's pull secret")
+	f.StringVar(&o.dockerConfig, "docker-config", "", "docker config.json holding the syncer's own registry credentials (catalog, tags, revalidation); never copied into tenant namespaces")
+	f.StringVar(&o.tenantCredentialsDir, "tenant-credentials-dir", "", "folder with one docker config.json per tenant, named after the tenant, each able to read only TENANT/*; copied into that tenant's namespace as CDI's pull secret (pull method pod)")
 	f.StringVar(&o.webhookListen, "webhook-listen", ":8080", "address of the webhook endpoint; empty disables it")
 	f.StringVar(&o.webhookPath, "webhook-path", "/webhook", "path of the webhook endpoint")
 	f.StringVar(&o.webhookTokenFile, "webhook-token-file", "", "file holding the bearer token registries must send (required with --webhook-listen)")
@@ -122,9 +124,16 @@ func (o *options) validate() error {
 		errs = append(errs, fmt.Errorf("--digest-resync-interval %s is below --poll-interval %s", o.digestResyncInterval, o.pollInterval))
 	}
 	switch cdiv1.RegistryPullMethod(o.pullMethod) {
-	case cdiv1.RegistryPullPod, cdiv1.RegistryPullNode:
+	case cdiv1.RegistryPullPod:
+	case cdiv1.RegistryPullNode:
+		if o.tenantCredentialsDir != "" {
+			errs = append(errs, errors.New("--tenant-credentials-dir needs --pull-method pod: with node, the node's runtime pulls with the cluster's credentials and no Secret is used"))
+		}
 	default:
 		errs = append(errs, fmt.Errorf("--pull-method %q: want pod or node", o.pullMethod))
+	}
+	if _, err := cdi.NewTenancy(o.namespaceTemplate, o.tenants, o.denyTenants); err != nil {
+		errs = append(errs, fmt.Errorf("--namespace-template: %w", err))
 	}
 	if o.keep < 1 || o.keep > 10 {
 		errs = append(errs, fmt.Errorf("--keep %d: want 1 to 10", o.keep))

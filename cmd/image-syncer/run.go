@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"time"
 
-	dockerconfig "github.com/docker/cli/cli/config"
 	"github.com/go-logr/logr"
 	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
@@ -59,15 +58,20 @@ func run(ctx context.Context, o *options) error {
 			metrics.RegistryRequests.WithLabelValues(method, strconv.Itoa(status)).Inc()
 		}),
 	}
-	var pullSecret map[string][]byte
 	if o.dockerConfig != "" {
+		// The syncer's own credential: never copied into a namespace.
 		user, pass, err := registryCredentials(o.dockerConfig, reg.RegistryStr())
 		if err != nil {
 			return err
 		}
 		ropts = append(ropts, registry.WithBasicAuth(user, pass))
-		// CDI's registry secret keys.
-		pullSecret = map[string][]byte{"accessKeyId": []byte(user), "secretKey": []byte(pass)}
+	}
+	var tenantCredentials cdi.TenantCredentials
+	if o.tenantCredentialsDir != "" {
+		if _, err := os.Stat(o.tenantCredentialsDir); err != nil {
+			return fmt.Errorf("--tenant-credentials-dir: %w", err)
+		}
+		tenantCredentials = cdi.CredentialDir{Dir: o.tenantCredentialsDir, Registry: reg.RegistryStr()}
 	}
 	var ca []byte
 	if o.registryCAFile != "" {
@@ -83,6 +87,12 @@ func run(ctx context.Context, o *options) error {
 	tenancy, err := cdi.NewTenancy(o.namespaceTemplate, o.tenants, o.denyTenants)
 	if err != nil {
 		return err
+	}
+	// The syncer's own namespace is never a tenant's.
+	for _, ns := range []string{o.leaderElectionNS, os.Getenv("POD_NAMESPACE")} {
+		if ns != "" {
+			tenancy.Reserve(ns)
+		}
 	}
 
 	cfg, err := restConfig(o.kubeconfig)
@@ -117,7 +127,7 @@ func run(ctx context.Context, o *options) error {
 	rec := &cdi.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registry: reg, Checker: rc,
 		StorageClass: o.storageClass, PullMethod: cdiv1.RegistryPullMethod(o.pullMethod),
-		PullSecret: pullSecret, CA: ca, Keep: o.keep, OnDelete: v1alpha1.DeletionPolicy(o.onDelete),
+		TenantCredentials: tenantCredentials, CA: ca, Keep: o.keep, OnDelete: v1alpha1.DeletionPolicy(o.onDelete),
 		MaxAttempts: o.maxAttempts, RetryDelay: o.retryDelay, Metrics: metrics, Logger: log,
 	}
 	if err := rec.SetupWithManager(mgr, o.workers); err != nil {
@@ -283,20 +293,7 @@ func restConfig(path string) (*rest.Config, error) {
 // registryCredentials reads the registry's username and password from a
 // docker config file, without running credential helpers.
 func registryCredentials(path, host string) (user, pass string, err error) {
-	data, err := readBounded(path)
-	if err != nil {
-		return "", "", err
-	}
-	cf, err := dockerconfig.LoadFromReader(bytes.NewReader(data))
-	if err != nil {
-		return "", "", fmt.Errorf("parsing the docker config %s: %w", path, err)
-	}
-	for _, key := range []string{host, "https://" + host, "http://" + host} {
-		if ac, ok := cf.GetAuthConfigs()[key]; ok && ac.Username != "" {
-			return ac.Username, ac.Password, nil
-		}
-	}
-	return "", "", fmt.Errorf("the docker config %s has no username and password for %s", path, host)
+	return cdi.DockerCredentials(path, host)
 }
 
 func readBounded(path string) ([]byte, error) {

@@ -63,13 +63,26 @@ func (a *Applier) Apply(ctx context.Context, e Event) error {
 	digest := e.Digest
 	if e.Action == ActionDelete || digest == "" {
 		// A delete must be confirmed: the tag may have been pushed again
-		// since. A push without a digest (Quay) is resolved.
+		// since. A push without a digest (Quay) is resolved. The BaseImage
+		// is read before the registry is asked, and only that version is
+		// marked removed: a push applied meanwhile makes the mark fail
+		// (a conflict, retried) instead of marking the new digest removed.
+		key := client.ObjectKey{Namespace: ns, Name: BaseImageName(e.Repository, e.Tag)}
+		var before v1alpha1.BaseImage
+		err := a.Client.Get(ctx, key, &before)
+		exists := err == nil
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("reading BaseImage %s: %w", key, err)
+		}
 		got, found, err := a.Resolver.Resolve(ctx, a.Registry.Repo(e.Repository).Tag(e.Tag))
 		if err != nil {
 			return fmt.Errorf("confirming %s:%s: %w", e.Repository, e.Tag, err)
 		}
 		if !found {
-			return a.markRemoved(ctx, ns, e.Repository, e.Tag)
+			if !exists {
+				return nil
+			}
+			return a.markRemoved(ctx, &before, e.Repository, e.Tag)
 		}
 		digest = got
 	}
@@ -100,7 +113,7 @@ func (a *Applier) repository(repo string) string { return a.Registry.Repo(repo).
 // upsert makes the BaseImage of repo:tag name digest.
 func (a *Applier) upsert(ctx context.Context, tenant, ns, repo, tag, digest string) error {
 	image := ImageName(repo)
-	key := client.ObjectKey{Namespace: ns, Name: BaseImageName(image, tag)}
+	key := client.ObjectKey{Namespace: ns, Name: BaseImageName(repo, tag)}
 	var bi v1alpha1.BaseImage
 	err := a.Client.Get(ctx, key, &bi)
 	if apierrors.IsNotFound(err) {
@@ -124,10 +137,9 @@ func (a *Applier) upsert(ctx context.Context, tenant, ns, repo, tag, digest stri
 		return fmt.Errorf("reading BaseImage %s: %w", key, err)
 	}
 	if bi.Spec.Repository != a.repository(repo) || bi.Spec.Tag != tag {
-		// Two tags or repositories whose names clean up to the same
-		// Kubernetes name would overwrite each other; BaseImageName
-		// hashes to avoid that, so this is a bug or a hand-made object.
-		return fmt.Errorf("BaseImage %s belongs to %s:%s, not %s:%s", key, bi.Spec.Repository, bi.Spec.Tag, repo, tag)
+		// BaseImageName is injective, so this is a hand-made object (or
+		// a hash collision): it is never taken over.
+		return fmt.Errorf("BaseImage %s belongs to %s:%s, not %s:%s; it is left as it is", key, bi.Spec.Repository, bi.Spec.Tag, a.repository(repo), tag)
 	}
 	_, removed := bi.Annotations[v1alpha1.AnnotationRemoved]
 	if bi.Spec.Digest == digest && !removed {
@@ -146,24 +158,24 @@ func (a *Applier) upsert(ctx context.Context, tenant, ns, repo, tag, digest stri
 	return nil
 }
 
-// markRemoved records that repo:tag is confirmed gone from the registry.
-func (a *Applier) markRemoved(ctx context.Context, ns, repo, tag string) error {
-	key := client.ObjectKey{Namespace: ns, Name: BaseImageName(ImageName(repo), tag)}
-	var bi v1alpha1.BaseImage
-	if err := a.Client.Get(ctx, key, &bi); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return fmt.Errorf("reading BaseImage %s: %w", key, err)
+// markRemoved records that repo:tag is confirmed gone from the registry,
+// on bi as read before the registry was asked. A BaseImage of another
+// repository or tag is never marked.
+func (a *Applier) markRemoved(ctx context.Context, bi *v1alpha1.BaseImage, repo, tag string) error {
+	key := client.ObjectKeyFromObject(bi)
+	if _, ok := bi.Annotations[v1alpha1.AnnotationRemoved]; ok {
+		return nil
 	}
-	if _, ok := bi.Annotations[v1alpha1.AnnotationRemoved]; ok || bi.Spec.Repository != a.repository(repo) {
+	if bi.Spec.Repository != a.repository(repo) || bi.Spec.Tag != tag {
+		a.logger().Info("delete not applied: the BaseImage of that name is another image's", "baseimage", key,
+			"repository", bi.Spec.Repository, "tag", bi.Spec.Tag)
 		return nil
 	}
 	if bi.Annotations == nil {
 		bi.Annotations = map[string]string{}
 	}
 	bi.Annotations[v1alpha1.AnnotationRemoved] = a.now().UTC().Format(time.RFC3339)
-	if err := a.Client.Update(ctx, &bi); err != nil {
+	if err := a.Client.Update(ctx, bi); err != nil {
 		return fmt.Errorf("marking BaseImage %s removed: %w", key, err)
 	}
 	a.logger().Info("tag removed from the registry", "baseimage", key)

@@ -3,6 +3,7 @@ package cdi
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -259,8 +260,10 @@ func TestWebhookHandler(t *testing.T) {
 	}
 }
 
-// FuzzParseWebhook: no body makes the parser panic, and every event it
-// returns has valid names. ceType is the Ce-Type header of a binary
+// FuzzParseWebhook: no body makes the parser panic; every error it returns
+// is an ErrMalformed; and the events it returns are at most
+// MaxEventsPerBody, each a push or delete from a known source with valid
+// names. ceType is the Ce-Type header of a binary
 // CloudEvent, empty for every other format. Seeds: one body of each format
 // and the deliveries in testdata/webhooks.
 func FuzzParseWebhook(f *testing.F) {
@@ -284,11 +287,22 @@ func FuzzParseWebhook(f *testing.F) {
 		}
 		events, err := ParseWebhook(header, body)
 		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v is not an ErrMalformed: the handler would not answer 400", err)
+			}
 			return
+		}
+		if len(events) > MaxEventsPerBody {
+			t.Fatalf("%d events from one body, over %d", len(events), MaxEventsPerBody)
 		}
 		for _, e := range events {
 			if e.validate() != nil || (e.Action != ActionPush && e.Action != ActionDelete) {
 				t.Fatalf("invalid event returned: %+v", e)
+			}
+			switch e.Source {
+			case "distribution", "harbor", "quay", "zot":
+			default:
+				t.Fatalf("event from unknown source %q: %+v", e.Source, e)
 			}
 		}
 	})

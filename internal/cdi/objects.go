@@ -1,7 +1,6 @@
 package cdi
 
 import (
-	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,13 +11,20 @@ import (
 
 // Labels the syncer puts on what it creates.
 const (
-	LabelManagedBy  = "app.kubernetes.io/managed-by"
-	LabelTenant     = "imagepipe.io/tenant"
-	LabelImage      = "imagepipe.io/image"
-	LabelDigest     = "imagepipe.io/digest" // first 12 hex digits: label values are short
-	ManagedByValue  = "image-syncer"
-	instancetypeKey = "instancetype.kubevirt.io/default-instancetype"
-	preferenceKey   = "instancetype.kubevirt.io/default-preference"
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	LabelTenant    = "imagepipe.io/tenant"
+	LabelImage     = "imagepipe.io/image"
+	LabelDigest    = "imagepipe.io/digest" // first 12 hex digits: label values are short
+	ManagedByValue = "image-syncer"
+	// AnnotationRepository, AnnotationTag and AnnotationDigest record the
+	// exact repository ("REGISTRY/TENANT/PATH"), tag and digest an object
+	// was made for; the syncer compares them before it changes or deletes
+	// the object, never trusting its name alone.
+	AnnotationRepository = "imagepipe.io/repository"
+	AnnotationTag        = "imagepipe.io/tag"
+	AnnotationDigest     = "imagepipe.io/digest"
+	instancetypeKey      = "instancetype.kubevirt.io/default-instancetype"
+	preferenceKey        = "instancetype.kubevirt.io/default-preference"
 )
 
 // DefaultFilesystemOverhead is CDI's default share of a Filesystem-mode
@@ -41,6 +47,7 @@ type Import struct {
 	Image       string // ImageName of the repository
 	Registry    string // host[:port]
 	Repository  string // "TENANT/NAME"
+	Tag         string // the tag the DataSource serves
 	Digest      string
 	VirtualSize int64
 	PullMethod  cdiv1.RegistryPullMethod // pod (default) or node
@@ -83,10 +90,16 @@ func (im Import) labels() map[string]string {
 	return l
 }
 
+// FullRepository is "REGISTRY/TENANT/NAME", as BaseImages record it.
+func (im Import) FullRepository() string { return im.Registry + "/" + im.Repository }
+
+// URL is the digest-pinned source of the import.
+func (im Import) URL() string { return "docker://" + im.FullRepository() + "@" + im.Digest }
+
 // DataVolume returns the digest-pinned import: the URL always names the
 // digest, never the tag, so what is imported is what was validated.
 func (im Import) DataVolume() *cdiv1.DataVolume {
-	url := fmt.Sprintf("docker://%s/%s@%s", im.Registry, im.Repository, im.Digest)
+	url := im.URL()
 	pull := im.PullMethod
 	if pull == "" {
 		pull = cdiv1.RegistryPullPod
@@ -115,8 +128,12 @@ func (im Import) DataVolume() *cdiv1.DataVolume {
 			Name:      DataVolumeName(im.Image, im.Digest),
 			Namespace: im.Namespace,
 			Labels:    im.labels(),
-			// Keep the PVC when the DataVolume object goes: GC decides.
-			Annotations: map[string]string{"cdi.kubevirt.io/storage.deleteAfterCompletion": "false"},
+			Annotations: map[string]string{
+				// Keep the PVC when the DataVolume object goes: GC decides.
+				"cdi.kubevirt.io/storage.deleteAfterCompletion": "false",
+				AnnotationRepository:                            im.FullRepository(),
+				AnnotationDigest:                                im.Digest,
+			},
 		},
 		Spec: cdiv1.DataVolumeSpec{
 			Source:  &cdiv1.DataVolumeSource{Registry: src},
@@ -129,8 +146,11 @@ func (im Import) DataVolume() *cdiv1.DataVolume {
 // a finished import.
 func (im Import) DataSource(name, pvc string) *cdiv1.DataSource {
 	return &cdiv1.DataSource{
-		TypeMeta:   metav1.TypeMeta{APIVersion: cdiv1.SchemeGroupVersion.String(), Kind: "DataSource"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: im.Namespace, Labels: im.labels()},
+		TypeMeta: metav1.TypeMeta{APIVersion: cdiv1.SchemeGroupVersion.String(), Kind: "DataSource"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: im.Namespace, Labels: im.labels(),
+			Annotations: map[string]string{AnnotationRepository: im.FullRepository(), AnnotationTag: im.Tag},
+		},
 		Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{
 			PVC: &cdiv1.DataVolumeSourcePVC{Namespace: im.Namespace, Name: pvc},
 		}},

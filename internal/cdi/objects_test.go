@@ -19,7 +19,7 @@ func TestImportObjects(t *testing.T) {
 	if got := *dv.Spec.Source.Registry.URL; got != "docker://registry.example.com:5000/acme/rhel@"+digest {
 		t.Errorf("URL %q is not digest-pinned", got)
 	}
-	if dv.Name != "rhel-abababababab" || dv.Labels[LabelTenant] != "acme" || dv.Labels[instancetypeKey] != "u1.medium" {
+	if dv.Name != "rhel--"+strings.Repeat("ab", 16) || dv.Labels[LabelTenant] != "acme" || dv.Labels[instancetypeKey] != "u1.medium" {
 		t.Errorf("DataVolume meta: %s %v", dv.Name, dv.Labels)
 	}
 	if q := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]; q.Value() != 10<<30 {
@@ -29,7 +29,14 @@ func TestImportObjects(t *testing.T) {
 	if q := im.VolumeSize(); q.Value() <= 10<<30 || q.Value()%(1<<20) != 0 {
 		t.Errorf("Filesystem volume size %s: want room for the filesystem, in whole MiB", q.String())
 	}
-	ds := im.DataSource("rhel", dv.Name)
+	if dv.Annotations[AnnotationRepository] != "registry.example.com:5000/acme/rhel" || dv.Annotations[AnnotationDigest] != digest {
+		t.Errorf("DataVolume does not record its exact repository and digest: %v", dv.Annotations)
+	}
+	im.Tag = "9"
+	ds := im.DataSource("rhel--9", dv.Name)
+	if ds.Annotations[AnnotationRepository] != "registry.example.com:5000/acme/rhel" || ds.Annotations[AnnotationTag] != "9" {
+		t.Errorf("DataSource does not record its exact repository and tag: %v", ds.Annotations)
+	}
 	if ds.Spec.Source.PVC == nil || ds.Spec.Source.PVC.Name != dv.Name || ds.Spec.Source.PVC.Namespace != "acme" {
 		t.Errorf("DataSource source %+v", ds.Spec.Source)
 	}

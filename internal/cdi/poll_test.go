@@ -3,6 +3,7 @@ package cdi
 import (
 	"cmp"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -36,6 +37,9 @@ type frontedRegistry struct {
 
 	mu      sync.Mutex
 	failing map[string]bool
+	// notRegistry: every request but GET /v2/ is answered 404 text/html,
+	// like an ingress whose backend is gone.
+	notRegistry bool
 }
 
 // fail makes the registry answer 500 to "METHOD path" (or stop doing so).
@@ -48,7 +52,14 @@ func (f *frontedRegistry) fail(request string, on bool) {
 func (f *frontedRegistry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	failing := f.failing[r.Method+" "+r.URL.Path]
+	notRegistry := f.notRegistry
 	f.mu.Unlock()
+	if notRegistry && r.URL.Path != "/v2/" {
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, "<html><body><h1>404 Not Found</h1>default backend</body></html>")
+		return
+	}
 	if failing {
 		http.Error(w, "failing as asked", http.StatusInternalServerError)
 		return
@@ -196,7 +207,7 @@ func TestPoller(t *testing.T) {
 					name:     "a tag gone from the listing is deleted once a look-up confirms it",
 					change:   func() { f.untag("acme/a", "2") },
 					want:     func() []Event { return []Event{del("acme/a", "2", d["a:2"])} },
-					requests: 1 + 2 + 1,
+					requests: 1 + 2 + 2, // the HEAD's 404, then the GET whose body says MANIFEST_UNKNOWN
 				},
 				{
 					name: "a listing that fails deletes nothing",
@@ -280,5 +291,49 @@ func TestPoller(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestResolveNeedsTheRegistrysOwn404: a 404 that does not carry the
+// registry's error (an ingress default backend) is an error, not a deleted
+// tag; a poll then deletes nothing. Once the registry answers again, a tag
+// really deleted is confirmed.
+func TestResolveNeedsTheRegistrysOwn404(t *testing.T) {
+	f := newPollFixture(t, false)
+	digest := f.push("acme/a", "1")
+	client, err := registry.New(registry.WithCacheDir(""), registry.WithRetry(1, time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := f.tag("acme/a", "1")
+	if got, found, err := client.Resolve(t.Context(), tag); err != nil || !found || got != digest {
+		t.Fatalf("Resolve before: %q %v %v", got, found, err)
+	}
+	tenancy, _ := NewTenancy("", nil, nil)
+	p := NewPoller(tag.Registry, client, tenancy)
+	if ev, err := p.PollDigests(t.Context()); err != nil || len(ev) != 1 {
+		t.Fatalf("first poll: %+v %v", ev, err)
+	}
+
+	f.front.mu.Lock()
+	f.front.notRegistry = true
+	f.front.mu.Unlock()
+	_, found, err := client.Resolve(t.Context(), tag)
+	if !errors.Is(err, registry.ErrNotRegistry) || found {
+		t.Errorf("Resolve behind a default backend: found %v, error %v; want ErrNotRegistry", found, err)
+	}
+	if ev, err := p.PollDigests(t.Context()); err == nil || len(ev) != 0 {
+		t.Errorf("poll behind a default backend: events %+v, error %v; want an error and no event", ev, err)
+	}
+
+	f.front.mu.Lock()
+	f.front.notRegistry = false
+	f.front.mu.Unlock()
+	f.untag("acme/a", "1")
+	if _, found, err := client.Resolve(t.Context(), tag); err != nil || found {
+		t.Errorf("Resolve of a deleted tag: found %v, error %v; want not found", found, err)
+	}
+	if ev, err := p.PollDigests(t.Context()); err != nil || !slices.Equal(ev, []Event{del("acme/a", "1", digest)}) {
+		t.Errorf("poll after the delete: %+v %v", ev, err)
 	}
 }

@@ -76,9 +76,12 @@ type Reconciler struct {
 	StorageClass string
 	// PullMethod is CDI's registry pull method; empty means pod.
 	PullMethod cdiv1.RegistryPullMethod
-	// PullSecret, when set, is copied into each tenant namespace as the
-	// Secret PullSecretName (CDI's keys accessKeyId and secretKey).
-	PullSecret map[string][]byte
+	// TenantCredentials, when set, gives each tenant's own registry
+	// credential (one that reads only TENANT/*), copied into that tenant's
+	// namespace as the Secret PullSecretName for CDI's importer. The
+	// syncer's own credential is never copied. Nil means imports carry no
+	// pull secret (a public registry, or CDI's node pull method).
+	TenantCredentials TenantCredentials
 	// CA, when set, is the registry's CA bundle (PEM), copied into each
 	// tenant namespace as the ConfigMap CAConfigMapName.
 	CA []byte
@@ -172,8 +175,21 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // gone reports that the BaseImage was deleted by the deletion policy.
 func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res reconcile.Result, gone bool, err error) {
 	image := ImageName(r.repoPath(bi))
+	if want := BaseImageName(r.repoPath(bi), bi.Spec.Tag); bi.Name != want {
+		// Named by an earlier version, or made by hand: the syncer leaves
+		// it and everything it made alone (docs/syncer.md, Upgrading).
+		msg := fmt.Sprintf("this BaseImage's name is not the one image-syncer derives for %s:%s (%s); the syncer no longer updates it or what it made. Delete it, its DataSource and its DataVolumes (label %s=%s) once %s serves the image",
+			bi.Spec.Repository, bi.Spec.Tag, want, LabelBaseImage, bi.Name, want)
+		r.condition(bi, v1alpha1.ConditionReady, false, "LegacyName", msg)
+		r.condition(bi, v1alpha1.ConditionProgressing, false, "LegacyName", msg)
+		return reconcile.Result{}, false, nil
+	}
 	if _, removed := bi.Annotations[v1alpha1.AnnotationRemoved]; removed {
 		if r.onDelete(bi) == v1alpha1.DeletionDelete {
+			// A push may have cleared the mark since the cache saw it.
+			if current, err := r.isCurrent(ctx, bi); err != nil || !current {
+				return reconcile.Result{Requeue: true}, true, err
+			}
 			return reconcile.Result{}, true, r.deleteAll(ctx, bi, image)
 		}
 		bi.Status.Phase = v1alpha1.PhaseDeleted
@@ -202,7 +218,11 @@ func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res
 
 	im, err := r.importOf(ctx, bi, image, digest)
 	if err != nil {
-		r.condition(bi, v1alpha1.ConditionProgressing, false, "StorageUnavailable", err.Error())
+		reason := "StorageUnavailable"
+		if errors.Is(err, ErrNoTenantCredential) {
+			reason = "NoTenantCredential"
+		}
+		r.condition(bi, v1alpha1.ConditionProgressing, false, reason, err.Error())
 		return reconcile.Result{}, false, err
 	}
 	dvName := DataVolumeName(image, digest)
@@ -289,14 +309,21 @@ func (r *Reconciler) importOf(ctx context.Context, bi *v1alpha1.BaseImage, image
 		VirtualSize: bi.Status.VirtualSize, PullMethod: r.PullMethod, Storage: st,
 		Instancetype: bi.Status.Instancetype, Preference: bi.Status.Preference,
 	}
-	if len(r.PullSecret) > 0 {
+	if r.TenantCredentials != nil {
+		data, ok, err := r.TenantCredentials.Credential(bi.Spec.Tenant)
+		if err != nil {
+			return Import{}, fmt.Errorf("reading the registry credential of tenant %s: %w", bi.Spec.Tenant, err)
+		}
+		if !ok {
+			return Import{}, fmt.Errorf("%w: tenant %s has none; the syncer copies no other into its namespace", ErrNoTenantCredential, bi.Spec.Tenant)
+		}
 		im.SecretRef = PullSecretName
-		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: PullSecretName, Namespace: bi.Namespace}, Data: r.PullSecret}
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: PullSecretName, Namespace: bi.Namespace}, Data: data}
 		if err := ensureCopy(ctx, r.Client, secret, func(cur *corev1.Secret) bool {
-			if maps.EqualFunc(cur.Data, r.PullSecret, func(a, b []byte) bool { return string(a) == string(b) }) {
+			if maps.EqualFunc(cur.Data, data, func(a, b []byte) bool { return string(a) == string(b) }) {
 				return false
 			}
-			cur.Data = r.PullSecret
+			cur.Data = data
 			return true
 		}); err != nil {
 			return Import{}, err
@@ -392,6 +419,8 @@ func (r *Reconciler) importDigest(ctx context.Context, bi *v1alpha1.BaseImage, i
 		return reconcile.Result{RequeueAfter: importingRecheck}, nil
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("reading DataVolume %s/%s: %w", bi.Namespace, dvName, err)
+	case !importsFor(&dv, im.DataVolume()):
+		return reconcile.Result{}, r.conflict(bi, &ConflictError{Kind: "DataVolume", Namespace: bi.Namespace, Name: dvName, Owner: ownerOf(&dv)})
 	}
 
 	switch {
@@ -486,16 +515,13 @@ func dvFailure(dv *cdiv1.DataVolume) string {
 // BaseImage Ready and collects imports beyond the retention.
 func (r *Reconciler) serve(ctx context.Context, bi *v1alpha1.BaseImage, im Import) error {
 	st := &bi.Status
-	name, err := r.dataSourceName(ctx, bi, im.Image)
-	if err != nil {
-		return err
-	}
-	im.Digest = st.ImportedDigest
+	name := bi.Name // one BaseImage, one DataSource, of the same name
+	im.Digest, im.Tag = st.ImportedDigest, bi.Spec.Tag
 	want := im.DataSource(name, st.PVCName)
 	want.Labels[LabelBaseImage] = bi.Name
 	want.Labels[LabelTag] = labelValue(bi.Spec.Tag)
 	var cur cdiv1.DataSource
-	err = r.Client.Get(ctx, client.ObjectKeyFromObject(want), &cur)
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), &cur)
 	switch {
 	case apierrors.IsNotFound(err):
 		if err := r.Client.Create(ctx, want); err != nil {
@@ -504,6 +530,8 @@ func (r *Reconciler) serve(ctx context.Context, bi *v1alpha1.BaseImage, im Impor
 		r.logger().Info("DataSource created", "datasource", client.ObjectKeyFromObject(want), "pvc", st.PVCName)
 	case err != nil:
 		return fmt.Errorf("reading DataSource %s/%s: %w", bi.Namespace, name, err)
+	case !ownsDataSource(bi, &cur):
+		return r.conflict(bi, &ConflictError{Kind: "DataSource", Namespace: bi.Namespace, Name: name, Owner: ownerOf(&cur)})
 	case !equality.Semantic.DeepEqual(cur.Spec.Source, want.Spec.Source) || !labelsContain(cur.Labels, want.Labels):
 		cur.Spec.Source = want.Spec.Source
 		if cur.Labels == nil {
@@ -533,23 +561,14 @@ func labelsContain(have, want map[string]string) bool {
 	return true
 }
 
-// dataSourceName is NAME for the first tag of an image on the namespace,
-// NAME-TAG for further tags; once chosen it stays.
-func (r *Reconciler) dataSourceName(ctx context.Context, bi *v1alpha1.BaseImage, image string) (string, error) {
-	if bi.Status.DataSourceName != "" {
-		return bi.Status.DataSourceName, nil
-	}
-	var ds cdiv1.DataSource
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: bi.Namespace, Name: image}, &ds)
-	switch {
-	case apierrors.IsNotFound(err):
-		return image, nil
-	case err != nil:
-		return "", fmt.Errorf("reading DataSource %s/%s: %w", bi.Namespace, image, err)
-	case ds.Labels[LabelBaseImage] == bi.Name:
-		return image, nil
-	}
-	return BaseImageName(image, bi.Spec.Tag), nil
+// conflict reports on bi that an object it needs belongs to someone else,
+// and returns the error that has the BaseImage looked at again later.
+func (r *Reconciler) conflict(bi *v1alpha1.BaseImage, c *ConflictError) error {
+	bi.Status.Phase = v1alpha1.PhaseFailed
+	msg := c.Error() + "; delete or rename it for this BaseImage to be served"
+	r.condition(bi, v1alpha1.ConditionReady, false, "Conflict", msg)
+	r.condition(bi, v1alpha1.ConditionProgressing, false, "Conflict", msg)
+	return c
 }
 
 // collect deletes this BaseImage's DataVolumes and PVCs that are neither
@@ -570,7 +589,7 @@ func (r *Reconciler) collect(ctx context.Context, bi *v1alpha1.BaseImage, image,
 	}
 	var doomed []string
 	for _, dv := range dvs.Items {
-		if dv.Labels[LabelBaseImage] == bi.Name && !wanted[dv.Name] {
+		if madeFor(bi, &dv) && !wanted[dv.Name] {
 			doomed = append(doomed, dv.Name)
 		}
 	}
@@ -585,7 +604,7 @@ func (r *Reconciler) collect(ctx context.Context, bi *v1alpha1.BaseImage, image,
 		if used[n] {
 			continue
 		}
-		if err := r.deleteImport(ctx, bi.Namespace, n); err != nil {
+		if err := r.deleteImport(ctx, bi, image, n); err != nil {
 			return err
 		}
 		r.logger().Info("old import deleted", "baseimage", client.ObjectKeyFromObject(bi), "datavolume", n)
@@ -614,16 +633,40 @@ func (r *Reconciler) usedElsewhere(ctx context.Context, bi *v1alpha1.BaseImage, 
 	return used, nil
 }
 
-// deleteImport deletes a DataVolume and its PVC (CDI would delete the PVC
-// with its DataVolume; deleting both also covers a DataVolume CDI already
-// garbage-collected).
-func (r *Reconciler) deleteImport(ctx context.Context, ns, name string) error {
+// deleteImport deletes a DataVolume bi made and its PVC (CDI would delete
+// the PVC with its DataVolume; deleting both also covers a DataVolume CDI
+// already garbage-collected). Either is left alone unless it is bi's
+// import: a DataVolume bi created for its repository, and that import's
+// volume.
+func (r *Reconciler) deleteImport(ctx context.Context, bi *v1alpha1.BaseImage, image, name string) error {
+	ns := bi.Namespace
 	bg := client.PropagationPolicy(metav1.DeletePropagationBackground)
-	meta := metav1.ObjectMeta{Namespace: ns, Name: name}
-	if err := r.Client.Delete(ctx, &cdiv1.DataVolume{ObjectMeta: meta}, bg); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting DataVolume %s/%s: %w", ns, name, err)
+	var dv cdiv1.DataVolume
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &dv)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return fmt.Errorf("reading DataVolume %s/%s: %w", ns, name, err)
+	case !madeFor(bi, &dv):
+		r.logger().Info("import not deleted: it is not this BaseImage's", "baseimage", client.ObjectKeyFromObject(bi), "datavolume", name, "owner", ownerOf(&dv))
+		return nil
+	default:
+		if err := r.Client.Delete(ctx, &dv, bg, client.Preconditions{UID: &dv.UID}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting DataVolume %s/%s: %w", ns, name, err)
+		}
 	}
-	if err := r.Client.Delete(ctx, &corev1.PersistentVolumeClaim{ObjectMeta: meta}, bg); err != nil && !apierrors.IsNotFound(err) {
+	var pvc corev1.PersistentVolumeClaim
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &pvc); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("reading PVC %s/%s: %w", ns, name, err)
+	}
+	if !volumeOf(&pvc, name, bi.Spec.Tenant, image) {
+		r.logger().Info("volume not deleted: it is not this BaseImage's import", "baseimage", client.ObjectKeyFromObject(bi), "pvc", name)
+		return nil
+	}
+	if err := r.Client.Delete(ctx, &pvc, bg, client.Preconditions{UID: &pvc.UID}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting PVC %s/%s: %w", ns, name, err)
 	}
 	return nil
@@ -635,8 +678,8 @@ func (r *Reconciler) deleteAll(ctx context.Context, bi *v1alpha1.BaseImage, imag
 	if n := bi.Status.DataSourceName; n != "" {
 		var ds cdiv1.DataSource
 		err := r.Client.Get(ctx, client.ObjectKey{Namespace: bi.Namespace, Name: n}, &ds)
-		if err == nil && ds.Labels[LabelBaseImage] == bi.Name {
-			err = r.Client.Delete(ctx, &ds)
+		if err == nil && ownsDataSource(bi, &ds) {
+			err = r.Client.Delete(ctx, &ds, client.Preconditions{UID: &ds.UID})
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting DataSource %s/%s: %w", bi.Namespace, n, err)
@@ -645,7 +688,9 @@ func (r *Reconciler) deleteAll(ctx context.Context, bi *v1alpha1.BaseImage, imag
 	if err := r.collectAll(ctx, bi, image); err != nil {
 		return err
 	}
-	if err := r.Client.Delete(ctx, bi); err != nil && !apierrors.IsNotFound(err) {
+	// Only the version that was marked removed: a push since then wins.
+	rv := bi.ResourceVersion
+	if err := r.Client.Delete(ctx, bi, client.Preconditions{UID: &bi.UID, ResourceVersion: &rv}); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting BaseImage %s/%s: %w", bi.Namespace, bi.Name, err)
 	}
 	r.logger().Info("tag removed from the registry; its imports deleted (deletion policy delete)", "baseimage", client.ObjectKeyFromObject(bi))
@@ -664,7 +709,9 @@ func (r *Reconciler) collectAll(ctx context.Context, bi *v1alpha1.BaseImage, ima
 	}
 	names := map[string]bool{}
 	for _, dv := range dvs.Items {
-		names[dv.Name] = true
+		if madeFor(bi, &dv) {
+			names[dv.Name] = true
+		}
 	}
 	if bi.Status.PVCName != "" {
 		names[bi.Status.PVCName] = true
@@ -673,7 +720,7 @@ func (r *Reconciler) collectAll(ctx context.Context, bi *v1alpha1.BaseImage, ima
 		if used[n] {
 			continue
 		}
-		if err := r.deleteImport(ctx, bi.Namespace, n); err != nil {
+		if err := r.deleteImport(ctx, bi, image, n); err != nil {
 			return err
 		}
 	}

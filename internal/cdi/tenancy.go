@@ -1,11 +1,11 @@
 package cdi
 
 import (
-	"crypto/sha256"
 	"fmt"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"text/template"
 )
 
@@ -14,34 +14,87 @@ const DefaultNamespaceTemplate = "{{.Tenant}}"
 
 // Tenancy decides which tenants a hub serves and where their images go.
 // Tenant A's images never land in tenant B's namespace: the namespace is
-// computed from the repository's own tenant, and two tenants that the
-// template would map to one namespace are refused.
+// computed from the repository's own tenant, a template that renders two
+// probe tenants (or two tenants of the allow list) to one namespace is
+// refused at start, and a namespace that two tenants reach at run time is
+// refused to the second one.
 type Tenancy struct {
 	tmpl  *template.Template
 	allow []string // empty: every tenant not denied
 	deny  []string
+
+	mu       sync.Mutex
+	owner    map[string]string // namespace → the tenant first mapped to it
+	reserved []string
 }
 
+// Reserve marks namespaces that are never a tenant's, such as the syncer's
+// own. The cluster's own (default, kube-*, openshift and openshift-*) are
+// always reserved: a repository whose tenant would render to one of them
+// (a registry project named kube-system) is not served.
+func (t *Tenancy) Reserve(namespaces ...string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.reserved = append(t.reserved, namespaces...)
+}
+
+func (t *Tenancy) isReserved(ns string) bool {
+	return ns == "default" || ns == "openshift" || strings.HasPrefix(ns, "kube-") || strings.HasPrefix(ns, "openshift-") ||
+		slices.Contains(t.reserved, ns)
+}
+
+// probeTenants are rendered when a template is compiled: any two that land
+// in one namespace refuse the template. They differ in their first, last
+// and middle characters and in length, so that a template keeping only a
+// prefix, a suffix or a slice of the tenant is caught.
+var probeTenants = []string{"a", "b", "tenant-a", "tenant-b", "a-tenant", "b-tenant", "acme", "acme2", "x0", "y1",
+	strings.Repeat("a", 40), strings.Repeat("a", 39) + "b", "b" + strings.Repeat("a", 39)}
+
+// maxOwnedNamespaces bounds the run-time record of namespace owners; past
+// it the record is emptied (the start-up probe still stands).
+const maxOwnedNamespaces = 1 << 16
+
 // NewTenancy compiles a namespace template (Go text/template with .Tenant)
-// and the allow and deny lists of tenants.
+// and the allow and deny lists of tenants. The template must map different
+// tenants to different namespaces: it is rendered for probe tenants and
+// for the allow list, and refused when two of them share a namespace.
 func NewTenancy(namespaceTemplate string, allow, deny []string) (*Tenancy, error) {
 	if namespaceTemplate == "" {
 		namespaceTemplate = DefaultNamespaceTemplate
-	}
-	if !strings.Contains(namespaceTemplate, "{{.Tenant}}") {
-		return nil, fmt.Errorf("namespace template %q must contain {{.Tenant}}, so that tenants stay apart", namespaceTemplate)
 	}
 	tmpl, err := template.New("namespace").Option("missingkey=error").Parse(namespaceTemplate)
 	if err != nil {
 		return nil, fmt.Errorf("parsing the namespace template: %w", err)
 	}
-	return &Tenancy{tmpl: tmpl, allow: allow, deny: deny}, nil
+	t := &Tenancy{tmpl: tmpl, allow: allow, deny: deny, owner: map[string]string{}}
+	seen := map[string]string{}
+	for _, tenant := range append(slices.Clone(probeTenants), allow...) {
+		ns, err := t.render(tenant)
+		if err != nil {
+			return nil, fmt.Errorf("namespace template %q: %w", namespaceTemplate, err)
+		}
+		if other, ok := seen[ns]; ok && other != tenant {
+			return nil, fmt.Errorf("namespace template %q maps tenants %q and %q to the same namespace %q; it must keep tenants apart, e.g. \"{{.Tenant}}\" or \"vms-{{.Tenant}}\"", namespaceTemplate, other, tenant, ns)
+		}
+		seen[ns] = tenant
+	}
+	return t, nil
+}
+
+// render applies the template to tenant.
+func (t *Tenancy) render(tenant string) (string, error) {
+	var b strings.Builder
+	if err := t.tmpl.Execute(&b, struct{ Tenant string }{tenant}); err != nil {
+		return "", fmt.Errorf("applying the namespace template to tenant %q: %w", tenant, err)
+	}
+	return b.String(), nil
 }
 
 var dns1123Label = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // Namespace returns the hub namespace for repository "TENANT/NAME...", or
-// an error when the tenant is not served here or the names are invalid.
+// an error when the tenant is not served here, the names are invalid, or
+// another tenant already reached the same namespace.
 func (t *Tenancy) Namespace(repository string) (tenant, namespace string, err error) {
 	tenant, name, ok := strings.Cut(repository, "/")
 	if !ok || name == "" {
@@ -53,51 +106,24 @@ func (t *Tenancy) Namespace(repository string) (tenant, namespace string, err er
 	if slices.Contains(t.deny, tenant) || (len(t.allow) > 0 && !slices.Contains(t.allow, tenant)) {
 		return "", "", fmt.Errorf("tenant %q is not served by this hub", tenant)
 	}
-	var b strings.Builder
-	if err := t.tmpl.Execute(&b, struct{ Tenant string }{tenant}); err != nil {
-		return "", "", fmt.Errorf("applying the namespace template: %w", err)
+	namespace, err = t.render(tenant)
+	if err != nil {
+		return "", "", err
 	}
-	namespace = b.String()
 	if !dns1123Label.MatchString(namespace) {
 		return "", "", fmt.Errorf("the template maps tenant %q to %q, not a valid namespace", tenant, namespace)
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.isReserved(namespace) {
+		return "", "", fmt.Errorf("the template maps tenant %q to namespace %q, which is reserved for the cluster or the syncer", tenant, namespace)
+	}
+	if other, ok := t.owner[namespace]; ok && other != tenant {
+		return "", "", fmt.Errorf("the namespace template maps tenants %q and %q to the same namespace %q; %q is not served", other, tenant, namespace, tenant)
+	}
+	if len(t.owner) >= maxOwnedNamespaces {
+		t.owner = map[string]string{}
+	}
+	t.owner[namespace] = tenant
 	return tenant, namespace, nil
-}
-
-// ImageName is the Kubernetes name of an image: the repository path after
-// the tenant when that is already a valid name of at most 40 characters;
-// otherwise (nested paths, long or unusual names) a cleaned prefix plus a
-// hash of the path, so that distinct repositories never share a name and
-// suffixes still fit.
-func ImageName(repository string) string {
-	_, rest, _ := strings.Cut(repository, "/")
-	n := strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
-			return r
-		}
-		return '-'
-	}, strings.ToLower(rest))
-	n = strings.Trim(n, "-")
-	if len(n) <= 40 && n == rest && n != "" { // nothing was changed: no collision possible
-		return n
-	}
-	sum := sha256.Sum256([]byte(rest))
-	return strings.Trim(n[:min(len(n), 31)], "-") + fmt.Sprintf("-%x", sum[:4])
-}
-
-// DataVolumeName is NAME-<first 12 hex of the digest>: one per digest.
-func DataVolumeName(image, digest string) string {
-	return image + "-" + strings.TrimPrefix(digest, "sha256:")[:12]
-}
-
-// BaseImageName names the BaseImage of one tag of an image.
-func BaseImageName(image, tag string) string {
-	t := strings.ToLower(strings.NewReplacer("_", "-", ".", "-").Replace(tag))
-	name := image + "-" + strings.Trim(t, "-")
-	if len(name) > 63 || !dns1123Label.MatchString(name) {
-		sum := sha256.Sum256([]byte(tag))
-		name = image + fmt.Sprintf("-%x", sum[:6])
-	}
-	return name
 }

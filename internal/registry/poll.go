@@ -188,6 +188,13 @@ func (c *Client) TagDigests(ctx context.Context, repo name.Repository) (map[stri
 // Resolve looks a tag up directly with one HEAD on a kept session (see
 // ListTags). found is false only when the registry answered that the tag
 // does not exist; any other failure is an error.
+//
+// A 404 alone is not that answer: an ingress's default backend or a proxy
+// in front of the registry answers 404 too. A HEAD answer has no body, so a
+// 404 is asked again with a GET of the manifest, and only a 404 whose body
+// is the OCI distribution error for an unknown manifest or repository
+// (MANIFEST_UNKNOWN or NAME_UNKNOWN, as distribution, zot and Quay send,
+// or Harbor's NOT_FOUND) confirms that the tag is gone.
 func (c *Client) Resolve(ctx context.Context, ref name.Tag) (digest string, found bool, err error) {
 	ropts, err := c.sessionOptions(ctx, ref.Registry)
 	if err != nil {
@@ -195,10 +202,37 @@ func (c *Client) Resolve(ctx context.Context, ref name.Tag) (digest string, foun
 	}
 	desc, err := remote.Head(ref, ropts...)
 	if isNotFound(err) {
-		return "", false, nil
+		return confirmAbsent(ref, ropts)
 	}
 	if err != nil {
 		return "", false, fmt.Errorf("resolving %s: %w", ref, err)
 	}
 	return desc.Digest.String(), true, nil
 }
+
+// confirmAbsent asks for ref's manifest after a HEAD answered 404; see
+// Resolve. The tag may also have been pushed again meanwhile.
+func confirmAbsent(ref name.Tag, ropts []remote.Option) (string, bool, error) {
+	desc, err := remote.Get(ref, ropts...)
+	if err == nil {
+		return desc.Digest.String(), true, nil
+	}
+	var terr *transport.Error
+	if !errors.As(err, &terr) || terr.StatusCode != http.StatusNotFound {
+		return "", false, fmt.Errorf("resolving %s: %w", ref, err)
+	}
+	for _, d := range terr.Errors {
+		switch d.Code {
+		case transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode, harborNotFound:
+			return "", false, nil
+		}
+	}
+	return "", false, fmt.Errorf("resolving %s: %w: the 404 carries no OCI error naming an unknown manifest or repository, so it may not come from the registry (a proxy or ingress default backend?)", ref, ErrNotRegistry)
+}
+
+// harborNotFound is the error code Harbor answers for an unknown artifact.
+const harborNotFound transport.ErrorCode = "NOT_FOUND"
+
+// ErrNotRegistry is returned (wrapped) when a "not found" answer does not
+// prove that the registry gave it.
+var ErrNotRegistry = errors.New("404 without a registry error body")

@@ -60,7 +60,7 @@ func FindImage(ctx context.Context, c client.Reader, ns, ref string) (Image, err
 	}
 	image := cdi.ImageName(repo)
 	var bi v1alpha1.BaseImage
-	err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: cdi.BaseImageName(image, tag)}, &bi)
+	err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: cdi.BaseImageName(repo, tag)}, &bi)
 	if apierrors.IsNotFound(err) || (err == nil && (bi.Spec.Tenant != tenant || !strings.HasSuffix(bi.Spec.Repository, "/"+repo) || bi.Spec.Tag != tag)) {
 		return Image{}, fmt.Errorf("image %s:%s is not synced into namespace %s: VMs here boot only from images image-syncer synced into it, which are the namespace's tenant's own (kubectl get bi -n %s lists them)", repo, tag, ns, ns)
 	}

@@ -339,7 +339,7 @@ func (d *tour) showReplicated(digest string) {
 		d.waitReady(h, digest)
 		d.wantDataSource(h, dv)
 	}
-	d.say("Both BaseImages are Ready, and the DataSource \"sample\", which VMs clone from, serves the import:")
+	d.say("Both BaseImages are Ready, and the DataSource \"" + cdi.BaseImageName(tenant+"/"+image, tag) + "\" (named like the BaseImage), which VMs clone from, serves the import:")
 	for _, h := range d.hubs {
 		d.kubectlOn(h, "get", "bi", "-A")
 		d.kubectlOn(h, "get", "datasource", "-n", tenant, "-o", dsColumns)
@@ -370,9 +370,9 @@ func (d *tour) launchVM(digest string) {
 	if err := h.Client.Get(d.t.Context(), client.ObjectKey{Namespace: tenant, Name: "web"}, &vm); err != nil {
 		d.fatalf("hub-1: VirtualMachine acme/web: %v", err)
 	}
-	if dvt := vm.Spec.DataVolumeTemplates; len(dvt) == 0 || dvt[0].Spec.SourceRef == nil || dvt[0].Spec.SourceRef.Name != image ||
+	if dvt := vm.Spec.DataVolumeTemplates; len(dvt) == 0 || dvt[0].Spec.SourceRef == nil || dvt[0].Spec.SourceRef.Name != cdi.BaseImageName(tenant+"/"+image, tag) ||
 		dvt[0].Spec.Storage == nil || !slices.Contains(dvt[0].Spec.Storage.AccessModes, corev1.ReadWriteMany) || vm.Annotations["imagepipe.io/image-digest"] != digest {
-		d.fatalf("hub-1: VirtualMachine acme/web does not clone DataSource %s onto ReadWriteMany storage at %s: %+v", image, digest, vm.Spec.DataVolumeTemplates)
+		d.fatalf("hub-1: VirtualMachine acme/web does not clone DataSource %s onto ReadWriteMany storage at %s: %+v", cdi.BaseImageName(tenant+"/"+image, tag), digest, vm.Spec.DataVolumeTemplates)
 	}
 	d.imagectlRun(append([]string{"vm", "get", "web"}, kube...)...)
 	d.say("The VirtualMachine as stored on hub-1; its root disk is a clone of the DataSource, ReadWriteMany:")
@@ -419,7 +419,7 @@ func (d *tour) newVersionAndDelete(digest1 string) {
 
 	d.say("Now the tenant deletes the tag from the registry:")
 	d.imagectlRun("delete", d.ref())
-	biName := cdi.BaseImageName(image, tag)
+	biName := cdi.BaseImageName(tenant+"/"+image, tag)
 	d.waitFor("hub-1 to mark the BaseImage Deleted", func() (bool, error) {
 		var bi v1alpha1.BaseImage
 		err := d.hubs[0].Client.Get(d.t.Context(), client.ObjectKey{Namespace: tenant, Name: biName}, &bi)
@@ -428,7 +428,7 @@ func (d *tour) newVersionAndDelete(digest1 string) {
 	d.wantDataSource(d.hubs[0], dv2)
 	d.waitFor("hub-2 to delete the BaseImage, the DataSource and the DataVolumes", func() (bool, error) {
 		biErr := d.hubs[1].Client.Get(d.t.Context(), client.ObjectKey{Namespace: tenant, Name: biName}, &v1alpha1.BaseImage{})
-		dsErr := d.hubs[1].Client.Get(d.t.Context(), client.ObjectKey{Namespace: tenant, Name: image}, &cdiv1.DataSource{})
+		dsErr := d.hubs[1].Client.Get(d.t.Context(), client.ObjectKey{Namespace: tenant, Name: biName}, &cdiv1.DataSource{})
 		dvs, err := d.dataVolumes(d.hubs[1])
 		return apierrors.IsNotFound(biErr) && apierrors.IsNotFound(dsErr) && len(dvs) == 0, err
 	})
@@ -463,7 +463,7 @@ func (d *tour) waitImporting(h *hub, digest string) {
 	dv := cdi.DataVolumeName(image, digest)
 	d.waitFor(h.Name+": DataVolume "+dv, func() (bool, error) {
 		var bi v1alpha1.BaseImage
-		err := h.Client.Get(d.t.Context(), client.ObjectKey{Namespace: tenant, Name: cdi.BaseImageName(image, tag)}, &bi)
+		err := h.Client.Get(d.t.Context(), client.ObjectKey{Namespace: tenant, Name: cdi.BaseImageName(tenant+"/"+image, tag)}, &bi)
 		if apierrors.IsNotFound(err) {
 			return false, nil
 		}
@@ -491,16 +491,17 @@ func (d *tour) waitImporting(h *hub, digest string) {
 func (d *tour) waitReady(h *hub, digest string) {
 	d.waitFor(h.Name+": BaseImage Ready at "+digest, func() (bool, error) {
 		var bi v1alpha1.BaseImage
-		err := h.Client.Get(d.t.Context(), client.ObjectKey{Namespace: tenant, Name: cdi.BaseImageName(image, tag)}, &bi)
+		err := h.Client.Get(d.t.Context(), client.ObjectKey{Namespace: tenant, Name: cdi.BaseImageName(tenant+"/"+image, tag)}, &bi)
 		return err == nil && bi.Status.Phase == v1alpha1.PhaseReady && bi.Status.ImportedDigest == digest, err
 	})
 }
 
 // wantDataSource waits until h's DataSource clones from pvc.
 func (d *tour) wantDataSource(h *hub, pvc string) {
-	d.waitFor(h.Name+": DataSource "+image+" → "+pvc, func() (bool, error) {
+	name := cdi.BaseImageName(tenant+"/"+image, tag)
+	d.waitFor(h.Name+": DataSource "+name+" → "+pvc, func() (bool, error) {
 		var ds cdiv1.DataSource
-		err := h.Client.Get(d.t.Context(), client.ObjectKey{Namespace: tenant, Name: image}, &ds)
+		err := h.Client.Get(d.t.Context(), client.ObjectKey{Namespace: tenant, Name: name}, &ds)
 		return err == nil && ds.Spec.Source.PVC != nil && ds.Spec.Source.PVC.Name == pvc, err
 	})
 }

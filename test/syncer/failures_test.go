@@ -45,7 +45,7 @@ func TestSyncerRejectsAnImagePushedByAnotherClient(t *testing.T) {
 	testenv.Run(t, "qemu-img", "create", "-q", "-f", "qcow2", "-b", base, "-F", "qcow2", top)
 	pushContainerDisk(t, reg.Host+"/acme/sneaky:1", top)
 
-	bi := hub.baseImage(t, "acme", "sneaky-1", "rejected", func(b *v1alpha1.BaseImage) bool {
+	bi := hub.baseImage(t, "acme", "sneaky--1", "rejected", func(b *v1alpha1.BaseImage) bool {
 		return b.Status.Phase == v1alpha1.PhaseRejected
 	})
 	c := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionRejected)
@@ -113,11 +113,11 @@ func TestSyncerNeverDeletesWhileTheRegistryIsDown(t *testing.T) {
 	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1s", "--digest-resync-interval", "2s", "--on-delete", "delete")
 
 	v1 := importImage(t, rawDisk(t, "before the outage"), reg.Host+"/acme/rhel:9")
-	hub.baseImage(t, "acme", "rhel-9", "importing", func(b *v1alpha1.BaseImage) bool {
+	hub.baseImage(t, "acme", "rhel--9", "importing", func(b *v1alpha1.BaseImage) bool {
 		return b.Status.ObservedDigest == v1.Digest && b.Status.Phase == v1alpha1.PhaseImporting
 	})
 	hub.PlayCDIImportSucceeded(t, "acme", dvName(v1.Digest))
-	hub.baseImage(t, "acme", "rhel-9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
+	hub.baseImage(t, "acme", "rhel--9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
 
 	reg.Kill(t)
 	// Until a full poll succeeds again every poll is a full one, which
@@ -126,7 +126,7 @@ func TestSyncerNeverDeletesWhileTheRegistryIsDown(t *testing.T) {
 	waitFor(t, "two failed full polls", func() (bool, error) {
 		return s.Metric(t, "imagepipe_syncer_polls_total", `kind="full"`, `result="error"`) >= failed+2, nil
 	})
-	bi := hub.baseImage(t, "acme", "rhel-9", "still there", func(*v1alpha1.BaseImage) bool { return true })
+	bi := hub.baseImage(t, "acme", "rhel--9", "still there", func(*v1alpha1.BaseImage) bool { return true })
 	if _, removed := bi.Annotations[v1alpha1.AnnotationRemoved]; removed || bi.Status.Phase != v1alpha1.PhaseReady {
 		t.Errorf("while the registry was down the BaseImage became %s (annotations %v)", bi.Status.Phase, bi.Annotations)
 	}
@@ -136,8 +136,8 @@ func TestSyncerNeverDeletesWhileTheRegistryIsDown(t *testing.T) {
 
 	reg.Restart(t)
 	v2 := importImage(t, rawDisk(t, "after the outage"), reg.Host+"/acme/rhel:10")
-	hub.baseImage(t, "acme", "rhel-10", "synced after the outage", func(b *v1alpha1.BaseImage) bool { return b.Status.ObservedDigest == v2.Digest })
-	hub.baseImage(t, "acme", "rhel-9", "untouched", func(b *v1alpha1.BaseImage) bool {
+	hub.baseImage(t, "acme", "rhel--10", "synced after the outage", func(b *v1alpha1.BaseImage) bool { return b.Status.ObservedDigest == v2.Digest })
+	hub.baseImage(t, "acme", "rhel--9", "untouched", func(b *v1alpha1.BaseImage) bool {
 		return b.Status.Phase == v1alpha1.PhaseReady && b.Annotations[v1alpha1.AnnotationRemoved] == ""
 	})
 }
@@ -166,12 +166,12 @@ func TestSyncerStopsRetryingAFailingImport(t *testing.T) {
 			t.Errorf("attempt %d started at %s, before the 1 s retry delay after the failure at %s", attempt, created, lastFailure)
 		}
 		hub.PlayCDIImportRestarting(t, "acme", dv, 3)
-		bi := hub.baseImage(t, "acme", "rhel-9", "counting the failure", func(b *v1alpha1.BaseImage) bool {
+		bi := hub.baseImage(t, "acme", "rhel--9", "counting the failure", func(b *v1alpha1.BaseImage) bool {
 			return b.Status.Attempts == int32(attempt) && b.Status.LastFailure != nil
 		})
 		lastFailure = *bi.Status.LastFailure
 	}
-	bi := hub.baseImage(t, "acme", "rhel-9", "failed", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseFailed })
+	bi := hub.baseImage(t, "acme", "rhel--9", "failed", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseFailed })
 	c := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionProgressing)
 	if c == nil || c.Status != "False" || c.Reason != "RetriesExhausted" || bi.Status.Attempts != 2 {
 		t.Errorf("attempts %d, Progressing condition %+v, want 2 and False with reason RetriesExhausted", bi.Status.Attempts, c)
@@ -184,7 +184,7 @@ func TestSyncerStopsRetryingAFailingImport(t *testing.T) {
 	if err := hub.Client.Patch(t.Context(), bi, patch); err != nil {
 		t.Fatal(err)
 	}
-	hub.baseImage(t, "acme", "rhel-9", "importing again", func(b *v1alpha1.BaseImage) bool {
+	hub.baseImage(t, "acme", "rhel--9", "importing again", func(b *v1alpha1.BaseImage) bool {
 		_, annotated := b.Annotations[v1alpha1.AnnotationRetry]
 		return b.Status.Phase == v1alpha1.PhaseImporting && b.Status.Attempts == 0 && !annotated
 	})
@@ -230,7 +230,7 @@ func TestSyncerTakesHarborQuayAndZotWebhooks(t *testing.T) {
 		}
 	}
 	for image, digest := range map[string]string{"from-harbor": harbor.Digest, "from-quay": quay.Digest, "from-zot": zot.Digest} {
-		hub.baseImage(t, "acme", cdi.BaseImageName(image, "1"), "at the pushed digest", func(b *v1alpha1.BaseImage) bool {
+		hub.baseImage(t, "acme", cdi.BaseImageName("acme/"+image, "1"), "at the pushed digest", func(b *v1alpha1.BaseImage) bool {
 			return b.Spec.Digest == digest && b.Status.ObservedDigest == digest
 		})
 	}

@@ -33,7 +33,7 @@ func TestSyncerConvergesAcrossAnAPIServerRestart(t *testing.T) {
 		}
 	}
 	for tag, digest := range digests {
-		hub.baseImage(t, "acme", cdi.BaseImageName("rhel", tag), "importing its digest", func(b *v1alpha1.BaseImage) bool {
+		hub.baseImage(t, "acme", cdi.BaseImageName("acme/rhel", tag), "importing its digest", func(b *v1alpha1.BaseImage) bool {
 			return b.Status.ObservedDigest == digest && b.Status.Phase == v1alpha1.PhaseImporting
 		})
 	}
@@ -83,7 +83,7 @@ func TestSyncerReplicasShareTheWorkThroughLeaderElection(t *testing.T) {
 	lead, follow := leader()
 
 	v1 := importImage(t, rawDisk(t, "led by one"), reg.Host+"/acme/rhel:9")
-	hub.baseImage(t, "acme", "rhel-9", "importing v1", func(b *v1alpha1.BaseImage) bool { return b.Status.ObservedDigest == v1.Digest })
+	hub.baseImage(t, "acme", "rhel--9", "importing v1", func(b *v1alpha1.BaseImage) bool { return b.Status.ObservedDigest == v1.Digest })
 	if got := follow.Metric(t, "controller_runtime_reconcile_total", `controller="baseimage"`); got != 0 {
 		t.Errorf("the follower reconciled %v times", got)
 	}
@@ -93,7 +93,7 @@ func TestSyncerReplicasShareTheWorkThroughLeaderElection(t *testing.T) {
 		return follow.Metric(t, "leader_election_master_status") == 1, nil
 	})
 	v2 := importImage(t, rawDisk(t, "led by the other"), reg.Host+"/acme/rhel:9")
-	hub.baseImage(t, "acme", "rhel-9", "importing v2", func(b *v1alpha1.BaseImage) bool {
+	hub.baseImage(t, "acme", "rhel--9", "importing v2", func(b *v1alpha1.BaseImage) bool {
 		return b.Status.ObservedDigest == v2.Digest && b.Status.Phase == v1alpha1.PhaseImporting
 	})
 }

@@ -21,10 +21,10 @@ import (
 
 // TestSyncerWithAPrivateRegistryAndNoSharedStorage: the registry needs a
 // password and serves TLS from a private CA, and the hub's only storage is
-// ReadWriteOnce Filesystem. The syncer copies the credentials and the CA
-// into the tenant namespace for CDI, sizes the volume for the filesystem
+// ReadWriteOnce Filesystem. The syncer copies the tenant's credential and
+// the CA into the tenant namespace for CDI, sizes the volume for the filesystem
 // overhead, imports anyway and says VMs will not live-migrate. Two tags of
-// one image get two DataSources, NAME and NAME-TAG, with the image's hints.
+// one image get two DataSources, named like their BaseImages, with the image's hints.
 func TestSyncerWithAPrivateRegistryAndNoSharedStorage(t *testing.T) {
 	testenv.RequireQEMU(t)
 	fs := corev1.PersistentVolumeFilesystem
@@ -36,11 +36,17 @@ func TestSyncerWithAPrivateRegistryAndNoSharedStorage(t *testing.T) {
 	if err := os.WriteFile(dockerConfig, []byte(`{"auths":{"`+reg.Host+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h", "--docker-config", dockerConfig, "--registry-ca-file", reg.CAFile)
+	// acme's own credential; this registry has one user, so it is the
+	// syncer's too (test/syncer/tenants_test.go has one per tenant).
+	tenantDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(tenantDir, "acme"), []byte(`{"auths":{"`+reg.Host+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h", "--docker-config", dockerConfig, "--tenant-credentials-dir", tenantDir, "--registry-ca-file", reg.CAFile)
 
 	hints := []string{"--username", "robot", "--password-stdin", "--ca-file", reg.CAFile, "--default-instancetype", "u1.medium", "--default-preference", "fedora"}
 	v9 := importImageWith(t, "pull-only", rawDisk(t, "nine"), reg.Host+"/acme/rhel:9", hints...)
-	bi := hub.baseImage(t, "acme", "rhel-9", "importing", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseImporting })
+	bi := hub.baseImage(t, "acme", "rhel--9", "importing", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseImporting })
 	c := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionLiveMigratable)
 	if c == nil || c.Status != "False" || c.Reason != "NoReadWriteMany" {
 		t.Errorf("LiveMigratable %+v, want False/NoReadWriteMany", c)
@@ -59,7 +65,7 @@ func TestSyncerWithAPrivateRegistryAndNoSharedStorage(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(secret.Data["accessKeyId"]) != "robot" || string(secret.Data["secretKey"]) != "pull-only" {
-		t.Errorf("pull secret keys %v, want CDI's accessKeyId and secretKey with the docker config's credentials", slices.Sorted(maps.Keys(secret.Data)))
+		t.Errorf("pull secret keys %v, want CDI's accessKeyId and secretKey with acme's credentials", slices.Sorted(maps.Keys(secret.Data)))
 	}
 	var cm corev1.ConfigMap
 	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: cdi.CAConfigMapName}, &cm); err != nil {
@@ -75,15 +81,15 @@ func TestSyncerWithAPrivateRegistryAndNoSharedStorage(t *testing.T) {
 	}
 
 	v10 := importImageWith(t, "pull-only", rawDisk(t, "ten"), reg.Host+"/acme/rhel:10", hints...)
-	hub.baseImage(t, "acme", "rhel-10", "importing", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseImporting })
+	hub.baseImage(t, "acme", "rhel--10", "importing", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseImporting })
 	hub.PlayCDIImportSucceeded(t, "acme", dvName(v9.Digest))
-	hub.baseImage(t, "acme", "rhel-9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.DataSourceName == "rhel" })
+	hub.baseImage(t, "acme", "rhel--9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.DataSourceName == "rhel--9" })
 	hub.PlayCDIImportSucceeded(t, "acme", dvName(v10.Digest))
-	hub.baseImage(t, "acme", "rhel-10", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.DataSourceName == "rhel-10" })
-	hub.wantDataSource(t, "acme", "rhel", dvName(v9.Digest))
-	hub.wantDataSource(t, "acme", "rhel-10", dvName(v10.Digest))
+	hub.baseImage(t, "acme", "rhel--10", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.DataSourceName == "rhel--10" })
+	hub.wantDataSource(t, "acme", "rhel--9", dvName(v9.Digest))
+	hub.wantDataSource(t, "acme", "rhel--10", dvName(v10.Digest))
 	var ds cdiv1.DataSource
-	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "rhel-10"}, &ds); err != nil {
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "rhel--10"}, &ds); err != nil {
 		t.Fatal(err)
 	}
 	if ds.Labels["instancetype.kubevirt.io/default-instancetype"] != "u1.medium" || ds.Labels["instancetype.kubevirt.io/default-preference"] != "fedora" {

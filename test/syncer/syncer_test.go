@@ -32,7 +32,7 @@ func TestSyncerReplicatesOntoTwoHubs(t *testing.T) {
 	startSyncer(t, sa, hubA, reg.Host, "--poll-interval", "1h")
 	startSyncer(t, sb, hubB, reg.Host, "--poll-interval", "1s", "--digest-resync-interval", "1s", "--keep", "1", "--on-delete", "delete")
 	hubs := []*testHub{hubA, hubB}
-	const ns, bi = "acme", "rhel-9"
+	const ns, bi = "acme", "rhel--9"
 
 	// 1. An import appears on both hubs as a BaseImage and a digest-pinned,
 	// ReadWriteMany Block DataVolume.
@@ -66,7 +66,7 @@ func TestSyncerReplicatesOntoTwoHubs(t *testing.T) {
 			return b.Status.Phase == v1alpha1.PhaseReady && b.Status.ImportedDigest == v1.Digest &&
 				meta.IsStatusConditionTrue(b.Status.Conditions, v1alpha1.ConditionReady)
 		})
-		h.wantDataSource(t, ns, "rhel", dvName(v1.Digest))
+		h.wantDataSource(t, ns, bi, dvName(v1.Digest))
 	}
 
 	// 3. A re-push of the tag starts a new import; the DataSource keeps
@@ -79,12 +79,12 @@ func TestSyncerReplicatesOntoTwoHubs(t *testing.T) {
 		if _, ok := h.dataVolumes(t, ns, "rhel")[dvName(v2.Digest)]; !ok {
 			t.Fatalf("hub %s: no DataVolume for v2", h.Name)
 		}
-		h.wantDataSource(t, ns, "rhel", dvName(v1.Digest))
+		h.wantDataSource(t, ns, bi, dvName(v1.Digest))
 		h.PlayCDIImportSucceeded(t, ns, dvName(v2.Digest))
 		h.baseImage(t, ns, bi, "ready at v2", func(b *v1alpha1.BaseImage) bool {
 			return b.Status.Phase == v1alpha1.PhaseReady && b.Status.ImportedDigest == v2.Digest
 		})
-		h.wantDataSource(t, ns, "rhel", dvName(v2.Digest))
+		h.wantDataSource(t, ns, bi, dvName(v2.Digest))
 	}
 	// Hub B keeps one import: v1's DataVolume and PVC go. Hub A keeps two.
 	waitFor(t, "hub-b: v1 collected", func() (bool, error) {
@@ -133,10 +133,10 @@ func TestSyncerReplicatesOntoTwoHubs(t *testing.T) {
 	// DataSource; hub B deletes everything of the tag.
 	testenv.Run(t, testenv.Imagectl, "delete", "--force", reg.Host+"/acme/rhel:9")
 	hubA.baseImage(t, ns, bi, "marked deleted", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseDeleted })
-	hubA.wantDataSource(t, ns, "rhel", dvName(v3.Digest))
+	hubA.wantDataSource(t, ns, bi, dvName(v3.Digest))
 	waitFor(t, "hub-b: BaseImage, DataSource and imports deleted", func() (bool, error) {
 		err := hubB.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: bi}, &v1alpha1.BaseImage{})
-		dsErr := hubB.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "rhel"}, &cdiv1.DataSource{})
+		dsErr := hubB.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: bi}, &cdiv1.DataSource{})
 		return apierrors.IsNotFound(err) && apierrors.IsNotFound(dsErr) && len(hubB.dataVolumes(t, ns, "rhel")) == 0, nil
 	})
 	// The refused webhook named acme/intruder; it never became a BaseImage.
@@ -162,7 +162,7 @@ func (h *testHub) wantDataSource(t *testing.T, ns, name, pvc string) {
 	if got := ds.Spec.Source.PVC.Name; got != pvc {
 		t.Fatalf("hub %s: DataSource %s clones from %s, want %s", h.Name, name, got, pvc)
 	}
-	if ds.Labels[cdi.LabelTenant] != "acme" || ds.Labels[cdi.LabelImage] != "rhel" || !strings.HasPrefix(strings.TrimPrefix(pvc, "rhel-"), ds.Labels[cdi.LabelDigest]) {
+	if ds.Labels[cdi.LabelTenant] != "acme" || ds.Labels[cdi.LabelImage] != "rhel" || !strings.HasPrefix(strings.TrimPrefix(pvc, "rhel--"), ds.Labels[cdi.LabelDigest]) {
 		t.Errorf("hub %s: DataSource labels %v", h.Name, ds.Labels)
 	}
 }

@@ -116,11 +116,11 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h")
 
 	v1 := importImage(t, rawDisk(t, "bootable"), reg.Host+"/acme/rhel:9")
-	hub.baseImage(t, "acme", "rhel-9", "importing", func(b *v1alpha1.BaseImage) bool {
+	hub.baseImage(t, "acme", "rhel--9", "importing", func(b *v1alpha1.BaseImage) bool {
 		return b.Status.ObservedDigest == v1.Digest && b.Status.Phase == v1alpha1.PhaseImporting
 	})
 	hub.PlayCDIImportSucceeded(t, "acme", dvName(v1.Digest))
-	hub.baseImage(t, "acme", "rhel-9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
+	hub.baseImage(t, "acme", "rhel--9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
 
 	dir := t.TempDir()
 	tmplFile := filepath.Join(dir, "simple_vm.yaml")
@@ -151,7 +151,7 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 		t.Errorf("another tenant's image: exit %d\n%s", r.Code, r.Stderr)
 	}
 	importImage(t, rawDisk(t, "still importing"), reg.Host+"/acme/rhel:10")
-	hub.baseImage(t, "acme", "rhel-10", "importing", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseImporting })
+	hub.baseImage(t, "acme", "rhel--10", "importing", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseImporting })
 	if r := vm("create", "web", "--image", "acme/rhel:10", "--template", "simple_vm", "--catalog", reg.Host); r.Code == 0 || !strings.Contains(r.Stderr, "not ready yet") {
 		t.Errorf("an image still importing: exit %d\n%s", r.Code, r.Stderr)
 	}
@@ -187,7 +187,7 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	dvt := got.Spec.DataVolumeTemplates[0].Spec
-	if dvt.SourceRef == nil || dvt.SourceRef.Kind != "DataSource" || dvt.SourceRef.Name != "rhel" || dvt.Storage.AccessModes[0] != corev1.ReadWriteMany ||
+	if dvt.SourceRef == nil || dvt.SourceRef.Kind != "DataSource" || dvt.SourceRef.Name != "rhel--9" || dvt.Storage.AccessModes[0] != corev1.ReadWriteMany ||
 		*got.Spec.Template.Spec.EvictionStrategy != kubevirtv1.EvictionStrategyLiveMigrate || *got.Spec.RunStrategy != kubevirtv1.RunStrategyAlways ||
 		got.Spec.Template.Spec.Domain.CPU.Cores != 4 || got.Annotations["imagepipe.io/image-digest"] != v1.Digest {
 		t.Errorf("created VM: %+v", got.Spec)

@@ -248,7 +248,7 @@ func benchLatency(t *testing.T) *latencyResult {
 		for _, p := range pushes {
 			dvAt, _ := o.dvAt(dvName(p))
 			hl.total = append(hl.total, dvAt.Sub(p.put))
-			bi, ok := o.baseImage(cdi.BaseImageName(cdi.ImageName(p.repo), p.tag))
+			bi, ok := o.baseImage(cdi.BaseImageName(p.repo, p.tag))
 			if !ok || bi.digest != p.digest {
 				t.Fatalf("%s: no BaseImage ADDED for %s:%s at %s (saw %+v)", hubs[i].Name, p.repo, p.tag, p.digest, bi)
 			}

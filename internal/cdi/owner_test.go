@@ -1,0 +1,85 @@
+package cdi
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
+)
+
+// TestOwnership: objects of the right name that record another owner, or
+// none, are not the BaseImage's; forged copies with another source are not
+// followed.
+func TestOwnership(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	im := Import{Namespace: "acme", Tenant: "acme", Image: "rhel", Registry: "reg.example.com", Repository: "acme/rhel", Tag: "9", Digest: digest,
+		Storage: Storage{AccessMode: corev1.ReadWriteMany, VolumeMode: corev1.PersistentVolumeBlock}}
+	bi := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Name: "rhel--9", Namespace: "acme"},
+		Spec: v1alpha1.BaseImageSpec{Tenant: "acme", Repository: "reg.example.com/acme/rhel", Tag: "9", Digest: digest}}
+
+	ds := im.DataSource(bi.Name, "pvc")
+	ds.Labels[LabelBaseImage] = bi.Name
+	if !ownsDataSource(bi, ds) {
+		t.Fatal("the BaseImage's own DataSource is not its")
+	}
+	for what, change := range map[string]func(*cdiv1.DataSource){
+		"no labels":       func(d *cdiv1.DataSource) { d.Labels = nil },
+		"other tag":       func(d *cdiv1.DataSource) { d.Annotations[AnnotationTag] = "v9" },
+		"other repo":      func(d *cdiv1.DataSource) { d.Annotations[AnnotationRepository] = "reg.example.com/acme/rhel9" },
+		"other baseimage": func(d *cdiv1.DataSource) { d.Labels[LabelBaseImage] = "rhel--10" },
+		"no annotations":  func(d *cdiv1.DataSource) { d.Annotations = nil },
+	} {
+		c := ds.DeepCopy()
+		change(c)
+		if ownsDataSource(bi, c) {
+			t.Errorf("a DataSource with %s is taken for the BaseImage's", what)
+		}
+		if ownerOf(c) == "" {
+			t.Errorf("no owner described for a DataSource with %s", what)
+		}
+	}
+
+	want := im.DataVolume()
+	if !importsFor(want.DeepCopy(), want) {
+		t.Fatal("the syncer's own DataVolume is not followed")
+	}
+	evil, other := "tenant-secret", "docker://reg.example.com/acme/rhel@sha256:"+strings.Repeat("cd", 32)
+	for what, change := range map[string]func(*cdiv1.DataVolume){
+		"another URL":    func(d *cdiv1.DataVolume) { d.Spec.Source.Registry.URL = &other },
+		"another secret": func(d *cdiv1.DataVolume) { d.Spec.Source.Registry.SecretRef = &evil },
+		"another CA":     func(d *cdiv1.DataVolume) { d.Spec.Source.Registry.CertConfigMap = &evil },
+		"an HTTP source": func(d *cdiv1.DataVolume) {
+			d.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "http://x"}}
+		},
+		"another digest":    func(d *cdiv1.DataVolume) { d.Annotations[AnnotationDigest] = "sha256:" + strings.Repeat("cd", 32) },
+		"no syncer's label": func(d *cdiv1.DataVolume) { delete(d.Labels, LabelManagedBy) },
+	} {
+		c := want.DeepCopy()
+		change(c)
+		if importsFor(c, want) {
+			t.Errorf("a DataVolume with %s is followed", what)
+		}
+	}
+
+	dv := want.DeepCopy()
+	dv.Labels[LabelBaseImage] = bi.Name
+	if !madeFor(bi, dv) {
+		t.Error("the BaseImage's DataVolume is not its")
+	}
+	dv.Annotations[AnnotationRepository] = "reg.example.com/acme/other"
+	if madeFor(bi, dv) {
+		t.Error("a DataVolume of another repository is taken for the BaseImage's")
+	}
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: dv.Name, Labels: map[string]string{"team": "x"}}}
+	if volumeOf(pvc, dv.Name, "acme", "rhel") {
+		t.Error("a PVC neither owned by the DataVolume nor labelled by the syncer is taken for its volume")
+	}
+	pvc.OwnerReferences = []metav1.OwnerReference{{Kind: "DataVolume", Name: dv.Name}}
+	if !volumeOf(pvc, dv.Name, "acme", "rhel") {
+		t.Error("CDI's PVC of the DataVolume is not its volume")
+	}
+}

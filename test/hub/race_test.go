@@ -1,0 +1,68 @@
+package hub
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
+	"github.com/imagepipe/imagepipe/test/harness"
+)
+
+// resolverFunc plays the registry's answer to a tag look-up.
+type resolverFunc func(ctx context.Context, ref name.Tag) (string, bool, error)
+
+func (f resolverFunc) Resolve(ctx context.Context, ref name.Tag) (string, bool, error) {
+	return f(ctx, ref)
+}
+
+// TestDeleteRacingARepush: a delete notification is being confirmed while
+// the tag is pushed again and the push is applied (another worker, another
+// replica). The registry's "not found" was about the old digest; it must
+// not mark the new one removed. On a real apiserver, the mark is written
+// against the BaseImage as read before the registry was asked, so it fails
+// with a conflict and the event is retried.
+func TestDeleteRacingARepush(t *testing.T) {
+	hub := harness.StartSyncerHub(t, "hub-a", harness.SyncerHubOptions{Namespaces: []string{"acme"}})
+	reg, err := name.NewRegistry("registry.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenancy, err := cdi.NewTenancy("", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, d2 := "sha256:"+strings.Repeat("1", 64), "sha256:"+strings.Repeat("2", 64)
+	pusher := &cdi.Applier{Client: hub.Client, Registry: reg, Tenancy: tenancy}
+	if err := pusher.Apply(t.Context(), cdi.Event{Action: cdi.ActionPush, Repository: "acme/rhel", Tag: "9", Digest: d1}); err != nil {
+		t.Fatal(err)
+	}
+	deleter := &cdi.Applier{Client: hub.Client, Registry: reg, Tenancy: tenancy, Resolver: resolverFunc(func(ctx context.Context, _ name.Tag) (string, bool, error) {
+		// The tag was deleted, and is pushed again before the delete is applied.
+		if err := pusher.Apply(ctx, cdi.Event{Action: cdi.ActionPush, Repository: "acme/rhel", Tag: "9", Digest: d2}); err != nil {
+			t.Error(err)
+		}
+		return "", false, nil
+	})}
+	err = deleter.Apply(t.Context(), cdi.Event{Action: cdi.ActionDelete, Repository: "acme/rhel", Tag: "9"})
+	if !apierrors.IsConflict(err) {
+		t.Errorf("the delete raced by a push: %v; want a conflict, retried later", err)
+	}
+	var bi v1alpha1.BaseImage
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: cdi.BaseImageName("acme/rhel", "9")}, &bi); err != nil {
+		t.Fatal(err)
+	}
+	if _, removed := bi.Annotations[v1alpha1.AnnotationRemoved]; removed || bi.Spec.Digest != d2 {
+		t.Errorf("after the race: digest %s, annotations %v; want the new digest, not removed", bi.Spec.Digest, bi.Annotations)
+	}
+	// Retried, the look-up now finds the new digest: nothing changes.
+	deleter.Resolver = resolverFunc(func(context.Context, name.Tag) (string, bool, error) { return d2, true, nil })
+	if err := deleter.Apply(t.Context(), cdi.Event{Action: cdi.ActionDelete, Repository: "acme/rhel", Tag: "9"}); err != nil {
+		t.Errorf("the retried delete: %v", err)
+	}
+}
