@@ -220,8 +220,9 @@ func copyBuffered(in *os.File, off int64, out *os.File, at, n int64, sc *scratch
 	return nil
 }
 
-// WriteFile converts img into f, a regular file, and returns the size of
-// the result. Unlike Plan and Write it needs no size up front, so qcow2
+// WriteFile verifies img (Verify), converts it into f, a regular file, and
+// returns the size of the result. Unlike Plan and Write it needs no size up
+// front, so qcow2
 // output takes one pass over the image: each batch is read once, checked
 // for zero clusters and written straight to its place, data first and the
 // tables after (see qcowLayout). Raw output goes through Plan and Write,
@@ -229,6 +230,9 @@ func copyBuffered(in *os.File, off int64, out *os.File, at, n int64, sc *scratch
 func (img *Image) WriteFile(ctx context.Context, f *os.File, opts Options) (int64, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
+		return 0, err
+	}
+	if _, err := img.Verify(ctx); err != nil {
 		return 0, err
 	}
 	if opts.To == FormatRaw {

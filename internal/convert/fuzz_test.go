@@ -143,15 +143,14 @@ func tinyQCOW2(l2, payload []byte, zstd bool) []byte {
 	return append(img, payload...)
 }
 
+// testZstd is one encoder for every test: EncodeAll is safe for concurrent use.
+var testZstd, _ = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
+
 // compressCluster compresses one cluster as QEMU stores it.
 func compressCluster(tb testing.TB, cluster []byte, useZstd bool) []byte {
 	var buf bytes.Buffer
 	if useZstd {
-		enc, err := zstd.NewWriter(nil)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return enc.EncodeAll(cluster, nil)
+		return testZstd.EncodeAll(cluster, nil)
 	}
 	w, err := flate.NewWriter(&buf, flate.DefaultCompression)
 	if err != nil {

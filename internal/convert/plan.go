@@ -79,13 +79,17 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-// Plan decides the exact output of converting img. For raw output that is
-// immediate; for qcow2 output it scans the image once to find the clusters
-// that hold non-zero data (see the package documentation). The plan stays
-// valid as long as the image does not change.
+// Plan decides the exact output of converting img, which it verifies
+// first (Verify). For raw output that is then immediate; for qcow2 output it
+// scans the image once to find the clusters that hold non-zero data (see
+// the package documentation). The plan stays valid as long as the image
+// does not change.
 func (img *Image) Plan(ctx context.Context, opts Options) (*Plan, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	if _, err := img.Verify(ctx); err != nil {
 		return nil, err
 	}
 	p := &Plan{img: img, opts: opts}
