@@ -61,6 +61,9 @@ func runConvert(ctx context.Context, o *convertOptions) error {
 	if err != nil {
 		return err
 	}
+	if _, err := img.Verify(ctx); err != nil { // before OUT is created
+		return err
+	}
 	copts := convert.Options{
 		To:          convert.Format(o.to),
 		ClusterSize: o.clusterSize,

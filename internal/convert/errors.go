@@ -62,6 +62,10 @@ const (
 	// lies on qcow2 metadata (the header cluster, the L1 table, the refcount
 	// table or an L2 table), or an L2 table on a data cluster.
 	ReasonMetadataOverlap Reason = "metadata-overlap"
+	// ReasonCompressionRatio: the compressed clusters claim more guest data
+	// than 1032 bytes per byte of the file, deflate's limit, which a zstd
+	// image can exceed only by being made to.
+	ReasonCompressionRatio Reason = "compression-ratio"
 	// ReasonVirtualSize: the virtual size is zero, not a multiple of 512
 	// bytes (qcow2), or above the configured maximum.
 	ReasonVirtualSize Reason = "virtual-size"

@@ -17,12 +17,16 @@ import (
 // stream can produce. Deflate spends at least 2 bits on a match of at most
 // 258 bytes; a zstd block is at least 4 bytes (3 of header) and produces at
 // most 128 KiB. A compressed cluster that consumed fewer than
-// clusterSize/ratio bytes is rejected, so these ratios bound the guest data
-// a file can hold whatever the decoder accepts.
+// clusterSize/ratio bytes is rejected, whatever the decoder accepts.
 const (
 	maxRatioZlib = 258 * 8 / 2
 	maxRatioZstd = (128 << 10) / 4
 )
+
+// maxExpansion bounds the guest data of all compressed clusters together:
+// at most this many bytes per byte of the file, deflate's own limit, so
+// that a zstd image cannot claim more than a zlib one could.
+const maxExpansion = maxRatioZlib
 
 // maxRatio is the maximum compression ratio of the image's codec.
 func (h *qcowHeader) maxRatio() int64 {
@@ -290,6 +294,9 @@ func (s *qcow2Source) verify(ctx context.Context, vsize int64) (MapSummary, erro
 	s.starts = starts
 	if sum.CompressedClusters == 0 {
 		return sum, nil
+	}
+	if claimed := sum.CompressedClusters * cs; claimed/maxExpansion > s.fileSize {
+		return MapSummary{}, reject(ReasonCompressionRatio, "%d compressed clusters claim %d bytes of guest data from a %d-byte file, more than %d per byte of file (deflate's limit)", sum.CompressedClusters, claimed, s.fileSize, maxExpansion)
 	}
 	if err := s.verifyCompressed(ctx, vsize, m); err != nil {
 		return MapSummary{}, err
