@@ -145,11 +145,11 @@ func (p *Plan) scan(ctx context.Context) error {
 	batch := p.batchFor()
 	g, ctx := errgroup.WithContext(ctx)
 	var next atomic.Int64 // hands out batches in order to the workers
-	for range p.opts.Concurrency {
+	for range min(int64(p.opts.Concurrency), ceilDiv(p.img.info.VirtualSize, batch)) {
 		g.Go(func() error {
-			var sc scratch
+			sc := getScratch()
 			defer sc.close()
-			buf := make([]byte, batch)
+			var buf []byte // allocated once there is data to look at
 			for {
 				off := next.Add(batch) - batch
 				if off >= p.img.info.VirtualSize {
@@ -169,8 +169,11 @@ func (p *Plan) scan(ctx context.Context) error {
 						}
 					}
 					// Extents never outgrow the batch they were asked for.
+					if buf == nil {
+						buf = make([]byte, batch)
+					}
 					b := buf[:e.length]
-					if err := src.readExtent(e, b, &sc); err != nil {
+					if err := src.readExtent(e, b, sc); err != nil {
 						return err
 					}
 					p.markNonZero(e.guest, b, cs)

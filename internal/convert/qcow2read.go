@@ -230,10 +230,33 @@ type scratch struct {
 	zstd    *zstd.Decoder
 }
 
-func (sc *scratch) close() {
-	if sc.zstd != nil {
-		sc.zstd.Close()
+// clusterBuf returns sc.cluster sized to one cluster of cs bytes.
+func (sc *scratch) clusterBuf(cs int64) []byte {
+	if int64(cap(sc.cluster)) < cs {
+		sc.cluster = make([]byte, cs)
 	}
+	return sc.cluster[:cs]
+}
+
+// spareScratches keeps decompression state between uses: a zstd decoder
+// or a flate dictionary costs more to allocate than a small image costs to
+// read. Decoders made with WithDecoderConcurrency(1) start no goroutines,
+// so a dropped scratch needs no closing.
+var spareScratches = sync.Pool{New: func() any { return new(scratch) }}
+
+// maxSpareBuffer is the largest buffer a spare scratch keeps.
+const maxSpareBuffer = 4 << 20
+
+func getScratch() *scratch { return spareScratches.Get().(*scratch) }
+
+// close hands sc back for reuse.
+func (sc *scratch) close() {
+	for _, b := range []*[]byte{&sc.cluster, &sc.comp, &sc.extent} {
+		if cap(*b) > maxSpareBuffer {
+			*b = nil
+		}
+	}
+	spareScratches.Put(sc)
 }
 
 // scratchPool hands one scratch to each of at most n concurrent workers.
@@ -242,7 +265,7 @@ type scratchPool chan *scratch
 func newScratchPool(n int) scratchPool {
 	p := make(scratchPool, n)
 	for range n {
-		p <- new(scratch)
+		p <- getScratch()
 	}
 	return p
 }
@@ -268,10 +291,7 @@ func (s *qcow2Source) readExtent(e extent, dst []byte, sc *scratch) error {
 	cs := s.h.clusterSize()
 	out := dst
 	if int64(len(dst)) != cs || e.guest%cs != 0 {
-		if sc.cluster == nil {
-			sc.cluster = make([]byte, cs)
-		}
-		out = sc.cluster
+		out = sc.clusterBuf(cs)
 	}
 	if err := s.decompress(e, out, sc); err != nil {
 		return err

@@ -312,7 +312,7 @@ func (s *qcow2Source) verifyCompressed(ctx context.Context, vsize int64, m *host
 	h := s.h
 	cs := h.clusterSize()
 	batch := max(cs, batchSize)
-	workers := verifyConcurrency()
+	workers := min(int64(verifyConcurrency()), ceilDiv(vsize, batch))
 	var next atomic.Int64
 	var mu sync.Mutex
 	badAt, badErr := int64(math.MaxInt64), error(nil)
@@ -331,7 +331,7 @@ func (s *qcow2Source) verifyCompressed(ctx context.Context, vsize int64, m *host
 	var g errgroup.Group
 	for range workers {
 		g.Go(func() error {
-			var sc scratch
+			sc := getScratch()
 			defer sc.close()
 			for {
 				off := next.Add(batch) - batch
@@ -350,10 +350,7 @@ func (s *qcow2Source) verifyCompressed(ctx context.Context, vsize int64, m *host
 						}
 						return reject(reason, "the compressed cluster at guest offset %#x (%d bytes at %#x) lies on %s at host cluster %#x", e.guest, end-e.host, e.host, useNames[old], c<<h.clusterBits)
 					}
-					if sc.cluster == nil {
-						sc.cluster = make([]byte, cs)
-					}
-					return s.decompress(e, sc.cluster, &sc)
+					return s.decompress(e, sc.clusterBuf(cs), sc)
 				})
 				if err != nil {
 					if ctx.Err() != nil {

@@ -89,7 +89,10 @@ func compressedAt(place func(q *qcowBuilder, l2 int64) int64) func(t *testing.T)
 	}
 }
 
-func fixed(b []byte) func(*testing.T) []byte { return func(*testing.T) []byte { return b } }
+// lazy defers building an image until a test needs it.
+func lazy[A any](build func(A) []byte, arg A) func(*testing.T) []byte {
+	return func(*testing.T) []byte { return build(arg) }
+}
 
 // hostileCases are images whose tables reuse host clusters or bytes, each
 // with the one reason every command must give.
@@ -99,47 +102,47 @@ var hostileCases = []struct {
 	want  Reason
 }{
 	// The issue's images: found at the second L2 entry of the first table.
-	{"issue/2TiB-one-table-one-cluster", fixed(amplifier(2 << 40)), ReasonSharedCluster},
-	{"issue/16GiB-one-table-one-cluster", fixed(amplifier(16 << 30)), ReasonSharedCluster},
-	{"l2/one-table-for-every-l1-entry", fixed(oneL2Table(2 << 40)), ReasonSharedL2Table},
-	{"l2/two-l1-entries-one-table", fixed(withTable(func(q *qcowBuilder, l2 int64) {
+	{"issue/2TiB-one-table-one-cluster", lazy(amplifier, 2<<40), ReasonSharedCluster},
+	{"issue/16GiB-one-table-one-cluster", lazy(amplifier, 16<<30), ReasonSharedCluster},
+	{"l2/one-table-for-every-l1-entry", lazy(oneL2Table, 2<<40), ReasonSharedL2Table},
+	{"l2/two-l1-entries-one-table", lazy(withTable, func(q *qcowBuilder, l2 int64) {
 		q.setL1(1, l2)
-	})), ReasonSharedL2Table},
-	{"data/cluster-referenced-twice", fixed(withTable(func(q *qcowBuilder, l2 int64) {
+	}), ReasonSharedL2Table},
+	{"data/cluster-referenced-twice", lazy(withTable, func(q *qcowBuilder, l2 int64) {
 		d := q.alloc(1)
 		q.setL2(l2, 0, q.data(d))
 		q.setL2(l2, 5, q.data(d))
-	})), ReasonSharedCluster},
+	}), ReasonSharedCluster},
 	// Metadata read as guest data, and guest data read as metadata.
-	{"data/is-its-own-l2-table", fixed(withTable(func(q *qcowBuilder, l2 int64) {
+	{"data/is-its-own-l2-table", lazy(withTable, func(q *qcowBuilder, l2 int64) {
 		q.setL2(l2, 0, q.data(l2))
-	})), ReasonMetadataOverlap},
-	{"data/on-the-l1-table", fixed(withTable(func(q *qcowBuilder, l2 int64) {
+	}), ReasonMetadataOverlap},
+	{"data/on-the-l1-table", lazy(withTable, func(q *qcowBuilder, l2 int64) {
 		q.setL2(l2, 0, q.data(q.l1))
-	})), ReasonMetadataOverlap},
-	{"data/on-the-refcount-table", fixed(withTable(func(q *qcowBuilder, l2 int64) {
+	}), ReasonMetadataOverlap},
+	{"data/on-the-refcount-table", lazy(withTable, func(q *qcowBuilder, l2 int64) {
 		q.setL2(l2, 0, q.data(q.rt))
-	})), ReasonMetadataOverlap},
-	{"l2/on-the-l1-table", fixed(withTable(func(q *qcowBuilder, l2 int64) {
+	}), ReasonMetadataOverlap},
+	{"l2/on-the-l1-table", lazy(withTable, func(q *qcowBuilder, l2 int64) {
 		q.setL1(1, q.l1)
-	})), ReasonMetadataOverlap},
-	{"l2/on-the-refcount-table", fixed(withTable(func(q *qcowBuilder, l2 int64) {
+	}), ReasonMetadataOverlap},
+	{"l2/on-the-refcount-table", lazy(withTable, func(q *qcowBuilder, l2 int64) {
 		q.setL1(1, q.rt)
-	})), ReasonMetadataOverlap},
-	{"l2/on-an-earlier-data-cluster", fixed(withTable(func(q *qcowBuilder, l2 int64) {
+	}), ReasonMetadataOverlap},
+	{"l2/on-an-earlier-data-cluster", lazy(withTable, func(q *qcowBuilder, l2 int64) {
 		d := q.alloc(1)
 		q.setL2(l2, 0, q.data(d))
 		q.setL1(1, d)
-	})), ReasonMetadataOverlap},
-	{"data/on-a-later-l2-table", fixed(withTable(func(q *qcowBuilder, l2 int64) {
+	}), ReasonMetadataOverlap},
+	{"data/on-a-later-l2-table", lazy(withTable, func(q *qcowBuilder, l2 int64) {
 		l2b := q.alloc(1)
 		q.setL2(l2, 0, q.data(l2b))
 		q.setL1(1, l2b)
-	})), ReasonMetadataOverlap},
+	}), ReasonMetadataOverlap},
 	// One compressed descriptor for every cluster of a 512 GiB disk: refused
 	// before anything is decompressed.
-	{"compressed/one-descriptor-262144-times", fixed(reusedDescriptor(false)), ReasonSharedCluster},
-	{"compressed/one-garbage-descriptor-262144-times", fixed(reusedDescriptor(true)), ReasonSharedCluster},
+	{"compressed/one-descriptor-262144-times", lazy(reusedDescriptor, false), ReasonSharedCluster},
+	{"compressed/one-garbage-descriptor-262144-times", lazy(reusedDescriptor, true), ReasonSharedCluster},
 	// Distinct starts whose data overlap: cluster 0's stream needs bytes
 	// past the start of cluster 1's.
 	{"compressed/next-start-inside-stream", func(t *testing.T) []byte {
@@ -181,12 +184,66 @@ var hostileCases = []struct {
 	// Legal streams, each as short as zstd allows, claiming more guest data
 	// per byte of file than deflate could: 512 MiB from 362 KiB.
 	{"compressed/zstd-bomb", func(*testing.T) []byte { return minimalStreams(16, true, 8192, 0)() }, ReasonCompressionRatio},
+	// Distinct starts, each a valid stream, all decoding the same bytes: a
+	// chain of empty prefixes (empty stored deflate blocks, zstd skippable
+	// frames) before one real stream. Each cluster may read only up to the
+	// next start, so all but the last run out of input.
+	{"compressed/deflate-empty-block-chain", prefixChain(false), ReasonSharedCluster},
+	{"compressed/zstd-skippable-frame-chain", prefixChain(true), ReasonSharedCluster},
 	// QEMU reads 512 of these 1000 bytes.
 	{"virtual-size/1000-bytes", func(t *testing.T) []byte {
 		q := newQCOWBuilder(16, 1024, false)
 		q.put(24, 1000)
 		return q.bytes()
 	}, ReasonVirtualSize},
+}
+
+// emptyPrefix is a piece of compressed stream that produces nothing: an
+// empty, non-final stored deflate block, or an empty zstd skippable frame.
+func emptyPrefix(useZstd bool) []byte {
+	if useZstd {
+		return []byte{0x50, 0x2a, 0x4d, 0x18, 0, 0, 0, 0}
+	}
+	return []byte{0, 0, 0, 0xff, 0xff}
+}
+
+// prefixChain is a 64 KiB-cluster image of 64 clusters whose compressed
+// descriptors start at successive empty prefixes of one stream: without
+// the next-start rule, each would decode the same cluster, 64 clusters
+// from one stream's bytes.
+func prefixChain(useZstd bool) func(t *testing.T) []byte {
+	return func(t *testing.T) []byte {
+		const n = 64
+		q := newQCOWBuilder(16, n<<16, useZstd)
+		l2 := q.alloc(1)
+		q.setL1(0, l2)
+		stream := compressCluster(t, bytes.Repeat([]byte("chain"), 1<<14)[:1<<16], useZstd)
+		var chain []byte
+		for range n - 1 {
+			chain = append(chain, emptyPrefix(useZstd)...)
+		}
+		chain = append(chain, stream...)
+		d := q.alloc((int64(len(chain)) + q.cs - 1) / q.cs)
+		copy(q.b[d:], chain)
+		p := int64(len(emptyPrefix(useZstd)))
+		for i := range int64(n) {
+			q.setL2(l2, i, q.compressed(d+i*p, int64(len(chain))-i*p))
+		}
+		// Each descriptor alone is a valid cluster.
+		for _, i := range []int64{0, n / 2} {
+			img, _, err := openBytes(t, q.bytes(), OpenOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := img.src.(*qcow2Source)
+			src.starts = newStartSet(int64(len(q.b)))
+			host, clen := src.h.compressedDescriptor(binary.BigEndian.Uint64(q.b[l2+8*i:]))
+			if err := src.decompress(extent{kind: extentCompressed, host: host, clen: clen, length: q.cs}, make([]byte, q.cs), getScratch()); err != nil {
+				t.Fatalf("descriptor %d alone does not decode: %v", i, err)
+			}
+		}
+		return q.bytes()
+	}
 }
 
 // TestHostileTablesRejectedEverywhere checks that every entry point gives
