@@ -78,7 +78,9 @@
 //     bytes each or one bit per byte of the file, whichever is smaller:
 //     min(8·count, F/8).
 //
-// A raw image of F bytes is its own data: F bytes rounded up to 512.
+// F is the size of the image file itself; a compression wrapper around it
+// (Unwrap) multiplies by its own ratio, which the spool limit bounds. A raw
+// image of F bytes is its own data: F bytes rounded up to 512.
 // inspect runs Verify; convert runs Verify and Write; import runs Verify,
 // Plan's scan and Write.
 //
