@@ -18,9 +18,11 @@
 // Open checks the qcow2 header as QEMU does at open time; Verify walks every
 // L1/L2 entry the virtual size reaches and decompresses every compressed
 // cluster once. Verify is the one verdict every command shares: Map is
-// Verify, and Plan and WriteFile run it first, so inspect, convert and
-// import refuse the same bytes for the same reason before any output is
-// written or uploaded. Refused, each with a typed
+// Verify and Plan runs it first, so inspect, import and a streamed convert
+// refuse the same bytes for the same reason before any output is written
+// or uploaded. WriteFile, which writes a file its caller discards on
+// error, runs Verify's walk first, decompresses as it writes, and on a
+// fault returns Verify's rejection. Refused, each with a typed
 // *RejectError carrying a Reason: backing files (any backing_file_offset,
 // the backing-format extension), external data files (incompatible bit 2,
 // the data-file extension), encryption (crypt_method, the LUKS extension),
@@ -72,17 +74,16 @@
 //     clusters and at most 1033·F bytes with them. Raw output also spells
 //     out the unallocated rest of the virtual size: holes in a file, zeros
 //     in a stream.
-//   - Memory: the walk keeps two bits per host cluster, F/(4C) bytes (4
+//   - Memory: the image keeps two bits per host cluster, F/(4C) bytes (4
 //     MiB for a 1 TiB file of 64 KiB clusters, 512 MiB for one of 512-byte
-//     clusters), and the image keeps the compressed clusters' starts, 8
-//     bytes each or one bit per byte of the file, whichever is smaller:
-//     min(8·count, F/8).
+//     clusters), and the compressed clusters' starts, 8 bytes each or one
+//     bit per byte of the file, whichever is smaller: min(8·count, F/8).
 //
 // F is the size of the image file itself; a compression wrapper around it
 // (Unwrap) multiplies by its own ratio, which the spool limit bounds. A raw
 // image of F bytes is its own data: F bytes rounded up to 512.
-// inspect runs Verify; convert runs Verify and Write; import runs Verify,
-// Plan's scan and Write.
+// inspect runs Verify; convert runs WriteFile (Verify's walk, then one
+// pass); import runs Verify, Plan's scan and Write.
 //
 // # Conversion and the allocation map
 //
@@ -111,8 +112,9 @@
 // The trade-off: allocated data is read twice (scan, then Write) instead of
 // spooling the converted output, which would cost a temporary copy the size
 // of the disk. The second read usually comes from the page cache.
-// Compressed input is decompressed twice: by Verify, so that nothing is
-// written before the verdict, and by Write. Measured figures are in the
+// Compressed input is decompressed twice on the way to a stream or a
+// registry, by Verify, so that nothing is sent before the verdict, and by
+// Write; WriteFile decompresses it once. Measured figures are in the
 // README's benchmark table (make bench).
 //
 // Write reads the image in 2 MiB batches with several parallel readers

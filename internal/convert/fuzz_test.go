@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
+	"os"
 	"testing"
 
 	"github.com/klauspost/compress/flate"
@@ -27,12 +28,13 @@ var fuzzOptions = Options{ClusterSize: 4096, Concurrency: 2}
 // fails on every broken invariant of the engine:
 //
 //   - Open, Verify, Plan and Write fail only with a *RejectError;
-//   - the verdict is one: Plan, run first on a fresh copy of the image,
-//     gives Verify's rejection (inspect, convert and import agree);
+//   - the verdict is one: Plan and WriteFile, each run first on a fresh
+//     copy of the image, give Verify's rejection (inspect, convert and
+//     import agree);
 //   - an accepted image converts: Plan and Write succeed for raw and qcow2
 //     output, each output is Plan.Size bytes, raw output is the virtual
-//     size, and the qcow2 output reopens, verifies and reads back as the
-//     same raw bytes;
+//     size, the qcow2 output reopens, verifies and reads back as the same
+//     raw bytes, and WriteFile succeeds on a fresh copy;
 //   - an accepted qcow2 image reaches no host cluster twice (checked here
 //     independently of Verify, see reusedCluster);
 //   - work and output are bounded by the file: Verify reads at most twice
@@ -68,6 +70,11 @@ func checkImage(t *testing.T, data []byte) {
 		if got := AsReject(perr); got == nil || *got != *re {
 			t.Fatalf("Plan's verdict %v differs from Verify's %v", perr, verr)
 		}
+		fresh, _, _ = openBytes(t, data, opts)
+		_, werr := fresh.WriteFile(ctx, fuzzFile(t), fuzzOptions)
+		if got := AsReject(werr); got == nil || *got != *re {
+			t.Fatalf("WriteFile's verdict %v differs from Verify's %v", werr, verr)
+		}
 		return
 	}
 	info := img.Info()
@@ -85,6 +92,16 @@ func checkImage(t *testing.T, data []byte) {
 		t.Fatalf("raw output is %d bytes for a virtual size of %d", len(rawOut), info.VirtualSize)
 	}
 	qcowOut := convertChecked(t, img, rc, fuzzOptions, size)
+	// The one-pass file conversion, on a fresh copy, accepts it too.
+	fresh, _, _ := openBytes(t, data, opts)
+	f := fuzzFile(t)
+	n, err := fresh.WriteFile(ctx, f, fuzzOptions)
+	if err != nil {
+		t.Fatalf("WriteFile of an accepted image: %v", err)
+	}
+	if st, err := f.Stat(); err != nil || st.Size() != n {
+		t.Fatalf("WriteFile said %d bytes, the file has %v (%v)", n, st.Size(), err)
+	}
 	back, _, err := openBytes(t, qcowOut, OpenOptions{MaxVirtualSize: fuzzMaxVirtual})
 	if err != nil {
 		t.Fatalf("the qcow2 output does not open: %v", err)
@@ -95,6 +112,22 @@ func checkImage(t *testing.T, data []byte) {
 	if !bytes.Equal(convertChecked(t, back, nil, Options{To: FormatRaw}, 0), rawOut) {
 		t.Fatal("the qcow2 output reads back differently from the raw output")
 	}
+}
+
+// fuzzOut is one output file per fuzzing process, unlinked at once so
+// that nothing is left behind.
+var fuzzOut *os.File
+
+func fuzzFile(t *testing.T) *os.File {
+	if fuzzOut == nil {
+		f, err := os.CreateTemp("", "convert-fuzz-*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(f.Name())
+		fuzzOut = f
+	}
+	return fuzzOut
 }
 
 // convertChecked plans and writes img with opts and returns the output,

@@ -85,11 +85,20 @@ func (o Options) withDefaults() (Options, error) {
 // the package documentation). The plan stays valid as long as the image
 // does not change.
 func (img *Image) Plan(ctx context.Context, opts Options) (*Plan, error) {
+	if _, err := img.Verify(ctx); err != nil {
+		return nil, err
+	}
+	return img.plan(ctx, opts)
+}
+
+// plan is Plan once the tables passed the walk: WriteFile's raw output
+// decompresses while it writes and falls back to Verify's verdict.
+func (img *Image) plan(ctx context.Context, opts Options) (*Plan, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	if _, err := img.Verify(ctx); err != nil {
+	if _, err := img.walk(ctx); err != nil {
 		return nil, err
 	}
 	p := &Plan{img: img, opts: opts}

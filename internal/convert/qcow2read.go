@@ -27,9 +27,11 @@ type qcow2Source struct {
 	l2Order []uint64            // insertion order, for eviction
 	l2Max   int
 
-	// starts holds where compressed clusters start; set by verify, which
-	// must run before compressed data is read (see compressedEnd).
+	// starts holds where compressed clusters start and uses what each host
+	// cluster is used for; set by the walk, which must run before
+	// compressed data is read (see compressedEnd, checkCompressedRange).
 	starts *startSet
+	uses   *hostMap
 }
 
 func newQCOW2Source(r io.ReaderAt, fileSize int64, h *qcowHeader) (*qcow2Source, error) {
@@ -312,6 +314,9 @@ func (s *qcow2Source) decompress(e extent, out []byte, sc *scratch) error {
 		return errNotVerified
 	}
 	end := s.compressedEnd(e)
+	if err := s.checkCompressedRange(e, end); err != nil {
+		return err
+	}
 	n := end - e.host
 	if int64(cap(sc.comp)) < n {
 		sc.comp = make([]byte, n)

@@ -36,12 +36,16 @@ func (h *qcowHeader) maxRatio() int64 {
 	return maxRatioZlib
 }
 
-// verdict is the cached outcome of Verify.
+// verdict is the cached outcome of Verify, and of its first stage, the
+// walk over the tables.
 type verdict struct {
-	mu   sync.Mutex
-	done bool
-	sum  MapSummary
-	err  error
+	mu      sync.Mutex
+	walked  bool // walkSum and walkErr are known
+	walkSum MapSummary
+	walkErr error
+	done    bool // sum and err are known
+	sum     MapSummary
+	err     error
 }
 
 // Verify judges the whole image and returns its allocation map: it walks
@@ -51,9 +55,11 @@ type verdict struct {
 // only the walk over its tables; no guest data is read.
 //
 // Verify is the verdict every command shares: inspect, convert and import
-// reach the same one for the same bytes. Plan and WriteFile call it first,
-// and the outcome is remembered, so it runs once per Image. The returned
-// error is a *RejectError when the image breaks the validation contract.
+// reach the same one for the same bytes. Plan runs it first; WriteFile runs
+// its walk first and decompresses while it writes, and when that finds a
+// fault it returns Verify's rejection. The outcome is remembered, so
+// Verify runs once per Image. The returned error is a *RejectError when
+// the image breaks the validation contract.
 func (img *Image) Verify(ctx context.Context) (MapSummary, error) {
 	v := &img.verdict
 	v.mu.Lock()
@@ -61,17 +67,43 @@ func (img *Image) Verify(ctx context.Context) (MapSummary, error) {
 	if v.done {
 		return v.sum, v.err
 	}
-	var sum MapSummary
-	var err error
-	if q, ok := img.src.(*qcow2Source); ok {
-		sum, err = q.verify(ctx, img.info.VirtualSize)
-	} else {
-		sum, err = img.mapExtents(ctx)
+	sum, err := img.walkLocked(ctx)
+	if q, ok := img.src.(*qcow2Source); ok && err == nil && sum.CompressedClusters > 0 {
+		err = q.verifyCompressed(ctx, img.info.VirtualSize)
 	}
 	if err != nil && ctx.Err() != nil {
 		return MapSummary{}, err // interrupted: no verdict yet
 	}
+	if err != nil {
+		sum = MapSummary{}
+	}
 	v.done, v.sum, v.err = true, sum, err
+	return sum, err
+}
+
+// walk runs Verify's first stage, every check but decompression.
+func (img *Image) walk(ctx context.Context) (MapSummary, error) {
+	img.verdict.mu.Lock()
+	defer img.verdict.mu.Unlock()
+	return img.walkLocked(ctx)
+}
+
+func (img *Image) walkLocked(ctx context.Context) (MapSummary, error) {
+	v := &img.verdict
+	if v.walked {
+		return v.walkSum, v.walkErr
+	}
+	var sum MapSummary
+	var err error
+	if q, ok := img.src.(*qcow2Source); ok {
+		sum, err = q.walk(ctx, img.info.VirtualSize)
+	} else {
+		sum, err = img.mapExtents(ctx)
+	}
+	if err != nil && ctx.Err() != nil {
+		return MapSummary{}, err
+	}
+	v.walked, v.walkSum, v.walkErr = true, sum, err
 	return sum, err
 }
 
@@ -216,9 +248,10 @@ func (s *startSet) next(off, limit int64) int64 {
 	return limit
 }
 
-// verify walks the active tables, then decompresses every compressed
-// cluster once. See Image.Verify.
-func (s *qcow2Source) verify(ctx context.Context, vsize int64) (MapSummary, error) {
+// walk checks the active tables: every entry, and that no host cluster is
+// used twice. It records the compressed clusters' starts and the clusters'
+// uses, which decompress checks against. See Image.Verify.
+func (s *qcow2Source) walk(ctx context.Context, vsize int64) (MapSummary, error) {
 	h := s.h
 	cs := h.clusterSize()
 	m := newHostMap(s.fileSize, h.clusterBits)
@@ -291,24 +324,17 @@ func (s *qcow2Source) verify(ctx context.Context, vsize int64) (MapSummary, erro
 	if dup := starts.finish(); dup >= 0 {
 		return MapSummary{}, reject(ReasonSharedCluster, "two compressed clusters start at host offset %#x", dup)
 	}
-	s.starts = starts
-	if sum.CompressedClusters == 0 {
-		return sum, nil
-	}
 	if claimed := sum.CompressedClusters * cs; claimed/maxExpansion > s.fileSize {
 		return MapSummary{}, reject(ReasonCompressionRatio, "%d compressed clusters claim %d bytes of guest data from a %d-byte file, more than %d per byte of file (deflate's limit)", sum.CompressedClusters, claimed, s.fileSize, maxExpansion)
 	}
-	if err := s.verifyCompressed(ctx, vsize, m); err != nil {
-		return MapSummary{}, err
-	}
+	s.starts, s.uses = starts, m
 	return sum, nil
 }
 
-// verifyCompressed decompresses every compressed cluster once, in parallel,
-// and checks that its data lies on no cluster the tables use otherwise. Of
-// several faults it reports the one at the lowest guest offset, so the
-// verdict does not depend on scheduling.
-func (s *qcow2Source) verifyCompressed(ctx context.Context, vsize int64, m *hostMap) error {
+// verifyCompressed decompresses every compressed cluster once, in
+// parallel. Of several faults it reports the one at the lowest guest
+// offset, so the verdict does not depend on scheduling.
+func (s *qcow2Source) verifyCompressed(ctx context.Context, vsize int64) error {
 	h := s.h
 	cs := h.clusterSize()
 	batch := max(cs, batchSize)
@@ -341,14 +367,6 @@ func (s *qcow2Source) verifyCompressed(ctx context.Context, vsize int64, m *host
 				err := s.extents(ctx, off, min(batch, vsize-off), func(e extent) error {
 					if e.kind != extentCompressed {
 						return nil
-					}
-					end := s.compressedEnd(e)
-					if c, old := m.claimRangeReadOnly(e.host, end-e.host); old != useFree {
-						reason := ReasonMetadataOverlap
-						if old == useData {
-							reason = ReasonSharedCluster
-						}
-						return reject(reason, "the compressed cluster at guest offset %#x (%d bytes at %#x) lies on %s at host cluster %#x", e.guest, end-e.host, e.host, useNames[old], c<<h.clusterBits)
 					}
 					return s.decompress(e, sc.clusterBuf(cs), sc)
 				})
@@ -383,15 +401,29 @@ func (m *hostMap) claimRangeReadOnly(off, n int64) (cluster int64, old int) {
 	return 0, useFree
 }
 
-// errNotVerified is returned when compressed data is read before Verify.
-var errNotVerified = errors.New("reading compressed clusters of an image that was not verified")
+// errNotVerified is returned when compressed data is read before the walk.
+var errNotVerified = errors.New("reading compressed clusters of an image whose tables were not checked")
 
 // verifyConcurrency is the number of parallel decompressors Verify uses.
 func verifyConcurrency() int { return max(2, runtime.GOMAXPROCS(0)) }
 
 // compressedEnd is where the data of compressed cluster e ends: at the end
 // of its descriptor, or at the start of the next compressed cluster when
-// that comes first. Only Verify's walk knows the starts.
+// that comes first. Only the walk knows the starts.
 func (s *qcow2Source) compressedEnd(e extent) int64 {
 	return s.starts.next(e.host, e.host+e.clen)
+}
+
+// checkCompressedRange refuses compressed data, [e.host, end), that lies on
+// a cluster the tables use otherwise.
+func (s *qcow2Source) checkCompressedRange(e extent, end int64) error {
+	c, old := s.uses.claimRangeReadOnly(e.host, end-e.host)
+	if old == useFree {
+		return nil
+	}
+	reason := ReasonMetadataOverlap
+	if old == useData {
+		reason = ReasonSharedCluster
+	}
+	return reject(reason, "the compressed cluster at guest offset %#x (%d bytes at %#x) lies on %s at host cluster %#x", s.clusterStart(e), end-e.host, e.host, useNames[old], c<<s.h.clusterBits)
 }

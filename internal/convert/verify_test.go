@@ -236,7 +236,7 @@ func prefixChain(useZstd bool) func(t *testing.T) []byte {
 				t.Fatal(err)
 			}
 			src := img.src.(*qcow2Source)
-			src.starts = newStartSet(int64(len(q.b)))
+			src.starts, src.uses = newStartSet(int64(len(q.b))), newHostMap(int64(len(q.b)), q.bits)
 			host, clen := src.h.compressedDescriptor(binary.BigEndian.Uint64(q.b[l2+8*i:]))
 			if err := src.decompress(extent{kind: extentCompressed, host: host, clen: clen, length: q.cs}, make([]byte, q.cs), getScratch()); err != nil {
 				t.Fatalf("descriptor %d alone does not decode: %v", i, err)
@@ -512,5 +512,54 @@ func TestVerifyIsRemembered(t *testing.T) {
 	}
 	if rc.n.Load() != read {
 		t.Errorf("a second Verify read %d more bytes", rc.n.Load()-read)
+	}
+}
+
+// TestWriteFileDecompressesOnce checks that WriteFile, unlike Verify and
+// then Write, reads a compressed image's streams once: it runs only the walk
+// first and decompresses while it writes.
+func TestWriteFileDecompressesOnce(t *testing.T) {
+	b, _ := packedImage(t, 16, false)
+	var streams int64
+	{
+		img, _, err := openBytes(t, b, OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := img.src.(*qcow2Source)
+		err = src.extents(t.Context(), 0, img.info.VirtualSize, func(e extent) error {
+			if e.kind == extentCompressed {
+				streams += e.clen
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(verifyFirst bool) int64 {
+		img, rc, err := openBytes(t, b, OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if verifyFirst {
+			if _, err := img.Verify(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f, err := os.Create(filepath.Join(t.TempDir(), "out.qcow2"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := img.WriteFile(t.Context(), f, Options{}); err != nil {
+			t.Fatal(err)
+		}
+		return rc.n.Load()
+	}
+	once, twice := read(false), read(true)
+	t.Logf("%d bytes of streams; WriteFile read %d bytes, Verify and WriteFile %d", streams, once, twice)
+	if twice-once < streams/2 {
+		t.Errorf("WriteFile read %d bytes, only %d fewer than Verify and WriteFile with %d bytes of streams", once, twice-once, streams)
 	}
 }
