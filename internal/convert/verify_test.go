@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -450,6 +451,20 @@ func TestWorkBoundedByFileSize(t *testing.T) {
 			if data > tc.ratio*size {
 				t.Errorf("%d bytes of guest data from a %d-byte file: over %d per byte", data, size, tc.ratio)
 			}
+			// And the data is right: the compressed clusters hold 0x5a.
+			if tc.ratio > 1 {
+				rp, err := img.Plan(t.Context(), Options{To: FormatRaw})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var raw bytes.Buffer
+				if err := rp.Write(t.Context(), &raw); err != nil {
+					t.Fatal(err)
+				}
+				if n := bytes.Count(raw.Bytes(), []byte{0x5a}); n != raw.Len() && !strings.HasPrefix(tc.name, "mixed") {
+					t.Errorf("%d of %d bytes are 0x5a", n, raw.Len())
+				}
+			}
 		})
 	}
 }
@@ -561,5 +576,44 @@ func TestWriteFileDecompressesOnce(t *testing.T) {
 	t.Logf("%d bytes of streams; WriteFile read %d bytes, Verify and WriteFile %d", streams, once, twice)
 	if twice-once < streams/2 {
 		t.Errorf("WriteFile read %d bytes, only %d fewer than Verify and WriteFile with %d bytes of streams", once, twice-once, streams)
+	}
+}
+
+// TestStartSet checks both forms of the set of compressed starts: the
+// sorted list, and the bitmap it turns into once that is smaller.
+func TestStartSet(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		count int // starts added, one every 7 bytes from 100
+		bits  bool
+	}{{"list", 10, false}, {"bitmap", 1001, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newStartSet(64 * 1000) // the list is kept up to 1000 starts
+			for i := tc.count - 1; i >= 0; i-- {
+				s.add(100 + 7*int64(i))
+			}
+			if (s.bits != nil) != tc.bits {
+				t.Fatalf("bitmap in use: %v, want %v", s.bits != nil, tc.bits)
+			}
+			if dup := s.finish(); dup != -1 {
+				t.Fatalf("duplicate %d reported", dup)
+			}
+			last := 100 + 7*int64(tc.count-1)
+			for _, q := range []struct{ off, limit, want int64 }{
+				{100, 1 << 20, 107},
+				{101, 1 << 20, 107},
+				{100, 105, 105},          // the limit comes first
+				{last, 1 << 20, 1 << 20}, // no later start
+				{0, 1 << 20, 100},
+			} {
+				if got := s.next(q.off, q.limit); got != q.want {
+					t.Errorf("next(%d, %d) = %d, want %d", q.off, q.limit, got, q.want)
+				}
+			}
+			s.add(100 + 7*int64(tc.count/2))
+			if dup := s.finish(); dup != 100+7*int64(tc.count/2) {
+				t.Errorf("duplicate start reported as %d", dup)
+			}
+		})
 	}
 }
