@@ -80,7 +80,8 @@ func (o Options) withDefaults() (Options, error) {
 }
 
 // Plan decides the exact output of converting img. For raw output that is
-// immediate; for qcow2 output it scans the image once to find the clusters
+// immediate, once the guest content is known not to look like another
+// format (see rawout.go); for qcow2 output it scans the image once to find the clusters
 // that hold non-zero data (see the package documentation). The plan stays
 // valid as long as the image does not change.
 func (img *Image) Plan(ctx context.Context, opts Options) (*Plan, error) {
@@ -90,6 +91,9 @@ func (img *Image) Plan(ctx context.Context, opts Options) (*Plan, error) {
 	}
 	p := &Plan{img: img, opts: opts}
 	if opts.To == FormatRaw {
+		if err := img.checkRawOutput(ctx); err != nil {
+			return nil, err
+		}
 		p.size = img.info.VirtualSize
 		return p, nil
 	}
