@@ -66,6 +66,10 @@ func runConvert(ctx context.Context, o *convertOptions) error {
 		ClusterSize: o.clusterSize,
 		Logger:      log,
 	}
+	// Both ways give Verify's verdict, the one inspect and import give: Plan
+	// runs it before anything is written; WriteFile decompresses while it
+	// writes to a temporary file, which only a verified image replaces OUT
+	// with.
 	if o.out == "-" {
 		// A stream needs its size fixed first: plan, then write.
 		plan, err := img.Plan(ctx, copts)

@@ -113,6 +113,11 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	if err != nil {
 		return err
 	}
+	// The whole verdict (tables, shared clusters, every compressed cluster)
+	// before anything is sent to the registry.
+	if _, err := img.Verify(ctx); err != nil {
+		return err
+	}
 	pushBar := newProgressBar("pushing ", o.quiet)
 	iopts.Progress = pushBar.update
 	rsrc := registry.Source{Image: img, Digest: src.Digest}

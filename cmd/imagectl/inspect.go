@@ -117,7 +117,7 @@ func inspectImage(cmd *cobra.Command, o *inspectOptions, img *openedSource, repo
 	report.ClusterSize = info.ClusterSize
 	report.Compat = info.Compat
 	report.CompressionType = info.CompressionType
-	sum, err := image.Map(cmd.Context())
+	sum, err := image.Verify(cmd.Context()) // the verdict convert and import reach too
 	if err != nil {
 		return err
 	}

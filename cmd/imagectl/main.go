@@ -122,7 +122,11 @@ func hintFor(r convert.Reason) string {
 	case convert.ReasonFormatMismatch:
 		return "drop --format to let imagectl detect the format, or check that you uploaded the right file"
 	case convert.ReasonVirtualSize:
-		return "raise the limit with --max-virtual-size if the disk really is that large"
+		return "raise the limit with --max-virtual-size if the disk really is that large; a qcow2 disk's size must be a multiple of 512 bytes"
+	case convert.ReasonSharedL2Table, convert.ReasonSharedCluster, convert.ReasonMetadataOverlap:
+		return "qemu-img never writes such tables; rebuild the image from a trusted copy of the disk"
+	case convert.ReasonCompressionRatio:
+		return "convert the disk again without -c, or with -o compression_type=zlib"
 	case convert.ReasonEncrypted:
 		return "decrypt the disk before uploading it"
 	}

@@ -50,8 +50,24 @@ const (
 	// ReasonCompressedCluster: a compressed cluster is misplaced or does
 	// not decompress to exactly one cluster.
 	ReasonCompressedCluster Reason = "invalid-compressed-cluster"
-	// ReasonVirtualSize: the virtual size is zero, unaligned where it must be,
-	// or above the configured maximum.
+	// ReasonSharedL2Table: two L1 entries point to the same L2 table, so one
+	// table of the file would describe several ranges of the disk.
+	ReasonSharedL2Table Reason = "shared-l2-table"
+	// ReasonSharedCluster: two guest clusters read the same host data: one
+	// data cluster referenced twice, two compressed clusters starting at the
+	// same byte, compressed data overlapping the next compressed cluster or
+	// a data cluster. Each would let a small file expand into a large disk.
+	ReasonSharedCluster Reason = "shared-cluster"
+	// ReasonMetadataOverlap: an L2 table, a data cluster or compressed data
+	// lies on qcow2 metadata (the header cluster, the L1 table, the refcount
+	// table or an L2 table), or an L2 table on a data cluster.
+	ReasonMetadataOverlap Reason = "metadata-overlap"
+	// ReasonCompressionRatio: the compressed clusters claim more guest data
+	// than 1032 bytes per byte of the file, deflate's limit, which a zstd
+	// image can exceed only by being made to.
+	ReasonCompressionRatio Reason = "compression-ratio"
+	// ReasonVirtualSize: the virtual size is zero, not a multiple of 512
+	// bytes (qcow2), or above the configured maximum.
 	ReasonVirtualSize Reason = "virtual-size"
 	// ReasonTruncated: the file ends before a structure it declares.
 	ReasonTruncated Reason = "truncated"

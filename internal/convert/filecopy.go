@@ -221,18 +221,39 @@ func copyBuffered(in *os.File, off int64, out *os.File, at, n int64, sc *scratch
 }
 
 // WriteFile converts img into f, a regular file, and returns the size of
-// the result. Unlike Plan and Write it needs no size up front, so qcow2
-// output takes one pass over the image: each batch is read once, checked
-// for zero clusters and written straight to its place, data first and the
-// tables after (see qcowLayout). Raw output goes through Plan and Write,
-// which already read the image once. f is emptied first.
+// the result. It needs no size up front, so qcow2 output takes one pass
+// over the image: each batch is read once, checked for zero clusters and
+// written straight to its place, data first and the tables after (see
+// qcowLayout). Raw output goes through Plan and Write. f is emptied first.
+//
+// WriteFile runs Verify's walk first and decompresses while it writes, so a
+// compressed image is decompressed once, not twice. A fault found while
+// writing returns Verify's rejection, the verdict every command gives; f
+// then holds partial output for the caller to discard.
 func (img *Image) WriteFile(ctx context.Context, f *os.File, opts Options) (int64, error) {
+	n, err := img.writeFile(ctx, f, opts)
+	if AsReject(err) != nil {
+		// A fault found while writing: Verify's verdict, so that every
+		// command gives the same one for the same bytes.
+		if _, verr := img.Verify(ctx); verr != nil {
+			return 0, verr
+		}
+	}
+	return n, err
+}
+
+func (img *Image) writeFile(ctx context.Context, f *os.File, opts Options) (int64, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
 		return 0, err
 	}
+	// The walk's checks first; decompression checks come as clusters
+	// are written.
+	if _, err := img.walk(ctx); err != nil {
+		return 0, err
+	}
 	if opts.To == FormatRaw {
-		p, err := img.Plan(ctx, opts)
+		p, err := img.plan(ctx, opts)
 		if err != nil {
 			return 0, err
 		}

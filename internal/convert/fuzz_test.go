@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
+	"os"
 	"testing"
 
 	"github.com/klauspost/compress/flate"
@@ -19,43 +20,150 @@ type countingWriter struct{ n int64 }
 
 func (c *countingWriter) Write(b []byte) (int, error) { c.n += int64(len(b)); return len(b), nil }
 
-// checkImage runs everything a caller may run on untrusted bytes: Open,
-// Map, and both conversions. Errors are fine; panics, rejections that are
-// not *RejectError where validation failed, and outputs whose size differs
-// from the plan are not.
+// fuzzOptions are the conversion options of the fuzz targets: small output
+// clusters so that tiny images still have several, one reader per batch.
+var fuzzOptions = Options{ClusterSize: 4096, Concurrency: 2}
+
+// checkImage runs everything a command may run on untrusted bytes and
+// fails on every broken invariant of the engine:
+//
+//   - Open, Verify, Plan and Write fail only with a *RejectError;
+//   - the verdict is one: Plan and WriteFile, each run first on a fresh
+//     copy of the image, give Verify's rejection (inspect, convert and
+//     import agree);
+//   - an accepted image converts: Plan and Write succeed for raw and qcow2
+//     output, each output is Plan.Size bytes, raw output is the virtual
+//     size, the qcow2 output reopens, verifies and reads back as the same
+//     raw bytes, and WriteFile succeeds on a fresh copy;
+//   - an accepted qcow2 image reaches no host cluster twice (checked here
+//     independently of Verify, see reusedCluster);
+//   - work and output are bounded by the file: Verify reads at most twice
+//     its size, Write at most once, and the guest data is at most
+//     maxExpansion+1 bytes per byte of file.
 func checkImage(t *testing.T, data []byte) {
 	ctx := context.Background()
-	img, err := Open(bytes.NewReader(data), int64(len(data)), OpenOptions{MaxVirtualSize: fuzzMaxVirtual})
+	opts := OpenOptions{MaxVirtualSize: fuzzMaxVirtual}
+	img, rc, err := openBytes(t, data, opts)
 	if err != nil {
-		return
-	}
-	if _, err := img.Map(ctx); err != nil {
 		if AsReject(err) == nil {
-			t.Fatalf("Map returned a non-rejection error: %v", err)
+			t.Fatalf("Open returned a non-rejection error: %v", err)
 		}
 		return
 	}
-	var raw bytes.Buffer
-	for _, to := range []Format{FormatRaw, FormatQCOW2} {
-		p, err := img.Plan(ctx, Options{To: to, ClusterSize: 4096, Concurrency: 2})
+	size := int64(len(data))
+	rc.n.Store(0)
+	sum, verr := img.Verify(ctx)
+	if n := rc.n.Load(); n > 2*size {
+		t.Fatalf("Verify read %d bytes of a %d-byte file", n, size)
+	}
+	if verr != nil {
+		re := AsReject(verr)
+		if re == nil {
+			t.Fatalf("Verify returned a non-rejection error: %v", verr)
+		}
+		// The same bytes through another entry point, first.
+		fresh, _, err := openBytes(t, data, opts)
 		if err != nil {
-			return
+			t.Fatalf("the second Open disagrees with the first: %v", err)
 		}
-		var w io.Writer = &countingWriter{}
-		if to == FormatRaw {
-			w = &raw
+		_, perr := fresh.Plan(ctx, fuzzOptions)
+		if got := AsReject(perr); got == nil || *got != *re {
+			t.Fatalf("Plan's verdict %v differs from Verify's %v", perr, verr)
 		}
-		if err := p.Write(ctx, w); err != nil {
-			return
+		fresh, _, _ = openBytes(t, data, opts)
+		_, werr := fresh.WriteFile(ctx, fuzzFile(t), fuzzOptions)
+		if got := AsReject(werr); got == nil || *got != *re {
+			t.Fatalf("WriteFile's verdict %v differs from Verify's %v", werr, verr)
 		}
-		n := int64(raw.Len())
-		if c, ok := w.(*countingWriter); ok {
-			n = c.n
-		}
-		if n != p.Size() {
-			t.Fatalf("%s output is %d bytes, plan said %d", to, n, p.Size())
+		return
+	}
+	info := img.Info()
+	if info.Format == FormatQCOW2 {
+		if why := reusedCluster(data, info); why != "" {
+			t.Fatalf("accepted an image that reuses host clusters: %s", why)
 		}
 	}
+	if sum.AllocatedBytes > info.VirtualSize {
+		t.Fatalf("%d bytes allocated in a %d-byte disk", sum.AllocatedBytes, info.VirtualSize)
+	}
+
+	rawOut := convertChecked(t, img, rc, Options{To: FormatRaw}, size)
+	if int64(len(rawOut)) != info.VirtualSize {
+		t.Fatalf("raw output is %d bytes for a virtual size of %d", len(rawOut), info.VirtualSize)
+	}
+	qcowOut := convertChecked(t, img, rc, fuzzOptions, size)
+	// The one-pass file conversion, on a fresh copy, accepts it too.
+	fresh, _, _ := openBytes(t, data, opts)
+	f := fuzzFile(t)
+	n, err := fresh.WriteFile(ctx, f, fuzzOptions)
+	if err != nil {
+		t.Fatalf("WriteFile of an accepted image: %v", err)
+	}
+	if st, err := f.Stat(); err != nil || st.Size() != n {
+		t.Fatalf("WriteFile said %d bytes, the file has %v (%v)", n, st.Size(), err)
+	}
+	back, _, err := openBytes(t, qcowOut, OpenOptions{MaxVirtualSize: fuzzMaxVirtual})
+	if err != nil {
+		t.Fatalf("the qcow2 output does not open: %v", err)
+	}
+	if back.Info().VirtualSize != info.VirtualSize {
+		t.Fatalf("the qcow2 output's virtual size is %d, the input's %d", back.Info().VirtualSize, info.VirtualSize)
+	}
+	if !bytes.Equal(convertChecked(t, back, nil, Options{To: FormatRaw}, 0), rawOut) {
+		t.Fatal("the qcow2 output reads back differently from the raw output")
+	}
+}
+
+// fuzzOut is one output file per fuzzing process, unlinked at once so
+// that nothing is left behind.
+var fuzzOut *os.File
+
+func fuzzFile(t *testing.T) *os.File {
+	if fuzzOut == nil {
+		f, err := os.CreateTemp("", "convert-fuzz-*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(f.Name())
+		fuzzOut = f
+	}
+	return fuzzOut
+}
+
+// convertChecked plans and writes img with opts and returns the output,
+// failing on any error or on a size other than the plan's. With rc, it
+// checks that the plan and Write each read at most fileSize bytes and that
+// the guest data is at most maxExpansion+1 bytes per byte of file.
+func convertChecked(t *testing.T, img *Image, rc *readCounter, opts Options, fileSize int64) []byte {
+	ctx := context.Background()
+	if rc != nil {
+		rc.n.Store(0)
+	}
+	p, err := img.Plan(ctx, opts)
+	if err != nil {
+		t.Fatalf("Plan(%s) of a verified image: %v", opts.To, err)
+	}
+	if rc != nil && rc.n.Load() > fileSize {
+		t.Fatalf("Plan(%s) read %d bytes of a %d-byte file", opts.To, rc.n.Load(), fileSize)
+	}
+	if data, ok := p.DataBytes(); ok && rc != nil && data > (maxExpansion+1)*fileSize {
+		t.Fatalf("%d bytes of guest data from a %d-byte file", data, fileSize)
+	}
+	if rc != nil {
+		rc.n.Store(0)
+	}
+	var out bytes.Buffer
+	out.Grow(int(p.Size()))
+	if err := p.Write(ctx, &out); err != nil {
+		t.Fatalf("Write(%s) of a verified image: %v", opts.To, err)
+	}
+	if rc != nil && rc.n.Load() > fileSize {
+		t.Fatalf("Write(%s) read %d bytes of a %d-byte file", opts.To, rc.n.Load(), fileSize)
+	}
+	if int64(out.Len()) != p.Size() {
+		t.Fatalf("%s output is %d bytes, the plan said %d", opts.To, out.Len(), p.Size())
+	}
+	return out.Bytes()
 }
 
 // FuzzOpen feeds whole files to the engine. Seeds: testdata/fuzz/FuzzOpen
@@ -71,9 +179,12 @@ func FuzzOpen(f *testing.F) {
 // accepts satisfies the invariants the reader relies on.
 func FuzzQCOW2Header(f *testing.F) {
 	for _, seed := range validSeeds(f) {
-		f.Add(seed[:min(len(seed), 1024)], int64(len(seed)))
+		f.Add(seed[:min(len(seed), 128)], int64(len(seed))) // the header and its end-of-extensions mark
 	}
 	f.Fuzz(func(t *testing.T, head []byte, fileSize int64) {
+		if len(head) > 1024 {
+			return
+		}
 		if fileSize < int64(len(head)) {
 			fileSize = int64(len(head))
 		}
@@ -84,45 +195,78 @@ func FuzzQCOW2Header(f *testing.F) {
 			}
 			return
 		}
+		cs := uint64(h.clusterSize())
 		switch {
 		case h.clusterBits < minClusterBits || h.clusterBits > maxClusterBits:
 			t.Fatalf("accepted cluster_bits %d", h.clusterBits)
-		case h.size == 0 || h.size > fuzzMaxVirtual:
+		case h.size == 0 || h.size > fuzzMaxVirtual || h.size%512 != 0:
 			t.Fatalf("accepted virtual size %d", h.size)
 		case uint64(h.l1Size) < h.l1Needed() || uint64(h.l1Size)*8 > maxL1Bytes:
 			t.Fatalf("accepted l1_size %d for size %d", h.l1Size, h.size)
-		case h.l1Offset+h.l1Needed()*8 > uint64(fileSize):
-			t.Fatalf("accepted an L1 table past the end of the file")
+		case h.l1Offset == 0 || h.l1Offset%cs != 0 || h.l1Offset+h.l1Needed()*8 > uint64(fileSize):
+			t.Fatalf("accepted an L1 table at %#x (%d bytes) in a %d-byte file", h.l1Offset, h.l1Needed()*8, fileSize)
+		case h.refTableOffset == 0 || h.refTableOffset%cs != 0 || h.refTableOffset >= uint64(fileSize):
+			t.Fatalf("accepted a refcount table at %#x in a %d-byte file", h.refTableOffset, fileSize)
+		case h.refTableCluster == 0 || uint64(h.refTableCluster)*cs > maxRefcountTableBytes:
+			t.Fatalf("accepted a refcount table of %d clusters", h.refTableCluster)
+		case h.incompatible&^incompatKnownToQEMU != 0 || h.incompatible&(incompatCorrupt|incompatDataFile|incompatExtendedL2) != 0:
+			t.Fatalf("accepted incompatible features %#x", h.incompatible)
+		case h.compression != compressionZlib && h.compression != compressionZstd:
+			t.Fatalf("accepted compression type %d", h.compression)
+		case h.nbSnapshots > maxSnapshots:
+			t.Fatalf("accepted %d snapshots", h.nbSnapshots)
 		}
 	})
 }
 
 // FuzzL2Table builds a well-formed 512-byte-cluster qcow2 around a fuzzed
-// L2 table and fuzzed cluster contents, so every L2 entry shape (data,
-// zero, compressed with any descriptor) reaches the reader.
+// L2 table and fuzzed compressed bytes, so every L2 entry shape (data,
+// zero, compressed with any descriptor) and any stream reaches the reader.
+// Inputs stay short (Go's minimiser takes time quadratic in their length):
+// the data cluster is the builder's, the fuzzed bytes follow it. Seeds:
+// testdata/fuzz/FuzzL2Table and the ones below.
 func FuzzL2Table(f *testing.F) {
-	l2 := make([]byte, 512)
-	binary.BigEndian.PutUint64(l2[0:], entryCopied|4*512) // data cluster
-	binary.BigEndian.PutUint64(l2[8:], entryZero)         // zero cluster
-	// A compressed cluster at 5*512, two sectors.
-	binary.BigEndian.PutUint64(l2[16:], entryCompressed|1<<(62-(9-8))|5*512)
-	comp := compressCluster(f, bytes.Repeat([]byte("ab"), 256), false)
-	payload := append(bytes.Repeat([]byte{0x42}, 512), comp...)
-	f.Add(l2, payload, false)
-	f.Add(l2, append(bytes.Repeat([]byte{0x42}, 512), compressCluster(f, make([]byte, 512), true)...), true)
-	f.Fuzz(func(t *testing.T, l2 []byte, payload []byte, zstd bool) {
-		if len(l2) > 512 || len(payload) > 64<<10 {
+	for _, s := range l2Seeds(f) {
+		f.Add(s.l2, s.comp, s.zstd)
+	}
+	f.Fuzz(func(t *testing.T, l2, comp []byte, zstd bool) {
+		if len(l2) > 512 || len(comp) > 1024 {
 			return
 		}
-		checkImage(t, tinyQCOW2(l2, payload, zstd))
+		checkImage(t, tinyQCOW2(l2, comp, zstd))
 	})
 }
 
+type l2Seed struct {
+	l2, comp []byte
+	zstd     bool
+}
+
+// l2Seeds are the FuzzL2Table seeds: a data, a zero and a compressed
+// cluster with each codec, a compressed cluster of zeros, and the same
+// descriptor twice.
+func l2Seeds(tb testing.TB) []l2Seed {
+	l2 := make([]byte, 24)
+	binary.BigEndian.PutUint64(l2[0:], entryCopied|4*512) // the data cluster
+	binary.BigEndian.PutUint64(l2[8:], entryZero)         // a zero cluster
+	// A compressed cluster at the start of the fuzzed bytes, two sectors.
+	binary.BigEndian.PutUint64(l2[16:], entryCompressed|1<<(62-(9-8))|5*512)
+	twice := append(bytes.Clone(l2), l2[16:]...)
+	pattern := bytes.Repeat([]byte("ab"), 256)
+	return []l2Seed{
+		{l2, compressCluster(tb, pattern, false), false},
+		{l2, compressCluster(tb, pattern, true), true},
+		{l2, compressCluster(tb, make([]byte, 512), true), true},
+		{twice, compressCluster(tb, pattern, false), false},
+	}
+}
+
 // tinyQCOW2 lays out a 32 KiB-virtual image with 512-byte clusters:
-// header | L1 | L2 (given) | refcount table | payload from cluster 4 on.
-func tinyQCOW2(l2, payload []byte, zstd bool) []byte {
+// header | L1 | L2 (given) | refcount table | a data cluster of 0x42 |
+// comp from cluster 5 on.
+func tinyQCOW2(l2, comp []byte, zstd bool) []byte {
 	const cs = 512
-	img := make([]byte, 4*cs, 4*cs+len(payload))
+	img := make([]byte, 5*cs, 5*cs+len(comp))
 	be := binary.BigEndian
 	copy(img, "QFI\xfb")
 	be.PutUint32(img[4:], 3)
@@ -140,18 +284,18 @@ func tinyQCOW2(l2, payload []byte, zstd bool) []byte {
 	}
 	be.PutUint64(img[cs:], entryCopied|2*cs)
 	copy(img[2*cs:3*cs], l2)
-	return append(img, payload...)
+	copy(img[4*cs:], bytes.Repeat([]byte{0x42}, cs))
+	return append(img, comp...)
 }
+
+// testZstd is one encoder for every test: EncodeAll is safe for concurrent use.
+var testZstd, _ = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
 
 // compressCluster compresses one cluster as QEMU stores it.
 func compressCluster(tb testing.TB, cluster []byte, useZstd bool) []byte {
 	var buf bytes.Buffer
 	if useZstd {
-		enc, err := zstd.NewWriter(nil)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return enc.EncodeAll(cluster, nil)
+		return testZstd.EncodeAll(cluster, nil)
 	}
 	w, err := flate.NewWriter(&buf, flate.DefaultCompression)
 	if err != nil {

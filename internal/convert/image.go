@@ -54,9 +54,10 @@ type Info struct {
 // Image is a validated disk image opened for reading. It is safe for
 // concurrent use.
 type Image struct {
-	info Info
-	src  source
-	file *os.File // the image file, when r is one: enables copy_file_range
+	info    Info
+	src     source
+	file    *os.File // the image file, when r is one: enables copy_file_range
+	verdict verdict  // Verify's outcome, once known
 }
 
 // extentKind classifies a guest range.
@@ -94,9 +95,10 @@ type source interface {
 }
 
 // Open detects and validates the image in r, which holds size bytes. It
-// runs every check that needs only the header; Map, Plan and Write check the
-// L1/L2 tables and the clusters as they reach them. The returned error is a
-// *RejectError when the image breaks the validation contract.
+// runs every check that needs only the header; Verify (which Map, Plan and
+// WriteFile run first) checks the L1/L2 tables and the clusters. The
+// returned error is a *RejectError when the image breaks the validation
+// contract.
 func Open(r io.ReaderAt, size int64, opts OpenOptions) (*Image, error) {
 	maxVirtual := opts.MaxVirtualSize
 	if maxVirtual <= 0 {
@@ -201,29 +203,9 @@ type MapSummary struct {
 	CompressedClusters int64
 }
 
-// Map walks the whole allocation map, validating every L1 and L2 entry,
-// without reading guest data.
-func (img *Image) Map(ctx context.Context) (MapSummary, error) {
-	var sum MapSummary
-	step := max(img.src.alignment(), 1<<30)
-	for off := int64(0); off < img.info.VirtualSize; off += step {
-		n := min(step, img.info.VirtualSize-off)
-		err := img.src.extents(ctx, off, n, func(e extent) error {
-			switch e.kind {
-			case extentData:
-				sum.AllocatedBytes += e.length
-			case extentCompressed:
-				sum.AllocatedBytes += e.length
-				sum.CompressedClusters++
-			}
-			return nil
-		})
-		if err != nil {
-			return MapSummary{}, err
-		}
-	}
-	return sum, nil
-}
+// Map returns the allocation map of the image, judging it first: it is
+// Verify, kept under the name callers know.
+func (img *Image) Map(ctx context.Context) (MapSummary, error) { return img.Verify(ctx) }
 
 // readFull reads len(p) bytes at off; bytes past the end of the file read as
 // zeros, as QEMU's file driver does.

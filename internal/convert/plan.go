@@ -79,14 +79,27 @@ func (o Options) withDefaults() (Options, error) {
 	return o, nil
 }
 
-// Plan decides the exact output of converting img. For raw output that is
-// immediate, once the guest content is known not to look like another
-// format (see rawout.go); for qcow2 output it scans the image once to find the clusters
-// that hold non-zero data (see the package documentation). The plan stays
-// valid as long as the image does not change.
+// Plan decides the exact output of converting img, which it verifies
+// first (Verify). For raw output that is then immediate, once the guest
+// content is known not to look like another format (rawout.go); for qcow2 output it
+// scans the image once to find the clusters that hold non-zero data (see
+// the package documentation). The plan stays valid as long as the image
+// does not change.
 func (img *Image) Plan(ctx context.Context, opts Options) (*Plan, error) {
+	if _, err := img.Verify(ctx); err != nil {
+		return nil, err
+	}
+	return img.plan(ctx, opts)
+}
+
+// plan is Plan once the tables passed the walk: WriteFile's raw output
+// decompresses while it writes and falls back to Verify's verdict.
+func (img *Image) plan(ctx context.Context, opts Options) (*Plan, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	if _, err := img.walk(ctx); err != nil {
 		return nil, err
 	}
 	p := &Plan{img: img, opts: opts}
@@ -145,11 +158,11 @@ func (p *Plan) scan(ctx context.Context) error {
 	batch := p.batchFor()
 	g, ctx := errgroup.WithContext(ctx)
 	var next atomic.Int64 // hands out batches in order to the workers
-	for range p.opts.Concurrency {
+	for range min(int64(p.opts.Concurrency), ceilDiv(p.img.info.VirtualSize, batch)) {
 		g.Go(func() error {
-			var sc scratch
+			sc := getScratch()
 			defer sc.close()
-			buf := make([]byte, batch)
+			var buf []byte // allocated once there is data to look at
 			for {
 				off := next.Add(batch) - batch
 				if off >= p.img.info.VirtualSize {
@@ -169,8 +182,11 @@ func (p *Plan) scan(ctx context.Context) error {
 						}
 					}
 					// Extents never outgrow the batch they were asked for.
+					if buf == nil {
+						buf = make([]byte, batch)
+					}
 					b := buf[:e.length]
-					if err := src.readExtent(e, b, &sc); err != nil {
+					if err := src.readExtent(e, b, sc); err != nil {
 						return err
 					}
 					p.markNonZero(e.guest, b, cs)

@@ -196,6 +196,11 @@ func parseQCOW2Header(head []byte, fileSize, maxVirtual int64) (*qcowHeader, err
 	if h.size == 0 {
 		return nil, reject(ReasonVirtualSize, "the virtual size is zero")
 	}
+	if h.size%512 != 0 {
+		// QEMU reads whole sectors only: it would show the guest the first
+		// size&^511 bytes, and qemu-img never writes such a size.
+		return nil, reject(ReasonVirtualSize, "the virtual size %d bytes is not a multiple of 512; QEMU would read only the first %d bytes", h.size, h.size&^511)
+	}
 	if h.size > uint64(maxVirtual) {
 		return nil, reject(ReasonVirtualSize, "the virtual size %d bytes exceeds the limit of %d bytes", h.size, maxVirtual)
 	}

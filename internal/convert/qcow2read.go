@@ -26,6 +26,12 @@ type qcow2Source struct {
 	l2      map[uint64][]uint64 // L1 index → validated L2 entries
 	l2Order []uint64            // insertion order, for eviction
 	l2Max   int
+
+	// starts holds where compressed clusters start and uses what each host
+	// cluster is used for; set by the walk, which must run before
+	// compressed data is read (see compressedEnd, checkCompressedRange).
+	starts *startSet
+	uses   *hostMap
 }
 
 func newQCOW2Source(r io.ReaderAt, fileSize int64, h *qcowHeader) (*qcow2Source, error) {
@@ -226,10 +232,33 @@ type scratch struct {
 	zstd    *zstd.Decoder
 }
 
-func (sc *scratch) close() {
-	if sc.zstd != nil {
-		sc.zstd.Close()
+// clusterBuf returns sc.cluster sized to one cluster of cs bytes.
+func (sc *scratch) clusterBuf(cs int64) []byte {
+	if int64(cap(sc.cluster)) < cs {
+		sc.cluster = make([]byte, cs)
 	}
+	return sc.cluster[:cs]
+}
+
+// spareScratches keeps decompression state between uses: a zstd decoder
+// or a flate dictionary costs more to allocate than a small image costs to
+// read. Decoders made with WithDecoderConcurrency(1) start no goroutines,
+// so a dropped scratch needs no closing.
+var spareScratches = sync.Pool{New: func() any { return new(scratch) }}
+
+// maxSpareBuffer is the largest buffer a spare scratch keeps.
+const maxSpareBuffer = 4 << 20
+
+func getScratch() *scratch { return spareScratches.Get().(*scratch) }
+
+// close hands sc back for reuse.
+func (sc *scratch) close() {
+	for _, b := range []*[]byte{&sc.cluster, &sc.comp, &sc.extent} {
+		if cap(*b) > maxSpareBuffer {
+			*b = nil
+		}
+	}
+	spareScratches.Put(sc)
 }
 
 // scratchPool hands one scratch to each of at most n concurrent workers.
@@ -238,7 +267,7 @@ type scratchPool chan *scratch
 func newScratchPool(n int) scratchPool {
 	p := make(scratchPool, n)
 	for range n {
-		p <- new(scratch)
+		p <- getScratch()
 	}
 	return p
 }
@@ -264,10 +293,7 @@ func (s *qcow2Source) readExtent(e extent, dst []byte, sc *scratch) error {
 	cs := s.h.clusterSize()
 	out := dst
 	if int64(len(dst)) != cs || e.guest%cs != 0 {
-		if sc.cluster == nil {
-			sc.cluster = make([]byte, cs)
-		}
-		out = sc.cluster
+		out = sc.clusterBuf(cs)
 	}
 	if err := s.decompress(e, out, sc); err != nil {
 		return err
@@ -279,13 +305,23 @@ func (s *qcow2Source) readExtent(e extent, dst []byte, sc *scratch) error {
 }
 
 // decompress inflates the compressed cluster e into out (one cluster).
-// Decompression stops after one cluster; a stream that ends early or is
-// corrupt rejects the image.
+// It reads the stream only up to compressedEnd, so no two compressed
+// clusters share a byte, and stops after one cluster. A stream that ends
+// early, is corrupt, or produces a cluster from fewer bytes than its codec
+// can (see maxRatio) rejects the image.
 func (s *qcow2Source) decompress(e extent, out []byte, sc *scratch) error {
-	if int64(cap(sc.comp)) < e.clen {
-		sc.comp = make([]byte, e.clen)
+	if s.starts == nil {
+		return errNotVerified
 	}
-	comp := sc.comp[:e.clen]
+	end := s.compressedEnd(e)
+	if err := s.checkCompressedRange(e, end); err != nil {
+		return err
+	}
+	n := end - e.host
+	if int64(cap(sc.comp)) < n {
+		sc.comp = make([]byte, n)
+	}
+	comp := sc.comp[:n]
 	if err := readFull(s.r, comp, e.host); err != nil {
 		return err
 	}
@@ -303,26 +339,38 @@ func (s *qcow2Source) decompress(e extent, out []byte, sc *scratch) error {
 			sc.zstd = d
 		}
 		if err := sc.zstd.Reset(&sc.br); err != nil {
-			return s.badCluster(e, err)
+			return s.badCluster(e, end, err)
 		}
 		dec = sc.zstd
 	} else {
 		if sc.inflate == nil {
 			sc.inflate = flate.NewReader(&sc.br)
 		} else if err := sc.inflate.(flate.Resetter).Reset(&sc.br, nil); err != nil {
-			return s.badCluster(e, err)
+			return s.badCluster(e, end, err)
 		}
 		dec = sc.inflate
 	}
 	if _, err := io.ReadFull(dec, out); err != nil {
-		return s.badCluster(e, err)
+		return s.badCluster(e, end, err)
+	}
+	// The decoders read their input byte by byte or block by block, never
+	// ahead, so this is what the stream needed.
+	consumed := n - int64(sc.br.Len())
+	if consumed*s.h.maxRatio() < int64(len(out)) {
+		return reject(ReasonCompressedCluster, "the compressed cluster at guest offset %#x expands %d bytes into %d, more than %s can", s.clusterStart(e), consumed, len(out), s.h.compressionName())
 	}
 	return nil
 }
 
-func (s *qcow2Source) badCluster(e extent, err error) error {
-	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return reject(ReasonCompressedCluster, "the compressed cluster at guest offset %#x ends before a full cluster of data", e.guest-e.guest%s.h.clusterSize())
+func (s *qcow2Source) clusterStart(e extent) int64 { return e.guest - e.guest%s.h.clusterSize() }
+
+func (s *qcow2Source) badCluster(e extent, end int64, err error) error {
+	short := errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+	switch {
+	case short && end < e.host+e.clen:
+		return reject(ReasonSharedCluster, "the compressed cluster at guest offset %#x (at %#x) runs into the compressed cluster starting at %#x", s.clusterStart(e), e.host, end)
+	case short:
+		return reject(ReasonCompressedCluster, "the compressed cluster at guest offset %#x ends before a full cluster of data", s.clusterStart(e))
 	}
-	return reject(ReasonCompressedCluster, "the compressed cluster at guest offset %#x does not decompress (%s): %v", e.guest-e.guest%s.h.clusterSize(), s.h.compressionName(), err)
+	return reject(ReasonCompressedCluster, "the compressed cluster at guest offset %#x does not decompress (%s): %v", s.clusterStart(e), s.h.compressionName(), err)
 }
