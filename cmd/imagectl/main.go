@@ -127,6 +127,8 @@ func hintFor(r convert.Reason) string {
 		return "qemu-img never writes such tables; rebuild the image from a trusted copy of the disk"
 	case convert.ReasonCompressionRatio:
 		return "convert the disk again without -c, or with -o compression_type=zlib"
+	case convert.ReasonAmbiguousRaw:
+		return "publish the disk as qcow2 (--disk-format qcow2, the default; convert --to qcow2), which names its format"
 	case convert.ReasonEncrypted:
 		return "decrypt the disk before uploading it"
 	}

@@ -27,6 +27,12 @@ const (
 	FormatQED   Format = "qed"
 	FormatLUKS  Format = "luks"
 	FormatISO   Format = "iso"
+	// Formats QEMU reads but never writes; recognised so that a file of
+	// theirs is never taken for a raw disk.
+	FormatParallels Format = "parallels"
+	FormatBochs     Format = "bochs"
+	FormatCloop     Format = "cloop"
+	FormatDMG       Format = "dmg"
 )
 
 // ProbeSize is how many leading bytes detection looks at. Detection also
@@ -43,6 +49,16 @@ type signature struct {
 
 // signatures lists every magic we test. A file matching rules of two
 // different formats is a polyglot and is rejected.
+//
+// The list covers every format QEMU's block layer recognises by content
+// (the probe functions of its qcow, qcow2, qed, vdi, vmdk, vpc, vhdx,
+// parallels, bochs, cloop and luks drivers), so nothing QEMU would open as
+// another format is ever accepted as raw. It is stricter than QEMU in two
+// places, on purpose: a VHD footer in the last sector (QEMU probes only
+// offset 0, but other readers honour the footer) and an Apple disk image's
+// "koly" trailer (QEMU picks its dmg driver by file name alone, which a
+// consumer may do too). A raw disk that starts with a boot sector, a
+// partition table or a filesystem matches none of these.
 var signatures = []signature{
 	{FormatQCOW2, 0, "QFI\xfb"}, // version decides qcow2 vs qcow v1
 	{FormatQED, 0, "QED\x00"},
@@ -56,6 +72,11 @@ var signatures = []signature{
 	{FormatVMDK, 0, "# Disk Descriptor File"},
 	{FormatLUKS, 0, "LUKS\xba\xbe"},
 	{FormatLUKS, 0, "SKUL\xba\xbe"}, // LUKS2 secondary header
+	{FormatParallels, 0, "WithoutFreeSpace"},
+	{FormatParallels, 0, "WithouFreSpacExt"},
+	{FormatBochs, 0, "Bochs Virtual HD Image"},
+	{FormatCloop, 0, "#!/bin/sh\n#V2.0 Format\nmodprobe cloop file=$0"},
+	{FormatDMG, -512, "koly"},
 	{FormatISO, 0x8001, "CD001"},
 	{FormatISO, 0x8801, "CD001"},
 	{FormatISO, 0x9001, "CD001"},

@@ -49,6 +49,12 @@ func TestDetect(t *testing.T) {
 		{"declared qcow2, raw content", make([]byte, 4096), FormatQCOW2, false, FormatRaw, ReasonFormatMismatch},
 		{"declared qcow2, qcow2 content", image(4096, map[int]string{0: qcow2v3}), FormatQCOW2, false, FormatQCOW2, ""},
 		{"short file", []byte("QF"), "", false, FormatRaw, ""},
+		{"parallels", image(4096, map[int]string{0: "WithoutFreeSpace"}), "", false, FormatParallels, ReasonUnsupportedFormat},
+		{"parallels ext", image(4096, map[int]string{0: "WithouFreSpacExt"}), "", false, FormatParallels, ReasonUnsupportedFormat},
+		{"bochs", image(4096, map[int]string{0: "Bochs Virtual HD Image"}), "", false, FormatBochs, ReasonUnsupportedFormat},
+		{"cloop", image(4096, map[int]string{0: "#!/bin/sh\n#V2.0 Format\nmodprobe cloop file=$0 && mount"}), "", false, FormatCloop, ReasonUnsupportedFormat},
+		{"dmg trailer", image(4096, map[int]string{-512: "koly"}), "", false, FormatDMG, ReasonUnsupportedFormat},
+		{"declared raw, parallels content", image(4096, map[int]string{0: "WithoutFreeSpace"}), FormatRaw, false, FormatParallels, ReasonFormatMismatch},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -6,10 +6,17 @@
 //
 // Formats are detected by content only (Detect), never by file name: qcow2
 // v2/v3 and raw are accepted; qcow v1, VMDK (sparse extents and text
-// descriptors), VHD (dynamic and fixed), VHDX, VDI, QED, LUKS and ISO 9660 are
+// descriptors), VHD (dynamic and fixed), VHDX, VDI, QED, LUKS, Parallels,
+// Bochs, cloop, Apple disk images (a "koly" trailer) and ISO 9660 are
 // recognised so they can be refused precisely (ISO may be accepted as raw on
-// request). A file matching two formats is a polyglot and is refused, and so
-// is content that contradicts a declared format (the CVE-2008-2004 class).
+// request): every format QEMU's probing finds by content, so nothing QEMU
+// would open as another format is accepted as raw. A file matching two
+// formats is a polyglot and is refused, and so is content that contradicts
+// a declared format (the CVE-2008-2004 class). The same class one step
+// later: raw output (Plan with To: FormatRaw) is refused with
+// ReasonAmbiguousRaw when the guest disk's own first or last bytes match
+// one of these signatures, since whoever reads the raw copy next would
+// probe it as that format; qcow2 output names its format and is allowed.
 // Unwrap recognises gzip, zstd and xz wrappers; Spool turns the stream into a
 // sparse file with a size cap, since qcow2 needs random access.
 //

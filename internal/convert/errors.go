@@ -71,6 +71,10 @@ const (
 	ReasonVirtualSize Reason = "virtual-size"
 	// ReasonTruncated: the file ends before a structure it declares.
 	ReasonTruncated Reason = "truncated"
+	// ReasonAmbiguousRaw: raw output was asked for, but the guest disk's
+	// own content matches another format's signature, so a raw copy would
+	// be read as that format by the next tool that probes it.
+	ReasonAmbiguousRaw Reason = "ambiguous-raw-output"
 	// ReasonWrapper: a compression wrapper is corrupt or expands beyond its limit.
 	ReasonWrapper Reason = "invalid-wrapper"
 )

@@ -87,9 +87,20 @@ func checkImage(t *testing.T, data []byte) {
 		t.Fatalf("%d bytes allocated in a %d-byte disk", sum.AllocatedBytes, info.VirtualSize)
 	}
 
-	rawOut := convertChecked(t, img, rc, Options{To: FormatRaw}, size)
-	if int64(len(rawOut)) != info.VirtualSize {
-		t.Fatalf("raw output is %d bytes for a virtual size of %d", len(rawOut), info.VirtualSize)
+	// Raw output of a guest that probes as another format is refused
+	// (rawout.go); the same guest read back from qcow2 output must be too.
+	ambiguous := img.checkRawOutput(ctx)
+	if ambiguous != nil {
+		if re := AsReject(ambiguous); re == nil || re.Reason != ReasonAmbiguousRaw {
+			t.Fatalf("the raw-output check failed with %v", ambiguous)
+		}
+	}
+	var rawOut []byte
+	if ambiguous == nil {
+		rawOut = convertChecked(t, img, rc, Options{To: FormatRaw}, size)
+		if int64(len(rawOut)) != info.VirtualSize {
+			t.Fatalf("raw output is %d bytes for a virtual size of %d", len(rawOut), info.VirtualSize)
+		}
 	}
 	qcowOut := convertChecked(t, img, rc, fuzzOptions, size)
 	// The one-pass file conversion, on a fresh copy, accepts it too.
@@ -108,6 +119,12 @@ func checkImage(t *testing.T, data []byte) {
 	}
 	if back.Info().VirtualSize != info.VirtualSize {
 		t.Fatalf("the qcow2 output's virtual size is %d, the input's %d", back.Info().VirtualSize, info.VirtualSize)
+	}
+	if ambiguous != nil {
+		if again := back.checkRawOutput(ctx); again == nil || again.Error() != ambiguous.Error() {
+			t.Fatalf("raw output of the input is refused (%v) but of its qcow2 copy: %v", ambiguous, again)
+		}
+		return
 	}
 	if !bytes.Equal(convertChecked(t, back, nil, Options{To: FormatRaw}, 0), rawOut) {
 		t.Fatal("the qcow2 output reads back differently from the raw output")

@@ -80,7 +80,8 @@ func (o Options) withDefaults() (Options, error) {
 }
 
 // Plan decides the exact output of converting img, which it verifies
-// first (Verify). For raw output that is then immediate; for qcow2 output it
+// first (Verify). For raw output that is then immediate, once the guest
+// content is known not to look like another format (rawout.go); for qcow2 output it
 // scans the image once to find the clusters that hold non-zero data (see
 // the package documentation). The plan stays valid as long as the image
 // does not change.
@@ -103,6 +104,9 @@ func (img *Image) plan(ctx context.Context, opts Options) (*Plan, error) {
 	}
 	p := &Plan{img: img, opts: opts}
 	if opts.To == FormatRaw {
+		if err := img.checkRawOutput(ctx); err != nil {
+			return nil, err
+		}
 		p.size = img.info.VirtualSize
 		return p, nil
 	}

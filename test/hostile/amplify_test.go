@@ -107,44 +107,73 @@ func TestAmplifyingImagesRejectedByEveryCommand(t *testing.T) {
 }
 
 // assertNothingSent checks that the registry holds no tag for repo and was
-// sent no blob or manifest for it: no POST, PATCH or PUT in its log.
+// sent no blob or manifest for it: no PATCH or PUT in its log, and no upload
+// session left open. imagectl's push-permission check before reading the
+// source opens one session and deletes it at once; that is all it may do.
 func assertNothingSent(t *testing.T, reg *harness.Registry, repo string) {
 	t.Helper()
 	if tags := repoTags(t, reg, repo); len(tags) > 0 {
 		t.Errorf("%s has tags after a rejected import: %v", repo, tags)
 	}
-	for _, line := range registryWrites(t, reg, repo) {
-		t.Errorf("the registry was sent a write for %s: %s", repo, line)
+	opened, closed := 0, 0
+	for _, r := range registryRequests(t, reg, repo) {
+		switch {
+		case r.method == "PATCH" || r.method == "PUT":
+			t.Errorf("the registry was sent a write for %s: %s", repo, r.line)
+		case r.method == "POST":
+			opened++
+		case r.method == "DELETE" && strings.Contains(r.line, "/blobs/uploads/"):
+			closed++
+		}
+	}
+	if opened > closed {
+		t.Errorf("%d upload sessions for %s were opened and %d deleted: a rejected import left one open", opened, repo, closed)
 	}
 }
 
 // registryWrites returns the registry's log lines for POST, PATCH and PUT
 // requests to repo.
 func registryWrites(t *testing.T, reg *harness.Registry, repo string) []string {
+	var writes []string
+	for _, r := range registryRequests(t, reg, repo) {
+		if r.method == "POST" || r.method == "PATCH" || r.method == "PUT" {
+			writes = append(writes, r.line)
+		}
+	}
+	return writes
+}
+
+type loggedRequest struct{ method, line string }
+
+// registryRequests returns the requests to repo in the registry's log.
+func registryRequests(t *testing.T, reg *harness.Registry, repo string) []loggedRequest {
 	t.Helper()
 	f, err := os.Open(reg.LogPath())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var writes []string
+	var reqs []loggedRequest
 	sc := bufio.NewScanner(f)
 	sc.Buffer(nil, 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
+		if !strings.Contains(line, "msg=\"response completed\"") {
+			continue
+		}
 		if !strings.Contains(line, "http.request.uri=\"/v2/"+repo+"/") && !strings.Contains(line, "http.request.uri=/v2/"+repo+"/") {
 			continue
 		}
-		for _, m := range []string{"http.request.method=PATCH", "http.request.method=PUT", "http.request.method=POST"} {
-			if strings.Contains(line, m) {
-				writes = append(writes, line)
+		for _, m := range []string{"PATCH", "PUT", "POST", "DELETE", "GET", "HEAD"} {
+			if strings.Contains(line, "http.request.method="+m+" ") {
+				reqs = append(reqs, loggedRequest{m, line})
 			}
 		}
 	}
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
-	return writes
+	return reqs
 }
 
 // repoTags lists the tags of repo, none when it does not exist.

@@ -1,0 +1,52 @@
+package convert
+
+import (
+	"bytes"
+	"slices"
+	"testing"
+)
+
+// FuzzDetect checks the raw-confusion invariant: content that matches any
+// signature of a format other than ISO is never opened as raw, whether the
+// caller detects or declares raw, and detection is deterministic.
+func FuzzDetect(f *testing.F) {
+	for _, s := range signatures {
+		b := make([]byte, 4096)
+		off := s.offset
+		if off < 0 {
+			off += int64(len(b))
+		}
+		if off+int64(len(s.magic)) <= int64(len(b)) {
+			copy(b[off:], s.magic)
+			f.Add(b)
+		}
+	}
+	f.Add(make([]byte, 1024))
+	f.Add([]byte("createType=\"monolithicFlat\""))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) > 64<<10 {
+			return
+		}
+		r := bytes.NewReader(b)
+		d, err := Detect(r, int64(len(b)))
+		if err != nil {
+			t.Fatalf("Detect on a bytes.Reader: %v", err)
+		}
+		again, _ := Detect(r, int64(len(b)))
+		if again.Format != d.Format || !slices.Equal(again.Matches, d.Matches) {
+			t.Fatalf("Detect is not deterministic: %+v then %+v", d, again)
+		}
+		other := slices.ContainsFunc(d.Matches, func(f Format) bool { return f != FormatISO })
+		opts := OpenOptions{MaxVirtualSize: 1 << 20, AllowISO: true}
+		for _, declared := range []Format{"", FormatRaw} {
+			opts.Format = declared
+			img, err := Open(r, int64(len(b)), opts)
+			if err == nil && other && img.Info().Format == FormatRaw {
+				t.Fatalf("content matching %v opened as raw (declared %q)", d.Matches, declared)
+			}
+			if err != nil && AsReject(err) == nil {
+				t.Fatalf("Open: %v is not a rejection", err)
+			}
+		}
+	})
+}
