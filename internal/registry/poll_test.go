@@ -100,9 +100,11 @@ func TestRequestObserver(t *testing.T) {
 			want: []request{{"GET", "/v2/", 200}, {"HEAD", "/v2/acme/rhel/manifests/10", 200}},
 		},
 		{
+			// A HEAD answer has no body: the GET reads the registry's own
+			// error code, which alone confirms that the tag is gone.
 			name: "a tag that does not exist",
 			call: func() error { _, _, err := c.Resolve(t.Context(), repo.Tag("9")); return err },
-			want: []request{{"HEAD", "/v2/acme/rhel/manifests/9", 404}},
+			want: []request{{"HEAD", "/v2/acme/rhel/manifests/9", 404}, {"GET", "/v2/acme/rhel/manifests/9", 404}},
 		},
 		{
 			name: "the catalog",
