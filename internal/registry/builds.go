@@ -4,14 +4,13 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"syscall"
 	"time"
+
+	"github.com/imagepipe/imagepipe/internal/cachefile"
 )
 
 // The build record is this machine's evidence of what it pushed: for each
@@ -79,48 +78,15 @@ func (c *Client) buildsPath() string {
 	return filepath.Join(c.opts.cacheDir, buildsFileName)
 }
 
-// errUntrustedCache says why a cache file is not used.
-var errUntrustedCache = errors.New("the cache is not private to this user")
-
-// checkPrivate returns nil when path belongs to the current user and
-// neither its group nor others may write it (a missing path is fine). A
-// symbolic link is refused, except for the cache directory itself
-// (follow), whose target is checked instead.
-func checkPrivate(path string, follow bool) error {
-	stat := os.Lstat
-	if follow {
-		stat = os.Stat
-	}
-	st, err := stat(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if st.Mode()&fs.ModeSymlink != 0 {
-		return fmt.Errorf("%w: %s is a symbolic link", errUntrustedCache, path)
-	}
-	if st.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("%w: others may write %s (mode %04o)", errUntrustedCache, path, st.Mode().Perm())
-	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Getuid() {
-		return fmt.Errorf("%w: %s belongs to user %d", errUntrustedCache, path, sys.Uid)
-	}
-	return nil
-}
-
 // privateCachePath returns path when it and the cache directory are
 // private to the user, else logs why not and returns "".
 func (c *Client) privateCachePath(path string) string {
 	if path == "" {
 		return ""
 	}
-	for i, p := range []string{c.opts.cacheDir, filepath.Dir(path), path} {
-		if err := checkPrivate(p, i == 0); err != nil {
-			c.opts.logger.Warn("not using the cache", "path", path, "error", err)
-			return ""
-		}
+	if err := cachefile.CheckFile(c.opts.cacheDir, path); err != nil {
+		c.opts.logger.Warn("not using the cache", "path", path, "error", err)
+		return ""
 	}
 	return path
 }

@@ -91,35 +91,6 @@ func TestForgedUploadStateNeverSendsElsewhere(t *testing.T) {
 	}
 }
 
-// TestCacheFilesMustBePrivate: checkPrivate refuses what others may write
-// and symbolic links, and accepts a missing path.
-func TestCacheFilesMustBePrivate(t *testing.T) {
-	dir := t.TempDir()
-	p := filepath.Join(dir, "f")
-	if err := checkPrivate(p, false); err != nil {
-		t.Errorf("missing file: %v", err)
-	}
-	os.WriteFile(p, []byte("{}"), 0o600)
-	if err := checkPrivate(p, false); err != nil {
-		t.Errorf("private file: %v", err)
-	}
-	for _, mode := range []os.FileMode{0o620, 0o602, 0o666} {
-		os.Chmod(p, mode)
-		if err := checkPrivate(p, false); err == nil {
-			t.Errorf("mode %04o accepted", mode)
-		}
-	}
-	link := filepath.Join(dir, "link")
-	os.Symlink(p, link)
-	if err := checkPrivate(link, false); err == nil {
-		t.Error("symbolic link accepted")
-	}
-	os.Chmod(p, 0o600)
-	if err := checkPrivate(link, true); err != nil {
-		t.Errorf("symbolic link to a private file, followed: %v", err)
-	}
-}
-
 // TestCheckPushSaysWhy: CheckPush names the cause for a registry that
 // refuses the push (played by a handler: distribution has no per-repository
 // permissions), one that wants credentials, and accepts an open registry,

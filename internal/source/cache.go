@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/imagepipe/imagepipe/internal/cachefile"
 )
 
 // The digest cache remembers the SHA-256 of local files, so importing the
@@ -129,6 +131,12 @@ func (c digestCache) store(key fileKey, digest string) {
 // load reads the cache; a missing, unreadable or corrupt file is empty.
 func (c digestCache) load() cacheFile {
 	if c.path == "" {
+		return cacheFile{}
+	}
+	// A digest from a cache others can write is a forgery waiting to
+	// happen: it would let a different file pass --checksum.
+	if err := cachefile.CheckFile(filepath.Dir(c.path), c.path); err != nil {
+		c.log.Warn("not using the digest cache", "path", c.path, "error", err)
 		return cacheFile{}
 	}
 	data, err := os.ReadFile(c.path)

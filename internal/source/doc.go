@@ -19,7 +19,9 @@
 // nanoseconds, holding the newest 1000 entries. The change time cannot be
 // set from user space, so an edited file never hits a stale entry. The cache
 // is an optimisation only: a missing, corrupt or unwritable cache never fails
-// an import. A wrapped local file is decompressed into a sparse temporary file
+// an import. A cache that is not private to the user (another owner, a
+// group- or world-writable file or folder, a symbolic link) is ignored, since
+// a digest planted there could let a different file pass Options.Checksum. A wrapped local file is decompressed into a sparse temporary file
 // in the same sequential pass that computes its digest.
 //
 // # Streams: stdin, HTTP(S), S3

@@ -651,3 +651,43 @@ func TestDigestOfSparseFile(t *testing.T) {
 		t.Errorf("digest %s, want %s", img.Digest, want)
 	}
 }
+
+// TestForgedDigestCacheIgnored: a digest cache that others may write is
+// ignored, so a digest planted in it cannot make a different file pass
+// --checksum; the same forgery in a private cache would be believed, which
+// shows that the permission check is what stops it.
+func TestForgedDigestCacheIgnored(t *testing.T) {
+	cacheDir := isolateCache(t)
+	path := writeFile(t, t.TempDir(), "disk.raw", imageBytes(1<<20))
+	want := sha256sum(t, path)
+	mustOpen(t, path, source.Options{}) // records the true digest
+	cache := filepath.Join(cacheDir, "digests.json")
+	data, err := os.ReadFile(cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := "sha256:" + strings.Repeat("f", 64)
+	if err := os.WriteFile(cache, []byte(strings.Replace(string(data), want, forged, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(cache, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := source.Open(t.Context(), path, source.Options{Checksum: forged}); err == nil {
+		t.Fatal("a digest planted in a world-writable cache passed --checksum")
+	}
+	if img := mustOpen(t, path, source.Options{}); img.Digest != want {
+		t.Errorf("digest = %s, want %s", img.Digest, want)
+	}
+
+	// The control: private, the planted entry is believed.
+	if err := os.WriteFile(cache, []byte(strings.Replace(string(data), want, forged, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(cache, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if img := mustOpen(t, path, source.Options{}); img.Digest != forged {
+		t.Errorf("a private cache entry was not used (digest %s): the test no longer shows what the permission check does", img.Digest)
+	}
+}

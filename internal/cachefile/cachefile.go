@@ -1,0 +1,56 @@
+// Package cachefile decides whether a file in imagectl's cache directory may
+// be trusted. The caches (the source digest cache, the build records, the
+// upload state) let imagectl skip work on evidence it wrote itself; a cache
+// someone else can write is evidence anyone can forge, so it is ignored.
+package cachefile
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// ErrUntrusted says why a cache file is not used.
+var ErrUntrusted = errors.New("the cache is not private to this user")
+
+// CheckPrivate returns nil when path belongs to the current user and
+// neither its group nor others may write it (a missing path is fine). A
+// symbolic link is refused, unless follow is set (for the cache directory
+// itself), in which case its target is checked instead.
+func CheckPrivate(path string, follow bool) error {
+	stat := os.Lstat
+	if follow {
+		stat = os.Stat
+	}
+	st, err := stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.Mode()&fs.ModeSymlink != 0 {
+		return fmt.Errorf("%w: %s is a symbolic link", ErrUntrusted, path)
+	}
+	if st.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("%w: others may write %s (mode %04o)", ErrUntrusted, path, st.Mode().Perm())
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Getuid() {
+		return fmt.Errorf("%w: %s belongs to user %d", ErrUntrusted, path, sys.Uid)
+	}
+	return nil
+}
+
+// CheckFile checks a cache file, the folder holding it and the cache
+// directory dir (which may be a symbolic link to a private folder).
+func CheckFile(dir, path string) error {
+	for i, p := range []string{dir, filepath.Dir(path), path} {
+		if err := CheckPrivate(p, i == 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}

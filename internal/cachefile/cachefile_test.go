@@ -1,0 +1,37 @@
+package cachefile
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestCacheFilesMustBePrivate: CheckPrivate refuses what others may write
+// and symbolic links, and accepts a missing path.
+func TestCacheFilesMustBePrivate(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f")
+	if err := CheckPrivate(p, false); err != nil {
+		t.Errorf("missing file: %v", err)
+	}
+	os.WriteFile(p, []byte("{}"), 0o600)
+	if err := CheckPrivate(p, false); err != nil {
+		t.Errorf("private file: %v", err)
+	}
+	for _, mode := range []os.FileMode{0o620, 0o602, 0o666} {
+		os.Chmod(p, mode)
+		if err := CheckPrivate(p, false); err == nil {
+			t.Errorf("mode %04o accepted", mode)
+		}
+	}
+	link := filepath.Join(dir, "link")
+	os.Symlink(p, link)
+	if err := CheckPrivate(link, false); err == nil {
+		t.Error("symbolic link accepted")
+	}
+	os.Chmod(p, 0o600)
+	if err := CheckPrivate(link, true); err != nil {
+		t.Errorf("symbolic link to a private file, followed: %v", err)
+	}
+}
+
