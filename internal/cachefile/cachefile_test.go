@@ -34,4 +34,3 @@ func TestCacheFilesMustBePrivate(t *testing.T) {
 		t.Errorf("symbolic link to a private file, followed: %v", err)
 	}
 }
-
