@@ -61,8 +61,10 @@ func (l *openedSource) close() { l.src.Close() }
 // detail so that JSON reports carry it too.
 func explainSpool(err error) error {
 	if re := convert.AsReject(err); re != nil && re.Reason == convert.ReasonSpoolLimit {
-		re.Detail += "; raise the limit with --max-spool SIZE, or import from a local uncompressed file, which is never copied"
-		return err
+		// The message of err was fixed when it was wrapped; extend both.
+		const hint = "; raise the limit with --max-spool SIZE, or import from a local uncompressed file, which is never copied"
+		re.Detail += hint
+		return fmt.Errorf("%w%s", err, hint)
 	}
 	var se *source.SpaceError
 	if errors.As(err, &se) {
