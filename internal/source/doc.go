@@ -53,7 +53,10 @@
 //     every common cloud image and most full installed disks, and stops long
 //     before an ordinary /tmp fills; the MaxSize default (the 2 TiB virtual
 //     size limit plus metadata) would not. Larger images are better imported
-//     from a local unwrapped file, which is never copied.
+//     from a local unwrapped file, which is never copied. The cap counts
+//     image bytes, holes included, and applies to a streamed image too
+//     (though nothing is written), so that inspect gives the verdict convert
+//     and import would, and its work stays bounded.
 //   - Free space: at least SpoolMargin (64 MiB) of TempDir's file system stays
 //     free. When the final size is known (an unwrapped stream with a
 //     Content-Length or an S3 object size), the cap and the free space

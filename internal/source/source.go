@@ -47,8 +47,9 @@ type Options struct {
 	// the last 64 KiB are kept, which is all the disk engine's format
 	// detection reads of a raw image. The Image then has Streamed set and
 	// its ReaderAt returns ErrNotSpooled for the bytes in between. A qcow2
-	// image is spooled as usual. inspect uses it; convert and import, which
-	// read every byte of the image again, do not.
+	// image is spooled as usual. MaxSpool still applies, so a streamed image
+	// gets the verdict a spooled one would. inspect uses it; convert and
+	// import, which read every byte of the image again, do not.
 	StreamRaw bool
 	// S3 configures s3:// sources; empty fields fall back to the AWS_*
 	// environment variables.
@@ -396,6 +397,11 @@ func (o *config) stream(ctx context.Context, r io.Reader, wrapper convert.Wrappe
 		}
 		n, err := io.ReadFull(r, buf)
 		if n > 0 {
+			// The spool cap applies although nothing is written, so that
+			// inspect gives the verdict convert and import would.
+			if img.Size+int64(n) > o.maxSpool {
+				return nil, spoolCapError(-1, o.maxSpool)
+			}
 			if img.Size+int64(n) > o.maxSize {
 				return nil, o.wordCap(&convert.RejectError{
 					Reason: convert.ReasonWrapper,

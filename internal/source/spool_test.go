@@ -168,3 +168,14 @@ func TestSpaceUnknownSize(t *testing.T) {
 	}
 	assertEmpty(t, tmp)
 }
+
+// TestStreamRawSpoolCap: streaming applies the spool cap too, so inspect
+// rejects what convert and import would.
+func TestStreamRawSpoolCap(t *testing.T) {
+	tmp := t.TempDir()
+	source.SetStdin(t, bytes.NewReader(zstdOf(t, patterned(6<<20))))
+	_, err := source.Open(t.Context(), "-", source.Options{TempDir: tmp, StreamRaw: true, MaxSpool: 4 << 20})
+	if re := convert.AsReject(err); re == nil || re.Reason != convert.ReasonSpoolLimit {
+		t.Fatalf("Open: %v, want %s", err, convert.ReasonSpoolLimit)
+	}
+}

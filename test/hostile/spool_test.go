@@ -340,3 +340,58 @@ func TestSpoolFreeSpace(t *testing.T) {
 		t.Errorf("the tmpfs holds %d bytes", u)
 	}
 }
+
+// TestInspectStreamAgreesWithConvert: inspect judges a compressed raw
+// stream from its head and tail only, and must reach the verdict convert
+// reaches on the spooled copy: a VHD footer in the last sector, an ISO
+// volume descriptor at 32 KiB, a plain raw disk, and a stream past the
+// spool cap.
+func TestInspectStreamAgreesWithConvert(t *testing.T) {
+	bin := imagectlPath(t)
+	dir := t.TempDir()
+	disk := func(edit func(b []byte)) []byte {
+		b := make([]byte, 4<<20)
+		copy(b[1<<20:], pattern())
+		edit(b)
+		return b
+	}
+	cases := []struct {
+		name   string
+		data   []byte
+		args   []string
+		reason string // "" for accepted
+	}{
+		{"raw", disk(func([]byte) {}), nil, ""},
+		{"vhd-footer", disk(func(b []byte) { copy(b[len(b)-512:], "conectix") }), nil, "unsupported-format"},
+		{"iso", disk(func(b []byte) { copy(b[0x8001:], "CD001") }), nil, "unsupported-format"},
+		{"over-spool-cap", disk(func([]byte) {}), []string{"--max-spool", "2MiB"}, "spool-limit"},
+	}
+	zw, _ := zstd.NewWriter(nil)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			in := filepath.Join(dir, c.name+".zst")
+			if err := os.WriteFile(in, zw.EncodeAll(c.data, nil), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r := testenv.RunCommand(t, testenv.Command{Name: bin, Args: append([]string{"inspect", "-o", "json", in}, c.args...)})
+			var rep api.ImageReport
+			if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
+				t.Fatalf("inspect: exit %d, %v, %q", r.Code, err, r.Stderr)
+			}
+			out := filepath.Join(dir, c.name+".qcow2")
+			cr := testenv.RunCommand(t, testenv.Command{Name: bin, Args: append([]string{"convert", in, out}, c.args...)})
+			if c.reason == "" {
+				if r.Code != 0 || cr.Code != 0 || rep.FileSize != int64(len(c.data)) {
+					t.Fatalf("inspect exit %d (%+v), convert exit %d %q; want both accepted", r.Code, rep, cr.Code, cr.Stderr)
+				}
+				return
+			}
+			if r.Code != 3 || len(rep.Reasons) != 1 || rep.Reasons[0].Code != c.reason {
+				t.Errorf("inspect: exit %d, %+v; want 3 (%s)", r.Code, rep.Reasons, c.reason)
+			}
+			if cr.Code != 3 || !strings.Contains(cr.Stderr, "("+c.reason+")") {
+				t.Errorf("convert: exit %d, %q; want 3 (%s)", cr.Code, cr.Stderr, c.reason)
+			}
+		})
+	}
+}
