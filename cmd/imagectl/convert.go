@@ -52,7 +52,7 @@ Exit codes: 0 success, 3 the image is rejected, 1 other errors.`,
 func runConvert(ctx context.Context, o *convertOptions) error {
 	log := o.logger()
 	start := time.Now()
-	src, err := openSource(ctx, o.globalOptions, &o.sourceFlags, o.in, o.maxVirtualSize)
+	src, err := openSource(ctx, o.globalOptions, &o.sourceFlags, o.in, o.maxVirtualSize, false)
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -73,6 +74,7 @@ type sourceFlags struct {
 	s3Region   string
 	s3Insecure bool
 	tempDir    string
+	maxSpool   int64
 }
 
 func addSourceFlags(cmd *cobra.Command, f *sourceFlags) {
@@ -80,7 +82,9 @@ func addSourceFlags(cmd *cobra.Command, f *sourceFlags) {
 	cmd.Flags().StringVar(&f.s3Endpoint, "s3-endpoint", "", "S3 endpoint host:port or URL (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL)")
 	cmd.Flags().StringVar(&f.s3Region, "s3-region", "", "S3 region (default: AWS_REGION)")
 	cmd.Flags().BoolVar(&f.s3Insecure, "s3-insecure", false, "use plain HTTP for an S3 endpoint given without a scheme")
-	cmd.Flags().StringVar(&f.tempDir, "temp-dir", "", "where downloaded or decompressed sources are spooled (default: $TMPDIR)")
+	cmd.Flags().StringVar(&f.tempDir, "temp-dir", "", "where downloaded or decompressed sources are spooled (default: $TMPDIR); at least 64 MiB are always left free")
+	f.maxSpool = source.DefaultMaxSpool
+	cmd.Flags().Var(sizeFlag{&f.maxSpool}, "max-spool", "most temporary space one downloaded or decompressed source may take in --temp-dir (e.g. 200GiB); a local uncompressed file is never copied")
 }
 
 func (f *sourceFlags) options(g *globalOptions, maxVirtual int64, progress func(done, total int64)) source.Options {
@@ -88,6 +92,7 @@ func (f *sourceFlags) options(g *globalOptions, maxVirtual int64, progress func(
 		Checksum: f.checksum,
 		TempDir:  f.tempDir,
 		MaxSize:  convert.SpoolLimit(maxVirtual),
+		MaxSpool: cmp.Or(f.maxSpool, -1), // --max-spool 0: never spool
 		S3: source.S3Options{
 			Endpoint: f.s3Endpoint,
 			Region:   f.s3Region,

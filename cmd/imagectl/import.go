@@ -106,7 +106,7 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	src, err := source.Open(ctx, o.src, sopts)
 	readBar.finish()
 	if err != nil {
-		return err
+		return reportRejection(cmd, o.output, o.src, explainSpool(err))
 	}
 	defer src.Close()
 	img, err := convert.Open(src.ReaderAt, src.Size, o.openOptions())

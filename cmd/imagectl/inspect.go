@@ -39,6 +39,11 @@ disk/disk.img, 0444, owned 107:107) and that the disk's header passes
 validation. Only the start of the layer is downloaded, so the disk's tables
 and data are not checked; "imagectl export" reads and validates all of it.
 
+A downloaded or compressed raw image is read once, through the digest and
+format detection, and never written to disk; a downloaded or compressed
+qcow2 image is copied to a sparse temporary file in --temp-dir first (its
+tables may be anywhere in the file), within --max-spool.
+
 Exit codes: 0 the image is acceptable, 3 it is rejected, 1 other errors.`,
 		Example: `  imagectl inspect disk.qcow2
   imagectl inspect disk.raw.zst -o json
@@ -71,7 +76,7 @@ func runInspect(cmd *cobra.Command, o *inspectOptions) error {
 	}
 	ctx := cmd.Context()
 	report := api.ImageReport{Source: o.source, Verdict: api.VerdictAccepted}
-	img, err := openSource(ctx, o.globalOptions, &o.sourceFlags, o.source, o.maxVirtualSize)
+	img, err := openSource(ctx, o.globalOptions, &o.sourceFlags, o.source, o.maxVirtualSize, true)
 	if err != nil {
 		if convert.AsReject(err) == nil {
 			return err
@@ -122,6 +127,11 @@ func inspectImage(cmd *cobra.Command, o *inspectOptions, img *openedSource, repo
 		return err
 	}
 	report.AllocatedSize = sum.AllocatedBytes
+	if img.src.Streamed {
+		// A streamed raw image has no file to ask for holes; its non-zero
+		// 4 KiB blocks were counted as it went by.
+		report.AllocatedSize = img.src.DataBytes
+	}
 	report.CompressedClusters = sum.CompressedClusters
 	return nil
 }

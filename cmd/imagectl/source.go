@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
+
+	"github.com/spf13/cobra"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/source"
+	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // imageFlags are the validation flags shared by inspect, convert and import.
@@ -24,7 +29,8 @@ func (f *imageFlags) openOptions() convert.OpenOptions {
 }
 
 // openedSource is an opened source (local file, URL, s3://, stdin) ready for
-// random access, unwrapped when it was compressed.
+// random access, unwrapped when it was compressed; or, when streamed, only
+// its head and tail can be read again.
 type openedSource struct {
 	file    io.ReaderAt
 	size    int64
@@ -34,15 +40,56 @@ type openedSource struct {
 
 // openSource opens a source spec with the source flags. Nothing here needs
 // the source's digest, so a local file is used in place without reading it
-// (unless --checksum asks for a check). The caller calls close.
-func openSource(ctx context.Context, g *globalOptions, f *sourceFlags, spec string, maxVirtual int64) (*openedSource, error) {
+// (unless --checksum asks for a check). stream lets a raw stream or
+// compressed file be read through without spooling it (inspect). The caller
+// calls close.
+func openSource(ctx context.Context, g *globalOptions, f *sourceFlags, spec string, maxVirtual int64, stream bool) (*openedSource, error) {
 	opts := f.options(g, maxVirtual, nil)
 	opts.SkipDigest = true
+	opts.StreamRaw = stream
 	src, err := source.Open(ctx, spec, opts)
 	if err != nil {
-		return nil, err
+		return nil, explainSpool(err)
 	}
 	return &openedSource{file: src.ReaderAt, size: src.Size, wrapper: src.Wrapper, src: src}, nil
 }
 
 func (l *openedSource) close() { l.src.Close() }
+
+// explainSpool adds to a spool refusal the flag that changes it. A spool
+// cap rejection keeps its *convert.RejectError, with the flag named in its
+// detail so that JSON reports carry it too.
+func explainSpool(err error) error {
+	if re := convert.AsReject(err); re != nil && re.Reason == convert.ReasonSpoolLimit {
+		// The message of err was fixed when it was wrapped; extend both.
+		const hint = "; raise the limit with --max-spool SIZE, or import from a local uncompressed file, which is never copied"
+		re.Detail += hint
+		return fmt.Errorf("%w%s", err, hint)
+	}
+	var se *source.SpaceError
+	if errors.As(err, &se) {
+		return fmt.Errorf("%w; point --temp-dir at a file system with more free space", err)
+	}
+	return err
+}
+
+// reportRejection prints a rejection of the source as an inspect-style JSON
+// report on standard output when output is "json", so scripts read the
+// reason the same way as from inspect; the error is returned either way
+// (exit 3, the sentence on standard error).
+func reportRejection(cmd *cobra.Command, output, spec string, err error) error {
+	re := convert.AsReject(err)
+	if re == nil || output != "json" {
+		return err
+	}
+	report := api.ImageReport{
+		Source:  spec,
+		Format:  "unknown",
+		Verdict: api.VerdictRejected,
+		Reasons: []api.Rejection{{Code: string(re.Reason), Message: re.Detail}},
+	}
+	if perr := printReport(cmd.OutOrStdout(), output, &report); perr != nil {
+		return perr
+	}
+	return err
+}

@@ -77,6 +77,10 @@ const (
 	ReasonAmbiguousRaw Reason = "ambiguous-raw-output"
 	// ReasonWrapper: a compression wrapper is corrupt or expands beyond its limit.
 	ReasonWrapper Reason = "invalid-wrapper"
+	// ReasonSpoolLimit: the image would need more temporary space than the
+	// spool cap allows (a stream or a compressed file is copied to a
+	// temporary file for random access).
+	ReasonSpoolLimit Reason = "spool-limit"
 )
 
 // ErrRejected matches every *RejectError with errors.Is.

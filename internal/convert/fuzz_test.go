@@ -342,25 +342,3 @@ func validSeeds(tb testing.TB) [][]byte {
 	}
 	return [][]byte{out.Bytes(), raw[:4096]}
 }
-
-// FuzzUnwrap feeds arbitrary bytes to the wrapper detection and the
-// decompressors; output is capped the way Spool caps it.
-func FuzzUnwrap(f *testing.F) {
-	f.Add([]byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff})
-	f.Add(compressCluster(f, []byte("QFI\xfb"), true))
-	f.Add([]byte("\xfd7zXZ\x00\x00"))
-	f.Add([]byte("BZh9"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		r, _, err := Unwrap(bytes.NewReader(data))
-		if err != nil {
-			if AsReject(err) == nil {
-				t.Fatalf("non-rejection error: %v", err)
-			}
-			return
-		}
-		defer r.Close()
-		// A corrupt stream may fail part-way; it must not panic, and
-		// reading stops at the cap however much it claims to expand.
-		io.Copy(io.Discard, io.LimitReader(r, 1<<20))
-	})
-}

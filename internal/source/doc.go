@@ -21,19 +21,55 @@
 // is an optimisation only: a missing, corrupt or unwritable cache never fails
 // an import. A cache that is not private to the user (another owner, a
 // group- or world-writable file or folder, a symbolic link) is ignored, since
-// a digest planted there could let a different file pass Options.Checksum. A wrapped local file is decompressed into a sparse temporary file
-// in the same sequential pass that computes its digest.
+// a digest planted there could let a different file pass Options.Checksum.
+// A wrapped local file is unwrapped in the same sequential pass that
+// computes its digest, and spooled or streamed like a stream (below).
 //
 // # Streams: stdin, HTTP(S), S3
 //
 // Everything else is read exactly once, front to back: the bytes go through
 // the SHA-256 hasher, through convert.Unwrap when they are compressed, and
-// into a sparse temporary file (convert.Spool) in Options.TempDir, capped at
-// Options.MaxSize. HTTP(S) and S3 downloads interrupted by a network failure
+// then either into a sparse temporary file (convert.Spool) in
+// Options.TempDir, or, with Options.StreamRaw, through a size count only.
+// HTTP(S) and S3 downloads interrupted by a network failure
 // are resumed with a Range request from the first byte not yet read (at most
 // three times, with backoff, pinned to the object's ETag or Last-Modified), so
 // the hash stays one continuous pass. A Content-Length or S3 object size over
-// the cap fails before the body is read.
+// MaxSize fails before the body is read.
+//
+// # What is spooled, when
+//
+// The first 1 MiB of the unwrapped stream decides. A qcow2 image needs random
+// access (its tables and clusters may be anywhere), so it is always spooled.
+// Anything else is raw or a format detection rejects from its first 64 KiB
+// and last 512 bytes; with Options.StreamRaw (imagectl inspect) it is not
+// spooled at all: the head and the last 64 KiB are kept in memory, the size
+// and the non-zero 4 KiB blocks are counted, and the Image's ReaderAt serves
+// those two ends only (ErrNotSpooled in between). Without StreamRaw (convert
+// and import, which read every byte again) it is spooled. A spool leaves 4 KiB
+// blocks of zeros as holes, so it costs the image's data, not its size.
+//
+// Three limits bound a spool, so that a decompression bomb (a 260 KiB zstd
+// file expanding to 8 GiB) or a lying server cannot fill the disk:
+//   - Options.MaxSpool, DefaultMaxSpool (64 GiB) unless set: past it the image
+//     is rejected with convert.ReasonSpoolLimit. 64 GiB holds the data of
+//     every common cloud image and most full installed disks, and stops long
+//     before an ordinary /tmp fills; the MaxSize default (the 2 TiB virtual
+//     size limit plus metadata) would not. Larger images are better imported
+//     from a local unwrapped file, which is never copied. The cap counts
+//     image bytes, holes included, and applies to a streamed image too
+//     (though nothing is written), so that inspect gives the verdict convert
+//     and import would, and its work stays bounded.
+//   - Free space: at least SpoolMargin (64 MiB) of TempDir's file system stays
+//     free. When the final size is known (an unwrapped stream with a
+//     Content-Length or an S3 object size), the cap and the free space
+//     (statfs) are checked after the first 1 MiB, before the temporary file
+//     exists; a compressed size tells nothing, so for wrapped sources and
+//     stdin the free space is checked again every 8 MiB as the spool grows.
+//     Either way the failure is a *SpaceError naming the directory and the
+//     figures.
+//   - MaxSize, as before, caps the unwrapped bytes whether spooled or
+//     streamed.
 //
 // Spooling costs a temporary copy of the image even when the server supports
 // Range requests and could serve the disk engine's random reads directly. But

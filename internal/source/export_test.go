@@ -23,3 +23,11 @@ func SetResumeBackoff(t testing.TB, d time.Duration) {
 	resumeBackoff = d
 	t.Cleanup(func() { resumeBackoff = old })
 }
+
+// SetFreeSpace makes every Open until the test ends see avail bytes free
+// in its temporary directory.
+func SetFreeSpace(t testing.TB, avail int64) {
+	old := freeSpaceHook
+	freeSpaceHook = func(string) (int64, error) { return avail, nil }
+	t.Cleanup(func() { freeSpaceHook = old })
+}

@@ -1,6 +1,7 @@
 package source
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -25,13 +26,31 @@ type Options struct {
 	// Checksum, when set, is the expected digest of the original bytes,
 	// "sha256:<hex>". Open fails with a *ChecksumError when it does not match.
 	Checksum string
-	// TempDir is where spooled copies go; "" means os.TempDir().
+	// TempDir is where spooled copies go; "" means os.TempDir(). Its free
+	// space is checked before and while spooling: a spool never leaves less
+	// than SpoolMargin bytes free (a *SpaceError otherwise).
 	TempDir string
 	// MaxSize caps the bytes spooled or unwrapped, and the announced size of
 	// a download; 0 means convert.SpoolLimit(convert.DefaultMaxVirtualSize).
 	// An unwrapped local file is not copied and not capped here: the disk
 	// engine checks its virtual size.
 	MaxSize int64
+	// MaxSpool caps the bytes written to TempDir for one image; 0 means
+	// DefaultMaxSpool, a negative value that nothing may be spooled. An image whose spool would pass it is rejected with
+	// convert.ReasonSpoolLimit: before any byte is spooled when its size is
+	// known (an unwrapped download with a Content-Length or an S3 object
+	// size), as soon as the cap is passed otherwise.
+	MaxSpool int64
+	// StreamRaw lets Open judge a stream or a wrapped file without spooling
+	// it when the unwrapped bytes are not qcow2: the bytes are read once,
+	// through the digest and the size count, and only the first 1 MiB and
+	// the last 64 KiB are kept, which is all the disk engine's format
+	// detection reads of a raw image. The Image then has Streamed set and
+	// its ReaderAt returns ErrNotSpooled for the bytes in between. A qcow2
+	// image is spooled as usual. MaxSpool still applies, so a streamed image
+	// gets the verdict a spooled one would. inspect uses it; convert and
+	// import, which read every byte of the image again, do not.
+	StreamRaw bool
 	// S3 configures s3:// sources; empty fields fall back to the AWS_*
 	// environment variables.
 	S3 S3Options
@@ -95,6 +114,12 @@ type Image struct {
 	OriginalSize int64
 	// Name is the spec given to Open, for messages.
 	Name string
+	// Streamed is set when Options.StreamRaw kept only the head and the
+	// tail of the image; ReaderAt then fails on the bytes in between.
+	Streamed bool
+	// DataBytes is, for a streamed image, the bytes in 4 KiB blocks that are
+	// not all zeros: what a spool would have allocated.
+	DataBytes int64
 
 	closeOnce sync.Once
 	closeErr  error
@@ -220,6 +245,10 @@ type config struct {
 	checksum string
 	log      *slog.Logger
 	maxSize  int64
+	maxSpool int64
+	// freeSpace returns the free bytes of a directory's file system; tests
+	// replace it.
+	freeSpace func(dir string) (int64, error)
 }
 
 func newConfig(opts Options) (*config, error) {
@@ -234,6 +263,13 @@ func newConfig(opts Options) (*config, error) {
 	if o.maxSize <= 0 {
 		o.maxSize = convert.SpoolLimit(convert.DefaultMaxVirtualSize)
 	}
+	switch o.maxSpool = opts.MaxSpool; {
+	case o.maxSpool == 0:
+		o.maxSpool = DefaultMaxSpool
+	case o.maxSpool < 0:
+		o.maxSpool = 0 // nothing may be spooled
+	}
+	o.freeSpace = freeSpaceHook
 	return o, nil
 }
 
@@ -246,10 +282,11 @@ func (o *config) verify(digest string) error {
 }
 
 // spool reads the original bytes from r once, front to back: through the
-// hasher, through convert.Unwrap, into a sparse temporary file capped at
-// MaxSize. total is the announced size of r (-1 if unknown), for Progress.
-// knownDigest, when not "", is the digest of r already known from the cache,
-// and hashing is skipped.
+// hasher, through convert.Unwrap, and into a sparse temporary file capped at
+// MaxSize and MaxSpool, or (Options.StreamRaw, not qcow2) through a size and
+// data count only. total is the announced size of r (-1 if unknown), for
+// Progress and the checks before spooling. knownDigest, when not "", is the
+// digest of r already known from the cache, and hashing is skipped.
 func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDigest *string) (*Image, error) {
 	src := &sourceReader{r: r, total: total, progress: o.Progress}
 	var h hash.Hash
@@ -271,32 +308,36 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 		return fail(err)
 	}
 	defer inner.Close()
-
-	f, temp, err := createTemp(o.TempDir)
-	if err != nil {
-		return nil, err
-	}
-	img := &Image{ReaderAt: f, Wrapper: wrapper, file: f, temp: temp}
-	img.Size, err = convert.Spool(ctx, inner, f, o.maxSize)
-	if err == nil && wrapper != convert.WrapperNone {
-		// The decompressor may stop before the end of the original (trailing
-		// padding); the digest covers every byte given, within the cap.
-		err = drain(src, o.maxSize)
-	}
-	if err != nil {
-		img.Close()
-		if convert.AsReject(err) != nil && src.err == nil {
-			if wrapper == convert.WrapperNone {
-				// Spool words its cap for decompressed streams.
-				err = &convert.RejectError{
-					Reason: convert.ReasonVirtualSize,
-					Detail: fmt.Sprintf("the image exceeds the limit of %d bytes", o.maxSize),
-				}
-			} else {
-				err = fmt.Errorf("decompressing (%s): %w", wrapper, err)
-			}
+	// The head decides between streaming and spooling; reading it costs at
+	// most streamHead bytes of the unwrapped image.
+	ib := bufio.NewReaderSize(inner, streamHead)
+	head, err := ib.Peek(streamHead)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
+		if src.err == nil {
+			err = &convert.RejectError{Reason: convert.ReasonWrapper, Detail: fmt.Sprintf("the %s stream is corrupt: %v", wrapper, err)}
 		}
 		return fail(err)
+	}
+
+	var img *Image
+	if o.StreamRaw && !needsRandomAccess(head) {
+		img, err = o.stream(ctx, ib, wrapper)
+		if err != nil {
+			return fail(err)
+		}
+	} else {
+		img, err = o.spoolFile(ctx, ib, wrapper, total)
+		if err != nil {
+			return fail(err)
+		}
+	}
+	if wrapper != convert.WrapperNone {
+		// The decompressor may stop before the end of the original (trailing
+		// padding); the digest covers every byte given, within the cap.
+		if err := drain(src, o.maxSize); err != nil {
+			img.Close()
+			return fail(err)
+		}
 	}
 	img.OriginalSize = src.n
 	if h != nil {
@@ -308,8 +349,98 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 		img.Close()
 		return nil, err
 	}
-	o.log.Debug("spooled image", "wrapper", string(wrapper), "bytes", img.Size, "original_bytes", img.OriginalSize, "digest", img.Digest)
+	o.log.Debug("opened stream", "wrapper", string(wrapper), "bytes", img.Size, "original_bytes", img.OriginalSize,
+		"digest", img.Digest, "streamed", img.Streamed)
 	return img, nil
+}
+
+// spoolFile copies the unwrapped stream r into a sparse temporary file.
+// When the size is known (an unwrapped stream of announced size total), the
+// spool cap and the free space are checked before a temporary file exists;
+// otherwise both are checked as the bytes arrive.
+func (o *config) spoolFile(ctx context.Context, r io.Reader, wrapper convert.Wrapper, total int64) (*Image, error) {
+	if wrapper == convert.WrapperNone && total >= 0 {
+		if total > o.maxSpool {
+			return nil, spoolCapError(total, o.maxSpool)
+		}
+		if err := o.checkSpace(total); err != nil {
+			return nil, err
+		}
+	}
+	f, temp, err := createTemp(o.TempDir)
+	if err != nil {
+		return nil, err
+	}
+	img := &Image{ReaderAt: f, Wrapper: wrapper, file: f, temp: temp}
+	guard := &spoolGuard{r: r, o: o, limit: o.maxSpool}
+	img.Size, err = convert.Spool(ctx, guard, f, o.maxSize)
+	if err != nil {
+		img.Close()
+		if guard.err != nil {
+			return nil, guard.err
+		}
+		return nil, o.wordCap(err, wrapper)
+	}
+	return img, nil
+}
+
+// stream reads the unwrapped stream r to its end without storing it,
+// keeping its head and tail for format detection.
+func (o *config) stream(ctx context.Context, r io.Reader, wrapper convert.Wrapper) (*Image, error) {
+	img := &Image{Wrapper: wrapper, Streamed: true}
+	var tail tailKeeper
+	var head []byte
+	buf := make([]byte, 1<<20) // a multiple of dataBlock, so blocks stay aligned
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		n, err := io.ReadFull(r, buf)
+		if n > 0 {
+			// The spool cap applies although nothing is written, so that
+			// inspect gives the verdict convert and import would.
+			if img.Size+int64(n) > o.maxSpool {
+				return nil, spoolCapError(-1, o.maxSpool)
+			}
+			if img.Size+int64(n) > o.maxSize {
+				return nil, o.wordCap(&convert.RejectError{
+					Reason: convert.ReasonWrapper,
+					Detail: fmt.Sprintf("the decompressed image exceeds %d bytes", o.maxSize),
+				}, wrapper)
+			}
+			if len(head) < streamHead {
+				head = append(head, buf[:min(n, streamHead-len(head))]...)
+			}
+			tail.keep(buf[:n])
+			img.DataBytes += countData(buf[:n])
+			img.Size += int64(n)
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			break
+		}
+		if err != nil {
+			return nil, &convert.RejectError{Reason: convert.ReasonWrapper, Detail: fmt.Sprintf("the compressed stream is corrupt: %v", err)}
+		}
+	}
+	t := tail.bytes()
+	img.ReaderAt = &streamView{head: head, tail: t, tailOff: img.Size - int64(len(t)), size: img.Size}
+	return img, nil
+}
+
+// wordCap words a MaxSize rejection for the kind of stream it hit: the
+// virtual size cap for an unwrapped stream, a wrapper that expands too far
+// otherwise.
+func (o *config) wordCap(err error, wrapper convert.Wrapper) error {
+	if convert.AsReject(err) == nil {
+		return err
+	}
+	if wrapper == convert.WrapperNone {
+		return &convert.RejectError{
+			Reason: convert.ReasonVirtualSize,
+			Detail: fmt.Sprintf("the image exceeds the limit of %d bytes", o.maxSize),
+		}
+	}
+	return fmt.Errorf("decompressing (%s): %w", wrapper, err)
 }
 
 // drain reads src to its end, failing once it has delivered more than limit
