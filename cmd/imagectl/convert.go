@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
 )
@@ -79,8 +76,8 @@ func runConvert(ctx context.Context, o *convertOptions) error {
 		return plan.Write(ctx, os.Stdout)
 	}
 	var size int64
-	err = writeAtomically(o.out, o.sync, func(f *os.File) error {
-		size, err = img.WriteFile(ctx, f, copts)
+	err = convert.WriteFileAtomic(o.out, o.sync, func(f *convert.OutputFile) error {
+		size, err = img.WriteFile(ctx, f.File, copts)
 		return err
 	})
 	if err != nil {
@@ -88,36 +85,4 @@ func runConvert(ctx context.Context, o *convertOptions) error {
 	}
 	log.Debug("converted", "out", o.out, "bytes", size, "elapsed", time.Since(start))
 	return nil
-}
-
-// writeAtomically writes path through a temporary file in the same
-// directory, renamed into place only when write succeeds, so a failure or an
-// interruption never leaves a partial file at path. With sync, the data is
-// on disk before the rename, so a crash cannot leave an empty file either.
-func writeAtomically(path string, sync bool, write func(*os.File) error) (err error) {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".partial-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err := write(tmp); err != nil {
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return err
-	}
-	if sync {
-		if err := unix.Fdatasync(int(tmp.Fd())); err != nil {
-			return fmt.Errorf("syncing %s: %w", path, err)
-		}
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
 }

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -45,7 +42,7 @@ Exit codes: 0 success, 3 the image or its disk is rejected, 1 other errors.`,
 	return cmd
 }
 
-func runExport(cmd *cobra.Command, o *exportOptions) (err error) {
+func runExport(cmd *cobra.Command, o *exportOptions) error {
 	ctx := cmd.Context()
 	to := convert.Format(o.to)
 	if to != "" && to != convert.FormatQCOW2 && to != convert.FormatRaw {
@@ -60,27 +57,22 @@ func runExport(cmd *cobra.Command, o *exportOptions) (err error) {
 		return err
 	}
 
-	tmp, err := os.CreateTemp(filepath.Dir(o.file), "."+filepath.Base(o.file)+".pull-*")
+	// The layer streams straight into the output's temporary file.
+	out, err := convert.CreateOutput(o.file, o.sync)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		tmp.Close()
-		if err != nil {
-			os.Remove(tmp.Name())
-		}
-	}()
-	sparse := &sparseWriter{f: tmp}
-	disk, err := client.ExtractDisk(ctx, ref, sparse)
+	defer out.Discard()
+	disk, err := client.ExtractDisk(ctx, ref, out)
 	if err != nil {
 		return err
 	}
-	if err := sparse.finish(); err != nil {
-		return fmt.Errorf("writing %s: %w", tmp.Name(), err)
+	if err := out.Finish(); err != nil {
+		return err
 	}
 	// The disk came from a registry: untrusted like any upload. The format
 	// the image records is the one it must have.
-	img, err := convert.Open(tmp, disk.Size, convert.OpenOptions{Format: disk.Format, AllowISO: true})
+	img, err := convert.Open(out.File, disk.Size, convert.OpenOptions{Format: convert.Format(disk.Format), AllowISO: true})
 	if err != nil {
 		return err
 	}
@@ -92,12 +84,9 @@ func runExport(cmd *cobra.Command, o *exportOptions) (err error) {
 		to = info.Format
 	}
 	if to == info.Format {
-		err = o.keep(tmp)
+		err = out.Commit()
 	} else {
 		err = o.convert(cmd, img, to)
-		if err == nil {
-			err = os.Remove(tmp.Name())
-		}
 	}
 	if err != nil {
 		return err
@@ -107,67 +96,11 @@ func runExport(cmd *cobra.Command, o *exportOptions) (err error) {
 	return nil
 }
 
-// keep renames the pulled disk into place.
-func (o *exportOptions) keep(tmp *os.File) error {
-	if err := tmp.Chmod(0o644); err != nil {
-		return err
-	}
-	if o.sync {
-		if err := tmp.Sync(); err != nil {
-			return fmt.Errorf("syncing %s: %w", o.file, err)
-		}
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), o.file)
-}
-
 // convert writes the disk to FILE in format to.
 func (o *exportOptions) convert(cmd *cobra.Command, img *convert.Image, to convert.Format) error {
 	plan, err := img.Plan(cmd.Context(), convert.Options{To: to, Logger: o.logger()})
 	if err != nil {
 		return err
 	}
-	return writeAtomically(o.file, o.sync, func(f *os.File) error { return plan.Write(cmd.Context(), f) })
+	return convert.WriteFileAtomic(o.file, o.sync, func(f *convert.OutputFile) error { return plan.Write(cmd.Context(), f.File) })
 }
-
-// sparseWriter writes a stream to a new file, leaving holes where whole
-// 4 KiB blocks are zero, as qemu-img does for raw output.
-type sparseWriter struct {
-	f   *os.File
-	off int64
-}
-
-const sparseBlock = 4096
-
-var zeroBlock = make([]byte, sparseBlock)
-
-func (s *sparseWriter) Write(p []byte) (int, error) {
-	n := len(p)
-	for len(p) > 0 {
-		// One run of blocks that are all data, or all zero, aligned to
-		// the file's blocks.
-		first := min(len(p), sparseBlock-int(s.off%sparseBlock))
-		zero := bytes.Equal(p[:first], zeroBlock[:first])
-		end := first
-		for end < len(p) {
-			k := min(len(p)-end, sparseBlock)
-			if bytes.Equal(p[end:end+k], zeroBlock[:k]) != zero {
-				break
-			}
-			end += k
-		}
-		if !zero {
-			if _, err := s.f.WriteAt(p[:end], s.off); err != nil {
-				return n - len(p), err
-			}
-		}
-		s.off += int64(end)
-		p = p[end:]
-	}
-	return n, nil
-}
-
-// finish sets the file's size, which trailing holes did not.
-func (s *sparseWriter) finish() error { return s.f.Truncate(s.off) }

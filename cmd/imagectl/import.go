@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/source"
@@ -82,10 +83,11 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	if o.output != "text" && o.output != "json" {
 		return fmt.Errorf("unknown output format %q (text or json)", o.output)
 	}
-	iopts, err := o.importOptions()
+	iopts, dopts, err := o.importOptions()
 	if err != nil {
 		return err
 	}
+	dopts.Logger = o.logger()
 	client, err := o.registryFlags.client(o.globalOptions)
 	if err != nil {
 		return err
@@ -118,14 +120,13 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	if _, err := img.Verify(ctx); err != nil {
 		return err
 	}
+	disk, err := containerdisk.NewDisk(img, dopts)
+	if err != nil {
+		return err
+	}
 	pushBar := newProgressBar("pushing ", o.quiet)
 	iopts.Progress = pushBar.update
-	rsrc := registry.Source{Image: img, Digest: src.Digest}
-	if src.Digest == "" {
-		rsrc.WaitDigest = src.WaitDigest
-	}
-	rsrc.UploadName = localUploadName(o.src)
-	result, err := client.Import(ctx, tag, rsrc, iopts)
+	result, err := client.Import(ctx, tag, disk, src, iopts)
 	pushBar.finish()
 	if err != nil {
 		return interrupted(ctx, err, errors.Is(err, registry.ErrResumable))
@@ -143,17 +144,17 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	return nil
 }
 
-// importOptions turns the flags into registry.ImportOptions.
-func (o *importOptions) importOptions() (registry.ImportOptions, error) {
-	comp, err := registry.ParseCompression(o.compression)
+// importOptions turns the flags into the image's and the disk's options.
+func (o *importOptions) importOptions() (registry.ImportOptions, containerdisk.Options, error) {
+	comp, err := containerdisk.ParseCompression(o.compression)
 	if err != nil {
-		return registry.ImportOptions{}, err
+		return registry.ImportOptions{}, containerdisk.Options{}, err
 	}
 	labels := map[string]string{}
 	for _, kv := range o.labels {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return registry.ImportOptions{}, fmt.Errorf("--label %q is not KEY=VALUE", kv)
+			return registry.ImportOptions{}, containerdisk.Options{}, fmt.Errorf("--label %q is not KEY=VALUE", kv)
 		}
 		labels[k] = v
 	}
@@ -164,12 +165,11 @@ func (o *importOptions) importOptions() (registry.ImportOptions, error) {
 		created = time.Now()
 	default:
 		if created, err = time.Parse(time.RFC3339, o.created); err != nil {
-			return registry.ImportOptions{}, fmt.Errorf("--created: %w", err)
+			return registry.ImportOptions{}, containerdisk.Options{}, fmt.Errorf("--created: %w", err)
 		}
 	}
+	dopts := containerdisk.Options{DiskFormat: convert.Format(o.diskFormat), Compression: comp}
 	return registry.ImportOptions{
-		DiskFormat:          convert.Format(o.diskFormat),
-		Compression:         comp,
 		Architecture:        o.arch,
 		Labels:              labels,
 		DefaultInstancetype: o.instancetype,
@@ -177,5 +177,5 @@ func (o *importOptions) importOptions() (registry.ImportOptions, error) {
 		OSName:              o.osName,
 		Created:             created,
 		Creator:             "imagectl " + version,
-	}, nil
+	}, dopts, nil
 }

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/registry"
 )
@@ -100,7 +101,7 @@ func exitCode(err error) int {
 		}
 		return exitRejected
 	}
-	if registry.AsShapeError(err) != nil {
+	if containerdisk.AsShapeError(err) != nil {
 		return exitRejected
 	}
 	return exitError

@@ -14,6 +14,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/imagepipe/imagepipe/internal/containerdisk"
 )
 
 // TestForgedUploadStateNeverSendsElsewhere plants an upload state file
@@ -33,11 +35,8 @@ func TestForgedUploadStateNeverSendsElsewhere(t *testing.T) {
 	c := testClient(t, WithCacheDir(cache))
 	src := testDisk(t, 4<<20, 9)
 	ref := mustTag(t, host+"/acme/state:1")
-	opts, err := ImportOptions{}.withDefaults()
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := buildKey(src.Digest, opts)
+	opts := ImportOptions{}.withDefaults()
+	key := buildKey(src.Digest, src.disk(t, containerdisk.Options{}).Describe(), opts)
 	state := uploadState{Key: key, Repo: ref.Context().Name(), Location: evil.URL + "/v2/acme/state/blobs/uploads/forged"}
 	b, _ := json.Marshal(state)
 	dir := filepath.Join(cache, "uploads")
@@ -47,7 +46,7 @@ func TestForgedUploadStateNeverSendsElsewhere(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, stateFileName(ref.Context().Name(), key)), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Import(t.Context(), ref, src, ImportOptions{})
+	res, err := c.Import(t.Context(), ref, src.disk(t, containerdisk.Options{}), src, ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,13 +70,13 @@ func TestForgedUploadStateNeverSendsElsewhere(t *testing.T) {
 	for i, loc := range []string{"http://" + host + "/v2/globex/evil/blobs/uploads/forged", "/v2/acme/state/blobs/uploads/../../../globex/evil/blobs/uploads/x"} {
 		src2 := testDisk(t, 4<<20, uint64(10+i))
 		src2.Digest = fmt.Sprintf("sha256:%064x", 10+i) // another source: nothing to reuse
-		key2 := buildKey(src2.Digest, opts)
+		key2 := buildKey(src2.Digest, src2.disk(t, containerdisk.Options{}).Describe(), opts)
 		state = uploadState{Key: key2, Repo: ref2.Context().Name(), Location: loc}
 		b, _ = json.Marshal(state)
 		if err := os.WriteFile(filepath.Join(dir, stateFileName(ref2.Context().Name(), key2)), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if res, err := c2.Import(t.Context(), ref2, src2, ImportOptions{}); err != nil || res.Reused {
+		if res, err := c2.Import(t.Context(), ref2, src2.disk(t, containerdisk.Options{}), src2, ImportOptions{}); err != nil || res.Reused {
 			t.Fatalf("import: %+v, %v", res, err)
 		}
 		mu.Lock()

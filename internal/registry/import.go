@@ -21,25 +21,43 @@ import (
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
-// Source is a validated disk image and what is known of where it came from.
-type Source struct {
-	// Image is the opened, validated disk.
-	Image *convert.Image
-	// Digest is the sha256 of the original bytes ("sha256:<hex>"), or ""
-	// while WaitDigest is still computing it.
-	Digest string
-	// WaitDigest, when Digest is "", returns the digest once known.
-	WaitDigest func(context.Context) (string, error)
-	// UploadName, when set, names the layer upload so that a later run can
-	// resume it even when this one was interrupted before the digest was
-	// known: e.g. a local file's path, device, inode, size and times. A
+// Disk is the disk an import stores as the single file of its layer;
+// *containerdisk.Disk is the one imagectl uses. Keeping it an interface
+// keeps this package to the protocol: it never reads a disk itself.
+type Disk interface {
+	// Describe says what is known of the disk before it is read.
+	Describe() containerdisk.Description
+	// Prepare validates the whole disk, so that a rejection comes before
+	// anything is sent, and returns the bytes its data occupies.
+	Prepare(ctx context.Context) (allocated int64, err error)
+	// WriteLayer writes the compressed layer to w; it may be called again
+	// when an upload has to start over. progress, when set, is told of the
+	// uncompressed bytes done and their total.
+	WriteLayer(ctx context.Context, w io.Writer, progress func(done, total int64)) (containerdisk.LayerInfo, error)
+}
+
+var _ Disk = (*containerdisk.Disk)(nil)
+
+// Source is where the disk came from, as far as an import cares: the
+// digest of its original bytes, possibly still being computed, and a name
+// for its upload. *source.Image is one.
+type Source interface {
+	// WaitDigest returns the digest ("sha256:<hex>"), waiting for it when
+	// it is still being computed.
+	WaitDigest(ctx context.Context) (string, error)
+	// DigestDeferred reports whether the digest is computed while the
+	// import runs; Import then builds the layer at the same time.
+	DigestDeferred() bool
+	// UploadName, when not "", names the layer upload so that a later run
+	// can resume it even when this one was interrupted before the digest
+	// was known: e.g. a local file's path, device, inode, size and times. A
 	// name that matches another content costs only a fresh upload: the
 	// registry checks the layer's digest before it accepts it.
-	UploadName string
+	UploadName() string
 }
 
 // ErrResumable marks an import that stopped (interrupted, or the registry
@@ -54,13 +72,9 @@ func (e *resumableError) Error() string        { return e.err.Error() }
 func (e *resumableError) Unwrap() error        { return e.err }
 func (e *resumableError) Is(target error) bool { return target == ErrResumable }
 
-// ImportOptions describe the containerDisk to build. The zero value builds
-// a gzip-compressed qcow2 disk for linux/amd64.
+// ImportOptions describe the image around the disk. The zero value builds
+// an image for linux/amd64 with no labels and no time.
 type ImportOptions struct {
-	// DiskFormat is the format of disk/disk.img: FormatQCOW2 (default) or FormatRaw.
-	DiskFormat convert.Format
-	// Compression of the layer; default gzip.
-	Compression Compression
 	// Architecture and OS of the image config; default amd64 and linux.
 	Architecture, OS string
 	// Labels are added to the image config.
@@ -80,50 +94,32 @@ type ImportOptions struct {
 	Progress func(done, total int64)
 }
 
-func (o ImportOptions) withDefaults() (ImportOptions, error) {
-	if o.DiskFormat == "" {
-		o.DiskFormat = convert.FormatQCOW2
-	}
-	if o.DiskFormat != convert.FormatQCOW2 && o.DiskFormat != convert.FormatRaw {
-		return o, fmt.Errorf("unsupported disk format %q (qcow2 or raw)", o.DiskFormat)
-	}
-	var err error
-	if o.Compression, err = ParseCompression(string(o.Compression)); err != nil {
-		return o, err
-	}
+func (o ImportOptions) withDefaults() ImportOptions {
 	if o.Architecture == "" {
 		o.Architecture = "amd64"
 	}
 	if o.OS == "" {
 		o.OS = "linux"
 	}
-	return o, nil
+	return o
 }
 
 // buildKey identifies an image by everything that determines its bytes.
-func buildKey(sourceDigest string, o ImportOptions) string {
+func buildKey(sourceDigest string, d containerdisk.Description, o ImportOptions) string {
 	b, _ := json.Marshal(struct {
-		Version            int               `json:"v"`
-		Source             string            `json:"source"`
-		DiskFormat         convert.Format    `json:"disk"`
-		Compression        Compression       `json:"compression"`
-		Arch, OS           string            `json:",omitempty"`
-		Labels             map[string]string `json:"labels,omitempty"`
-		Instancetype, Pref string            `json:",omitempty"`
-		OSName, Creator    string            `json:",omitempty"`
-		Created            string            `json:",omitempty"`
-		Gzip               string            `json:",omitempty"` // the compressor decides the bytes
-	}{1, sourceDigest, o.DiskFormat, o.Compression, o.Architecture, o.OS, o.Labels,
-		o.DefaultInstancetype, o.DefaultPreference, o.OSName, o.Creator, formatCreated(o.Created), gzipName(o.Compression)})
+		Version            int                       `json:"v"`
+		Source             string                    `json:"source"`
+		DiskFormat         string                    `json:"disk"`
+		Compression        containerdisk.Compression `json:"compression"`
+		Arch, OS           string                    `json:",omitempty"`
+		Labels             map[string]string         `json:"labels,omitempty"`
+		Instancetype, Pref string                    `json:",omitempty"`
+		OSName, Creator    string                    `json:",omitempty"`
+		Created            string                    `json:",omitempty"`
+		Gzip               string                    `json:",omitempty"` // the compressor decides the bytes
+	}{1, sourceDigest, d.DiskFormat, d.Compression, o.Architecture, o.OS, o.Labels,
+		o.DefaultInstancetype, o.DefaultPreference, o.OSName, o.Creator, formatCreated(o.Created), d.Compression.Compressor()})
 	return fmt.Sprintf("sha256:%x", sha256.Sum256(b))
-}
-
-// gzipName is the gzip implementation when the layer is gzip-compressed.
-func gzipName(c Compression) string {
-	if c == CompressionGzip {
-		return gzipImplementation
-	}
-	return ""
 }
 
 func formatCreated(t time.Time) string {
@@ -133,42 +129,50 @@ func formatCreated(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
-// Import builds a containerDisk from src and pushes it to ref. When this
+// Import builds a containerDisk from disk and pushes it to ref. When this
 // machine's build record says it already pushed the same build (same
-// source digest and options) to this registry, and the registry still
-// holds exactly that manifest and its blobs, the image is only tagged (or,
-// from another repository, copied by mounting its blobs); anything else is
-// built anew, whatever the registry's tags say. A rejection of the disk (a *convert.RejectError) leaves nothing
-// behind; a network failure leaves a resumable upload.
+// source digest, disk and options) to this registry, and the registry
+// still holds exactly that manifest and its blobs, the image is only
+// tagged (or, from another repository, copied by mounting its blobs);
+// anything else is built anew, whatever the registry's tags say. A
+// rejection of the disk (containerdisk.Rejected) leaves nothing behind; a
+// network failure leaves a resumable upload.
 //
-// When src's digest is still being computed (Source.WaitDigest), the build
-// starts at once and the look-up for an identical image happens as soon as
-// the digest is known; finding one stops the build.
-func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts ImportOptions) (*api.ImportResult, error) {
-	opts, err := opts.withDefaults()
-	if err != nil {
-		return nil, err
-	}
+// When src's digest is still being computed (Source.DigestDeferred), the
+// build starts at once and the look-up for an identical image happens as
+// soon as the digest is known; finding one stops the build.
+func (c *Client) Import(ctx context.Context, ref name.Tag, disk Disk, src Source, opts ImportOptions) (*api.ImportResult, error) {
+	opts = opts.withDefaults()
 	if _, err := Tenant(ref.Context()); err != nil {
 		return nil, err
 	}
-	if src.Digest != "" || src.WaitDigest == nil {
-		key := buildKey(src.Digest, opts)
-		if res, err := c.findExisting(ctx, ref, key, src, opts); err != nil || res != nil {
-			return res, err
-		}
-		upload := knownKey(key)
-		if src.UploadName != "" {
-			upload = knownKey(uploadNameKey(src.UploadName, opts))
-		}
-		b, err := c.build(ctx, ref, upload, src, opts)
-		if err != nil {
-			return nil, err
-		}
-		return c.publish(ctx, ref, key, src.Digest, src, opts, b)
+	if src.DigestDeferred() {
+		return c.importWhileHashing(ctx, ref, disk, src, opts)
 	}
+	digest, err := src.WaitDigest(ctx)
+	if err != nil {
+		return nil, err
+	}
+	desc := disk.Describe()
+	key := buildKey(digest, desc, opts)
+	if res, err := c.findExisting(ctx, ref, key, digest, desc); err != nil || res != nil {
+		return res, err
+	}
+	upload := knownKey(key)
+	if name := src.UploadName(); name != "" {
+		upload = knownKey(uploadNameKey(name, desc, opts))
+	}
+	b, err := c.build(ctx, ref, upload, disk, opts)
+	if err != nil {
+		return nil, err
+	}
+	return c.publish(ctx, ref, key, digest, desc, opts, b)
+}
 
-	// Hash and build at the same time.
+// importWhileHashing builds the layer while src's digest is computed, and
+// stops the build when the digest names an image that exists.
+func (c *Client) importWhileHashing(ctx context.Context, ref name.Tag, disk Disk, src Source, opts ImportOptions) (*api.ImportResult, error) {
+	desc := disk.Describe()
 	buildCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	type found struct {
@@ -178,9 +182,9 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts Impo
 	}
 	lookup := make(chan found, 1)
 	later := new(uploadKey)
-	named := src.UploadName != ""
+	named := src.UploadName() != ""
 	if named {
-		later.set(uploadNameKey(src.UploadName, opts))
+		later.set(uploadNameKey(src.UploadName(), desc, opts))
 	}
 	go func() {
 		d, err := src.WaitDigest(buildCtx)
@@ -189,8 +193,8 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts Impo
 			stop(err)
 			return
 		}
-		key := buildKey(d, opts)
-		res, err := c.findExisting(buildCtx, ref, key, Source{Image: src.Image, Digest: d}, opts)
+		key := buildKey(d, desc, opts)
+		res, err := c.findExisting(buildCtx, ref, key, d, desc)
 		if res == nil && err == nil && !named {
 			later.set(key) // the upload can now be resumed by a later run
 		}
@@ -202,7 +206,7 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts Impo
 			stop(err)
 		}
 	}()
-	b, buildErr := c.build(buildCtx, ref, later, src, opts)
+	b, buildErr := c.build(buildCtx, ref, later, disk, opts)
 	if buildErr != nil && !errors.Is(context.Cause(buildCtx), errFoundExisting) {
 		if cause := context.Cause(buildCtx); cause != nil {
 			if errors.Is(buildErr, ErrResumable) {
@@ -221,14 +225,14 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, src Source, opts Impo
 	case buildErr != nil:
 		return nil, buildErr
 	}
-	return c.publish(ctx, ref, buildKey(f.digest, opts), f.digest, src, opts, b)
+	return c.publish(ctx, ref, buildKey(f.digest, desc, opts), f.digest, desc, opts, b)
 }
 
 // uploadNameKey names the upload of a source known by name (see
 // Source.UploadName) rather than by digest, with everything else that
 // decides the layer's bytes.
-func uploadNameKey(uploadName string, o ImportOptions) string {
-	return buildKey("name:"+uploadName, o)
+func uploadNameKey(uploadName string, d containerdisk.Description, o ImportOptions) string {
+	return buildKey("name:"+uploadName, d, o)
 }
 
 // errFoundExisting stops a build that an identical image made unnecessary.
@@ -237,9 +241,9 @@ var errFoundExisting = errors.New("an identical image exists")
 // findExisting returns the result of reusing an image this machine
 // already built with key (see builds.go), or nil when there is none that
 // the registry still fully holds.
-func (c *Client) findExisting(ctx context.Context, ref name.Tag, key string, src Source, opts ImportOptions) (*api.ImportResult, error) {
+func (c *Client) findExisting(ctx context.Context, ref name.Tag, key, sourceDigest string, desc containerdisk.Description) (*api.ImportResult, error) {
 	for _, rec := range c.lookupBuilds(key, ref.RegistryStr(), ref.RepositoryStr()) {
-		result := newResult(ref, src, opts)
+		result := newResult(ref, sourceDigest, desc)
 		found, err := c.reuseBuild(ctx, ref, rec, result)
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
@@ -255,56 +259,47 @@ func (c *Client) findExisting(ctx context.Context, ref name.Tag, key string, src
 	return nil, nil
 }
 
-func newResult(ref name.Tag, src Source, opts ImportOptions) *api.ImportResult {
+func newResult(ref name.Tag, sourceDigest string, desc containerdisk.Description) *api.ImportResult {
 	return &api.ImportResult{
-		Reference: ref.String(), SourceDigest: src.Digest,
-		VirtualSize: src.Image.Info().VirtualSize, DiskFormat: string(opts.DiskFormat),
+		Reference: ref.String(), SourceDigest: sourceDigest,
+		VirtualSize: desc.VirtualSize, DiskFormat: desc.DiskFormat,
 	}
 }
 
 // built is a layer in the registry and what is known of its disk.
 type built struct {
-	layer     layerInfo
+	layer     containerdisk.LayerInfo
 	sent      int64
 	allocated int64
 }
 
-// build validates the allocation map, then builds and uploads the layer.
-// key names the upload for resuming, possibly only later.
-func (c *Client) build(ctx context.Context, ref name.Tag, key *uploadKey, src Source, opts ImportOptions) (built, error) {
-	// Walk the whole allocation map before anything is sent: an invalid
-	// L2 table is refused with nothing uploaded.
-	summary, err := src.Image.Map(ctx)
+// build validates the disk, then builds and uploads the layer. key names
+// the upload for resuming, possibly only later.
+func (c *Client) build(ctx context.Context, ref name.Tag, key *uploadKey, disk Disk, opts ImportOptions) (built, error) {
+	// Validate the whole disk before anything is sent: an invalid L2
+	// table is refused with nothing uploaded.
+	allocated, err := disk.Prepare(ctx)
 	if err != nil {
 		return built{}, err
 	}
-	plan, err := src.Image.Plan(ctx, convert.Options{To: opts.DiskFormat, Logger: c.opts.logger})
-	if err != nil {
-		return built{}, err
-	}
-	layer, sent, err := c.pushLayer(ctx, ref.Context(), key, plan, opts)
+	layer, sent, err := c.pushLayer(ctx, ref.Context(), key, disk, opts)
 	if errors.Is(err, errUploadLost) {
 		c.opts.logger.Info("upload session lost; sending the layer again", "reference", ref.String(), "error", err)
 		var again int64
-		layer, again, err = c.pushLayer(ctx, ref.Context(), key, plan, opts)
+		layer, again, err = c.pushLayer(ctx, ref.Context(), key, disk, opts)
 		sent += again
-	}
-	allocated := summary.AllocatedBytes // raw output: the source's allocation
-	if n, ok := plan.DataBytes(); ok {
-		allocated = n // qcow2 output: content-defined, so digests do not depend on the filesystem
 	}
 	return built{layer: layer, sent: sent, allocated: allocated}, err
 }
 
 // publish pushes the config and the manifest, which writes the build-key
 // tag and then ref.
-func (c *Client) publish(ctx context.Context, ref name.Tag, key, sourceDigest string, src Source, opts ImportOptions, b built) (*api.ImportResult, error) {
-	info := src.Image.Info()
+func (c *Client) publish(ctx context.Context, ref name.Tag, key, sourceDigest string, desc containerdisk.Description, opts ImportOptions, b built) (*api.ImportResult, error) {
 	annotations := map[string]string{
 		api.AnnotationSourceDigest:  sourceDigest,
-		api.AnnotationSourceFormat:  string(info.Format),
-		api.AnnotationDiskFormat:    string(opts.DiskFormat),
-		api.AnnotationVirtualSize:   strconv.FormatInt(info.VirtualSize, 10),
+		api.AnnotationSourceFormat:  desc.SourceFormat,
+		api.AnnotationDiskFormat:    desc.DiskFormat,
+		api.AnnotationVirtualSize:   strconv.FormatInt(desc.VirtualSize, 10),
 		api.AnnotationAllocatedSize: strconv.FormatInt(b.allocated, 10),
 		api.AnnotationBuildKey:      key,
 	}
@@ -330,9 +325,9 @@ func (c *Client) publish(ctx context.Context, ref name.Tag, key, sourceDigest st
 		MediaType: ocispec.MediaTypeImageManifest,
 		Config:    configDesc,
 		Layers: []ocispec.Descriptor{{
-			MediaType: opts.Compression.mediaType(),
-			Digest:    digest.Digest(b.layer.digest),
-			Size:      b.layer.size,
+			MediaType: desc.Compression.MediaType(),
+			Digest:    digest.Digest(b.layer.Digest),
+			Size:      b.layer.Size,
 		}},
 		Annotations: annotations,
 	})
@@ -343,14 +338,13 @@ func (c *Client) publish(ctx context.Context, ref name.Tag, key, sourceDigest st
 	if err := c.putManifest(ctx, ref, manifest); err != nil {
 		return nil, err
 	}
-	result := newResult(ref, src, opts)
-	result.SourceDigest = sourceDigest
-	result.LayerSize, result.UploadedBytes = b.layer.size, b.sent
+	result := newResult(ref, sourceDigest, desc)
+	result.LayerSize, result.UploadedBytes = b.layer.Size, b.sent
 	result.Digest = fmt.Sprintf("sha256:%x", sha256.Sum256(manifest))
 	result.Pinned = ref.Context().Digest(result.Digest).String()
 	c.rememberBuild(buildRecord{Key: key, Registry: ref.RegistryStr(), Repository: ref.RepositoryStr(), Digest: result.Digest,
-		Config: configDesc.Digest.String(), Layer: b.layer.digest, LayerSize: b.layer.size})
-	c.opts.logger.Info("imported", "reference", ref.String(), "digest", result.Digest, "bytes", b.layer.size)
+		Config: configDesc.Digest.String(), Layer: b.layer.Digest, LayerSize: b.layer.Size})
+	c.opts.logger.Info("imported", "reference", ref.String(), "digest", result.Digest, "bytes", b.layer.Size)
 	return result, nil
 }
 
@@ -439,59 +433,42 @@ func (c *Client) checkBuild(ctx context.Context, pinned name.Digest, rec buildRe
 
 // pushLayer builds the layer and streams it into a resumable upload.
 // It returns the layer and how many bytes this run sent.
-func (c *Client) pushLayer(ctx context.Context, repo name.Repository, key *uploadKey, plan *convert.Plan, opts ImportOptions) (layerInfo, int64, error) {
+func (c *Client) pushLayer(ctx context.Context, repo name.Repository, key *uploadKey, disk Disk, opts ImportOptions) (containerdisk.LayerInfo, int64, error) {
 	up, err := c.startUpload(ctx, repo, key)
 	if err != nil {
-		return layerInfo{}, 0, err
+		return containerdisk.LayerInfo{}, 0, err
 	}
 	up.run(ctx)
-	var tarIn io.Writer
-	if opts.Progress != nil {
-		total := plan.Size() + 3*512 // two headers and the padding before the end
-		tarIn = &progressWriter{fn: opts.Progress, total: total}
-	}
-	layer, err := buildLayer(ctx, plan, opts.Compression, up, tarIn)
+	layer, err := disk.WriteLayer(ctx, up, opts.Progress)
 	if err == nil {
 		err = up.finish()
 	} else {
 		up.abort()
 	}
 	if err == nil {
-		err = up.commit(ctx, layer.digest)
+		err = up.commit(ctx, layer.Digest)
 	}
 	if err != nil {
-		if convert.AsReject(err) != nil || errors.Is(context.Cause(ctx), errFoundExisting) {
+		if containerdisk.Rejected(err) || errors.Is(context.Cause(ctx), errFoundExisting) {
 			// Rejected or not needed: its bytes must not stay on the registry.
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 			up.cancel(cctx)
 			cancel()
-			return layerInfo{}, up.sent, err
+			return containerdisk.LayerInfo{}, up.sent, err
 		}
 		// Interrupted or failed: the session stays, for a later run.
 		if !errors.Is(err, errUploadLost) && up.saveState() {
 			err = &resumableError{err}
 		}
-		return layerInfo{}, up.sent, err
+		return containerdisk.LayerInfo{}, up.sent, err
 	}
-	c.opts.logger.Debug("layer uploaded", "digest", layer.digest, "bytes", layer.size, "sent", up.sent, "resent", up.resent)
+	c.opts.logger.Debug("layer uploaded", "digest", layer.Digest, "bytes", layer.Size, "sent", up.sent, "resent", up.resent)
 	return layer, up.sent, nil
-}
-
-// progressWriter reports bytes that pass through it.
-type progressWriter struct {
-	fn          func(done, total int64)
-	done, total int64
-}
-
-func (p *progressWriter) Write(b []byte) (int, error) {
-	p.done += int64(len(b))
-	p.fn(p.done, p.total)
-	return len(b), nil
 }
 
 // imageConfig is the OCI image config: platform, labels (the annotations
 // plus the user's), the instancetype environment and the layer's diff ID.
-func imageConfig(o ImportOptions, annotations map[string]string, layer layerInfo) ([]byte, error) {
+func imageConfig(o ImportOptions, annotations map[string]string, layer containerdisk.LayerInfo) ([]byte, error) {
 	labels := maps.Clone(annotations)
 	maps.Copy(labels, o.Labels)
 	var env []string
@@ -504,7 +481,7 @@ func imageConfig(o ImportOptions, annotations map[string]string, layer layerInfo
 	cfg := ocispec.Image{
 		Platform: ocispec.Platform{Architecture: o.Architecture, OS: o.OS},
 		Config:   ocispec.ImageConfig{Labels: labels, Env: env},
-		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{digest.Digest(layer.diffID)}},
+		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{digest.Digest(layer.DiffID)}},
 	}
 	if !o.Created.IsZero() {
 		t := o.Created.UTC().Truncate(time.Second)

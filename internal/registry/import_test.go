@@ -20,6 +20,7 @@ import (
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
+	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -46,7 +47,7 @@ func testClient(t *testing.T, opts ...Option) *Client {
 }
 
 // testDisk writes a sparse raw disk with some random data and opens it.
-func testDisk(t *testing.T, size int64, seed uint64) Source {
+func testDisk(t *testing.T, size int64, seed uint64) testSrc {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "disk.raw")
 	f, err := os.Create(p)
@@ -71,7 +72,35 @@ func testDisk(t *testing.T, size int64, seed uint64) Source {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Source{Image: img, Digest: "sha256:" + strings.Repeat("ab", 32)}
+	return testSrc{Image: img, Digest: "sha256:" + strings.Repeat("ab", 32)}
+}
+
+// testSrc is a disk and where it came from: its digest, known at once or
+// (wait) once computed.
+type testSrc struct {
+	Image  *convert.Image
+	Digest string
+	wait   func(context.Context) (string, error)
+}
+
+func (s testSrc) WaitDigest(ctx context.Context) (string, error) {
+	if s.wait != nil {
+		return s.wait(ctx)
+	}
+	return s.Digest, nil
+}
+
+func (s testSrc) DigestDeferred() bool { return s.Digest == "" && s.wait != nil }
+func (s testSrc) UploadName() string   { return "" }
+
+// disk is the containerDisk of s's image, stored as opts say.
+func (s testSrc) disk(t testing.TB, opts containerdisk.Options) *containerdisk.Disk {
+	t.Helper()
+	d, err := containerdisk.NewDisk(s.Image, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
 
 func mustTag(t *testing.T, s string) name.Tag {
@@ -134,13 +163,13 @@ func TestImportContainerDiskShape(t *testing.T) {
 	host := testRegistry(t)
 	for _, tc := range []struct {
 		disk convert.Format
-		comp Compression
-	}{{convert.FormatQCOW2, CompressionGzip}, {convert.FormatRaw, CompressionZstd}, {convert.FormatQCOW2, CompressionNone}} {
+		comp containerdisk.Compression
+	}{{convert.FormatQCOW2, containerdisk.CompressionGzip}, {convert.FormatRaw, containerdisk.CompressionZstd}, {convert.FormatQCOW2, containerdisk.CompressionNone}} {
 		t.Run(string(tc.disk)+"-"+string(tc.comp), func(t *testing.T) {
 			src := testDisk(t, 8<<20, 1)
 			c := testClient(t)
 			ref := mustTag(t, host+"/acme/disk:"+string(tc.disk)+"-"+string(tc.comp))
-			res, err := c.Import(t.Context(), ref, src, ImportOptions{DiskFormat: tc.disk, Compression: tc.comp,
+			res, err := c.Import(t.Context(), ref, src.disk(t, containerdisk.Options{DiskFormat: tc.disk, Compression: tc.comp}), src, ImportOptions{
 				DefaultInstancetype: "u1.medium", Labels: map[string]string{"team": "a"}})
 			if err != nil {
 				t.Fatal(err)
@@ -189,19 +218,19 @@ func TestImportIsReproducibleAndReimportOnlyTags(t *testing.T) {
 	host := testRegistry(t)
 	src := testDisk(t, 4<<20, 2)
 	c := testClient(t)
-	a, err := c.Import(t.Context(), mustTag(t, host+"/acme/a:1"), src, ImportOptions{})
+	a, err := c.Import(t.Context(), mustTag(t, host+"/acme/a:1"), src.disk(t, containerdisk.Options{}), src, ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Another client (no build cache) builds the same image from scratch.
-	b, err := testClient(t).Import(t.Context(), mustTag(t, host+"/acme/b:1"), src, ImportOptions{})
+	b, err := testClient(t).Import(t.Context(), mustTag(t, host+"/acme/b:1"), src.disk(t, containerdisk.Options{}), src, ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.Digest != b.Digest || a.Reused || b.Reused {
 		t.Fatalf("two builds of the same input: %s (reused %v) and %s (reused %v)", a.Digest, a.Reused, b.Digest, b.Reused)
 	}
-	again, err := c.Import(t.Context(), mustTag(t, host+"/acme/a:2"), src, ImportOptions{})
+	again, err := c.Import(t.Context(), mustTag(t, host+"/acme/a:2"), src.disk(t, containerdisk.Options{}), src, ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,14 +238,14 @@ func TestImportIsReproducibleAndReimportOnlyTags(t *testing.T) {
 		t.Errorf("re-import: %+v", again)
 	}
 	// The client that built it mounts it into a third repository.
-	mounted, err := c.Import(t.Context(), mustTag(t, host+"/acme/c:1"), src, ImportOptions{})
+	mounted, err := c.Import(t.Context(), mustTag(t, host+"/acme/c:1"), src.disk(t, containerdisk.Options{}), src, ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !mounted.Reused || mounted.Digest != a.Digest || mounted.UploadedBytes != 0 {
 		t.Errorf("import into another repository: %+v", mounted)
 	}
-	other, err := c.Import(t.Context(), mustTag(t, host+"/acme/a:3"), src, ImportOptions{Compression: CompressionZstd})
+	other, err := c.Import(t.Context(), mustTag(t, host+"/acme/a:3"), src.disk(t, containerdisk.Options{Compression: containerdisk.CompressionZstd}), src, ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,8 +259,8 @@ func TestImportRejectedPushesNothing(t *testing.T) {
 	c := testClient(t)
 	// A qcow2 whose only compressed cluster is garbage: detected while
 	// streaming, after the upload has started.
-	img := corruptCompressedQCOW2(t)
-	_, err := c.Import(t.Context(), mustTag(t, host+"/acme/bad:1"), Source{Image: img, Digest: "sha256:" + strings.Repeat("cd", 32)}, ImportOptions{})
+	bad := testSrc{Image: corruptCompressedQCOW2(t), Digest: "sha256:" + strings.Repeat("cd", 32)}
+	_, err := c.Import(t.Context(), mustTag(t, host+"/acme/bad:1"), bad.disk(t, containerdisk.Options{}), bad, ImportOptions{})
 	if convert.AsReject(err) == nil {
 		t.Fatalf("import of a corrupt image: %v, want a rejection", err)
 	}
@@ -299,12 +328,12 @@ func TestImportWhileHashing(t *testing.T) {
 	host := testRegistry(t)
 	known := testDisk(t, 4<<20, 5)
 	c := testClient(t)
-	want, err := testClient(t).Import(t.Context(), mustTag(t, host+"/acme/known:1"), known, ImportOptions{})
+	want, err := testClient(t).Import(t.Context(), mustTag(t, host+"/acme/known:1"), known.disk(t, containerdisk.Options{}), known, ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	release := make(chan struct{})
-	later := Source{Image: known.Image, WaitDigest: func(ctx context.Context) (string, error) {
+	later := testSrc{Image: known.Image, wait: func(ctx context.Context) (string, error) {
 		select {
 		case <-release:
 			return known.Digest, nil
@@ -313,24 +342,24 @@ func TestImportWhileHashing(t *testing.T) {
 		}
 	}}
 	close(release)
-	got, err := c.Import(t.Context(), mustTag(t, host+"/acme/later:1"), later, ImportOptions{})
+	got, err := c.Import(t.Context(), mustTag(t, host+"/acme/later:1"), later.disk(t, containerdisk.Options{}), later, ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.Digest != want.Digest || got.SourceDigest != known.Digest {
 		t.Errorf("while hashing: %+v, want digest %s", got, want.Digest)
 	}
-	again, err := c.Import(t.Context(), mustTag(t, host+"/acme/later:2"), later, ImportOptions{})
+	again, err := c.Import(t.Context(), mustTag(t, host+"/acme/later:2"), later.disk(t, containerdisk.Options{}), later, ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !again.Reused || again.Digest != want.Digest {
 		t.Errorf("second import while hashing: %+v", again)
 	}
-	failing := Source{Image: known.Image, WaitDigest: func(context.Context) (string, error) {
+	failing := testSrc{Image: known.Image, wait: func(context.Context) (string, error) {
 		return "", errors.New("disk read error")
 	}}
-	if _, err := c.Import(t.Context(), mustTag(t, host+"/acme/later:3"), failing, ImportOptions{}); err == nil || !strings.Contains(err.Error(), "disk read error") {
+	if _, err := c.Import(t.Context(), mustTag(t, host+"/acme/later:3"), failing.disk(t, containerdisk.Options{}), failing, ImportOptions{}); err == nil || !strings.Contains(err.Error(), "disk read error") {
 		t.Errorf("hashing failure: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -89,7 +90,8 @@ func TestVirtualSizeVerdictsAgree(t *testing.T) {
 			}
 			for _, format := range []convert.Format{convert.FormatQCOW2, convert.FormatRaw} {
 				tag := mustTag(t, fmt.Sprintf("%s/acme/vsize:%d-%s", host, i, format))
-				res, err := c.Import(t.Context(), tag, Source{Image: img, Digest: "sha256:" + fmt.Sprintf("%064x", i)}, ImportOptions{DiskFormat: format})
+				src := testSrc{Image: img, Digest: "sha256:" + fmt.Sprintf("%064x", i)}
+				res, err := c.Import(t.Context(), tag, src.disk(t, containerdisk.Options{DiskFormat: format}), src, ImportOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -75,6 +75,7 @@ func openFile(ctx context.Context, path string, o *config) (*Image, error) {
 		if cached == nil {
 			remember(img.Digest)
 		}
+		img.uploadName = key.uploadName(keyOK)
 		return img, nil
 	}
 
@@ -86,7 +87,7 @@ func openFile(ctx context.Context, path string, o *config) (*Image, error) {
 		// Nothing needs the digest: a local file is used in place, unread.
 	case o.DeferDigest && o.checksum == "":
 		keep = true
-		img := &Image{ReaderAt: f, Size: st.Size(), OriginalSize: st.Size(), file: f, hashed: make(chan struct{})}
+		img := &Image{ReaderAt: f, Size: st.Size(), OriginalSize: st.Size(), file: f, hashed: make(chan struct{}), uploadName: key.uploadName(keyOK)}
 		hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		img.cancelHash = cancel
 		go func() {
@@ -108,7 +109,20 @@ func openFile(ctx context.Context, path string, o *config) (*Image, error) {
 		return nil, err
 	}
 	keep = true
-	return &Image{ReaderAt: f, Size: st.Size(), Digest: digest, OriginalSize: st.Size(), file: f}, nil
+	return &Image{ReaderAt: f, Size: st.Size(), Digest: digest, OriginalSize: st.Size(), file: f, uploadName: key.uploadName(keyOK)}, nil
+}
+
+// uploadName names the upload of a local file by its path, device, inode,
+// size and modification and change times, so that an import interrupted
+// before the file's digest was known still resumes in a later run. Any
+// write to the file changes its change time, and so the name; a name that
+// still matched other content would only cost a fresh upload, since the
+// registry checks the layer's digest. ok false (no key) gives "".
+func (k fileKey) uploadName(ok bool) string {
+	if !ok {
+		return ""
+	}
+	return fmt.Sprintf("file:%s:%d:%d:%d:%d:%d", k.Path, k.Dev, k.Ino, k.Size, k.MtimeNs, k.CtimeNs)
 }
 
 // hashFile returns the digest of the first size bytes of f in one

@@ -130,6 +130,8 @@ type Image struct {
 	hashErr    error
 	cancelHash context.CancelFunc
 	temp       string // a temporary file still to remove, when unlinking it early failed
+
+	uploadName string // see UploadName
 }
 
 // Close closes the image and removes its temporary file, if any. It is safe
@@ -165,6 +167,17 @@ func (i *Image) WaitDigest(ctx context.Context) (string, error) {
 		return i.Digest, i.hashErr
 	}
 }
+
+// DigestDeferred reports whether the digest is computed in the background
+// (Options.DeferDigest), so that Digest may still be empty: WaitDigest
+// gives it.
+func (i *Image) DigestDeferred() bool { return i.hashed != nil }
+
+// UploadName names an upload of the image's bytes before their digest is
+// known, so that an interrupted import resumes in a later run: for a local
+// file its absolute path, device, inode, size and modification and change
+// times; "" for other sources, whose digest is known once Open returns.
+func (i *Image) UploadName() string { return i.uploadName }
 
 // stdin is what the spec "-" reads; tests replace it.
 var stdin io.Reader = os.Stdin

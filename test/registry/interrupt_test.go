@@ -16,6 +16,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 
+	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/test/harness"
@@ -183,13 +184,17 @@ func TestInterruptBeforeTheDigestResumes(t *testing.T) {
 	}
 	digest := "sha256:" + sha256File(t, rawPath)
 	hashing := func(ctx context.Context) (string, error) { <-ctx.Done(); return "", ctx.Err() } // never done in time
+	cdisk, err := containerdisk.NewDisk(img, containerdisk.Options{DiskFormat: convert.FormatRaw, Compression: containerdisk.CompressionNone})
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := func(progress func(done, total int64)) registry.ImportOptions {
-		return registry.ImportOptions{DiskFormat: convert.FormatRaw, Compression: registry.CompressionNone, Progress: progress}
+		return registry.ImportOptions{Progress: progress}
 	}
 	interrupt := func(t *testing.T, c *registry.Client, ref name.Tag, uploadName string) error {
 		ctx, cancel := context.WithCancelCause(t.Context())
 		defer cancel(nil)
-		_, err := c.Import(ctx, ref, registry.Source{Image: img, WaitDigest: hashing, UploadName: uploadName},
+		_, err := c.Import(ctx, ref, cdisk, origin{wait: hashing, uploadName: uploadName},
 			opts(func(done, _ int64) {
 				if done >= 12*mib {
 					cancel(errStopped)
@@ -212,7 +217,7 @@ func TestInterruptBeforeTheDigestResumes(t *testing.T) {
 	if err := interrupt(t, c, ref, "file:/images/disk.raw:1:2:3:4:5"); !errors.Is(err, registry.ErrResumable) {
 		t.Fatalf("with an upload name: %v, want a resumable upload", err)
 	}
-	res, err := c.Import(t.Context(), ref, registry.Source{Image: img, Digest: digest, UploadName: "file:/images/disk.raw:1:2:3:4:5"}, opts(nil))
+	res, err := c.Import(t.Context(), ref, cdisk, origin{digest: digest, uploadName: "file:/images/disk.raw:1:2:3:4:5"}, opts(nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,3 +240,21 @@ func TestInterruptBeforeTheDigestResumes(t *testing.T) {
 		t.Errorf("without an upload name nor a digest: %v, want no resumable upload", err)
 	}
 }
+
+// origin is a registry.Source: a digest known at once, or one still being
+// computed (wait), and an upload name.
+type origin struct {
+	digest     string
+	wait       func(context.Context) (string, error)
+	uploadName string
+}
+
+func (o origin) WaitDigest(ctx context.Context) (string, error) {
+	if o.wait != nil {
+		return o.wait(ctx)
+	}
+	return o.digest, nil
+}
+
+func (o origin) DigestDeferred() bool { return o.wait != nil }
+func (o origin) UploadName() string   { return o.uploadName }

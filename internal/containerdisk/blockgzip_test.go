@@ -1,4 +1,4 @@
-package registry
+package containerdisk
 
 import (
 	"bytes"
@@ -42,7 +42,7 @@ func TestGzipWriter(t *testing.T) {
 			}
 		}
 		if !bytes.Equal(a.Bytes(), b.Bytes()) {
-			t.Errorf("%s, %d bytes: output depends on write sizes", gzipImplementation, n)
+			t.Errorf("%s, %d bytes: output depends on write sizes", GzipImplementation, n)
 		}
 		zr, err := gzip.NewReader(&a)
 		if err != nil {
@@ -50,7 +50,7 @@ func TestGzipWriter(t *testing.T) {
 		}
 		got, err := io.ReadAll(zr)
 		if err != nil || !bytes.Equal(got, data) {
-			t.Errorf("%s, %d bytes: round trip failed: %v", gzipImplementation, n, err)
+			t.Errorf("%s, %d bytes: round trip failed: %v", GzipImplementation, n, err)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package registry
+package containerdisk
 
 import (
 	"archive/tar"
@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -49,22 +49,28 @@ func shapeError(reason, format string, args ...any) *ShapeError {
 // the disk engine's unwrapping does.
 const zstdMaxWindow = 128 << 20
 
+// Docker's layer media types, which a containerDisk may also have.
+const (
+	dockerLayerGzip = "application/vnd.docker.image.rootfs.diff.tar.gzip"
+	dockerLayer     = "application/vnd.docker.image.rootfs.diff.tar"
+)
+
 // decompressLayer returns the tar stream of a layer of the given media type.
-func decompressLayer(mt types.MediaType, r io.Reader) (io.ReadCloser, error) {
+func decompressLayer(mt string, r io.Reader) (io.ReadCloser, error) {
 	switch mt {
-	case types.OCILayer, types.DockerLayer:
+	case ocispec.MediaTypeImageLayerGzip, dockerLayerGzip:
 		zr, err := gzip.NewReader(r)
 		if err != nil {
 			return nil, fmt.Errorf("opening the gzip layer: %w", err)
 		}
 		return zr, nil
-	case types.OCILayerZStd:
+	case ocispec.MediaTypeImageLayerZstd:
 		zr, err := zstd.NewReader(r, zstd.WithDecoderMaxWindow(zstdMaxWindow), zstd.WithDecoderConcurrency(1))
 		if err != nil {
 			return nil, fmt.Errorf("opening the zstd layer: %w", err)
 		}
 		return zr.IOReadCloser(), nil
-	case types.OCIUncompressedLayer, types.DockerUncompressedLayer:
+	case ocispec.MediaTypeImageLayer, dockerLayer:
 		return io.NopCloser(r), nil
 	}
 	return nil, shapeError(api.ReasonLayerMediaType, "the layer's media type %q is not a tar, gzip or zstd layer", mt)

@@ -1,6 +1,6 @@
 //go:build !isal || !cgo
 
-package registry
+package containerdisk
 
 import (
 	"io"
@@ -9,8 +9,9 @@ import (
 	"github.com/klauspost/pgzip"
 )
 
-// gzipImplementation names the gzip compressor this binary was built with.
-const gzipImplementation = "pgzip"
+// GzipImplementation names the gzip compressor this binary was built
+// with: "isa-l" (the isal build tag, with cgo) or "pgzip".
+const GzipImplementation = "pgzip"
 
 // newGzipWriter compresses with klauspost/pgzip at its fastest level, in
 // parallel 1 MiB blocks. Builds with the isal tag use ISA-L instead.

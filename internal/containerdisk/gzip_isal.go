@@ -1,6 +1,6 @@
 //go:build isal && cgo
 
-package registry
+package containerdisk
 
 /*
 #cgo LDFLAGS: -lisal
@@ -37,8 +37,9 @@ import (
 	"unsafe"
 )
 
-// gzipImplementation names the gzip compressor this binary was built with.
-const gzipImplementation = "isa-l"
+// GzipImplementation names the gzip compressor this binary was built
+// with: "isa-l" (the isal build tag, with cgo) or "pgzip".
+const GzipImplementation = "isa-l"
 
 // newGzipWriter compresses with Intel ISA-L's igzip at level 1, in
 // parallel 1 MiB blocks: several times faster than Go's deflate.

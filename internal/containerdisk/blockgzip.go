@@ -1,4 +1,4 @@
-package registry
+package containerdisk
 
 import (
 	"encoding/binary"

@@ -1,0 +1,180 @@
+package containerdisk
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"strconv"
+
+	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/pkg/api"
+)
+
+// CheckLayerCount rejects an image that does not have exactly one layer.
+func CheckLayerCount(n int) error {
+	if n != 1 {
+		return shapeError(api.ReasonLayerCount, "the image has %d layers; a containerDisk has exactly one", n)
+	}
+	return nil
+}
+
+// LayerReader reads a containerDisk layer as it streams in: its tar
+// headers up to disk/disk.img are checked when it is opened, then either
+// the disk's head (CheckHead) or the whole disk (CopyDisk) is read. Errors
+// of the blob's stream (a broken download) stay errors; anything wrong
+// with the bytes themselves is a *ShapeError or a *convert.RejectError.
+type LayerReader struct {
+	src   *trackedReader
+	zr    io.ReadCloser
+	diff  hash.Hash
+	tarIn io.Reader
+	tr    *tar.Reader
+	file  *tar.Header
+}
+
+// OpenLayer starts reading the layer blob of media type mediaType and
+// checks its shape up to the disk's first byte. The caller closes the
+// reader, and blob, which is not read further than asked.
+func OpenLayer(mediaType string, blob io.Reader) (*LayerReader, error) {
+	src := &trackedReader{r: blob}
+	zr, err := decompressLayer(mediaType, src)
+	if err != nil {
+		return nil, layerError(err, src)
+	}
+	l := &LayerReader{src: src, zr: zr, diff: sha256.New()}
+	l.tarIn = io.TeeReader(zr, l.diff)
+	l.tr = tar.NewReader(l.tarIn)
+	if l.file, err = diskEntry(l.tr); err != nil {
+		zr.Close()
+		return nil, layerError(err, src)
+	}
+	return l, nil
+}
+
+// Close releases the decompressor.
+func (l *LayerReader) Close() error { return l.zr.Close() }
+
+// DiskSize is the size of disk/disk.img its tar header declares.
+func (l *LayerReader) DiskSize() int64 { return l.file.Size }
+
+// CheckHead reads the disk's first cluster and runs the disk engine's
+// header checks against the declared size; the L1/L2 tables and data are
+// not read. The format the annotations declare is the one the disk must
+// have (an ISO imported with --allow-iso is stored as raw and was accepted
+// then), and a virtual size annotation must match the disk's. It fills the
+// disk fields of report (DiskSize, DiskFormat, VirtualSize, Checked).
+func (l *LayerReader) CheckHead(annotations map[string]string, report *api.ContainerDiskReport) error {
+	report.DiskSize = l.file.Size
+	head, err := readDiskHead(l.tr, l.file.Size)
+	if err != nil {
+		return layerError(err, l.src)
+	}
+	hr := &headReaderAt{head: head}
+	if det, err := convert.Detect(hr, l.file.Size); err == nil {
+		report.DiskFormat = string(det.Format)
+	}
+	opts := convert.OpenOptions{Format: convert.Format(annotations[api.AnnotationDiskFormat]), AllowISO: true}
+	disk, err := convert.Open(hr, l.file.Size, opts)
+	if err != nil {
+		return err
+	}
+	info := disk.Info()
+	report.DiskFormat = string(info.Format)
+	report.VirtualSize = info.VirtualSize
+	if s, ok := annotations[api.AnnotationVirtualSize]; ok {
+		if n, err := strconv.ParseInt(s, 10, 64); err != nil || n != info.VirtualSize {
+			return shapeError(api.ReasonAnnotationMismatch, "the annotation %s is %q but the disk's virtual size is %d bytes", api.AnnotationVirtualSize, s, info.VirtualSize)
+		}
+	}
+	report.Checked = api.CheckedHeader
+	return nil
+}
+
+// CopyDisk copies disk/disk.img to w, checks that nothing follows it in
+// the layer and reads the blob to its end (so that whoever verifies the
+// blob's digest sees all of it). It returns the layer's diff ID, the
+// sha256 of the uncompressed tar. The disk itself is not validated.
+func (l *LayerReader) CopyDisk(ctx context.Context, w io.Writer) (diffID string, err error) {
+	if err := copyDisk(ctx, w, l.tr, l.src); err != nil {
+		return "", err
+	}
+	next, err := l.tr.Next()
+	if err == nil {
+		return "", shapeError(api.ReasonTarEntry, "the layer holds %q after %s; a containerDisk holds nothing else", next.Name, api.DiskPath)
+	}
+	if !errors.Is(err, io.EOF) {
+		return "", layerError(err, l.src)
+	}
+	// Read the tar's padding, the compression trailer and whatever the
+	// blob holds after them.
+	if _, err := io.Copy(io.Discard, l.tarIn); err != nil {
+		return "", layerError(err, l.src)
+	}
+	if _, err := io.Copy(io.Discard, l.src); err != nil {
+		return "", fmt.Errorf("reading the layer: %w", err)
+	}
+	return fmt.Sprintf("sha256:%x", l.diff.Sum(nil)), nil
+}
+
+// copyDisk copies the current tar entry to w, stopping when ctx is done.
+func copyDisk(ctx context.Context, w io.Writer, tr *tar.Reader, src *trackedReader) error {
+	buf := make([]byte, 1<<20)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		n, rerr := tr.Read(buf)
+		if n > 0 {
+			if _, err := w.Write(buf[:n]); err != nil {
+				return fmt.Errorf("writing the disk: %w", err)
+			}
+		}
+		if errors.Is(rerr, io.EOF) {
+			return nil
+		}
+		if rerr != nil {
+			return layerError(rerr, src)
+		}
+	}
+}
+
+// readDiskHead reads the first 64 KiB of the disk (size bytes), or its
+// whole first cluster when it is a qcow2 image with larger clusters: the
+// header and its extensions fill at most that cluster, 2 MiB.
+func readDiskHead(r io.Reader, size int64) ([]byte, error) {
+	head := make([]byte, min(size, convert.ProbeSize))
+	if _, err := io.ReadFull(r, head); err != nil {
+		return nil, err
+	}
+	if len(head) >= 24 && string(head[:4]) == "QFI\xfb" {
+		if bits := binary.BigEndian.Uint32(head[20:]); bits > 16 && bits <= 21 {
+			more := make([]byte, min(size, 1<<bits)-int64(len(head)))
+			if _, err := io.ReadFull(r, more); err != nil {
+				return nil, err
+			}
+			head = append(head, more...)
+		}
+	}
+	return head, nil
+}
+
+// AddRejection records err in report as a rejection when err is one (a
+// *ShapeError or a *convert.RejectError) and reports whether it was.
+func AddRejection(report *api.ContainerDiskReport, err error) bool {
+	if se := AsShapeError(err); se != nil {
+		report.Verdict = api.VerdictRejected
+		report.Reasons = append(report.Reasons, api.Rejection{Code: se.Reason, Message: se.Detail})
+		return true
+	}
+	if re := convert.AsReject(err); re != nil {
+		report.Verdict = api.VerdictRejected
+		report.Reasons = append(report.Reasons, api.Rejection{Code: string(re.Reason), Message: re.Detail})
+		return true
+	}
+	return false
+}
