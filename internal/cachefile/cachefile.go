@@ -1,5 +1,6 @@
-// Package cachefile decides whether a file in imagectl's cache directory may
-// be trusted. The caches (the source digest cache, the build records, the
+// Package cachefile keeps imagectl's cache files honest: it decides whether a
+// file in the cache directory may be trusted, and replaces one atomically.
+// The caches (the source digest cache, the build records, the
 // upload state) let imagectl skip work on evidence it wrote itself; a cache
 // someone else can write is evidence anyone can forge, so it is ignored.
 package cachefile
@@ -53,4 +54,24 @@ func CheckFile(dir, path string) error {
 		}
 	}
 	return nil
+}
+
+// WriteFile replaces path with data atomically: data goes to a temporary
+// file in the same folder (mode 0600), which is renamed over path once it
+// is complete, so a reader sees the old content or the new one, never a
+// part. Concurrent writers may lose each other's update, never mix them.
+func WriteFile(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // a no-op once renamed
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }

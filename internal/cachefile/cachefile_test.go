@@ -34,3 +34,28 @@ func TestCacheFilesMustBePrivate(t *testing.T) {
 		t.Errorf("symbolic link to a private file, followed: %v", err)
 	}
 }
+
+// TestWriteFile: the file is replaced whole, private, and no temporary
+// file stays behind.
+func TestWriteFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	for _, data := range []string{`{"a":1}`, `{"b":2}`} {
+		if err := WriteFile(path, []byte(data)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil || string(got) != data {
+			t.Fatalf("read %q, %v; want %q", got, err, data)
+		}
+	}
+	if err := CheckFile(dir, path); err != nil {
+		t.Errorf("the written file is not private: %v", err)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("%d files in the folder, want only the one written", len(entries))
+	}
+	if err := WriteFile(filepath.Join(dir, "missing", "x"), nil); err == nil {
+		t.Error("writing into a missing folder succeeded")
+	}
+}

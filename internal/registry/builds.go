@@ -187,14 +187,7 @@ func (c *Client) saveBuilds(p string, records []buildRecord) {
 	if err != nil {
 		return
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(p), buildsFileName+".*.tmp")
-	if err != nil {
-		return
-	}
-	_, werr := tmp.Write(b)
-	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), p) != nil {
-		os.Remove(tmp.Name())
-	}
+	_ = cachefile.WriteFile(p, b)
 }
 
 // limitedReader reads at most n bytes and then fails, so that an

@@ -1,17 +1,26 @@
-// Package registry builds KubeVirt containerDisks and moves them to and from
-// OCI registries. It is the only package that speaks the distribution
-// protocol: go-containerregistry for references, auth, manifests and
-// listing, and its own resumable chunked blob upload, which no library
-// offers.
+// Package registry speaks the OCI distribution protocol: it pushes, pulls,
+// lists, copies and deletes containerDisks and template artifacts, and
+// polls repositories for new tags. It is the only package that talks to
+// registries, on go-containerregistry (references, auth, manifests,
+// listing, copying) and oras-go (template artifacts). Three things are
+// hand-written net/http because neither library offers them: the
+// resumable chunked blob upload (a PATCH that fails resumes from the
+// bytes the registry acknowledged, also in a later run), the push check
+// that opens and deletes an upload session before any work, and tag
+// listing with ETags (conditional requests, so that polling an unchanged
+// repository costs a 304).
 //
-// An import is one streaming pass: the disk engine's output becomes the
-// single file of a tar layer (disk/disk.img, 0444, owned 107:107), which is
-// compressed and uploaded in chunks while its digests are computed. The
-// config and manifest go last, and the tag is written with the manifest, so
-// a failed import never leaves a tag pointing at an incomplete image.
+// The containerDisk format itself (the layer's tar, its compression, the
+// shape check) lives in internal/containerdisk; an import is handed a
+// Disk that writes its own layer and a Source that gives the digest of
+// the original bytes, so this package never reads a disk.
+//
+// An import is one streaming pass: the layer is compressed and uploaded in
+// chunks while its digests are computed. The config and manifest go last,
+// and the tag is written with the manifest, so a failed import never
+// leaves a tag pointing at an incomplete image.
 //
 // Images are reproducible: the same source bytes and options give the same
-// manifest digest (fixed tar headers, deterministic compression, no
-// timestamps unless asked for). An identical re-import finds the earlier
-// image through its build key and only tags it.
+// manifest digest. An identical re-import finds the earlier image through
+// its build key and only tags it.
 package registry

@@ -9,11 +9,11 @@ import (
 	"io"
 	"maps"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/partial"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -397,7 +397,12 @@ func (c *Client) checkBuild(ctx context.Context, pinned name.Digest, rec buildRe
 	if err != nil {
 		return nil, false, err
 	}
-	desc, err := remote.Get(pinned, ropts...)
+	// One puller: the manifest and the blob checks share its session.
+	puller, err := remote.NewPuller(ropts...)
+	if err != nil {
+		return nil, false, err
+	}
+	desc, err := puller.Get(ctx, pinned)
 	var terr *transport.Error
 	if errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound {
 		return nil, false, nil
@@ -414,17 +419,12 @@ func (c *Client) checkBuild(ctx context.Context, pinned name.Digest, rec buildRe
 		m.Layers[0].Size != rec.LayerSize || m.Annotations[api.AnnotationBuildKey] != rec.Key {
 		return nil, false, nil
 	}
-	client, base, err := c.httpClient(ctx, pinned.Context(), pinned.Context().Scope(transport.PullScope))
-	if err != nil {
-		return nil, false, err
-	}
-	baseURL, err := url.Parse(base)
-	if err != nil {
-		return nil, false, err
-	}
 	for _, d := range []string{rec.Config, rec.Layer} {
-		exists, err := c.blobExists(ctx, client, baseURL, pinned.Context(), d)
-		if err != nil || !exists {
+		blob, err := puller.Layer(ctx, pinned.Context().Digest(d))
+		if err != nil {
+			return nil, false, err
+		}
+		if exists, err := partial.Exists(blob); err != nil || !exists {
 			return nil, false, err
 		}
 	}

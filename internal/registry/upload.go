@@ -17,6 +17,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/imagepipe/imagepipe/internal/cachefile"
 )
 
 // errUploadLost means the registry no longer knows the upload session; the
@@ -170,16 +172,7 @@ func (u *blobUpload) saveState() bool {
 	if err := os.MkdirAll(filepath.Dir(u.state.path), 0o700); err != nil || u.c.privateCachePath(u.state.path) == "" {
 		return false
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(u.state.path), filepath.Base(u.state.path)+".*.tmp")
-	if err != nil {
-		return false
-	}
-	_, werr := tmp.Write(b)
-	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), u.state.path) != nil {
-		os.Remove(tmp.Name())
-		return false
-	}
-	return true
+	return cachefile.WriteFile(u.state.path, b) == nil
 }
 
 func (u *blobUpload) forgetState() {
