@@ -113,107 +113,167 @@ func (r ref) Tenant() string {
 	return t
 }
 
+// refFault is a broken rule of the reference grammar: which part breaks
+// which rule. parseRef turns it into a *ReferenceError naming the input.
+type refFault struct{ part, rule string }
+
+func fault(part, format string, args ...any) *refFault {
+	return &refFault{part: part, rule: fmt.Sprintf(format, args...)}
+}
+
 // parseRef parses s in the given form. It never touches the network.
 func parseRef(s string, form refForm) (ref, error) {
-	bad := func(part, format string, args ...any) (ref, error) {
-		return ref{}, &ReferenceError{Input: s, Part: part, Rule: fmt.Sprintf(format, args...)}
+	r, f := parseRefParts(s)
+	if f == nil {
+		f = checkForm(r, form)
 	}
+	if f != nil {
+		return ref{}, &ReferenceError{Input: s, Part: f.part, Rule: f.rule}
+	}
+	return r, nil
+}
+
+// parseRefParts splits s into registry, repository, tag and digest and
+// checks each against the grammar, whatever the form.
+func parseRefParts(s string) (ref, *refFault) {
+	if f := checkText(s); f != nil {
+		return ref{}, f
+	}
+	var r ref
+	rest, digest, f := cutDigest(s)
+	if f != nil {
+		return ref{}, f
+	}
+	r.Digest = digest
+	host, path, ok := strings.Cut(rest, "/")
+	if !ok || !looksLikeHost(host) {
+		return ref{}, fault("registry host", "it names no registry host: write REGISTRY/TENANT/NAME:TAG, e.g. registry.example.com/acme/rhel:10 (a host has a '.' or a ':PORT', or is localhost; imagectl never assumes Docker Hub)")
+	}
+	if err := checkHost(host); err != "" {
+		return ref{}, fault("registry host", "registry host %q %s", host, err)
+	}
+	r.Registry = host
+	if path, r.Tag, f = cutTag(path); f != nil {
+		return ref{}, f
+	}
+	if f := checkRepositoryPath(path); f != nil {
+		return ref{}, f
+	}
+	r.Repository = path
+	if n := len(r.Registry) + 1 + len(r.Repository); n > MaxNameLength {
+		return ref{}, fault("repository", "the name (registry host and repository) is %d characters long; the limit is %d", n, MaxNameLength)
+	}
+	return r, nil
+}
+
+// checkText checks what any reference must be: printable ASCII without
+// spaces, and no URL.
+func checkText(s string) *refFault {
 	if s == "" {
-		return bad("reference", "it is empty")
+		return fault("reference", "it is empty")
 	}
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; c <= ' ' || c > '~' {
-			return bad("reference", "it contains %q at byte %d; references are printable ASCII without spaces", rune(c), i)
+			return fault("reference", "it contains %q at byte %d; references are printable ASCII without spaces", rune(c), i)
 		}
 	}
 	if strings.Contains(s, "://") {
-		return bad("reference", "it has a URL scheme; write REGISTRY/TENANT/NAME:TAG without one")
+		return fault("reference", "it has a URL scheme; write REGISTRY/TENANT/NAME:TAG without one")
 	}
-	var r ref
-	rest := s
-	if at := strings.IndexByte(rest, '@'); at >= 0 {
-		rest, r.Digest = rest[:at], rest[at+1:]
-		if strings.HasPrefix(r.Digest, "sha512:") || strings.HasPrefix(r.Digest, "sha384:") {
-			return bad("digest", "digest %q uses another algorithm; imagepipe reads only sha256 digests", r.Digest)
-		}
-		if !digestPattern.MatchString(r.Digest) {
-			return bad("digest", "digest %q is not \"sha256:\" followed by 64 lower-case hexadecimal digits", r.Digest)
-		}
+	return nil
+}
+
+// cutDigest splits off and checks the "@sha256:..." digest, if any.
+func cutDigest(s string) (rest, digest string, f *refFault) {
+	at := strings.IndexByte(s, '@')
+	if at < 0 {
+		return s, "", nil
 	}
-	host, path, ok := strings.Cut(rest, "/")
-	if !ok || !looksLikeHost(host) {
-		return bad("registry host", "it names no registry host: write REGISTRY/TENANT/NAME:TAG, e.g. registry.example.com/acme/rhel:10 (a host has a '.' or a ':PORT', or is localhost; imagectl never assumes Docker Hub)")
+	rest, digest = s[:at], s[at+1:]
+	if strings.HasPrefix(digest, "sha512:") || strings.HasPrefix(digest, "sha384:") {
+		return "", "", fault("digest", "digest %q uses another algorithm; imagepipe reads only sha256 digests", digest)
 	}
-	if err := checkHost(host); err != "" {
-		return bad("registry host", "registry host %q %s", host, err)
+	if !digestPattern.MatchString(digest) {
+		return "", "", fault("digest", "digest %q is not \"sha256:\" followed by 64 lower-case hexadecimal digits", digest)
 	}
-	r.Registry = host
-	if colon := strings.LastIndexByte(path, ':'); colon > strings.LastIndexByte(path, '/') {
-		path, r.Tag = path[:colon], path[colon+1:]
-		if r.Tag == "" {
-			return bad("tag", "the tag after ':' is empty")
-		}
-		if len(r.Tag) > 128 {
-			return bad("tag", "the tag is %d characters long; the limit is 128", len(r.Tag))
-		}
-		if !tagPattern.MatchString(r.Tag) {
-			return bad("tag", "tag %q is not letters, digits, '_', '.' and '-' starting with a letter, digit or '_'", r.Tag)
-		}
+	return rest, digest, nil
+}
+
+// cutTag splits off and checks the ":TAG" after the repository path, if any.
+func cutTag(path string) (repo, tag string, f *refFault) {
+	colon := strings.LastIndexByte(path, ':')
+	if colon <= strings.LastIndexByte(path, '/') {
+		return path, "", nil
 	}
+	repo, tag = path[:colon], path[colon+1:]
+	switch {
+	case tag == "":
+		return "", "", fault("tag", "the tag after ':' is empty")
+	case len(tag) > 128:
+		return "", "", fault("tag", "the tag is %d characters long; the limit is 128", len(tag))
+	case !tagPattern.MatchString(tag):
+		return "", "", fault("tag", "tag %q is not letters, digits, '_', '.' and '-' starting with a letter, digit or '_'", tag)
+	}
+	return repo, tag, nil
+}
+
+// checkRepositoryPath checks each path component of a repository name.
+func checkRepositoryPath(path string) *refFault {
 	if path == "" {
-		return bad("repository", "it names no repository after the registry host")
+		return fault("repository", "it names no repository after the registry host")
 	}
 	for _, c := range strings.Split(path, "/") {
 		switch {
 		case c == "":
-			return bad("repository", "the repository %q has an empty path component (a '/' at the start or end, or two in a row)", path)
+			return fault("repository", "the repository %q has an empty path component (a '/' at the start or end, or two in a row)", path)
 		case c == "." || c == "..":
-			return bad("repository", "path component %q of the repository is a relative path step, not a name", c)
+			return fault("repository", "path component %q of the repository is a relative path step, not a name", c)
 		case strings.ToLower(c) != c:
-			return bad("repository", "path component %q of the repository has upper-case letters; repository names are lower case", c)
+			return fault("repository", "path component %q of the repository has upper-case letters; repository names are lower case", c)
 		case !pathComponentPattern.MatchString(c):
-			return bad("repository", "path component %q of the repository breaks the OCI name grammar: lower-case letters and digits, separated inside a component by one '.', one or two '_', or one or more '-'", c)
+			return fault("repository", "path component %q of the repository breaks the OCI name grammar: lower-case letters and digits, separated inside a component by one '.', one or two '_', or one or more '-'", c)
 		}
 	}
-	r.Repository = path
-	if n := len(r.Registry) + 1 + len(r.Repository); n > MaxNameLength {
-		return bad("repository", "the name (registry host and repository) is %d characters long; the limit is %d", n, MaxNameLength)
-	}
+	return nil
+}
+
+// checkForm checks that a parsed reference has the parts form asks for.
+func checkForm(r ref, form refForm) *refFault {
 	switch form {
 	case formTenant:
-		if strings.Contains(path, "/") || r.Tag != "" || r.Digest != "" {
-			return bad("tenant", "it names a repository, not a tenant: write REGISTRY/TENANT")
+		if strings.Contains(r.Repository, "/") || r.Tag != "" || r.Digest != "" {
+			return fault("tenant", "it names a repository, not a tenant: write REGISTRY/TENANT")
 		}
-		if !tenantPattern.MatchString(path) {
-			return bad("tenant", "%s", tenantRule(path))
+		if !tenantPattern.MatchString(r.Repository) {
+			return fault("tenant", "%s", tenantRule(r.Repository))
 		}
-		return r, nil
+		return nil
 	case formRepository:
 		if r.Tag != "" || r.Digest != "" {
-			return bad("repository", "it names a tag or a digest; write REGISTRY/REPOSITORY")
+			return fault("repository", "it names a tag or a digest; write REGISTRY/REPOSITORY")
 		}
-		return r, nil
+		return nil
 	}
-	if rule := checkTenant(path); rule != "" {
-		return bad("tenant", "%s", rule)
+	if rule := checkTenant(r.Repository); rule != "" {
+		return fault("tenant", "%s", rule)
 	}
 	if r.Tag != "" && r.Digest != "" {
-		return bad("reference", "it has both a tag and a digest; give one of them")
+		return fault("reference", "it has both a tag and a digest; give one of them")
 	}
 	if r.Tag == "" {
 		switch {
 		case form == formTag && r.Digest != "":
-			return bad("digest", "it names a digest, and this command writes a tag: write REGISTRY/TENANT/NAME:TAG")
+			return fault("digest", "it names a digest, and this command writes a tag: write REGISTRY/TENANT/NAME:TAG")
 		case form == formTag:
-			return bad("tag", "it has no tag, and this command writes one: add :TAG (imagectl never assumes :latest)")
+			return fault("tag", "it has no tag, and this command writes one: add :TAG (imagectl never assumes :latest)")
 		case r.Digest == "":
-			return bad("tag", "it has neither a tag nor a digest: add :TAG or @sha256:... (imagectl never assumes :latest)")
+			return fault("tag", "it has neither a tag nor a digest: add :TAG or @sha256:... (imagectl never assumes :latest)")
 		}
 	}
 	if (form == formTag || form == formTagOrDigestTarget) && strings.HasPrefix(r.Tag, api.BuildKeyTagPrefix) {
-		return bad("tag", "tags starting with %q are reserved for imagepipe", api.BuildKeyTagPrefix)
+		return fault("tag", "tags starting with %q are reserved for imagepipe", api.BuildKeyTagPrefix)
 	}
-	return r, nil
+	return nil
 }
 
 // checkTenant checks that a repository path starts with a tenant; it

@@ -25,12 +25,44 @@ func openFile(ctx context.Context, path string, o *config) (*Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	keep := false
-	defer func() {
-		if !keep {
-			f.Close()
+	img, err := openLocal(ctx, f, path, o)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if img.file != f {
+		f.Close() // spooled: the image reads its copy
+	}
+	return img, nil
+}
+
+// localFile is an open local file and its entry in the digest cache.
+type localFile struct {
+	f      *os.File
+	path   string
+	st     os.FileInfo
+	cache  digestCache
+	key    fileKey
+	keyOK  bool
+	cached *string // the digest the cache knows, or nil
+}
+
+// remember stores a computed digest, only if the file did not change
+// while it was being read.
+func (l *localFile) remember(digest string) {
+	if !l.keyOK {
+		return
+	}
+	if st2, err := l.f.Stat(); err == nil {
+		if key2, ok := keyOf(l.path, st2); ok && key2 == l.key {
+			l.cache.store(l.key, digest)
 		}
-	}()
+	}
+}
+
+// openLocal opens the open file f as an image; the image keeps f open
+// only when it reads f itself.
+func openLocal(ctx context.Context, f *os.File, path string, o *config) (*Image, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, err
@@ -43,73 +75,73 @@ func openFile(ctx context.Context, path string, o *config) (*Image, error) {
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("reading: %w", err)
 	}
-	wrapper := convert.DetectWrapper(head[:n])
-
-	cache := newDigestCache(o.log)
-	key, keyOK := keyOf(path, st)
-	var cached *string
-	if keyOK {
-		if d, ok := cache.lookup(key); ok {
-			cached = &d
+	l := &localFile{f: f, path: path, st: st, cache: newDigestCache(o.log)}
+	l.key, l.keyOK = keyOf(path, st)
+	if l.keyOK {
+		if d, ok := l.cache.lookup(l.key); ok {
+			l.cached = &d
 		}
 	}
-	// Remember a computed digest only if the file did not change while it
-	// was being read.
-	remember := func(digest string) {
-		if !keyOK {
-			return
-		}
-		if st2, err := f.Stat(); err == nil {
-			if key2, ok := keyOf(path, st2); ok && key2 == key {
-				cache.store(key, digest)
-			}
-		}
+	var img *Image
+	if convert.DetectWrapper(head[:n]) != convert.WrapperNone {
+		img, err = l.spool(ctx, o)
+	} else {
+		img, err = l.inPlace(ctx, o)
 	}
-
-	if wrapper != convert.WrapperNone {
-		_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_SEQUENTIAL)
-		img, err := o.spool(ctx, io.NewSectionReader(f, 0, st.Size()), st.Size(), cached)
-		if err != nil {
-			return nil, err
-		}
-		if cached == nil {
-			remember(img.Digest)
-		}
-		img.uploadName = key.uploadName(keyOK)
-		return img, nil
+	if err != nil {
+		return nil, err
 	}
+	img.uploadName = l.key.uploadName(l.keyOK)
+	return img, nil
+}
 
+// spool decompresses a wrapped file into a spooled copy.
+func (l *localFile) spool(ctx context.Context, o *config) (*Image, error) {
+	_ = unix.Fadvise(int(l.f.Fd()), 0, 0, unix.FADV_SEQUENTIAL)
+	img, err := o.spool(ctx, io.NewSectionReader(l.f, 0, l.st.Size()), l.st.Size(), l.cached)
+	if err != nil {
+		return nil, err
+	}
+	if l.cached == nil {
+		l.remember(img.Digest)
+	}
+	return img, nil
+}
+
+// inPlace uses an unwrapped file as it is, with its digest from the cache,
+// hashed now, hashed in the background (DeferDigest) or not at all
+// (SkipDigest).
+func (l *localFile) inPlace(ctx context.Context, o *config) (*Image, error) {
+	f, size := l.f, l.st.Size()
 	var digest string
 	switch {
-	case cached != nil:
-		digest = *cached
+	case l.cached != nil:
+		digest = *l.cached
 	case o.SkipDigest && o.checksum == "":
 		// Nothing needs the digest: a local file is used in place, unread.
 	case o.DeferDigest && o.checksum == "":
-		keep = true
-		img := &Image{ReaderAt: f, Size: st.Size(), OriginalSize: st.Size(), file: f, hashed: make(chan struct{}), uploadName: key.uploadName(keyOK)}
+		img := &Image{ReaderAt: f, Size: size, OriginalSize: size, file: f, hashed: make(chan struct{})}
 		hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		img.cancelHash = cancel
 		go func() {
 			defer close(img.hashed)
-			img.Digest, img.hashErr = hashFile(hctx, f, st.Size(), nil)
+			img.Digest, img.hashErr = hashFile(hctx, f, size, nil)
 			if img.hashErr == nil {
-				remember(img.Digest)
+				l.remember(img.Digest)
 			}
 		}()
 		return img, nil
 	default:
-		digest, err = hashFile(ctx, f, st.Size(), o.Progress)
-		if err != nil {
+		var err error
+		if digest, err = hashFile(ctx, f, size, o.Progress); err != nil {
 			return nil, err
 		}
-		remember(digest)
+		l.remember(digest)
 	}
 	if err := o.verify(digest); err != nil {
 		return nil, err
 	}
-	keep = true
-	return &Image{ReaderAt: f, Size: st.Size(), Digest: digest, OriginalSize: st.Size(), file: f, uploadName: key.uploadName(keyOK)}, nil
+	return &Image{ReaderAt: f, Size: size, Digest: digest, OriginalSize: size, file: f}, nil
 }
 
 // uploadName names the upload of a local file by its path, device, inode,
