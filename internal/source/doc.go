@@ -6,7 +6,11 @@
 // the image bytes (what internal/convert needs, since qcow2 is not a stream
 // format), the compression wrapper that was removed, and the SHA-256 of the
 // original bytes as given, which the published image records in its
-// annotations and which Options.Checksum can pin.
+// annotations and which Options.Checksum can pin. The Image is the one
+// value an import hands to internal/registry about where its disk came
+// from: WaitDigest gives the digest (DigestDeferred says whether it is
+// still being computed) and UploadName names a local file's upload so an
+// interrupted import resumes even before the digest is known.
 //
 // # Local files
 //
