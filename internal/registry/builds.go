@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -71,27 +72,34 @@ type buildsFile struct {
 	Records []buildRecord `json:"records"`
 }
 
-func (c *Client) buildsPath() string {
-	if c.opts.cacheDir == "" {
+// cacheDir is a Client's cache directory: its build record (here) and
+// the state of its interrupted uploads (upload.go). "" disables both.
+type cacheDir struct {
+	dir    string
+	logger *slog.Logger
+}
+
+func (c cacheDir) buildsPath() string {
+	if c.dir == "" {
 		return ""
 	}
-	return filepath.Join(c.opts.cacheDir, buildsFileName)
+	return filepath.Join(c.dir, buildsFileName)
 }
 
 // privateCachePath returns path when it and the cache directory are
 // private to the user, else logs why not and returns "".
-func (c *Client) privateCachePath(path string) string {
+func (c cacheDir) privateCachePath(path string) string {
 	if path == "" {
 		return ""
 	}
-	if err := cachefile.CheckFile(c.opts.cacheDir, path); err != nil {
-		c.opts.logger.Warn("not using the cache", "path", path, "error", err)
+	if err := cachefile.CheckFile(c.dir, path); err != nil {
+		c.logger.Warn("not using the cache", "path", path, "error", err)
 		return ""
 	}
 	return path
 }
 
-func (c *Client) loadBuilds() []buildRecord {
+func (c cacheDir) loadBuilds() []buildRecord {
 	p := c.privateCachePath(c.buildsPath())
 	if p == "" {
 		return nil
@@ -103,7 +111,7 @@ func (c *Client) loadBuilds() []buildRecord {
 	defer f.Close()
 	var file buildsFile
 	if err := json.NewDecoder(&limitedReader{r: f, n: buildsMaxFileSize}).Decode(&file); err != nil || file.Version != buildsVersion {
-		c.opts.logger.Debug("ignoring a corrupt or older build record", "path", p)
+		c.logger.Debug("ignoring a corrupt or older build record", "path", p)
 		return nil
 	}
 	return slices.DeleteFunc(file.Records, func(r buildRecord) bool { return !r.valid() })
@@ -111,7 +119,7 @@ func (c *Client) loadBuilds() []buildRecord {
 
 // lookupBuilds returns the records of key on registry, the one in
 // repository first, then the newest.
-func (c *Client) lookupBuilds(key, registry, repository string) []buildRecord {
+func (c cacheDir) lookupBuilds(key, registry, repository string) []buildRecord {
 	var out []buildRecord
 	for _, r := range c.loadBuilds() {
 		if r.Key == key && r.Registry == registry {
@@ -132,7 +140,7 @@ func (c *Client) lookupBuilds(key, registry, repository string) []buildRecord {
 
 // lookupDigest returns a record of the image with manifest digest d, if
 // this machine pushed it anywhere.
-func (c *Client) lookupDigest(d string) (buildRecord, bool) {
+func (c cacheDir) lookupDigest(d string) (buildRecord, bool) {
 	for _, r := range c.loadBuilds() {
 		if r.Digest == d {
 			return r, true
@@ -143,7 +151,7 @@ func (c *Client) lookupDigest(d string) (buildRecord, bool) {
 
 // rememberBuild records that r's image is in r's repository (replacing an
 // older record of the same key there); errors are ignored.
-func (c *Client) rememberBuild(r buildRecord) {
+func (c cacheDir) rememberBuild(r buildRecord) {
 	p := c.buildsPath()
 	if p == "" || !r.valid() {
 		return
@@ -165,7 +173,7 @@ func (c *Client) rememberBuild(r buildRecord) {
 
 // forgetBuild drops the record of key in registry/repository, once the
 // registry no longer holds what it says.
-func (c *Client) forgetBuild(r buildRecord) {
+func (c cacheDir) forgetBuild(r buildRecord) {
 	p := c.privateCachePath(c.buildsPath())
 	if p == "" {
 		return
@@ -182,7 +190,7 @@ func (c *Client) forgetBuild(r buildRecord) {
 
 // saveBuilds replaces the file at p with records, atomically; errors are
 // ignored.
-func (c *Client) saveBuilds(p string, records []buildRecord) {
+func (c cacheDir) saveBuilds(p string, records []buildRecord) {
 	b, err := json.Marshal(buildsFile{Version: buildsVersion, Records: records})
 	if err != nil {
 		return

@@ -25,8 +25,9 @@ const DefaultChunkSize = 8 << 20
 
 // Client talks to OCI registries. It is safe for concurrent use.
 type Client struct {
-	opts options
-	base http.RoundTripper // every request goes through it, observed when asked
+	opts  options
+	cache cacheDir
+	base  http.RoundTripper // every request goes through it, observed when asked
 
 	mu       sync.Mutex
 	schemes  map[string]string        // registry host → "https" or "http"
@@ -196,7 +197,7 @@ func New(opts ...Option) (*Client, error) {
 	if o.observer != nil {
 		base = observedTransport{inner: tr, observe: o.observer}
 	}
-	return &Client{opts: o, base: base, schemes: map[string]string{}, sessions: map[string]cachedSession{}}, nil
+	return &Client{opts: o, cache: cacheDir{dir: o.cacheDir, logger: o.logger}, base: base, schemes: map[string]string{}, sessions: map[string]cachedSession{}}, nil
 }
 
 func defaultCacheDir() string {

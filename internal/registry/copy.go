@@ -55,9 +55,9 @@ func (c *Client) Copy(ctx context.Context, src, dst name.Reference) (name.Digest
 	if got.Digest != desc.Digest {
 		return name.Digest{}, fmt.Errorf("%s holds %s after the copy, not %s", dst, got.Digest, desc.Digest)
 	}
-	if rec, ok := c.lookupDigest(desc.Digest.String()); ok {
+	if rec, ok := c.cache.lookupDigest(desc.Digest.String()); ok {
 		rec.Registry, rec.Repository = dst.Context().RegistryStr(), dst.Context().RepositoryStr()
-		c.rememberBuild(rec)
+		c.cache.rememberBuild(rec)
 	}
 	pinned := dst.Context().Digest(desc.Digest.String())
 	c.opts.logger.Info("copied", "from", src.String(), "to", pinned.String())

@@ -242,7 +242,7 @@ var errFoundExisting = errors.New("an identical image exists")
 // already built with key (see builds.go), or nil when there is none that
 // the registry still fully holds.
 func (c *Client) findExisting(ctx context.Context, ref name.Tag, key, sourceDigest string, desc containerdisk.Description) (*api.ImportResult, error) {
-	for _, rec := range c.lookupBuilds(key, ref.RegistryStr(), ref.RepositoryStr()) {
+	for _, rec := range c.cache.lookupBuilds(key, ref.RegistryStr(), ref.RepositoryStr()) {
 		result := newResult(ref, sourceDigest, desc)
 		found, err := c.reuseBuild(ctx, ref, rec, result)
 		if ctx.Err() != nil {
@@ -342,7 +342,7 @@ func (c *Client) publish(ctx context.Context, ref name.Tag, key, sourceDigest st
 	result.LayerSize, result.UploadedBytes = b.layer.Size, b.sent
 	result.Digest = fmt.Sprintf("sha256:%x", sha256.Sum256(manifest))
 	result.Pinned = ref.Context().Digest(result.Digest).String()
-	c.rememberBuild(buildRecord{Key: key, Registry: ref.RegistryStr(), Repository: ref.RepositoryStr(), Digest: result.Digest,
+	c.cache.rememberBuild(buildRecord{Key: key, Registry: ref.RegistryStr(), Repository: ref.RepositoryStr(), Digest: result.Digest,
 		Config: configDesc.Digest.String(), Layer: b.layer.Digest, LayerSize: b.layer.Size})
 	c.opts.logger.Info("imported", "reference", ref.String(), "digest", result.Digest, "bytes", b.layer.Size)
 	return result, nil
@@ -363,7 +363,7 @@ func (c *Client) reuseBuild(ctx context.Context, ref name.Tag, rec buildRecord, 
 	manifest, ok, err := c.checkBuild(ctx, from, rec)
 	if err != nil || !ok {
 		if err == nil {
-			c.forgetBuild(rec)
+			c.cache.forgetBuild(rec)
 		}
 		return false, err
 	}
@@ -380,7 +380,7 @@ func (c *Client) reuseBuild(ctx context.Context, ref name.Tag, rec buildRecord, 
 		return false, err
 	}
 	rec.Repository = ref.RepositoryStr()
-	c.rememberBuild(rec)
+	c.cache.rememberBuild(rec)
 	result.Digest = rec.Digest
 	result.Pinned = ref.Context().Digest(rec.Digest).String()
 	result.Reused = true

@@ -98,7 +98,7 @@ func (c *Client) startUpload(ctx context.Context, repo name.Repository, key *upl
 		return nil, err
 	}
 	u := &blobUpload{c: c, client: client, base: baseURL, repo: repo, key: key, buf: make([]byte, 0, c.opts.chunkSize)}
-	if u.stateFile() && c.privateCachePath(u.state.path) != "" {
+	if u.stateFile() && c.cache.privateCachePath(u.state.path) != "" {
 		// A state file only names an upload session of this repository on
 		// this registry: the layer's bytes never go where else it points.
 		if prev, err := readUploadState(u.state.path); err == nil && prev.Key == u.state.Key && prev.Repo == repo.Name() {
@@ -152,9 +152,9 @@ func readUploadState(path string) (*uploadState, error) {
 // stateFile sets up the upload's state file once its key is known, and
 // reports whether there is one.
 func (u *blobUpload) stateFile() bool {
-	if u.state == nil && u.c.opts.cacheDir != "" {
+	if u.state == nil && u.c.cache.dir != "" {
 		if key := u.key.get(); key != "" {
-			u.state = &uploadState{path: filepath.Join(u.c.opts.cacheDir, "uploads", stateFileName(u.repo.Name(), key)), Key: key, Repo: u.repo.Name()}
+			u.state = &uploadState{path: filepath.Join(u.c.cache.dir, "uploads", stateFileName(u.repo.Name(), key)), Key: key, Repo: u.repo.Name()}
 		}
 	}
 	return u.state != nil
@@ -169,7 +169,7 @@ func (u *blobUpload) saveState() bool {
 	}
 	u.state.Location = u.location.String()
 	b, _ := json.Marshal(u.state)
-	if err := os.MkdirAll(filepath.Dir(u.state.path), 0o700); err != nil || u.c.privateCachePath(u.state.path) == "" {
+	if err := os.MkdirAll(filepath.Dir(u.state.path), 0o700); err != nil || u.c.cache.privateCachePath(u.state.path) == "" {
 		return false
 	}
 	return cachefile.WriteFile(u.state.path, b) == nil
