@@ -1,4 +1,4 @@
-package cdi
+package hub
 
 import (
 	"context"
@@ -27,18 +27,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
-)
-
-// Names of what the syncer copies into tenant namespaces when the
-// registry needs credentials or a private CA.
-const (
-	PullSecretName  = "imagepipe-registry-pull"
-	CAConfigMapName = "imagepipe-registry-ca"
-	// LabelBaseImage names the BaseImage that created a DataVolume or
-	// owns a DataSource.
-	LabelBaseImage = "imagepipe.io/baseimage"
 )
 
 // Defaults of the Reconciler's bounds.
@@ -78,12 +69,12 @@ type Reconciler struct {
 	PullMethod cdiv1.RegistryPullMethod
 	// TenantCredentials, when set, gives each tenant's own registry
 	// credential (one that reads only TENANT/*), copied into that tenant's
-	// namespace as the Secret PullSecretName for CDI's importer. The
+	// namespace as the Secret cdi.PullSecretName for CDI's importer. The
 	// syncer's own credential is never copied. Nil means imports carry no
 	// pull secret (a public registry, or CDI's node pull method).
 	TenantCredentials TenantCredentials
 	// CA, when set, is the registry's CA bundle (PEM), copied into each
-	// tenant namespace as the ConfigMap CAConfigMapName.
+	// tenant namespace as the ConfigMap cdi.CAConfigMapName.
 	CA []byte
 	// Keep is how many successful imports stay per BaseImage unless its
 	// spec says otherwise; 0 means DefaultKeep.
@@ -117,7 +108,7 @@ var _ reconcile.Reconciler = (*Reconciler)(nil)
 // own status writes) and the DataVolumes it created.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 	dvToBaseImage := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		bi := o.GetLabels()[LabelBaseImage]
+		bi := o.GetLabels()[cdi.LabelBaseImage]
 		if bi == "" {
 			return nil
 		}
@@ -174,12 +165,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // reconcile moves bi one step on and records the outcome in bi.Status.
 // gone reports that the BaseImage was deleted by the deletion policy.
 func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res reconcile.Result, gone bool, err error) {
-	image := ImageName(r.repoPath(bi))
-	if want := BaseImageName(r.repoPath(bi), bi.Spec.Tag); bi.Name != want {
+	image := cdi.ImageName(r.repoPath(bi))
+	if want := cdi.BaseImageName(r.repoPath(bi), bi.Spec.Tag); bi.Name != want {
 		// Named by an earlier version, or made by hand: the syncer leaves
 		// it and everything it made alone (docs/syncer.md, Upgrading).
 		msg := fmt.Sprintf("this BaseImage's name is not the one image-syncer derives for %s:%s (%s); the syncer no longer updates it or what it made. Delete it, its DataSource and its DataVolumes (label %s=%s) once %s serves the image",
-			bi.Spec.Repository, bi.Spec.Tag, want, LabelBaseImage, bi.Name, want)
+			bi.Spec.Repository, bi.Spec.Tag, want, cdi.LabelBaseImage, bi.Name, want)
 		r.condition(bi, v1alpha1.ConditionReady, false, "LegacyName", msg)
 		r.condition(bi, v1alpha1.ConditionProgressing, false, "LegacyName", msg)
 		return reconcile.Result{}, false, nil
@@ -225,7 +216,7 @@ func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res
 		r.condition(bi, v1alpha1.ConditionProgressing, false, reason, err.Error())
 		return reconcile.Result{}, false, err
 	}
-	dvName := DataVolumeName(image, digest)
+	dvName := cdi.DataVolumeName(image, digest)
 	if bi.Status.ImportedDigest == digest {
 		return reconcile.Result{}, false, r.serve(ctx, bi, im)
 	}
@@ -293,17 +284,17 @@ func (r *Reconciler) check(ctx context.Context, ref name.Digest) (*api.Container
 
 // importOf gathers what the DataVolume of digest needs: storage choice,
 // registry credentials and CA in the namespace, the image's hints.
-func (r *Reconciler) importOf(ctx context.Context, bi *v1alpha1.BaseImage, image, digest string) (Import, error) {
+func (r *Reconciler) importOf(ctx context.Context, bi *v1alpha1.BaseImage, image, digest string) (cdi.Import, error) {
 	st, migratable, reason, err := r.storage(ctx)
 	if err != nil {
-		return Import{}, err
+		return cdi.Import{}, err
 	}
 	if migratable {
 		r.condition(bi, v1alpha1.ConditionLiveMigratable, true, "ReadWriteMany", fmt.Sprintf("imports use ReadWriteMany %s volumes of StorageClass %s", st.VolumeMode, st.StorageClass))
 	} else {
 		r.condition(bi, v1alpha1.ConditionLiveMigratable, false, "NoReadWriteMany", reason)
 	}
-	im := Import{
+	im := cdi.Import{
 		Namespace: bi.Namespace, Tenant: bi.Spec.Tenant, Image: image,
 		Registry: r.Registry.RegistryStr(), Repository: r.repoPath(bi), Digest: digest,
 		VirtualSize: bi.Status.VirtualSize, PullMethod: r.PullMethod, Storage: st,
@@ -312,13 +303,13 @@ func (r *Reconciler) importOf(ctx context.Context, bi *v1alpha1.BaseImage, image
 	if r.TenantCredentials != nil {
 		data, ok, err := r.TenantCredentials.Credential(bi.Spec.Tenant)
 		if err != nil {
-			return Import{}, fmt.Errorf("reading the registry credential of tenant %s: %w", bi.Spec.Tenant, err)
+			return cdi.Import{}, fmt.Errorf("reading the registry credential of tenant %s: %w", bi.Spec.Tenant, err)
 		}
 		if !ok {
-			return Import{}, fmt.Errorf("%w: tenant %s has none; the syncer copies no other into its namespace", ErrNoTenantCredential, bi.Spec.Tenant)
+			return cdi.Import{}, fmt.Errorf("%w: tenant %s has none; the syncer copies no other into its namespace", ErrNoTenantCredential, bi.Spec.Tenant)
 		}
-		im.SecretRef = PullSecretName
-		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: PullSecretName, Namespace: bi.Namespace}, Data: data}
+		im.SecretRef = cdi.PullSecretName
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: cdi.PullSecretName, Namespace: bi.Namespace}, Data: data}
 		if err := ensureCopy(ctx, r.Client, secret, func(cur *corev1.Secret) bool {
 			if maps.EqualFunc(cur.Data, data, func(a, b []byte) bool { return string(a) == string(b) }) {
 				return false
@@ -326,13 +317,13 @@ func (r *Reconciler) importOf(ctx context.Context, bi *v1alpha1.BaseImage, image
 			cur.Data = data
 			return true
 		}); err != nil {
-			return Import{}, err
+			return cdi.Import{}, err
 		}
 	}
 	if len(r.CA) > 0 {
-		im.CertConfig = CAConfigMapName
+		im.CertConfig = cdi.CAConfigMapName
 		data := map[string]string{"ca.crt": string(r.CA)}
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: CAConfigMapName, Namespace: bi.Namespace}, Data: data}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cdi.CAConfigMapName, Namespace: bi.Namespace}, Data: data}
 		if err := ensureCopy(ctx, r.Client, cm, func(cur *corev1.ConfigMap) bool {
 			if maps.Equal(cur.Data, data) {
 				return false
@@ -340,7 +331,7 @@ func (r *Reconciler) importOf(ctx context.Context, bi *v1alpha1.BaseImage, image
 			cur.Data = data
 			return true
 		}); err != nil {
-			return Import{}, err
+			return cdi.Import{}, err
 		}
 	}
 	return im, nil
@@ -352,7 +343,7 @@ func ensureCopy[T any, PT interface {
 	*T
 	client.Object
 }](ctx context.Context, c client.Client, obj PT, fix func(PT) bool) error {
-	obj.SetLabels(map[string]string{LabelManagedBy: ManagedByValue})
+	obj.SetLabels(map[string]string{cdi.LabelManagedBy: cdi.ManagedByValue})
 	cur := PT(new(T))
 	err := c.Get(ctx, client.ObjectKeyFromObject(obj), cur)
 	if apierrors.IsNotFound(err) {
@@ -364,7 +355,7 @@ func ensureCopy[T any, PT interface {
 	if err != nil {
 		return fmt.Errorf("reading %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
 	}
-	if cur.GetLabels()[LabelManagedBy] != ManagedByValue {
+	if cur.GetLabels()[cdi.LabelManagedBy] != cdi.ManagedByValue {
 		return fmt.Errorf("%s/%s exists and is not managed by the syncer; remove it or let the syncer own it", obj.GetNamespace(), obj.GetName())
 	}
 	if !fix(cur) {
@@ -377,13 +368,13 @@ func ensureCopy[T any, PT interface {
 }
 
 // storage reads the StorageProfile of the import StorageClass.
-func (r *Reconciler) storage(ctx context.Context) (Storage, bool, string, error) {
-	return StorageForClass(ctx, r.Client, r.StorageClass)
+func (r *Reconciler) storage(ctx context.Context) (cdi.Storage, bool, string, error) {
+	return cdi.StorageForClass(ctx, r.Client, r.StorageClass)
 }
 
 // importDigest creates the DataVolume of the digest or follows it, counting
 // failed attempts; on success it records the import in the status.
-func (r *Reconciler) importDigest(ctx context.Context, bi *v1alpha1.BaseImage, im Import, dvName string) (reconcile.Result, error) {
+func (r *Reconciler) importDigest(ctx context.Context, bi *v1alpha1.BaseImage, im cdi.Import, dvName string) (reconcile.Result, error) {
 	st := &bi.Status
 	maxAttempts := r.maxAttempts()
 	var dv cdiv1.DataVolume
@@ -405,7 +396,7 @@ func (r *Reconciler) importDigest(ctx context.Context, bi *v1alpha1.BaseImage, i
 			return reconcile.Result{Requeue: true}, err
 		}
 		want := im.DataVolume()
-		want.Labels[LabelBaseImage] = bi.Name
+		want.Labels[cdi.LabelBaseImage] = bi.Name
 		if err := r.Client.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
 			r.condition(bi, v1alpha1.ConditionProgressing, true, "CreateFailed", err.Error())
 			return reconcile.Result{}, fmt.Errorf("creating DataVolume %s/%s: %w", bi.Namespace, dvName, err)
@@ -513,13 +504,13 @@ func dvFailure(dv *cdiv1.DataVolume) string {
 
 // serve points the DataSource at the imported digest's PVC, marks the
 // BaseImage Ready and collects imports beyond the retention.
-func (r *Reconciler) serve(ctx context.Context, bi *v1alpha1.BaseImage, im Import) error {
+func (r *Reconciler) serve(ctx context.Context, bi *v1alpha1.BaseImage, im cdi.Import) error {
 	st := &bi.Status
 	name := bi.Name // one BaseImage, one DataSource, of the same name
 	im.Digest, im.Tag = st.ImportedDigest, bi.Spec.Tag
 	want := im.DataSource(name, st.PVCName)
-	want.Labels[LabelBaseImage] = bi.Name
-	want.Labels[LabelTag] = labelValue(bi.Spec.Tag)
+	want.Labels[cdi.LabelBaseImage] = bi.Name
+	want.Labels[cdi.LabelTag] = cdi.LabelValue(bi.Spec.Tag)
 	var cur cdiv1.DataSource
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), &cur)
 	switch {
@@ -549,7 +540,7 @@ func (r *Reconciler) serve(ctx context.Context, bi *v1alpha1.BaseImage, im Impor
 		r.condition(bi, v1alpha1.ConditionProgressing, false, "Imported", "the newest digest is imported")
 	}
 	r.condition(bi, v1alpha1.ConditionReady, true, "Imported", fmt.Sprintf("DataSource %s serves %s", name, st.ImportedDigest))
-	return r.collect(ctx, bi, im.Image, DataVolumeName(im.Image, bi.Spec.Digest))
+	return r.collect(ctx, bi, im.Image, cdi.DataVolumeName(im.Image, bi.Spec.Digest))
 }
 
 func labelsContain(have, want map[string]string) bool {
@@ -584,7 +575,7 @@ func (r *Reconciler) collect(ctx context.Context, bi *v1alpha1.BaseImage, image,
 		wanted[rec.DataVolume] = true
 	}
 	var dvs cdiv1.DataVolumeList
-	if err := r.Client.List(ctx, &dvs, client.InNamespace(bi.Namespace), client.MatchingLabels{LabelImage: image, LabelTenant: bi.Spec.Tenant}); err != nil {
+	if err := r.Client.List(ctx, &dvs, client.InNamespace(bi.Namespace), client.MatchingLabels{cdi.LabelImage: image, cdi.LabelTenant: bi.Spec.Tenant}); err != nil {
 		return fmt.Errorf("listing DataVolumes of %s: %w", image, err)
 	}
 	var doomed []string
@@ -615,7 +606,7 @@ func (r *Reconciler) collect(ctx context.Context, bi *v1alpha1.BaseImage, image,
 // usedElsewhere returns the DataVolumes other BaseImages of the image rely on.
 func (r *Reconciler) usedElsewhere(ctx context.Context, bi *v1alpha1.BaseImage, image string) (map[string]bool, error) {
 	var list v1alpha1.BaseImageList
-	if err := r.Client.List(ctx, &list, client.InNamespace(bi.Namespace), client.MatchingLabels{LabelImage: image, LabelTenant: bi.Spec.Tenant}); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(bi.Namespace), client.MatchingLabels{cdi.LabelImage: image, cdi.LabelTenant: bi.Spec.Tenant}); err != nil {
 		return nil, fmt.Errorf("listing BaseImages of %s: %w", image, err)
 	}
 	used := map[string]bool{}
@@ -624,7 +615,7 @@ func (r *Reconciler) usedElsewhere(ctx context.Context, bi *v1alpha1.BaseImage, 
 			continue
 		}
 		if o.Spec.Digest != "" {
-			used[DataVolumeName(image, o.Spec.Digest)] = true
+			used[cdi.DataVolumeName(image, o.Spec.Digest)] = true
 		}
 		for _, rec := range o.Status.Imports {
 			used[rec.DataVolume] = true
@@ -704,7 +695,7 @@ func (r *Reconciler) collectAll(ctx context.Context, bi *v1alpha1.BaseImage, ima
 		return err
 	}
 	var dvs cdiv1.DataVolumeList
-	if err := r.Client.List(ctx, &dvs, client.InNamespace(bi.Namespace), client.MatchingLabels{LabelBaseImage: bi.Name}); err != nil {
+	if err := r.Client.List(ctx, &dvs, client.InNamespace(bi.Namespace), client.MatchingLabels{cdi.LabelBaseImage: bi.Name}); err != nil {
 		return fmt.Errorf("listing DataVolumes of %s: %w", image, err)
 	}
 	names := map[string]bool{}
