@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/internal/hub"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
 
@@ -89,15 +89,15 @@ are the flag names (poll-interval: 5m); the command line wins.`,
 	f.StringVar(&o.webhookTokenFile, "webhook-token-file", "", "file holding the bearer token registries must send (required with --webhook-listen)")
 	f.DurationVar(&o.pollInterval, "poll-interval", 5*time.Minute, "how often to list the registry's repositories and tags")
 	f.DurationVar(&o.digestResyncInterval, "digest-resync-interval", time.Hour, "how often polling also re-resolves the digest of every known tag")
-	f.StringVar(&o.namespaceTemplate, "namespace-template", cdi.DefaultNamespaceTemplate, "hub namespace of a tenant, a Go template with .Tenant")
+	f.StringVar(&o.namespaceTemplate, "namespace-template", hub.DefaultNamespaceTemplate, "hub namespace of a tenant, a Go template with .Tenant")
 	f.StringSliceVar(&o.tenants, "tenants", nil, "tenants this hub serves (default: all)")
 	f.StringSliceVar(&o.denyTenants, "deny-tenants", nil, "tenants this hub never serves")
 	f.StringVar(&o.storageClass, "storage-class", "", "StorageClass of imports (default: the cluster's default class)")
 	f.StringVar(&o.pullMethod, "pull-method", "pod", "CDI registry pull method: pod or node")
-	f.Int32Var(&o.keep, "keep", cdi.DefaultKeep, "successful imports kept per image tag (1-10)")
+	f.Int32Var(&o.keep, "keep", hub.DefaultKeep, "successful imports kept per image tag (1-10)")
 	f.StringVar(&o.onDelete, "on-delete", string(v1alpha1.DeletionRetain), "when a tag leaves the registry: retain (keep the current import) or delete")
-	f.Int32Var(&o.maxAttempts, "max-attempts", cdi.DefaultMaxAttempts, "failed imports of one digest before retries stop")
-	f.DurationVar(&o.retryDelay, "retry-delay", cdi.DefaultRetryDelay, "wait after a failed import, doubling after each further one (at most 10m)")
+	f.Int32Var(&o.maxAttempts, "max-attempts", hub.DefaultMaxAttempts, "failed imports of one digest before retries stop")
+	f.DurationVar(&o.retryDelay, "retry-delay", hub.DefaultRetryDelay, "wait after a failed import, doubling after each further one (at most 10m)")
 	f.IntVar(&o.workers, "workers", 4, "concurrent reconciles and event handlers")
 	f.StringVar(&o.metricsListen, "metrics-listen", ":9090", "address of the Prometheus /metrics endpoint; 0 disables it")
 	f.StringVar(&o.healthListen, "health-listen", ":8081", "address of /healthz and /readyz; 0 disables them")
@@ -132,7 +132,7 @@ func (o *options) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--pull-method %q: want pod or node", o.pullMethod))
 	}
-	if _, err := cdi.NewTenancy(o.namespaceTemplate, o.tenants, o.denyTenants); err != nil {
+	if _, err := hub.NewTenancy(o.namespaceTemplate, o.tenants, o.denyTenants); err != nil {
 		errs = append(errs, fmt.Errorf("--namespace-template: %w", err))
 	}
 	if o.keep < 1 || o.keep > 10 {

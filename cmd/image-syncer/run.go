@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -28,7 +27,8 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/internal/hub"
+	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
@@ -46,12 +46,63 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return fmt.Errorf("--registry %q: %w", o.registry, err)
 	}
-	intake := cdi.NewIntake()
-	metrics, err := cdi.NewMetrics(ctrlmetrics.Registry, intake.Len)
+	queue := intake.NewQueue()
+	metrics, err := hub.NewMetrics(ctrlmetrics.Registry, queue.Len)
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
+	rc, ca, err := newRegistryClient(o, reg, metrics, log)
+	if err != nil {
+		return err
+	}
+	tenancy, err := newTenancy(o)
+	if err != nil {
+		return err
+	}
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	mgr, err := newManager(cfg, o)
+	if err != nil {
+		return err
+	}
+	rec, err := newReconciler(o, mgr, reg, rc, ca, metrics)
+	if err != nil {
+		return err
+	}
+	if err := rec.SetupWithManager(mgr, o.workers); err != nil {
+		return fmt.Errorf("setting up the reconciler: %w", err)
+	}
+	applier := &hub.Applier{Client: mgr.GetClient(), Registry: reg, Resolver: rc, Tenancy: tenancy, Logger: log}
+	runnables := []manager.Runnable{
+		hub.NewWorkers(queue, applier, metrics, o.workers, log),
+		hub.NewPollLoop(intake.NewPoller(reg, rc, tenancy), queue, metrics, o.pollInterval, o.digestResyncInterval, log),
+	}
+	if o.webhookListen != "" {
+		server, err := newWebhookServer(o, queue, metrics, log)
+		if err != nil {
+			return err
+		}
+		runnables = append(runnables, server)
+	}
+	for _, r := range runnables {
+		if err := mgr.Add(r); err != nil {
+			return err
+		}
+	}
+	log.Info("image-syncer starting", "registry", reg.RegistryStr(), "hub", cfg.Host, "leaderElection", o.leaderElect)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running: %w", err)
+	}
+	log.Info("image-syncer stopped")
+	return nil
+}
 
+// newRegistryClient builds the client of the central registry, with the
+// syncer's own credential and CA, counting its requests in metrics. It
+// returns the CA bundle too (nil without one), for the tenants' imports.
+func newRegistryClient(o *options, reg name.Registry, metrics *hub.Metrics, log *slog.Logger) (_ *registry.Client, ca []byte, err error) {
 	ropts := []registry.Option{
 		registry.WithLogger(log), registry.WithCacheDir(""), registry.WithInsecure(o.registryInsecure),
 		registry.WithRequestObserver(func(method, _ string, status int) {
@@ -60,49 +111,44 @@ func run(ctx context.Context, o *options) error {
 	}
 	if o.dockerConfig != "" {
 		// The syncer's own credential: never copied into a namespace.
-		user, pass, err := registryCredentials(o.dockerConfig, reg.RegistryStr())
+		user, pass, err := hub.DockerCredentials(o.dockerConfig, reg.RegistryStr())
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		ropts = append(ropts, registry.WithBasicAuth(user, pass))
 	}
-	var tenantCredentials cdi.TenantCredentials
-	if o.tenantCredentialsDir != "" {
-		if _, err := os.Stat(o.tenantCredentialsDir); err != nil {
-			return fmt.Errorf("--tenant-credentials-dir: %w", err)
-		}
-		tenantCredentials = cdi.CredentialDir{Dir: o.tenantCredentialsDir, Registry: reg.RegistryStr()}
-	}
-	var ca []byte
 	if o.registryCAFile != "" {
 		if ca, err = readBounded(o.registryCAFile); err != nil {
-			return err
+			return nil, nil, err
 		}
 		ropts = append(ropts, registry.WithCAFile(o.registryCAFile))
 	}
 	rc, err := registry.New(ropts...)
+	return rc, ca, err
+}
+
+// newTenancy compiles the tenancy flags; the syncer's own namespace is
+// never a tenant's.
+func newTenancy(o *options) (*hub.Tenancy, error) {
+	tenancy, err := hub.NewTenancy(o.namespaceTemplate, o.tenants, o.denyTenants)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	tenancy, err := cdi.NewTenancy(o.namespaceTemplate, o.tenants, o.denyTenants)
-	if err != nil {
-		return err
-	}
-	// The syncer's own namespace is never a tenant's.
 	for _, ns := range []string{o.leaderElectionNS, os.Getenv("POD_NAMESPACE")} {
 		if ns != "" {
 			tenancy.Reserve(ns)
 		}
 	}
+	return tenancy, nil
+}
 
-	cfg, err := restConfig(o.kubeconfig)
-	if err != nil {
-		return err
-	}
+// newManager builds the controller manager of the hub, with its health
+// and readiness checks.
+func newManager(cfg *rest.Config, o *options) (manager.Manager, error) {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, cdiv1.AddToScheme, v1alpha1.AddToScheme} {
 		if err := add(scheme); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -120,51 +166,10 @@ func run(ctx context.Context, o *options) error {
 		}},
 	})
 	if err != nil {
-		return fmt.Errorf("creating the controller manager: %w", err)
-	}
-
-	applier := &cdi.Applier{Client: mgr.GetClient(), Registry: reg, Resolver: rc, Tenancy: tenancy, Logger: log}
-	rec := &cdi.Reconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registry: reg, Checker: rc,
-		StorageClass: o.storageClass, PullMethod: cdiv1.RegistryPullMethod(o.pullMethod),
-		TenantCredentials: tenantCredentials, CA: ca, Keep: o.keep, OnDelete: v1alpha1.DeletionPolicy(o.onDelete),
-		MaxAttempts: o.maxAttempts, RetryDelay: o.retryDelay, Metrics: metrics, Logger: log,
-	}
-	if err := rec.SetupWithManager(mgr, o.workers); err != nil {
-		return fmt.Errorf("setting up the reconciler: %w", err)
-	}
-	if err := mgr.Add(everyReplica(func(ctx context.Context) error {
-		return runWorkers(ctx, intake, applier, metrics, o.workers, log)
-	})); err != nil {
-		return err
-	}
-	poller := cdi.NewPoller(reg, rc, tenancy)
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { // leader only
-		pollLoop(ctx, poller, intake, metrics, o.pollInterval, o.digestResyncInterval, log)
-		return nil
-	})); err != nil {
-		return err
-	}
-	if o.webhookListen != "" {
-		token, err := readBounded(o.webhookTokenFile)
-		if err != nil {
-			return err
-		}
-		h, err := cdi.NewWebhookHandler(string(bytes.TrimSpace(token)), intake.Add, log)
-		if err != nil {
-			return err
-		}
-		h.Metrics = metrics
-		mux := http.NewServeMux()
-		mux.Handle(o.webhookPath, h)
-		if err := mgr.Add(everyReplica(func(ctx context.Context) error {
-			return serveHTTP(ctx, o.webhookListen, mux, o.shutdownTimeout, log)
-		})); err != nil {
-			return err
-		}
+		return nil, fmt.Errorf("creating the controller manager: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
-		return err
+		return nil, err
 	}
 	if err := mgr.AddReadyzCheck("cache", func(req *http.Request) error {
 		ctx, cancel := context.WithTimeout(req.Context(), time.Second)
@@ -174,103 +179,45 @@ func run(ctx context.Context, o *options) error {
 		}
 		return nil
 	}); err != nil {
-		return err
+		return nil, err
 	}
-	log.Info("image-syncer starting", "registry", reg.RegistryStr(), "hub", cfg.Host, "leaderElection", o.leaderElect)
-	if err := mgr.Start(ctx); err != nil {
-		return fmt.Errorf("running: %w", err)
-	}
-	log.Info("image-syncer stopped")
-	return nil
+	return mgr, nil
 }
 
-// runWorkers hands queued events to the applier until ctx ends.
-func runWorkers(ctx context.Context, intake *cdi.Intake, a *cdi.Applier, m *cdi.Metrics, workers int, log *slog.Logger) error {
-	done := make(chan struct{})
-	for range workers {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			for {
-				e, finish, ok := intake.Next(ctx)
-				if !ok {
-					return
-				}
-				err := a.Apply(ctx, e)
-				m.Applied(e, err)
-				if err != nil && ctx.Err() == nil {
-					log.Warn("event not applied; retrying with backoff", "repository", e.Repository, "tag", e.Tag, "source", e.Source, "error", err)
-				}
-				finish(err)
-			}
-		}()
+// newReconciler builds the BaseImage reconciler from the import flags:
+// storage, pull method, tenants' credentials, CA, retention and retries.
+func newReconciler(o *options, mgr manager.Manager, reg name.Registry, checker hub.Checker, ca []byte, metrics *hub.Metrics) (*hub.Reconciler, error) {
+	rec := &hub.Reconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registry: reg, Checker: checker,
+		StorageClass: o.storageClass, PullMethod: cdiv1.RegistryPullMethod(o.pullMethod),
+		Keep: o.keep, OnDelete: v1alpha1.DeletionPolicy(o.onDelete),
+		CA: ca, MaxAttempts: o.maxAttempts, RetryDelay: o.retryDelay, Metrics: metrics,
 	}
-	for range workers {
-		<-done
+	if o.tenantCredentialsDir != "" {
+		if _, err := os.Stat(o.tenantCredentialsDir); err != nil {
+			return nil, fmt.Errorf("--tenant-credentials-dir: %w", err)
+		}
+		rec.TenantCredentials = hub.CredentialDir{Dir: o.tenantCredentialsDir, Registry: reg.RegistryStr()}
 	}
-	return nil
+	return rec, nil
 }
 
-// pollLoop polls the registry every interval, re-resolving every known
-// tag's digest every resync; the first pass is a full one. A failed poll
-// is logged and changes nothing.
-func pollLoop(ctx context.Context, p *cdi.Poller, intake *cdi.Intake, m *cdi.Metrics, interval, resync time.Duration, log *slog.Logger) {
-	var lastFull time.Time
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		full := lastFull.IsZero() || time.Since(lastFull) >= resync
-		start := time.Now()
-		poll := p.Poll
-		if full {
-			poll = p.PollDigests
-		}
-		events, err := poll(ctx)
-		if full && err == nil {
-			lastFull = start
-		}
-		m.Polled(full, err)
-		if err != nil && ctx.Err() == nil {
-			log.Warn("polling the registry failed; nothing is changed until it answers", "error", err)
-		}
-		if len(events) > 0 {
-			m.Received("poll", len(events))
-			intake.Add(events)
-		}
-		log.Debug("poll done", "full", full, "events", len(events), "duration", time.Since(start))
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// serveHTTP serves handler on addr until ctx ends, then shuts down
-// gracefully within timeout.
-func serveHTTP(ctx context.Context, addr string, handler http.Handler, timeout time.Duration, log *slog.Logger) error {
-	ln, err := net.Listen("tcp", addr)
+// newWebhookServer builds the webhook endpoint, which hands the events it
+// accepts to queue.
+func newWebhookServer(o *options, queue *intake.Queue, metrics *hub.Metrics, log *slog.Logger) (*hub.WebhookServer, error) {
+	token, err := readBounded(o.webhookTokenFile)
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w", addr, err)
+		return nil, err
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
-	stopped := make(chan error, 1)
-	go func() { stopped <- srv.Serve(ln) }()
-	log.Info("webhook listening", "address", ln.Addr().String())
-	select {
-	case err := <-stopped:
-		return fmt.Errorf("serving the webhook: %w", err)
-	case <-ctx.Done():
+	h, err := intake.NewWebhookHandler(string(bytes.TrimSpace(token)), queue.Add, log)
+	if err != nil {
+		return nil, err
 	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	defer cancel()
-	return srv.Shutdown(sctx)
+	h.Metrics = metrics
+	mux := http.NewServeMux()
+	mux.Handle(o.webhookPath, h)
+	return hub.NewWebhookServer(o.webhookListen, mux, o.shutdownTimeout, log), nil
 }
-
-// everyReplica is a runnable that runs on every replica, not only the leader.
-type everyReplica func(ctx context.Context) error
-
-func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
-func (everyReplica) NeedLeaderElection() bool          { return false }
 
 // restConfig loads the hub's client configuration from path, or in-cluster
 // and $KUBECONFIG when path is empty.
@@ -290,12 +237,8 @@ func restConfig(path string) (*rest.Config, error) {
 	return cfg, nil
 }
 
-// registryCredentials reads the registry's username and password from a
-// docker config file, without running credential helpers.
-func registryCredentials(path, host string) (user, pass string, err error) {
-	return cdi.DockerCredentials(path, host)
-}
-
+// readBounded reads a small secret file: at most maxSecretFile bytes, not
+// empty.
 func readBounded(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {

@@ -1,8 +1,9 @@
-// Package cdi is the hub side of imagepipe: it learns of tenant images from
-// registry webhooks and polling, and keeps each one replicated onto a hub
-// cluster as a CDI DataVolume and DataSource, reported in a BaseImage.
+// Package cdi is the vocabulary imagepipe speaks to CDI: the Kubernetes
+// names of what the syncer makes (names.go), the labels and annotations
+// that record whose an object is, the Import that builds a digest-pinned
+// DataVolume and the DataSource serving it (objects.go), and the choice of
+// volume shape from a StorageClass's profile (storage.go).
 //
-// This first part holds webhook intake: parsing the notifications of the
-// CNCF distribution registry, Harbor and Quay into Events, and the HTTP
-// handler that authenticates and bounds them.
+// It holds no control loop: the hub package drives BaseImages with it, and
+// vmlaunch names and sizes the disks it clones from them.
 package cdi

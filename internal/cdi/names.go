@@ -120,3 +120,35 @@ func DataVolumeName(image, digest string) string {
 	hex := strings.TrimPrefix(digest, "sha256:")
 	return image + "--" + hex[:min(len(hex), maxDigestHex, maxNameLength-len(image)-2)]
 }
+
+// Names of what the syncer copies into tenant namespaces when the
+// registry needs credentials or a private CA.
+const (
+	PullSecretName  = "imagepipe-registry-pull"
+	CAConfigMapName = "imagepipe-registry-ca"
+)
+
+// Labels that tie what the syncer makes to its BaseImage.
+const (
+	// LabelBaseImage names the BaseImage that created a DataVolume or
+	// owns a DataSource.
+	LabelBaseImage = "imagepipe.io/baseimage"
+	// LabelTag records the tag on a BaseImage and its DataSource, as
+	// LabelValue shortens it.
+	LabelTag = "imagepipe.io/tag"
+)
+
+// LabelValue makes a tag fit a label value (63 characters, no leading dot
+// or dash); the full tag stays in the spec.
+func LabelValue(s string) string {
+	if len(s) > 63 {
+		s = s[:63]
+	}
+	for len(s) > 0 && (s[len(s)-1] == '.' || s[len(s)-1] == '-' || s[len(s)-1] == '_') {
+		s = s[:len(s)-1]
+	}
+	for len(s) > 0 && (s[0] == '.' || s[0] == '-' || s[0] == '_') {
+		s = s[1:]
+	}
+	return s
+}

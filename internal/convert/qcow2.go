@@ -98,8 +98,35 @@ func (h *qcowHeader) compressionName() string {
 // parseQCOW2Header validates the qcow2 header and its extensions. head holds
 // the start of the file: at least the first cluster, or the whole file when
 // it is shorter. fileSize is the full file size and maxVirtual the largest
-// virtual size accepted. Every field is checked before it is used.
+// virtual size accepted. Every field is checked before it is used, in a
+// fixed order, so that one image always gets the same first reason.
 func parseQCOW2Header(head []byte, fileSize, maxVirtual int64) (*qcowHeader, error) {
+	h, err := decodeQCOW2Header(head)
+	if err != nil {
+		return nil, err
+	}
+	be := binary.BigEndian
+	if err := h.checkNothingExternal(be.Uint64(head[8:]), be.Uint32(head[32:])); err != nil {
+		return nil, err
+	}
+	if err := h.checkCompression(head); err != nil {
+		return nil, err
+	}
+	if err := h.checkVirtualSize(maxVirtual); err != nil {
+		return nil, err
+	}
+	if err := h.checkTables(fileSize); err != nil {
+		return nil, err
+	}
+	if err := h.parseExtensions(head); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// decodeQCOW2Header reads the header fields and checks the version, the
+// cluster size and the header length, which every later check relies on.
+func decodeQCOW2Header(head []byte) (*qcowHeader, error) {
 	if len(head) < qcowV2HeaderLen {
 		return nil, reject(ReasonTruncated, "the file is %d bytes, shorter than a qcow2 header (%d bytes)", len(head), qcowV2HeaderLen)
 	}
@@ -120,9 +147,6 @@ func parseQCOW2Header(head []byte, fileSize, maxVirtual int64) (*qcowHeader, err
 		refcountOrder:   defaultRefcountOrder,
 		headerLength:    qcowV2HeaderLen,
 	}
-	backingOffset := be.Uint64(head[8:])
-	cryptMethod := be.Uint32(head[32:])
-
 	if h.version != 2 && h.version != 3 {
 		return nil, reject(ReasonUnsupportedFormat, "qcow2 version %d is not supported (only 2 and 3)", h.version)
 	}
@@ -139,22 +163,26 @@ func parseQCOW2Header(head []byte, fileSize, maxVirtual int64) (*qcowHeader, err
 	if h.clusterBits < minClusterBits || h.clusterBits > maxClusterBits {
 		return nil, reject(ReasonInvalidHeader, "cluster_bits is %d; it must be between %d and %d", h.clusterBits, minClusterBits, maxClusterBits)
 	}
-	cs := h.clusterSize()
 	if h.version == 3 {
 		if h.headerLength < qcowV3MinHeader || h.headerLength%8 != 0 {
 			return nil, reject(ReasonInvalidHeader, "header_length is %d; a version 3 header is at least %d bytes and a multiple of 8", h.headerLength, qcowV3MinHeader)
 		}
-		if int64(h.headerLength) > cs {
-			return nil, reject(ReasonInvalidHeader, "header_length %d exceeds the cluster size %d", h.headerLength, cs)
+		if int64(h.headerLength) > h.clusterSize() {
+			return nil, reject(ReasonInvalidHeader, "header_length %d exceeds the cluster size %d", h.headerLength, h.clusterSize())
 		}
 		if int64(h.headerLength) > int64(len(head)) {
 			return nil, reject(ReasonTruncated, "the file ends inside the %d-byte header", h.headerLength)
 		}
 	}
+	return h, nil
+}
 
-	// Refuse every way an image can pull in data from elsewhere or hide it.
+// checkNothingExternal refuses every way an image can pull in data from
+// elsewhere or hide it: a backing file, encryption, an external data file,
+// and feature bits that change how the file is read.
+func (h *qcowHeader) checkNothingExternal(backingOffset uint64, cryptMethod uint32) error {
 	if backingOffset != 0 {
-		return nil, reject(ReasonBackingFile, "the image references a backing file (backing_file_offset %#x); flatten it with 'qemu-img convert' or 'qemu-img rebase -b \"\"'", backingOffset)
+		return reject(ReasonBackingFile, "the image references a backing file (backing_file_offset %#x); flatten it with 'qemu-img convert' or 'qemu-img rebase -b \"\"'", backingOffset)
 	}
 	if cryptMethod != 0 {
 		name := map[uint32]string{1: "AES"}[cryptMethod]
@@ -164,54 +192,59 @@ func parseQCOW2Header(head []byte, fileSize, maxVirtual int64) (*qcowHeader, err
 				name = "LUKS"
 			}
 		}
-		return nil, reject(ReasonEncrypted, "the image is encrypted (%s); upload the decrypted disk", name)
+		return reject(ReasonEncrypted, "the image is encrypted (%s); upload the decrypted disk", name)
 	}
 	if h.incompatible&incompatCorrupt != 0 {
-		return nil, reject(ReasonCorrupt, "the image is marked corrupt; repair it with 'qemu-img check -r all' and upload the result")
+		return reject(ReasonCorrupt, "the image is marked corrupt; repair it with 'qemu-img check -r all' and upload the result")
 	}
 	if h.incompatible&incompatDataFile != 0 {
-		return nil, reject(ReasonExternalDataFile, "the image keeps its data in an external data file")
+		return reject(ReasonExternalDataFile, "the image keeps its data in an external data file")
 	}
 	if h.incompatible&incompatExtendedL2 != 0 {
-		return nil, reject(ReasonExtendedL2, "the image uses extended L2 entries (subclusters), which qemu-img does not create by default; convert it with 'qemu-img convert -O qcow2'")
+		return reject(ReasonExtendedL2, "the image uses extended L2 entries (subclusters), which qemu-img does not create by default; convert it with 'qemu-img convert -O qcow2'")
 	}
 	if unknown := h.incompatible &^ incompatKnownToQEMU; unknown != 0 {
-		return nil, reject(ReasonUnknownFeature, "the image sets unknown incompatible feature bits %#x", unknown)
+		return reject(ReasonUnknownFeature, "the image sets unknown incompatible feature bits %#x", unknown)
 	}
-	if h.version == 3 {
-		if h.refcountOrder > maxRefcountOrder {
-			return nil, reject(ReasonInvalidHeader, "refcount_order is %d; the maximum is %d", h.refcountOrder, maxRefcountOrder)
-		}
-		if h.headerLength > qcowV3MinHeader {
-			h.compression = head[104]
-		}
-		if h.incompatible&incompatCompression == 0 && h.compression != compressionZlib {
-			return nil, reject(ReasonInvalidHeader, "compression_type is %d but the compression-type feature bit is not set", h.compression)
-		}
-		if h.compression != compressionZlib && h.compression != compressionZstd {
-			return nil, reject(ReasonInvalidHeader, "compression_type %d is unknown (0 zlib, 1 zstd)", h.compression)
-		}
-	}
+	return nil
+}
 
+// checkCompression checks a version 3 header's refcount order and
+// compression type (version 2 has neither: 16-bit refcounts and zlib).
+func (h *qcowHeader) checkCompression(head []byte) error {
+	if h.version != 3 {
+		return nil
+	}
+	if h.refcountOrder > maxRefcountOrder {
+		return reject(ReasonInvalidHeader, "refcount_order is %d; the maximum is %d", h.refcountOrder, maxRefcountOrder)
+	}
+	if h.headerLength > qcowV3MinHeader {
+		h.compression = head[104]
+	}
+	if h.incompatible&incompatCompression == 0 && h.compression != compressionZlib {
+		return reject(ReasonInvalidHeader, "compression_type is %d but the compression-type feature bit is not set", h.compression)
+	}
+	if h.compression != compressionZlib && h.compression != compressionZstd {
+		return reject(ReasonInvalidHeader, "compression_type %d is unknown (0 zlib, 1 zstd)", h.compression)
+	}
+	return nil
+}
+
+// checkVirtualSize checks the guest disk size against zero, whole sectors
+// and the configured maximum.
+func (h *qcowHeader) checkVirtualSize(maxVirtual int64) error {
 	if h.size == 0 {
-		return nil, reject(ReasonVirtualSize, "the virtual size is zero")
+		return reject(ReasonVirtualSize, "the virtual size is zero")
 	}
 	if h.size%512 != 0 {
 		// QEMU reads whole sectors only: it would show the guest the first
 		// size&^511 bytes, and qemu-img never writes such a size.
-		return nil, reject(ReasonVirtualSize, "the virtual size %d bytes is not a multiple of 512; QEMU would read only the first %d bytes", h.size, h.size&^511)
+		return reject(ReasonVirtualSize, "the virtual size %d bytes is not a multiple of 512; QEMU would read only the first %d bytes", h.size, h.size&^511)
 	}
 	if h.size > uint64(maxVirtual) {
-		return nil, reject(ReasonVirtualSize, "the virtual size %d bytes exceeds the limit of %d bytes", h.size, maxVirtual)
+		return reject(ReasonVirtualSize, "the virtual size %d bytes exceeds the limit of %d bytes", h.size, maxVirtual)
 	}
-
-	if err := h.checkTables(fileSize); err != nil {
-		return nil, err
-	}
-	if err := h.parseExtensions(head); err != nil {
-		return nil, err
-	}
-	return h, nil
+	return nil
 }
 
 // checkTables validates the placement and size of the L1, refcount and

@@ -61,7 +61,7 @@ type Hub struct {
 	caPEM  []byte
 	tokens map[string]string // user -> bearer token, admin included
 
-	apiserver                  *proc
+	etcd, apiserver            *proc
 	apiserverBin, apiserverLog string
 	apiserverArgs              []string
 }
@@ -101,14 +101,13 @@ func StartHub(t testing.TB, name string, extraCRDs ...string) *Hub {
 
 	h := &Hub{Name: name, dir: t.TempDir(), tokens: map[string]string{}}
 	etcdLog := filepath.Join(h.dir, "etcd.log")
-	apiserverLog := filepath.Join(h.dir, "kube-apiserver.log")
-	var etcd *proc
+	h.apiserverLog = filepath.Join(h.dir, "kube-apiserver.log")
 	t.Cleanup(func() {
 		// The apiserver first: it would retry a vanished etcd until its own timeout.
 		for _, p := range []struct {
 			name string
 			proc *proc
-		}{{"kube-apiserver", h.apiserver}, {"etcd", etcd}} {
+		}{{"kube-apiserver", h.apiserver}, {"etcd", h.etcd}} {
 			if p.proc != nil {
 				if err := p.proc.stop(); err != nil {
 					t.Errorf("stopping hub %s %s: %v", name, p.name, err)
@@ -116,46 +115,81 @@ func StartHub(t testing.TB, name string, extraCRDs ...string) *Hub {
 			}
 		}
 		logOnFailure(t, "hub "+name+" etcd", etcdLog)
-		logOnFailure(t, "hub "+name+" kube-apiserver", apiserverLog)
+		logOnFailure(t, "hub "+name+" kube-apiserver", h.apiserverLog)
 	})
 
+	sec := h.writeSecrets(t)
+	etcdURL := h.startEtcd(t, etcdBin, etcdLog)
+	h.startAPIServer(t, apiserverBin, etcdURL, sec)
+	var err error
+	if h.Kubeconfig, err = h.writeKubeconfig("admin"); err != nil {
+		t.Fatalf("writing hub %s kubeconfig: %v", name, err)
+	}
+	h.installHubCRDs(t, extraCRDs)
+	return h
+}
+
+// hubSecrets are the files the apiserver authenticates with.
+type hubSecrets struct {
+	certs        certFiles
+	saKey, saPub string // the service-account signing key pair
+	tokenFile    string
+}
+
+// writeSecrets makes the hub's CA, serving certificate, service-account
+// keys and token file.
+func (h *Hub) writeSecrets(t testing.TB) hubSecrets {
+	t.Helper()
 	pki := filepath.Join(h.dir, "pki")
 	if err := os.Mkdir(pki, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	certs, err := writeCerts(pki)
-	if err != nil {
-		t.Fatalf("making hub %s certificates: %v", name, err)
+	var sec hubSecrets
+	var err error
+	if sec.certs, err = writeCerts(pki); err != nil {
+		t.Fatalf("making hub %s certificates: %v", h.Name, err)
 	}
-	if h.caPEM, err = os.ReadFile(certs.CA); err != nil {
+	if h.caPEM, err = os.ReadFile(sec.certs.CA); err != nil {
 		t.Fatal(err)
 	}
-	saKey, saPub, err := writeServiceAccountKeys(pki)
-	if err != nil {
-		t.Fatalf("making hub %s service-account keys: %v", name, err)
+	if sec.saKey, sec.saPub, err = writeServiceAccountKeys(pki); err != nil {
+		t.Fatalf("making hub %s service-account keys: %v", h.Name, err)
 	}
-	tokenFile, err := h.writeTokens()
-	if err != nil {
-		t.Fatalf("writing hub %s tokens: %v", name, err)
+	if sec.tokenFile, err = h.writeTokens(); err != nil {
+		t.Fatalf("writing hub %s tokens: %v", h.Name, err)
 	}
+	return sec
+}
 
+// startEtcd starts the hub's etcd on free ports, trying again when
+// another process took a port first, and returns its client URL.
+func (h *Hub) startEtcd(t testing.TB, bin, logFile string) string {
+	t.Helper()
 	var etcdURL string
+	var err error
 	for range startAttempts {
 		etcdURL = "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
-		if etcd, err = startEtcd(etcdBin, h.dir, etcdLog, etcdURL, freePort(t)); !errors.Is(err, errExited) {
+		if h.etcd, err = startEtcd(bin, h.dir, logFile, etcdURL, freePort(t)); !errors.Is(err, errExited) {
 			break
 		}
 	}
 	if err != nil {
-		t.Fatalf("starting hub %s etcd: %v", name, err)
+		t.Fatalf("starting hub %s etcd: %v", h.Name, err)
 	}
+	return etcdURL
+}
 
+// startAPIServer starts kube-apiserver on a free port with token
+// authentication and RBAC, and waits until /readyz answers 200.
+func (h *Hub) startAPIServer(t testing.TB, bin, etcdURL string, sec hubSecrets) {
+	t.Helper()
 	h.RestConfig = &rest.Config{
 		BearerToken:     h.tokens["admin"],
 		TLSClientConfig: rest.TLSClientConfig{CAData: h.caPEM},
 		QPS:             50,
 		Burst:           100,
 	}
+	var err error
 	for range startAttempts {
 		port := freePort(t)
 		h.URL = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
@@ -165,47 +199,47 @@ func StartHub(t testing.TB, name string, extraCRDs ...string) *Hub {
 			"--secure-port", strconv.Itoa(port),
 			"--bind-address", "127.0.0.1",
 			"--cert-dir", filepath.Join(h.dir, "apiserver-certs"),
-			"--tls-cert-file", certs.Cert,
-			"--tls-private-key-file", certs.Key,
-			"--token-auth-file", tokenFile,
+			"--tls-cert-file", sec.certs.Cert,
+			"--tls-private-key-file", sec.certs.Key,
+			"--token-auth-file", sec.tokenFile,
 			"--authorization-mode", "RBAC",
 			"--service-account-issuer", "https://kubernetes.default.svc",
-			"--service-account-key-file", saPub,
-			"--service-account-signing-key-file", saKey,
+			"--service-account-key-file", sec.saPub,
+			"--service-account-signing-key-file", sec.saKey,
 			"--service-cluster-ip-range", "10.0.0.0/24",
 			"--disable-admission-plugins", "ServiceAccount",
 			// No nodes and a loopback address: there are no endpoints to publish for the
 			// kubernetes service, and trying logs an error every few seconds.
 			"--endpoint-reconciler-type", "none",
 		}
-		if h.apiserver, err = startProc(apiserverLog, nil, apiserverBin, args...); err != nil {
+		if h.apiserver, err = startProc(h.apiserverLog, nil, bin, args...); err != nil {
 			break
 		}
-		h.apiserverBin, h.apiserverLog, h.apiserverArgs = apiserverBin, apiserverLog, args
+		h.apiserverBin, h.apiserverArgs = bin, args
 		if err = h.waitReadyz(h.apiserver); !errors.Is(err, errExited) {
 			break
 		}
 	}
 	if err != nil {
-		t.Fatalf("starting hub %s kube-apiserver: %v", name, err)
+		t.Fatalf("starting hub %s kube-apiserver: %v", h.Name, err)
 	}
+}
 
-	if h.Kubeconfig, err = h.writeKubeconfig("admin"); err != nil {
-		t.Fatalf("writing hub %s kubeconfig: %v", name, err)
-	}
-
+// installHubCRDs installs the CDI, KubeVirt and instancetype CRDs and the
+// test's own, and waits until each is Established.
+func (h *Hub) installHubCRDs(t testing.TB, extraCRDs []string) {
+	t.Helper()
 	paths := make([]string, 0, len(hubCRDDirs)+len(extraCRDs))
 	for _, d := range hubCRDDirs {
 		paths = append(paths, filepath.Join(CRDDir(), d))
 	}
 	crds, err := readCRDs(append(paths, extraCRDs...))
 	if err != nil {
-		t.Fatalf("reading CRDs for hub %s: %v", name, err)
+		t.Fatalf("reading CRDs for hub %s: %v", h.Name, err)
 	}
 	if err := h.installCRDs(t.Context(), crds); err != nil {
-		t.Fatalf("installing CRDs on hub %s: %v", name, err)
+		t.Fatalf("installing CRDs on hub %s: %v", h.Name, err)
 	}
-	return h
 }
 
 // RestartAPIServer stops the hub's kube-apiserver (SIGTERM), starts it again on the same port

@@ -1,4 +1,3 @@
-// Package hub tests imagepipe's Kubernetes API on real local hubs.
 package hub
 
 import (

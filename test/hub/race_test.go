@@ -10,6 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/internal/hub"
+	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 	"github.com/imagepipe/imagepipe/test/harness"
 )
@@ -28,33 +30,33 @@ func (f resolverFunc) Resolve(ctx context.Context, ref name.Tag) (string, bool, 
 // against the BaseImage as read before the registry was asked, so it fails
 // with a conflict and the event is retried.
 func TestDeleteRacingARepush(t *testing.T) {
-	hub := harness.StartSyncerHub(t, "hub-a", harness.SyncerHubOptions{Namespaces: []string{"acme"}})
+	cluster := harness.StartSyncerHub(t, "hub-a", harness.SyncerHubOptions{Namespaces: []string{"acme"}})
 	reg, err := name.NewRegistry("registry.example.com")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tenancy, err := cdi.NewTenancy("", nil, nil)
+	tenancy, err := hub.NewTenancy("", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d1, d2 := "sha256:"+strings.Repeat("1", 64), "sha256:"+strings.Repeat("2", 64)
-	pusher := &cdi.Applier{Client: hub.Client, Registry: reg, Tenancy: tenancy}
-	if err := pusher.Apply(t.Context(), cdi.Event{Action: cdi.ActionPush, Repository: "acme/rhel", Tag: "9", Digest: d1}); err != nil {
+	pusher := &hub.Applier{Client: cluster.Client, Registry: reg, Tenancy: tenancy}
+	if err := pusher.Apply(t.Context(), intake.Event{Action: intake.ActionPush, Repository: "acme/rhel", Tag: "9", Digest: d1}); err != nil {
 		t.Fatal(err)
 	}
-	deleter := &cdi.Applier{Client: hub.Client, Registry: reg, Tenancy: tenancy, Resolver: resolverFunc(func(ctx context.Context, _ name.Tag) (string, bool, error) {
+	deleter := &hub.Applier{Client: cluster.Client, Registry: reg, Tenancy: tenancy, Resolver: resolverFunc(func(ctx context.Context, _ name.Tag) (string, bool, error) {
 		// The tag was deleted, and is pushed again before the delete is applied.
-		if err := pusher.Apply(ctx, cdi.Event{Action: cdi.ActionPush, Repository: "acme/rhel", Tag: "9", Digest: d2}); err != nil {
+		if err := pusher.Apply(ctx, intake.Event{Action: intake.ActionPush, Repository: "acme/rhel", Tag: "9", Digest: d2}); err != nil {
 			t.Error(err)
 		}
 		return "", false, nil
 	})}
-	err = deleter.Apply(t.Context(), cdi.Event{Action: cdi.ActionDelete, Repository: "acme/rhel", Tag: "9"})
+	err = deleter.Apply(t.Context(), intake.Event{Action: intake.ActionDelete, Repository: "acme/rhel", Tag: "9"})
 	if !apierrors.IsConflict(err) {
 		t.Errorf("the delete raced by a push: %v; want a conflict, retried later", err)
 	}
 	var bi v1alpha1.BaseImage
-	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: cdi.BaseImageName("acme/rhel", "9")}, &bi); err != nil {
+	if err := cluster.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: cdi.BaseImageName("acme/rhel", "9")}, &bi); err != nil {
 		t.Fatal(err)
 	}
 	if _, removed := bi.Annotations[v1alpha1.AnnotationRemoved]; removed || bi.Spec.Digest != d2 {
@@ -62,7 +64,7 @@ func TestDeleteRacingARepush(t *testing.T) {
 	}
 	// Retried, the look-up now finds the new digest: nothing changes.
 	deleter.Resolver = resolverFunc(func(context.Context, name.Tag) (string, bool, error) { return d2, true, nil })
-	if err := deleter.Apply(t.Context(), cdi.Event{Action: cdi.ActionDelete, Repository: "acme/rhel", Tag: "9"}); err != nil {
+	if err := deleter.Apply(t.Context(), intake.Event{Action: intake.ActionDelete, Repository: "acme/rhel", Tag: "9"}); err != nil {
 		t.Errorf("the retried delete: %v", err)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
 )
@@ -18,8 +18,8 @@ import (
 func TestDistributionNotificationsReachTheWebhook(t *testing.T) {
 	testenv.RequireQEMU(t)
 	var mu sync.Mutex
-	var events []cdi.Event
-	h, err := cdi.NewWebhookHandler("hook-token", func(ev []cdi.Event) {
+	var events []intake.Event
+	h, err := intake.NewWebhookHandler("hook-token", func(ev []intake.Event) {
 		mu.Lock()
 		events = append(events, ev...)
 		mu.Unlock()
@@ -38,7 +38,7 @@ func TestDistributionNotificationsReachTheWebhook(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		mu.Lock()
-		var found *cdi.Event
+		var found *intake.Event
 		for i, e := range events {
 			if e.Tag == "1" {
 				found = &events[i]
@@ -46,7 +46,7 @@ func TestDistributionNotificationsReachTheWebhook(t *testing.T) {
 		}
 		mu.Unlock()
 		if found != nil {
-			if found.Action != cdi.ActionPush || found.Repository != "acme/notified" || found.Digest != res.Digest {
+			if found.Action != intake.ActionPush || found.Repository != "acme/notified" || found.Digest != res.Digest {
 				t.Errorf("event %+v, want a push of acme/notified:1 at %s", *found, res.Digest)
 			}
 			break

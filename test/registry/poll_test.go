@@ -8,7 +8,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 
-	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/internal/hub"
+	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
@@ -41,13 +42,13 @@ func TestPollingAgainstTheRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tenancy, err := cdi.NewTenancy("", []string{"acme"}, nil)
+	tenancy, err := hub.NewTenancy("", []string{"acme"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	host, _ := name.NewRegistry(reg.Host)
-	p := cdi.NewPoller(host, client, tenancy)
-	pass := func(full bool) []cdi.Event {
+	p := intake.NewPoller(host, client, tenancy)
+	pass := func(full bool) []intake.Event {
 		t.Helper()
 		do := p.Poll
 		if full {
@@ -57,17 +58,17 @@ func TestPollingAgainstTheRegistry(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		slices.SortFunc(ev, func(a, b cdi.Event) int {
+		slices.SortFunc(ev, func(a, b intake.Event) int {
 			return strings.Compare(a.Repository+":"+a.Tag, b.Repository+":"+b.Tag)
 		})
 		return ev
 	}
-	poll := func() []cdi.Event { t.Helper(); return pass(false) }
+	poll := func() []intake.Event { t.Helper(); return pass(false) }
 
-	want := []cdi.Event{
-		{Action: cdi.ActionPush, Repository: "acme/a", Tag: "1", Digest: a1.Digest, Source: "poll"},
-		{Action: cdi.ActionPush, Repository: "acme/a", Tag: "2", Digest: a2.Digest, Source: "poll"},
-		{Action: cdi.ActionPush, Repository: "acme/c", Tag: "1", Digest: c1.Digest, Source: "poll"},
+	want := []intake.Event{
+		{Action: intake.ActionPush, Repository: "acme/a", Tag: "1", Digest: a1.Digest, Source: "poll"},
+		{Action: intake.ActionPush, Repository: "acme/a", Tag: "2", Digest: a2.Digest, Source: "poll"},
+		{Action: intake.ActionPush, Repository: "acme/c", Tag: "1", Digest: c1.Digest, Source: "poll"},
 	}
 	if got := poll(); !slices.Equal(got, want) {
 		t.Fatalf("first poll: %+v, want %+v (tenant other is not served)", got, want)
@@ -99,7 +100,7 @@ func TestPollingAgainstTheRegistry(t *testing.T) {
 	if got := poll(); len(got) != 0 {
 		t.Errorf("a fast pass after moving tag 1: %+v, want nothing", got)
 	}
-	if got := pass(true); len(got) != 1 || got[0].Tag != "1" || got[0].Digest != moved.Digest || got[0].Action != cdi.ActionPush {
+	if got := pass(true); len(got) != 1 || got[0].Tag != "1" || got[0].Digest != moved.Digest || got[0].Action != intake.ActionPush {
 		t.Errorf("a full pass after moving tag 1: %+v", got)
 	}
 
@@ -122,7 +123,7 @@ func TestPollingAgainstTheRegistry(t *testing.T) {
 		t.Fatalf("delete: exit %d: %s", r.Code, r.Stderr)
 	}
 	got := poll()
-	if len(got) != 2 || got[0].Action != cdi.ActionDelete || got[1].Action != cdi.ActionDelete {
+	if len(got) != 2 || got[0].Action != intake.ActionDelete || got[1].Action != intake.ActionDelete {
 		t.Errorf("after the delete: %+v, want deletes of tags 1 and 2", got)
 	}
 }

@@ -1,4 +1,4 @@
-package cdi
+package hub
 
 import (
 	"sync"
@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
 
@@ -29,6 +30,8 @@ type Metrics struct {
 	mu     sync.Mutex
 	phases map[types.NamespacedName]v1alpha1.Phase
 }
+
+var _ intake.Counter = (*Metrics)(nil)
 
 // NewMetrics creates the metrics and registers them, with a queue-depth
 // gauge reading queueDepth at each scrape (nil: no such gauge).
@@ -78,6 +81,10 @@ func (m *Metrics) event(source, result string) {
 	}
 }
 
+// Refused counts one event or request refused by source, with result
+// "unauthorized" or "malformed".
+func (m *Metrics) Refused(source, result string) { m.event(source, result) }
+
 // Received counts n events received from source.
 func (m *Metrics) Received(source string, n int) {
 	if m != nil {
@@ -87,7 +94,7 @@ func (m *Metrics) Received(source string, n int) {
 
 // Applied counts the outcome of handling one event: applied, or retried
 // when err is not nil.
-func (m *Metrics) Applied(e Event, err error) {
+func (m *Metrics) Applied(e intake.Event, err error) {
 	if err != nil {
 		m.event(e.Source, "retried")
 		return

@@ -1,4 +1,4 @@
-package cdi
+package intake
 
 import (
 	"cmp"
@@ -25,6 +25,18 @@ import (
 )
 
 var _ TagRegistry = (*registry.Client)(nil)
+
+// servedTenants plays the hub's tenancy: it serves the tenants listed,
+// every tenant when the list is empty, each in the namespace of its name.
+type servedTenants []string
+
+func (s servedTenants) Namespace(repository string) (string, string, error) {
+	tenant, _, ok := strings.Cut(repository, "/")
+	if !ok || (len(s) > 0 && !slices.Contains(s, tenant)) {
+		return "", "", fmt.Errorf("tenant of %q is not served", repository)
+	}
+	return tenant, tenant, nil
+}
 
 // frontedRegistry is the in-process go-containerregistry registry behind a
 // front that plays two things it does not do: a registry that sends an
@@ -157,10 +169,7 @@ func TestPoller(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tenancy, err := NewTenancy("", []string{"acme"}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			tenancy := servedTenants{"acme"}
 			reg, err := name.NewRegistry(f.host)
 			if err != nil {
 				t.Fatal(err)
@@ -309,7 +318,7 @@ func TestResolveNeedsTheRegistrysOwn404(t *testing.T) {
 	if got, found, err := client.Resolve(t.Context(), tag); err != nil || !found || got != digest {
 		t.Fatalf("Resolve before: %q %v %v", got, found, err)
 	}
-	tenancy, _ := NewTenancy("", nil, nil)
+	tenancy := servedTenants{}
 	p := NewPoller(tag.Registry, client, tenancy)
 	if ev, err := p.PollDigests(t.Context()); err != nil || len(ev) != 1 {
 		t.Fatalf("first poll: %+v %v", ev, err)

@@ -1,4 +1,4 @@
-package cdi
+package intake
 
 import (
 	"context"
@@ -22,27 +22,27 @@ func keyOf(e Event) ImageKey {
 	return ImageKey{e.Repository, e.Digest}
 }
 
-// Intake coalesces events from webhooks and polling per image: a burst of
+// Queue coalesces events from webhooks and polling per image: a burst of
 // pushes to one tag is handled once, with the newest event. Failed work is
 // retried with exponential backoff (from 1 s to 5 min) until it succeeds or
 // newer news arrives. It is safe for concurrent use.
-type Intake struct {
+type Queue struct {
 	mu     sync.Mutex
 	latest map[ImageKey]Event
 	queue  workqueue.TypedRateLimitingInterface[ImageKey]
 }
 
-// NewIntake returns an empty intake.
-func NewIntake() *Intake {
+// NewQueue returns an empty queue.
+func NewQueue() *Queue {
 	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[ImageKey](time.Second, 5*time.Minute)
-	return &Intake{
+	return &Queue{
 		latest: map[ImageKey]Event{},
 		queue:  workqueue.NewTypedRateLimitingQueue(limiter),
 	}
 }
 
 // Add records events; for each image only the newest is kept.
-func (in *Intake) Add(events []Event) {
+func (in *Queue) Add(events []Event) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for _, e := range events {
@@ -55,8 +55,8 @@ func (in *Intake) Add(events []Event) {
 // Next blocks until an image needs work and returns its newest event and a
 // done function to call with the outcome: nil forgets the image, an error
 // retries it later. ok is false once Shutdown was called or ctx ended;
-// ctx is the workers' lifetime, and its end shuts the whole intake down.
-func (in *Intake) Next(ctx context.Context) (e Event, done func(error), ok bool) {
+// ctx is the workers' lifetime, and its end shuts the whole queue down.
+func (in *Queue) Next(ctx context.Context) (e Event, done func(error), ok bool) {
 	stop := context.AfterFunc(ctx, in.queue.ShutDown)
 	defer stop()
 	k, shutdown := in.queue.Get()
@@ -82,7 +82,7 @@ func (in *Intake) Next(ctx context.Context) (e Event, done func(error), ok bool)
 }
 
 // Len is the number of images waiting, for the queue-depth metric.
-func (in *Intake) Len() int { return in.queue.Len() }
+func (in *Queue) Len() int { return in.queue.Len() }
 
 // Shutdown stops handing out work; Next returns ok false.
-func (in *Intake) Shutdown() { in.queue.ShutDown() }
+func (in *Queue) Shutdown() { in.queue.ShutDown() }

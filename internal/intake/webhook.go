@@ -1,4 +1,4 @@
-package cdi
+package intake
 
 import (
 	"crypto/subtle"
@@ -19,10 +19,20 @@ import (
 // body (nothing is handed on), and 202 once the events are handed to sink.
 type WebhookHandler struct {
 	// Metrics, when set, counts requests refused and events received.
-	Metrics *Metrics
+	Metrics Counter
 	token   []byte
 	sink    func([]Event)
 	logger  *slog.Logger
+}
+
+// Counter counts what the webhook handler sees; the hub's Prometheus
+// metrics implement it.
+type Counter interface {
+	// Received counts n valid events from source.
+	Received(source string, n int)
+	// Refused counts one request refused, with the result "unauthorized"
+	// or "malformed"; source is "webhook".
+	Refused(source, result string)
 }
 
 // NewWebhookHandler returns a handler that checks token and passes valid
@@ -50,7 +60,7 @@ func (h *WebhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !ok || subtle.ConstantTimeCompare([]byte(got), h.token) != 1 {
 		h.logger.Info("webhook refused: bad or missing token", "remote", r.RemoteAddr)
-		h.Metrics.event("webhook", "unauthorized")
+		h.refused("unauthorized")
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
 	}
@@ -62,13 +72,21 @@ func (h *WebhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	events, err := ParseWebhook(r.Header, body)
 	if err != nil {
 		h.logger.Info("webhook refused", "remote", r.RemoteAddr, "error", err)
-		h.Metrics.event("webhook", "malformed")
+		h.refused("malformed")
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	if len(events) > 0 {
-		h.Metrics.Received(events[0].Source, len(events))
+		if h.Metrics != nil {
+			h.Metrics.Received(events[0].Source, len(events))
+		}
 		h.sink(events)
 	}
 	w.WriteHeader(http.StatusAccepted)
+}
+
+func (h *WebhookHandler) refused(result string) {
+	if h.Metrics != nil {
+		h.Metrics.Refused("webhook", result)
+	}
 }

@@ -1,4 +1,4 @@
-package cdi
+package intake
 
 import (
 	"context"
@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-func TestIntakeCoalescesBursts(t *testing.T) {
-	in := NewIntake()
+func TestQueueCoalescesBursts(t *testing.T) {
+	in := NewQueue()
 	for i := range 100 {
 		digest := fmt.Sprintf("sha256:%064x", i)
 		in.Add([]Event{{Action: ActionPush, Repository: "acme/rhel", Tag: "10", Digest: digest}})
@@ -21,7 +21,7 @@ func TestIntakeCoalescesBursts(t *testing.T) {
 	for range 2 {
 		e, done, ok := in.Next(t.Context())
 		if !ok {
-			t.Fatal("intake shut down")
+			t.Fatal("queue shut down")
 		}
 		seen[e.Tag] = e.Digest
 		done(nil)
@@ -31,8 +31,8 @@ func TestIntakeCoalescesBursts(t *testing.T) {
 	}
 }
 
-func TestIntakeRetriesFailures(t *testing.T) {
-	in := NewIntake()
+func TestQueueRetriesFailures(t *testing.T) {
+	in := NewQueue()
 	in.Add([]Event{{Action: ActionDelete, Repository: "acme/rhel", Digest: dig2}})
 	e, done, _ := in.Next(t.Context())
 	if e.Digest != dig2 {
@@ -49,8 +49,8 @@ func TestIntakeRetriesFailures(t *testing.T) {
 	}
 }
 
-func TestIntakeStopsWithContext(t *testing.T) {
-	in := NewIntake()
+func TestQueueStopsWithContext(t *testing.T) {
+	in := NewQueue()
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if _, _, ok := in.Next(ctx); ok {

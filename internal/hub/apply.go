@@ -1,4 +1,4 @@
-package cdi
+package hub
 
 import (
 	"context"
@@ -12,12 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
-
-// LabelTag records the tag on a BaseImage and its DataSource.
-const LabelTag = "imagepipe.io/tag"
 
 // Resolver looks a tag up directly in the registry; *registry.Client
 // implements it. found is false only when the registry answered that the
@@ -45,7 +44,7 @@ type Applier struct {
 // Apply handles one event. It returns nil for events about tenants this
 // hub does not serve, and an error when the event must be retried (the
 // registry could not confirm a delete, the API server failed).
-func (a *Applier) Apply(ctx context.Context, e Event) error {
+func (a *Applier) Apply(ctx context.Context, e intake.Event) error {
 	tenant, ns, err := a.Tenancy.Namespace(e.Repository)
 	if err != nil {
 		a.logger().Debug("event ignored", "repository", e.Repository, "reason", err)
@@ -55,19 +54,19 @@ func (a *Applier) Apply(ctx context.Context, e Event) error {
 		return nil // imagectl's hidden re-import tags are not images
 	}
 	if e.Tag == "" {
-		if e.Action == ActionPush {
+		if e.Action == intake.ActionPush {
 			return nil // an untagged push: no tag to sync yet
 		}
 		return a.applyDigest(ctx, tenant, ns, e)
 	}
 	digest := e.Digest
-	if e.Action == ActionDelete || digest == "" {
+	if e.Action == intake.ActionDelete || digest == "" {
 		// A delete must be confirmed: the tag may have been pushed again
 		// since. A push without a digest (Quay) is resolved. The BaseImage
 		// is read before the registry is asked, and only that version is
 		// marked removed: a push applied meanwhile makes the mark fail
 		// (a conflict, retried) instead of marking the new digest removed.
-		key := client.ObjectKey{Namespace: ns, Name: BaseImageName(e.Repository, e.Tag)}
+		key := client.ObjectKey{Namespace: ns, Name: cdi.BaseImageName(e.Repository, e.Tag)}
 		var before v1alpha1.BaseImage
 		err := a.Client.Get(ctx, key, &before)
 		exists := err == nil
@@ -92,16 +91,16 @@ func (a *Applier) Apply(ctx context.Context, e Event) error {
 // applyDigest handles an event naming only a digest (distribution announces
 // a manifest delete that way): every tag of the image last seen at that
 // digest is confirmed against the registry.
-func (a *Applier) applyDigest(ctx context.Context, tenant, ns string, e Event) error {
+func (a *Applier) applyDigest(ctx context.Context, tenant, ns string, e intake.Event) error {
 	var list v1alpha1.BaseImageList
-	if err := a.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{LabelImage: ImageName(e.Repository), LabelTenant: tenant}); err != nil {
+	if err := a.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{cdi.LabelImage: cdi.ImageName(e.Repository), cdi.LabelTenant: tenant}); err != nil {
 		return fmt.Errorf("listing the BaseImages of %s: %w", e.Repository, err)
 	}
 	for _, bi := range list.Items {
 		if bi.Spec.Digest != e.Digest || bi.Spec.Repository != a.repository(e.Repository) {
 			continue
 		}
-		if err := a.Apply(ctx, Event{Action: ActionDelete, Repository: e.Repository, Tag: bi.Spec.Tag, Source: e.Source}); err != nil {
+		if err := a.Apply(ctx, intake.Event{Action: intake.ActionDelete, Repository: e.Repository, Tag: bi.Spec.Tag, Source: e.Source}); err != nil {
 			return err
 		}
 	}
@@ -112,8 +111,8 @@ func (a *Applier) repository(repo string) string { return a.Registry.Repo(repo).
 
 // upsert makes the BaseImage of repo:tag name digest.
 func (a *Applier) upsert(ctx context.Context, tenant, ns, repo, tag, digest string) error {
-	image := ImageName(repo)
-	key := client.ObjectKey{Namespace: ns, Name: BaseImageName(repo, tag)}
+	image := cdi.ImageName(repo)
+	key := client.ObjectKey{Namespace: ns, Name: cdi.BaseImageName(repo, tag)}
 	var bi v1alpha1.BaseImage
 	err := a.Client.Get(ctx, key, &bi)
 	if apierrors.IsNotFound(err) {
@@ -121,7 +120,7 @@ func (a *Applier) upsert(ctx context.Context, tenant, ns, repo, tag, digest stri
 			ObjectMeta: metav1.ObjectMeta{
 				Name: key.Name, Namespace: ns,
 				Labels: map[string]string{
-					LabelManagedBy: ManagedByValue, LabelTenant: tenant, LabelImage: image, LabelTag: labelValue(tag),
+					cdi.LabelManagedBy: cdi.ManagedByValue, cdi.LabelTenant: tenant, cdi.LabelImage: image, cdi.LabelTag: cdi.LabelValue(tag),
 				},
 				Annotations: map[string]string{v1alpha1.AnnotationSeenAt: a.now().Format(time.RFC3339Nano)},
 			},
@@ -137,7 +136,7 @@ func (a *Applier) upsert(ctx context.Context, tenant, ns, repo, tag, digest stri
 		return fmt.Errorf("reading BaseImage %s: %w", key, err)
 	}
 	if bi.Spec.Repository != a.repository(repo) || bi.Spec.Tag != tag {
-		// BaseImageName is injective, so this is a hand-made object (or
+		// cdi.BaseImageName is injective, so this is a hand-made object (or
 		// a hash collision): it is never taken over.
 		return fmt.Errorf("BaseImage %s belongs to %s:%s, not %s:%s; it is left as it is", key, bi.Spec.Repository, bi.Spec.Tag, a.repository(repo), tag)
 	}
@@ -194,19 +193,4 @@ func (a *Applier) logger() *slog.Logger {
 		return a.Logger
 	}
 	return slog.New(slog.DiscardHandler)
-}
-
-// labelValue makes a tag fit a label value (63 characters, no leading dot
-// or dash); the full tag stays in the spec.
-func labelValue(s string) string {
-	if len(s) > 63 {
-		s = s[:63]
-	}
-	for len(s) > 0 && (s[len(s)-1] == '.' || s[len(s)-1] == '-' || s[len(s)-1] == '_') {
-		s = s[:len(s)-1]
-	}
-	for len(s) > 0 && (s[0] == '.' || s[0] == '-' || s[0] == '_') {
-		s = s[1:]
-	}
-	return s
 }

@@ -1,4 +1,4 @@
-package cdi
+package intake
 
 import (
 	"context"
@@ -25,6 +25,13 @@ type TagRegistry interface {
 	Resolve(ctx context.Context, ref name.Tag) (digest string, found bool, err error)
 }
 
+// Tenants decides which repositories this hub serves; the hub's Tenancy
+// implements it. Namespace fails for a repository whose tenant is not
+// served here or whose name is invalid.
+type Tenants interface {
+	Namespace(repository string) (tenant, namespace string, err error)
+}
+
 // resolveConcurrency is how many tag look-ups a poll has in flight at once.
 const resolveConcurrency = 8
 
@@ -49,7 +56,7 @@ const resolveConcurrency = 8
 type Poller struct {
 	reg     name.Registry
 	client  TagRegistry
-	tenancy *Tenancy
+	tenancy Tenants
 	known   map[string]*repoState // by repository
 }
 
@@ -60,7 +67,7 @@ type repoState struct {
 }
 
 // NewPoller polls reg for the tenants tenancy serves.
-func NewPoller(reg name.Registry, client TagRegistry, tenancy *Tenancy) *Poller {
+func NewPoller(reg name.Registry, client TagRegistry, tenancy Tenants) *Poller {
 	return &Poller{reg: reg, client: client, tenancy: tenancy, known: map[string]*repoState{}}
 }
 

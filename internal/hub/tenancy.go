@@ -1,4 +1,4 @@
-package cdi
+package hub
 
 import (
 	"fmt"

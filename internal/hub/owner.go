@@ -1,4 +1,4 @@
-package cdi
+package hub
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
 
@@ -39,21 +40,21 @@ func (e *ConflictError) Unwrap() error { return ErrConflict }
 func ownerOf(obj client.Object) string {
 	l, a := obj.GetLabels(), obj.GetAnnotations()
 	switch {
-	case l[LabelManagedBy] != ManagedByValue:
-		return "someone other than image-syncer (no " + LabelManagedBy + "=" + ManagedByValue + " label)"
-	case a[AnnotationRepository] == "":
-		return fmt.Sprintf("BaseImage %q under the naming before owners were recorded", l[LabelBaseImage])
-	case a[AnnotationTag] != "":
-		return fmt.Sprintf("BaseImage %q of %s:%s", l[LabelBaseImage], a[AnnotationRepository], a[AnnotationTag])
+	case l[cdi.LabelManagedBy] != cdi.ManagedByValue:
+		return "someone other than image-syncer (no " + cdi.LabelManagedBy + "=" + cdi.ManagedByValue + " label)"
+	case a[cdi.AnnotationRepository] == "":
+		return fmt.Sprintf("BaseImage %q under the naming before owners were recorded", l[cdi.LabelBaseImage])
+	case a[cdi.AnnotationTag] != "":
+		return fmt.Sprintf("BaseImage %q of %s:%s", l[cdi.LabelBaseImage], a[cdi.AnnotationRepository], a[cdi.AnnotationTag])
 	}
-	return fmt.Sprintf("BaseImage %q of %s@%s", l[LabelBaseImage], a[AnnotationRepository], a[AnnotationDigest])
+	return fmt.Sprintf("BaseImage %q of %s@%s", l[cdi.LabelBaseImage], a[cdi.AnnotationRepository], a[cdi.AnnotationDigest])
 }
 
 // ownsDataSource reports whether ds was made for bi: the syncer's label,
 // bi's name, and bi's exact repository and tag.
 func ownsDataSource(bi *v1alpha1.BaseImage, ds *cdiv1.DataSource) bool {
-	return ds.Labels[LabelManagedBy] == ManagedByValue && ds.Labels[LabelBaseImage] == bi.Name &&
-		ds.Annotations[AnnotationRepository] == bi.Spec.Repository && ds.Annotations[AnnotationTag] == bi.Spec.Tag
+	return ds.Labels[cdi.LabelManagedBy] == cdi.ManagedByValue && ds.Labels[cdi.LabelBaseImage] == bi.Name &&
+		ds.Annotations[cdi.AnnotationRepository] == bi.Spec.Repository && ds.Annotations[cdi.AnnotationTag] == bi.Spec.Tag
 }
 
 // importsFor reports whether dv is the syncer's import want (two tags of
@@ -62,18 +63,18 @@ func ownsDataSource(bi *v1alpha1.BaseImage, ds *cdiv1.DataSource) bool {
 // syncer's own copies. A DataVolume someone else created under the name (a
 // tenant may create DataVolumes) with another source is not followed.
 func importsFor(dv, want *cdiv1.DataVolume) bool {
-	if dv.Labels[LabelManagedBy] != ManagedByValue || dv.Annotations[AnnotationRepository] != want.Annotations[AnnotationRepository] ||
-		dv.Annotations[AnnotationDigest] != want.Annotations[AnnotationDigest] {
+	if dv.Labels[cdi.LabelManagedBy] != cdi.ManagedByValue || dv.Annotations[cdi.AnnotationRepository] != want.Annotations[cdi.AnnotationRepository] ||
+		dv.Annotations[cdi.AnnotationDigest] != want.Annotations[cdi.AnnotationDigest] {
 		return false
 	}
 	src, wsrc := dv.Spec.Source, want.Spec.Source
 	if src == nil || src.Registry == nil || src.Registry.URL == nil || *src.Registry.URL != *wsrc.Registry.URL {
 		return false
 	}
-	if ref := src.Registry.SecretRef; ref != nil && *ref != PullSecretName {
+	if ref := src.Registry.SecretRef; ref != nil && *ref != cdi.PullSecretName {
 		return false
 	}
-	if cm := src.Registry.CertConfigMap; cm != nil && *cm != CAConfigMapName {
+	if cm := src.Registry.CertConfigMap; cm != nil && *cm != cdi.CAConfigMapName {
 		return false
 	}
 	return true
@@ -82,8 +83,8 @@ func importsFor(dv, want *cdiv1.DataVolume) bool {
 // madeFor reports whether dv was created for bi: the syncer's label, bi's
 // name, and bi's exact repository.
 func madeFor(bi *v1alpha1.BaseImage, dv *cdiv1.DataVolume) bool {
-	return dv.Labels[LabelManagedBy] == ManagedByValue && dv.Labels[LabelBaseImage] == bi.Name &&
-		dv.Annotations[AnnotationRepository] == bi.Spec.Repository
+	return dv.Labels[cdi.LabelManagedBy] == cdi.ManagedByValue && dv.Labels[cdi.LabelBaseImage] == bi.Name &&
+		dv.Annotations[cdi.AnnotationRepository] == bi.Spec.Repository
 }
 
 // volumeOf reports whether pvc is the volume of the syncer's DataVolume
@@ -96,5 +97,5 @@ func volumeOf(pvc *corev1.PersistentVolumeClaim, dvName, tenant, image string) b
 		}
 	}
 	l := pvc.Labels
-	return l[LabelManagedBy] == ManagedByValue && l[LabelTenant] == tenant && l[LabelImage] == image
+	return l[cdi.LabelManagedBy] == cdi.ManagedByValue && l[cdi.LabelTenant] == tenant && l[cdi.LabelImage] == image
 }

@@ -1,4 +1,4 @@
-package cdi
+package hub
 
 import (
 	"strings"
@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
 
@@ -16,21 +17,21 @@ import (
 // followed.
 func TestOwnership(t *testing.T) {
 	digest := "sha256:" + strings.Repeat("ab", 32)
-	im := Import{Namespace: "acme", Tenant: "acme", Image: "rhel", Registry: "reg.example.com", Repository: "acme/rhel", Tag: "9", Digest: digest,
-		Storage: Storage{AccessMode: corev1.ReadWriteMany, VolumeMode: corev1.PersistentVolumeBlock}}
+	im := cdi.Import{Namespace: "acme", Tenant: "acme", Image: "rhel", Registry: "reg.example.com", Repository: "acme/rhel", Tag: "9", Digest: digest,
+		Storage: cdi.Storage{AccessMode: corev1.ReadWriteMany, VolumeMode: corev1.PersistentVolumeBlock}}
 	bi := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Name: "rhel--9", Namespace: "acme"},
 		Spec: v1alpha1.BaseImageSpec{Tenant: "acme", Repository: "reg.example.com/acme/rhel", Tag: "9", Digest: digest}}
 
 	ds := im.DataSource(bi.Name, "pvc")
-	ds.Labels[LabelBaseImage] = bi.Name
+	ds.Labels[cdi.LabelBaseImage] = bi.Name
 	if !ownsDataSource(bi, ds) {
 		t.Fatal("the BaseImage's own DataSource is not its")
 	}
 	for what, change := range map[string]func(*cdiv1.DataSource){
 		"no labels":       func(d *cdiv1.DataSource) { d.Labels = nil },
-		"other tag":       func(d *cdiv1.DataSource) { d.Annotations[AnnotationTag] = "v9" },
-		"other repo":      func(d *cdiv1.DataSource) { d.Annotations[AnnotationRepository] = "reg.example.com/acme/rhel9" },
-		"other baseimage": func(d *cdiv1.DataSource) { d.Labels[LabelBaseImage] = "rhel--10" },
+		"other tag":       func(d *cdiv1.DataSource) { d.Annotations[cdi.AnnotationTag] = "v9" },
+		"other repo":      func(d *cdiv1.DataSource) { d.Annotations[cdi.AnnotationRepository] = "reg.example.com/acme/rhel9" },
+		"other baseimage": func(d *cdiv1.DataSource) { d.Labels[cdi.LabelBaseImage] = "rhel--10" },
 		"no annotations":  func(d *cdiv1.DataSource) { d.Annotations = nil },
 	} {
 		c := ds.DeepCopy()
@@ -55,8 +56,8 @@ func TestOwnership(t *testing.T) {
 		"an HTTP source": func(d *cdiv1.DataVolume) {
 			d.Spec.Source = &cdiv1.DataVolumeSource{HTTP: &cdiv1.DataVolumeSourceHTTP{URL: "http://x"}}
 		},
-		"another digest":    func(d *cdiv1.DataVolume) { d.Annotations[AnnotationDigest] = "sha256:" + strings.Repeat("cd", 32) },
-		"no syncer's label": func(d *cdiv1.DataVolume) { delete(d.Labels, LabelManagedBy) },
+		"another digest":    func(d *cdiv1.DataVolume) { d.Annotations[cdi.AnnotationDigest] = "sha256:" + strings.Repeat("cd", 32) },
+		"no syncer's label": func(d *cdiv1.DataVolume) { delete(d.Labels, cdi.LabelManagedBy) },
 	} {
 		c := want.DeepCopy()
 		change(c)
@@ -66,11 +67,11 @@ func TestOwnership(t *testing.T) {
 	}
 
 	dv := want.DeepCopy()
-	dv.Labels[LabelBaseImage] = bi.Name
+	dv.Labels[cdi.LabelBaseImage] = bi.Name
 	if !madeFor(bi, dv) {
 		t.Error("the BaseImage's DataVolume is not its")
 	}
-	dv.Annotations[AnnotationRepository] = "reg.example.com/acme/other"
+	dv.Annotations[cdi.AnnotationRepository] = "reg.example.com/acme/other"
 	if madeFor(bi, dv) {
 		t.Error("a DataVolume of another repository is taken for the BaseImage's")
 	}

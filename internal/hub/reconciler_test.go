@@ -1,4 +1,4 @@
-package cdi
+package hub
 
 import (
 	"regexp"
@@ -36,15 +36,5 @@ func TestRetryDelayIsBounded(t *testing.T) {
 			t.Errorf("retryDelay(%d) = %s after %s", n, d, prev)
 		}
 		prev = d
-	}
-}
-
-func TestLabelValueFitsKubernetes(t *testing.T) {
-	valuePattern := regexp.MustCompile(`^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$`)
-	long := "v1234567890123456789012345678901234567890123456789012345678901234567890"
-	for _, tag := range []string{"9", "latest", "_hidden", "v1.2-", long, "a..b", "-"} {
-		if got := labelValue(tag); len(got) > 63 || !valuePattern.MatchString(got) {
-			t.Errorf("labelValue(%q) = %q, not a valid label value", tag, got)
-		}
 	}
 }

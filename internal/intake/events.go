@@ -1,4 +1,4 @@
-package cdi
+package intake
 
 import (
 	"bytes"

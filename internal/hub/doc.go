@@ -1,0 +1,15 @@
+// Package hub keeps tenant images replicated onto one hub cluster: the
+// Applier turns registry events into BaseImages, and the Reconciler drives
+// each BaseImage to a digest-pinned CDI DataVolume and a DataSource serving
+// it, then collects old imports.
+//
+// The reconciler is split by job: reconciler.go holds the type, its setup
+// and the dispatch of one Reconcile, which writes the status in one place;
+// import.go revalidates and imports a digest; serve.go points the
+// DataSource at a finished import; gc.go deletes imports beyond the
+// retention and applies the deletion policy. Around it: tenancy (which
+// tenants this hub serves, in which namespace), tenants' registry
+// credentials, ownership checks before anything is changed, Prometheus
+// metrics, and the syncer's loops as manager runnables (Workers, PollLoop,
+// WebhookServer) fed by the intake package.
+package hub

@@ -1,0 +1,314 @@
+package hub
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/pkg/api"
+	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
+)
+
+// revalidate re-runs the containerDisk checks on the digest, so that an
+// image pushed by another client is refused before anything is imported.
+func (r *Reconciler) revalidate(ctx context.Context, bi *v1alpha1.BaseImage, digest string) error {
+	ref := r.Registry.Repo(r.repoPath(bi)).Digest(digest)
+	report, err := r.check(ctx, ref)
+	if err != nil {
+		r.condition(bi, v1alpha1.ConditionProgressing, true, "RegistryUnavailable", "revalidating the image: "+err.Error())
+		return fmt.Errorf("revalidating %s: %w", ref, err)
+	}
+	st := &bi.Status
+	st.ObservedDigest, st.ShortDigest = digest, strings.TrimPrefix(digest, "sha256:")[:12]
+	st.Attempts, st.Progress = 0, ""
+	st.VirtualSize = report.VirtualSize
+	st.Instancetype, st.Preference = envValue(report.Env, api.EnvDefaultInstancetype), envValue(report.Env, api.EnvDefaultPreference)
+	if report.Verdict == api.VerdictRejected {
+		var reasons, messages []string
+		for _, rj := range report.Reasons {
+			reasons = append(reasons, rj.Code)
+			messages = append(messages, rj.Code+": "+rj.Message)
+		}
+		r.condition(bi, v1alpha1.ConditionRejected, true, conditionReason(reasons), "the image was refused at revalidation: "+strings.Join(messages, "; "))
+		r.condition(bi, v1alpha1.ConditionProgressing, false, "Rejected", "nothing is imported from a rejected image")
+		log.FromContext(ctx).Info("image rejected", "image", ref, "reasons", reasons)
+		return nil
+	}
+	r.condition(bi, v1alpha1.ConditionRejected, false, "Validated", "the containerDisk shape and disk header passed revalidation")
+	return nil
+}
+
+// check revalidates ref once; later BaseImages of the same digest reuse
+// the verdict. Errors are not cached.
+func (r *Reconciler) check(ctx context.Context, ref name.Digest) (*api.ContainerDiskReport, error) {
+	key := ref.String()
+	r.verdictsMu.Lock()
+	report, ok := r.verdicts[key]
+	r.verdictsMu.Unlock()
+	if ok {
+		return report, nil
+	}
+	report, err := r.Checker.CheckContainerDisk(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	r.verdictsMu.Lock()
+	if r.verdicts == nil || len(r.verdicts) >= maxVerdicts {
+		r.verdicts = map[string]*api.ContainerDiskReport{}
+	}
+	r.verdicts[key] = report
+	r.verdictsMu.Unlock()
+	return report, nil
+}
+
+// importOf gathers what the DataVolume of digest needs: storage choice,
+// registry credentials and CA in the namespace, the image's hints.
+func (r *Reconciler) importOf(ctx context.Context, bi *v1alpha1.BaseImage, image, digest string) (cdi.Import, error) {
+	st, migratable, reason, err := r.storage(ctx)
+	if err != nil {
+		return cdi.Import{}, err
+	}
+	if migratable {
+		r.condition(bi, v1alpha1.ConditionLiveMigratable, true, "ReadWriteMany", fmt.Sprintf("imports use ReadWriteMany %s volumes of StorageClass %s", st.VolumeMode, st.StorageClass))
+	} else {
+		r.condition(bi, v1alpha1.ConditionLiveMigratable, false, "NoReadWriteMany", reason)
+	}
+	im := cdi.Import{
+		Namespace: bi.Namespace, Tenant: bi.Spec.Tenant, Image: image,
+		Registry: r.Registry.RegistryStr(), Repository: r.repoPath(bi), Digest: digest,
+		VirtualSize: bi.Status.VirtualSize, PullMethod: r.PullMethod, Storage: st,
+		Instancetype: bi.Status.Instancetype, Preference: bi.Status.Preference,
+	}
+	if r.TenantCredentials != nil {
+		data, ok, err := r.TenantCredentials.Credential(bi.Spec.Tenant)
+		if err != nil {
+			return cdi.Import{}, fmt.Errorf("reading the registry credential of tenant %s: %w", bi.Spec.Tenant, err)
+		}
+		if !ok {
+			return cdi.Import{}, fmt.Errorf("%w: tenant %s has none; the syncer copies no other into its namespace", ErrNoTenantCredential, bi.Spec.Tenant)
+		}
+		im.SecretRef = cdi.PullSecretName
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: cdi.PullSecretName, Namespace: bi.Namespace}, Data: data}
+		if err := ensureCopy(ctx, r.Client, secret, func(cur *corev1.Secret) bool {
+			if maps.EqualFunc(cur.Data, data, func(a, b []byte) bool { return string(a) == string(b) }) {
+				return false
+			}
+			cur.Data = data
+			return true
+		}); err != nil {
+			return cdi.Import{}, err
+		}
+	}
+	if len(r.CA) > 0 {
+		im.CertConfig = cdi.CAConfigMapName
+		data := map[string]string{"ca.crt": string(r.CA)}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cdi.CAConfigMapName, Namespace: bi.Namespace}, Data: data}
+		if err := ensureCopy(ctx, r.Client, cm, func(cur *corev1.ConfigMap) bool {
+			if maps.Equal(cur.Data, data) {
+				return false
+			}
+			cur.Data = data
+			return true
+		}); err != nil {
+			return cdi.Import{}, err
+		}
+	}
+	return im, nil
+}
+
+// ensureCopy creates obj, or updates the existing object when fix reports
+// that it changed it. Only objects carrying the syncer's label are updated.
+func ensureCopy[T any, PT interface {
+	*T
+	client.Object
+}](ctx context.Context, c client.Client, obj PT, fix func(PT) bool) error {
+	obj.SetLabels(map[string]string{cdi.LabelManagedBy: cdi.ManagedByValue})
+	cur := PT(new(T))
+	err := c.Get(ctx, client.ObjectKeyFromObject(obj), cur)
+	if apierrors.IsNotFound(err) {
+		if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
+	}
+	if cur.GetLabels()[cdi.LabelManagedBy] != cdi.ManagedByValue {
+		return fmt.Errorf("%s/%s exists and is not managed by the syncer; remove it or let the syncer own it", obj.GetNamespace(), obj.GetName())
+	}
+	if !fix(cur) {
+		return nil
+	}
+	if err := c.Update(ctx, cur); err != nil {
+		return fmt.Errorf("updating %s/%s: %w", obj.GetNamespace(), obj.GetName(), err)
+	}
+	return nil
+}
+
+// storage reads the StorageProfile of the import StorageClass.
+func (r *Reconciler) storage(ctx context.Context) (cdi.Storage, bool, string, error) {
+	return cdi.StorageForClass(ctx, r.Client, r.StorageClass)
+}
+
+// importDigest creates the DataVolume of the digest or follows it, counting
+// failed attempts; on success it records the import in the status.
+func (r *Reconciler) importDigest(ctx context.Context, bi *v1alpha1.BaseImage, im cdi.Import, dvName string) (reconcile.Result, error) {
+	st := &bi.Status
+	maxAttempts := r.maxAttempts()
+	var dv cdiv1.DataVolume
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: bi.Namespace, Name: dvName}, &dv)
+	switch {
+	case apierrors.IsNotFound(err):
+		return r.startImport(ctx, bi, im, dvName)
+	case err != nil:
+		return reconcile.Result{}, fmt.Errorf("reading DataVolume %s/%s: %w", bi.Namespace, dvName, err)
+	case !importsFor(&dv, im.DataVolume()):
+		return reconcile.Result{}, r.conflict(bi, &ConflictError{Kind: "DataVolume", Namespace: bi.Namespace, Name: dvName, Owner: ownerOf(&dv)})
+	}
+
+	switch {
+	case dv.Status.Phase == cdiv1.Succeeded:
+		st.ImportedDigest, st.PVCName, st.Progress = im.Digest, dvName, "100.0%"
+		st.Imports = slices.DeleteFunc(st.Imports, func(rec v1alpha1.ImportRecord) bool { return rec.Digest == im.Digest })
+		st.Imports = slices.Insert(st.Imports, 0, v1alpha1.ImportRecord{Digest: im.Digest, DataVolume: dvName, CompletedAt: metav1.NewTime(r.now())})
+		log.FromContext(ctx).Info("import succeeded", "baseimage", client.ObjectKeyFromObject(bi), "datavolume", dvName)
+		return reconcile.Result{}, nil
+	case dv.Status.Phase == cdiv1.Failed || dv.Status.RestartCount >= maxPodRestarts:
+		st.Attempts++
+		now := metav1.NewTime(r.now())
+		st.LastFailure = &now
+		if err := r.Client.Delete(ctx, &dv, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("deleting failed DataVolume %s/%s: %w", bi.Namespace, dvName, err)
+		}
+		log.FromContext(ctx).Info("import failed", "baseimage", client.ObjectKeyFromObject(bi), "datavolume", dvName, "attempt", st.Attempts, "restarts", dv.Status.RestartCount)
+		if st.Attempts >= maxAttempts {
+			r.failed(bi)
+			return reconcile.Result{}, nil
+		}
+		st.Phase = v1alpha1.PhaseImporting
+		r.condition(bi, v1alpha1.ConditionProgressing, true, "Retrying",
+			fmt.Sprintf("import attempt %d of %d failed (%s); retrying", st.Attempts, maxAttempts, dvFailure(&dv)))
+		return reconcile.Result{RequeueAfter: retryDelay(r.RetryDelay, st.Attempts)}, nil
+	default:
+		st.Phase = v1alpha1.PhaseImporting
+		st.Progress = string(dv.Status.Progress)
+		r.condition(bi, v1alpha1.ConditionProgressing, true, "Importing", fmt.Sprintf("DataVolume %s imports %s", dvName, im.Digest))
+		return reconcile.Result{RequeueAfter: importingRecheck}, nil
+	}
+}
+
+// startImport creates the DataVolume of the digest, unless the attempts
+// are used up or the wait after the last failure has not passed.
+func (r *Reconciler) startImport(ctx context.Context, bi *v1alpha1.BaseImage, im cdi.Import, dvName string) (reconcile.Result, error) {
+	st := &bi.Status
+	if st.Attempts >= r.maxAttempts() {
+		r.failed(bi)
+		return reconcile.Result{}, nil
+	}
+	if st.LastFailure != nil {
+		if wait := st.LastFailure.Add(retryDelay(r.RetryDelay, st.Attempts)).Sub(r.now()); wait > 0 {
+			return reconcile.Result{RequeueAfter: wait}, nil
+		}
+	}
+	// The cache may lag behind the status written after the last
+	// failure; an import is started only from the current object.
+	if current, err := r.isCurrent(ctx, bi); err != nil || !current {
+		return reconcile.Result{Requeue: true}, err
+	}
+	want := im.DataVolume()
+	want.Labels[cdi.LabelBaseImage] = bi.Name
+	if err := r.Client.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
+		r.condition(bi, v1alpha1.ConditionProgressing, true, "CreateFailed", err.Error())
+		return reconcile.Result{}, fmt.Errorf("creating DataVolume %s/%s: %w", bi.Namespace, dvName, err)
+	}
+	if seen, err := time.Parse(time.RFC3339Nano, bi.Annotations[v1alpha1.AnnotationSeenAt]); err == nil {
+		r.Metrics.latency(r.now().Sub(seen))
+	}
+	log.FromContext(ctx).Info("import started", "baseimage", client.ObjectKeyFromObject(bi), "datavolume", dvName, "digest", im.Digest)
+	st.Phase, st.Progress = v1alpha1.PhaseImporting, ""
+	r.condition(bi, v1alpha1.ConditionProgressing, true, "Importing", fmt.Sprintf("DataVolume %s imports %s", dvName, im.Digest))
+	return reconcile.Result{RequeueAfter: importingRecheck}, nil
+}
+
+// failed stops the retries of the observed digest.
+func (r *Reconciler) failed(bi *v1alpha1.BaseImage) {
+	bi.Status.Phase = v1alpha1.PhaseFailed
+	r.condition(bi, v1alpha1.ConditionProgressing, false, "RetriesExhausted",
+		fmt.Sprintf("the import of %s failed %d times and is not retried; push a new digest, or start over with: kubectl annotate bi -n %s %s %s=now", bi.Spec.Digest, bi.Status.Attempts, bi.Namespace, bi.Name, v1alpha1.AnnotationRetry))
+}
+
+// retry honours the retry annotation: the attempts of the digest start
+// over, and the annotation is removed.
+func (r *Reconciler) retry(ctx context.Context, bi *v1alpha1.BaseImage) (reconcile.Result, bool, error) {
+	bi.Status.Attempts, bi.Status.LastFailure = 0, nil
+	if bi.Status.Phase == v1alpha1.PhaseFailed {
+		bi.Status.Phase = v1alpha1.PhaseImporting
+		r.condition(bi, v1alpha1.ConditionProgressing, true, "Retrying", "imports start over, as asked with "+v1alpha1.AnnotationRetry)
+	}
+	status := bi.Status.DeepCopy()
+	patch := client.MergeFrom(bi.DeepCopy())
+	delete(bi.Annotations, v1alpha1.AnnotationRetry)
+	if err := r.Client.Patch(ctx, bi, patch); err != nil {
+		return reconcile.Result{}, false, fmt.Errorf("removing the retry annotation: %w", err)
+	}
+	bi.Status = *status // the patch answer carries the stored status
+	log.FromContext(ctx).Info("imports start over on request", "baseimage", client.ObjectKeyFromObject(bi))
+	return reconcile.Result{Requeue: true}, false, nil
+}
+
+// retryDelay is the wait before attempt n+1: base (default 30 s)
+// doubling, at most 10 min.
+func retryDelay(base time.Duration, attempts int32) time.Duration {
+	if base <= 0 {
+		base = DefaultRetryDelay
+	}
+	return min(base<<min(max(attempts-1, 0), 5), 10*time.Minute)
+}
+
+func dvFailure(dv *cdiv1.DataVolume) string {
+	for _, c := range dv.Status.Conditions {
+		if c.Type == cdiv1.DataVolumeRunning && c.Message != "" {
+			return c.Message
+		}
+	}
+	return fmt.Sprintf("phase %s, %d importer restarts", dv.Status.Phase, dv.Status.RestartCount)
+}
+
+func envValue(env []string, key string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// conditionReason turns rejection codes ("backing-file") into a condition
+// reason, which must be CamelCase ("BackingFile").
+func conditionReason(codes []string) string {
+	if len(codes) == 0 {
+		return "Rejected"
+	}
+	var b strings.Builder
+	for _, part := range strings.FieldsFunc(codes[0], func(r rune) bool { return r == '-' || r == '_' || r == '.' }) {
+		b.WriteString(strings.ToUpper(part[:1]) + part[1:])
+	}
+	if b.Len() == 0 {
+		return "Rejected"
+	}
+	return b.String()
+}

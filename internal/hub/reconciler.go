@@ -1,0 +1,300 @@
+package hub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/workqueue"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/pkg/api"
+	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
+)
+
+// Defaults of the Reconciler's bounds.
+const (
+	DefaultKeep        = 2
+	DefaultMaxAttempts = 5
+	DefaultRetryDelay  = 30 * time.Second
+	// maxPodRestarts is how many restarts of CDI's importer pod count as
+	// one failed attempt: CDI itself retries forever.
+	maxPodRestarts = 3
+	// importingRecheck is how often an import in progress is looked at
+	// even without a DataVolume event.
+	importingRecheck = 30 * time.Second
+)
+
+// Checker revalidates an image in the registry before it is imported;
+// *registry.Client implements it.
+type Checker interface {
+	CheckContainerDisk(ctx context.Context, ref name.Reference) (*api.ContainerDiskReport, error)
+}
+
+// Reconciler drives each BaseImage to a DataSource serving its digest:
+// revalidate the image, create a digest-pinned DataVolume, switch the
+// DataSource once the import succeeded, and delete imports beyond the
+// retention. Every write is preceded by a comparison, so a BaseImage that
+// is already where it should be costs no write.
+type Reconciler struct {
+	Client client.Client
+	// APIReader reads without the cache; it confirms a BaseImage is
+	// current before an import is started. Nil means Client.
+	APIReader client.Reader
+	Registry  name.Registry
+	Checker   Checker
+	// StorageClass is the class imports use; empty means the cluster's default.
+	StorageClass string
+	// PullMethod is CDI's registry pull method; empty means pod.
+	PullMethod cdiv1.RegistryPullMethod
+	// TenantCredentials, when set, gives each tenant's own registry
+	// credential (one that reads only TENANT/*), copied into that tenant's
+	// namespace as the Secret cdi.PullSecretName for CDI's importer. The
+	// syncer's own credential is never copied. Nil means imports carry no
+	// pull secret (a public registry, or CDI's node pull method).
+	TenantCredentials TenantCredentials
+	// CA, when set, is the registry's CA bundle (PEM), copied into each
+	// tenant namespace as the ConfigMap cdi.CAConfigMapName.
+	CA []byte
+	// Keep is how many successful imports stay per BaseImage unless its
+	// spec says otherwise; 0 means DefaultKeep.
+	Keep int32
+	// OnDelete is the policy when a tag leaves the registry, unless the
+	// BaseImage's spec says otherwise; empty means retain.
+	OnDelete v1alpha1.DeletionPolicy
+	// MaxAttempts bounds the imports tried for one digest; 0 means DefaultMaxAttempts.
+	MaxAttempts int32
+	// RetryDelay is the wait after the first failed import, doubling after
+	// each further one up to 10 min; 0 means DefaultRetryDelay.
+	RetryDelay time.Duration
+	Metrics    *Metrics
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+
+	// verdicts caches revalidation reports by repository@digest: a digest
+	// is immutable, and many tags (or hubs' namespaces) share one.
+	verdictsMu sync.Mutex
+	verdicts   map[string]*api.ContainerDiskReport
+}
+
+// maxVerdicts bounds the revalidation cache; it is emptied when full.
+const maxVerdicts = 4096
+
+var _ reconcile.Reconciler = (*Reconciler)(nil)
+
+// SetupWithManager registers the reconciler with workers concurrent
+// reconciles. It watches BaseImages (spec and annotation changes, not its
+// own status writes) and the DataVolumes it created.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
+	dvToBaseImage := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		bi := o.GetLabels()[cdi.LabelBaseImage]
+		if bi == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: o.GetNamespace(), Name: bi}}}
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("baseimage").
+		For(&v1alpha1.BaseImage{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Watches(&cdiv1.DataVolume{}, dvToBaseImage).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: max(workers, 1),
+			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
+		}).
+		Complete(r)
+}
+
+// Reconcile implements reconcile.Reconciler: it reads the BaseImage, lets
+// reconcile move it one step on (import.go, serve.go, gc.go record what
+// they did in the status in memory), and writes the status here, the one
+// place it is written, only when it changed.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var bi v1alpha1.BaseImage
+	if err := r.Client.Get(ctx, req.NamespacedName, &bi); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.Metrics.phase(req.NamespacedName, "")
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	if !bi.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	before := bi.Status.DeepCopy()
+	res, gone, err := r.reconcile(ctx, &bi)
+	if gone {
+		r.Metrics.phase(req.NamespacedName, "")
+		return res, err
+	}
+	bi.Status.ObservedGeneration = bi.Generation
+	if !equality.Semantic.DeepEqual(before, &bi.Status) {
+		uerr := r.Client.Status().Update(ctx, &bi)
+		if apierrors.IsConflict(uerr) && err == nil {
+			// A stale cache read: the next run sees the newer object.
+			return reconcile.Result{Requeue: true}, nil
+		}
+		if uerr != nil {
+			return res, errors.Join(err, fmt.Errorf("updating the status of BaseImage %s: %w", req.NamespacedName, uerr))
+		}
+	}
+	r.Metrics.phase(req.NamespacedName, bi.Status.Phase)
+	// An error is not logged here: controller-runtime logs it with the
+	// request and retries with backoff.
+	return res, err
+}
+
+// reconcile moves bi one step on and records the outcome in bi.Status.
+// gone reports that the BaseImage was deleted by the deletion policy.
+func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res reconcile.Result, gone bool, err error) {
+	image := cdi.ImageName(r.repoPath(bi))
+	if want := cdi.BaseImageName(r.repoPath(bi), bi.Spec.Tag); bi.Name != want {
+		// Named by an earlier version, or made by hand: the syncer leaves
+		// it and everything it made alone (docs/syncer.md, Upgrading).
+		msg := fmt.Sprintf("this BaseImage's name is not the one image-syncer derives for %s:%s (%s); the syncer no longer updates it or what it made. Delete it, its DataSource and its DataVolumes (label %s=%s) once %s serves the image",
+			bi.Spec.Repository, bi.Spec.Tag, want, cdi.LabelBaseImage, bi.Name, want)
+		r.condition(bi, v1alpha1.ConditionReady, false, "LegacyName", msg)
+		r.condition(bi, v1alpha1.ConditionProgressing, false, "LegacyName", msg)
+		return reconcile.Result{}, false, nil
+	}
+	if _, removed := bi.Annotations[v1alpha1.AnnotationRemoved]; removed {
+		if r.onDelete(bi) == v1alpha1.DeletionDelete {
+			// A push may have cleared the mark since the cache saw it.
+			if current, err := r.isCurrent(ctx, bi); err != nil || !current {
+				return reconcile.Result{Requeue: true}, true, err
+			}
+			return reconcile.Result{}, true, r.deleteAll(ctx, bi, image)
+		}
+		bi.Status.Phase = v1alpha1.PhaseDeleted
+		bi.Status.Progress = ""
+		r.condition(bi, v1alpha1.ConditionProgressing, false, "RemovedFromRegistry",
+			"the tag is gone from the registry; the current import is retained (deletion policy retain)")
+		return reconcile.Result{}, false, r.collect(ctx, bi, image, "")
+	}
+	digest := bi.Spec.Digest
+	if digest == "" {
+		bi.Status.Phase = v1alpha1.PhasePending
+		return reconcile.Result{}, false, nil
+	}
+	if bi.Status.ObservedDigest != digest {
+		if err := r.revalidate(ctx, bi, digest); err != nil {
+			return reconcile.Result{}, false, err
+		}
+	}
+	if _, retry := bi.Annotations[v1alpha1.AnnotationRetry]; retry {
+		return r.retry(ctx, bi)
+	}
+	if meta.IsStatusConditionTrue(bi.Status.Conditions, v1alpha1.ConditionRejected) {
+		bi.Status.Phase = v1alpha1.PhaseRejected
+		return reconcile.Result{}, false, r.collect(ctx, bi, image, "")
+	}
+
+	im, err := r.importOf(ctx, bi, image, digest)
+	if err != nil {
+		reason := "StorageUnavailable"
+		if errors.Is(err, ErrNoTenantCredential) {
+			reason = "NoTenantCredential"
+		}
+		r.condition(bi, v1alpha1.ConditionProgressing, false, reason, err.Error())
+		return reconcile.Result{}, false, err
+	}
+	dvName := cdi.DataVolumeName(image, digest)
+	if bi.Status.ImportedDigest == digest {
+		return reconcile.Result{}, false, r.serve(ctx, bi, im)
+	}
+	res, err = r.importDigest(ctx, bi, im, dvName)
+	if err != nil {
+		return res, false, err
+	}
+	if bi.Status.ImportedDigest == digest { // it just succeeded
+		return res, false, r.serve(ctx, bi, im)
+	}
+	return res, false, r.collect(ctx, bi, image, dvName)
+}
+
+// isCurrent reports whether bi is the newest version of the object.
+func (r *Reconciler) isCurrent(ctx context.Context, bi *v1alpha1.BaseImage) (bool, error) {
+	reader := r.APIReader
+	if reader == nil {
+		return true, nil // the client reads the API server itself
+	}
+	var fresh v1alpha1.BaseImage
+	if err := reader.Get(ctx, client.ObjectKeyFromObject(bi), &fresh); err != nil {
+		return false, fmt.Errorf("reading BaseImage %s: %w", client.ObjectKeyFromObject(bi), err)
+	}
+	return fresh.ResourceVersion == bi.ResourceVersion, nil
+}
+
+// conflict reports on bi that an object it needs belongs to someone else,
+// and returns the error that has the BaseImage looked at again later.
+func (r *Reconciler) conflict(bi *v1alpha1.BaseImage, c *ConflictError) error {
+	bi.Status.Phase = v1alpha1.PhaseFailed
+	msg := c.Error() + "; delete or rename it for this BaseImage to be served"
+	r.condition(bi, v1alpha1.ConditionReady, false, "Conflict", msg)
+	r.condition(bi, v1alpha1.ConditionProgressing, false, "Conflict", msg)
+	return c
+}
+
+func (r *Reconciler) condition(bi *v1alpha1.BaseImage, typ string, status bool, reason, msg string) {
+	s := metav1.ConditionFalse
+	if status {
+		s = metav1.ConditionTrue
+	}
+	meta.SetStatusCondition(&bi.Status.Conditions, metav1.Condition{
+		Type: typ, Status: s, Reason: reason, Message: msg, ObservedGeneration: bi.Generation,
+	})
+}
+
+// repoPath is the BaseImage's repository without the registry host.
+func (r *Reconciler) repoPath(bi *v1alpha1.BaseImage) string {
+	return strings.TrimPrefix(bi.Spec.Repository, r.Registry.RegistryStr()+"/")
+}
+
+func (r *Reconciler) keep(bi *v1alpha1.BaseImage) int32 {
+	if ret := bi.Spec.Retention; ret != nil && ret.Keep > 0 {
+		return ret.Keep
+	}
+	if r.Keep > 0 {
+		return r.Keep
+	}
+	return DefaultKeep
+}
+
+func (r *Reconciler) onDelete(bi *v1alpha1.BaseImage) v1alpha1.DeletionPolicy {
+	if ret := bi.Spec.Retention; ret != nil && ret.OnDelete != "" {
+		return ret.OnDelete
+	}
+	if r.OnDelete != "" {
+		return r.OnDelete
+	}
+	return v1alpha1.DeletionRetain
+}
+
+func (r *Reconciler) maxAttempts() int32 {
+	if r.MaxAttempts > 0 {
+		return r.MaxAttempts
+	}
+	return DefaultMaxAttempts
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
