@@ -40,6 +40,23 @@ type Storage struct {
 	FilesystemOverhead float64
 }
 
+// Spec is the CDI storage request for a volume of this shape holding
+// size bytes. Every volume imagepipe asks for (imports, VM root disks,
+// blank volumes) is built here, so they agree on class, access and mode.
+func (st Storage) Spec(size resource.Quantity) *cdiv1.StorageSpec {
+	mode := st.VolumeMode
+	spec := &cdiv1.StorageSpec{
+		AccessModes: []corev1.PersistentVolumeAccessMode{st.AccessMode},
+		VolumeMode:  &mode,
+		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
+	}
+	if st.StorageClass != "" {
+		class := st.StorageClass
+		spec.StorageClassName = &class
+	}
+	return spec
+}
+
 // Import describes one digest of one image to import onto a hub.
 type Import struct {
 	Namespace   string
@@ -111,17 +128,6 @@ func (im Import) DataVolume() *cdiv1.DataVolume {
 	if im.CertConfig != "" {
 		src.CertConfigMap = &im.CertConfig
 	}
-	mode := im.Storage.VolumeMode
-	storage := &cdiv1.StorageSpec{
-		AccessModes: []corev1.PersistentVolumeAccessMode{im.Storage.AccessMode},
-		VolumeMode:  &mode,
-		Resources: corev1.VolumeResourceRequirements{
-			Requests: corev1.ResourceList{corev1.ResourceStorage: im.VolumeSize()},
-		},
-	}
-	if im.Storage.StorageClass != "" {
-		storage.StorageClassName = &im.Storage.StorageClass
-	}
 	return &cdiv1.DataVolume{
 		TypeMeta: metav1.TypeMeta{APIVersion: cdiv1.SchemeGroupVersion.String(), Kind: "DataVolume"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -137,7 +143,7 @@ func (im Import) DataVolume() *cdiv1.DataVolume {
 		},
 		Spec: cdiv1.DataVolumeSpec{
 			Source:  &cdiv1.DataVolumeSource{Registry: src},
-			Storage: storage,
+			Storage: im.Storage.Spec(im.VolumeSize()),
 		},
 	}
 }

@@ -271,18 +271,9 @@ func CreateVolume(ctx context.Context, c client.Client, ns, name string, size re
 	if size.Sign() <= 0 {
 		return nil, errors.New("--size must be positive")
 	}
-	mode := st.VolumeMode
-	storage := &cdiv1.StorageSpec{
-		AccessModes: []corev1.PersistentVolumeAccessMode{st.AccessMode},
-		VolumeMode:  &mode,
-		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
-	}
-	if st.StorageClass != "" {
-		storage.StorageClassName = &st.StorageClass
-	}
 	dv := &cdiv1.DataVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{LabelVolume: name, cdi.LabelManagedBy: "imagectl"}},
-		Spec:       cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}}, Storage: storage},
+		Spec:       cdiv1.DataVolumeSpec{Source: &cdiv1.DataVolumeSource{Blank: &cdiv1.DataVolumeBlankImage{}}, Storage: st.Spec(size)},
 	}
 	if err := c.Create(ctx, dv); err != nil {
 		if apierrors.IsAlreadyExists(err) {

@@ -1,7 +1,6 @@
 package vmlaunch
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -82,45 +81,50 @@ type Rendered struct {
 	Notes []string
 }
 
+// vmBuild is a VirtualMachine being rendered: the request, the result so
+// far, and what the bindings set for the parts built after them.
+type vmBuild struct {
+	req  Request
+	out  *Rendered
+	vm   *kubevirtv1.VirtualMachine
+	tmpl *kubevirtv1.VirtualMachineInstanceTemplateSpec
+
+	diskSize    resource.Quantity // the template's minimum root disk size
+	hasDiskSize bool
+	network     string // a Multus network name, or "" for the primary one
+	userData    string // the template's cloud-init user data
+	// computeIgnored is set when an instancetype overrides CPU or memory
+	// values the template gave.
+	computeIgnored bool
+}
+
+func (b *vmBuild) domain() *kubevirtv1.DomainSpec { return &b.tmpl.Spec.Domain }
+
 // Render builds the VirtualMachine. It fails, naming the field or
 // parameter, when the template and values do not make a bootable VM.
 func Render(req Request) (*Rendered, error) {
 	if !dns1123Label.MatchString(req.Name) || len(req.Name) > 50 {
 		return nil, fmt.Errorf("VM name %q: want a DNS label of at most 50 characters", req.Name)
 	}
-	b, _ := bindings(req.Template)
-	out := &Rendered{LiveMigratable: true}
-	get := func(field, text string) (Value, bool, error) {
-		v, ok, err := bound(text, fieldTypes[field], req.Values)
-		if err != nil {
-			return v, false, fmt.Errorf("vm.%s: %w", field, err)
+	b := newVMBuild(req)
+	for _, step := range []func(*vmBuild) error{renderCompute, renderRootDisk, renderNetwork, renderDevices, renderCloudInit} {
+		if err := step(b); err != nil {
+			return nil, err
 		}
-		return v, ok, nil
 	}
-	var errs []error
-	must := func(v Value, ok bool, err error) (Value, bool) {
-		if err != nil {
-			errs = append(errs, err)
-		}
-		return v, ok && err == nil
+	eviction := kubevirtv1.EvictionStrategyLiveMigrate
+	if !b.out.LiveMigratable {
+		// Draining a node stops such a VM; runStrategy starts it elsewhere.
+		eviction = kubevirtv1.EvictionStrategyNone
 	}
-	cores, hasCores := must(get("cpuCores", b.CPUCores))
-	memory, hasMemory := must(get("memory", b.Memory))
-	diskSize, hasDisk := must(get("diskSize", b.DiskSize))
-	itype, hasIType := must(get("instancetype", b.Instancetype))
-	pref, hasPref := must(get("preference", b.Preference))
-	network, hasNetwork := must(get("network", b.Network))
-	userData, hasUserData := must(get("userData", b.UserData))
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	if !hasIType && req.Image.Instancetype != "" {
-		itype, hasIType = Value{Type: api.TypeString, Str: req.Image.Instancetype}, true
-	}
-	if !hasPref && req.Image.Preference != "" {
-		pref, hasPref = Value{Type: api.TypeString, Str: req.Image.Preference}, true
-	}
+	b.tmpl.Spec.EvictionStrategy = &eviction
+	b.out.VM = b.vm
+	return b.out, nil
+}
 
+// newVMBuild starts the VM: its labels, the image digest it boots, and its
+// run strategy.
+func newVMBuild(req Request) *vmBuild {
 	vm := &kubevirtv1.VirtualMachine{
 		TypeMeta: metav1.TypeMeta{APIVersion: kubevirtv1.GroupVersion.String(), Kind: "VirtualMachine"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -139,151 +143,146 @@ func Render(req Request) (*Rendered, error) {
 	if req.Stopped {
 		run = kubevirtv1.RunStrategyHalted
 	}
-	spec := &vm.Spec
-	spec.RunStrategy = &run
+	vm.Spec.RunStrategy = &run
 	tmpl := &kubevirtv1.VirtualMachineInstanceTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelVM: req.Name}},
 	}
-	spec.Template = tmpl
-	domain := &tmpl.Spec.Domain
+	vm.Spec.Template = tmpl
+	return &vmBuild{req: req, out: &Rendered{LiveMigratable: true}, vm: vm, tmpl: tmpl}
+}
 
-	if hasIType {
-		if !dns1123Subdomain.MatchString(itype.Str) {
-			return nil, fmt.Errorf("instancetype %q is not a valid name", itype.Str)
-		}
-		spec.Instancetype = &kubevirtv1.InstancetypeMatcher{Name: itype.Str, Kind: "VirtualMachineClusterInstancetype"}
-		if hasCores || hasMemory {
-			out.Notes = append(out.Notes, fmt.Sprintf("instancetype %s sets CPU and memory; the template's CPU and memory values are not used", itype.Str))
-		}
-	} else {
-		if !hasMemory {
-			return nil, errors.New("the template sets neither memory (vm_memory) nor an instancetype, and the image suggests no instancetype")
-		}
-		if memory.Quantity.Cmp(resource.MustParse("64Mi")) < 0 {
-			return nil, fmt.Errorf("memory %s: want at least 64Mi", memory.Quantity.String())
-		}
-		q := memory.Quantity
-		domain.Memory = &kubevirtv1.Memory{Guest: &q}
-		if hasCores {
-			if cores.Int < 1 || cores.Int > 1024 {
-				return nil, fmt.Errorf("cpu cores %d: want 1 to 1024", cores.Int)
-			}
-			domain.CPU = &kubevirtv1.CPU{Cores: uint32(cores.Int)}
+// renderCompute applies the template's bindings in table order:
+// instancetype, memory and CPU, preference, and what later parts read.
+func renderCompute(b *vmBuild) error {
+	bs, _ := bindings(b.req.Template)
+	vals, oks, err := resolveBindings(&bs, b.req.Values, b.req.Image)
+	if err != nil {
+		return err
+	}
+	for i, vb := range vmBindings {
+		if err := vb.apply(b, vals[i], oks[i]); err != nil {
+			return err
 		}
 	}
-	if hasPref {
-		if !dns1123Subdomain.MatchString(pref.Str) {
-			return nil, fmt.Errorf("preference %q is not a valid name", pref.Str)
-		}
-		spec.Preference = &kubevirtv1.PreferenceMatcher{Name: pref.Str, Kind: "VirtualMachineClusterPreference"}
+	if b.computeIgnored {
+		b.out.Notes = append(b.out.Notes, fmt.Sprintf("instancetype %s sets CPU and memory; the template's CPU and memory values are not used", b.vm.Spec.Instancetype.Name))
 	}
+	return nil
+}
 
-	// Root disk: a clone of the image's DataSource, at least the image's
-	// virtual size (plus the filesystem overhead) and the template's size.
+// renderRootDisk adds the root disk: a clone of the image's DataSource, at
+// least the image's virtual size (plus the filesystem overhead) and the
+// template's size.
+func renderRootDisk(b *vmBuild) error {
+	req := b.req
 	size := cdi.Import{VirtualSize: req.Image.VirtualSize, Storage: req.Storage}.VolumeSize()
-	if hasDisk && diskSize.Quantity.Cmp(size) > 0 {
-		size = diskSize.Quantity
-	}
-	mode := req.Storage.VolumeMode
-	storage := &cdiv1.StorageSpec{
-		AccessModes: []corev1.PersistentVolumeAccessMode{req.Storage.AccessMode},
-		VolumeMode:  &mode,
-		Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
-	}
-	if req.Storage.StorageClass != "" {
-		storage.StorageClassName = &req.Storage.StorageClass
+	if b.hasDiskSize && b.diskSize.Cmp(size) > 0 {
+		size = b.diskSize
 	}
 	rootDV := req.Name + "-" + rootDiskName
 	ns := req.Image.Namespace
-	spec.DataVolumeTemplates = []kubevirtv1.DataVolumeTemplateSpec{{
+	b.vm.Spec.DataVolumeTemplates = []kubevirtv1.DataVolumeTemplateSpec{{
 		ObjectMeta: metav1.ObjectMeta{Name: rootDV, Labels: map[string]string{LabelVM: req.Name}},
 		Spec: cdiv1.DataVolumeSpec{
 			SourceRef: &cdiv1.DataVolumeSourceRef{Kind: cdiv1.DataVolumeDataSource, Name: req.Image.DataSource, Namespace: &ns},
-			Storage:   storage,
+			Storage:   req.Storage.Spec(size),
 		},
 	}}
-	domain.Devices.Disks = []kubevirtv1.Disk{{Name: rootDiskName, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}}}
-	tmpl.Spec.Volumes = []kubevirtv1.Volume{{Name: rootDiskName, VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: rootDV}}}}
+	b.domain().Devices.Disks = []kubevirtv1.Disk{{Name: rootDiskName, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}}}
+	b.tmpl.Spec.Volumes = []kubevirtv1.Volume{{Name: rootDiskName, VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: rootDV}}}}
 	if req.Storage.AccessMode != corev1.ReadWriteMany {
 		note := req.StorageNote
 		if note == "" {
 			note = fmt.Sprintf("the root disk is %s, not ReadWriteMany", req.Storage.AccessMode)
 		}
-		out.notMigratable(note)
+		b.out.notMigratable(note)
 	}
+	return nil
+}
 
-	// Network: one interface.
+// renderNetwork adds the VM's one interface: on a Multus network the
+// template names, else on the namespace's primary network with the binding
+// that keeps it migratable where one exists.
+func renderNetwork(b *vmBuild) error {
 	iface := kubevirtv1.Interface{Name: networkName}
 	net := kubevirtv1.Network{Name: networkName}
 	switch {
-	case hasNetwork && network.Str != "":
-		if !dns1123Label.MatchString(network.Str) {
-			return nil, fmt.Errorf("network %q is not a valid NetworkAttachmentDefinition name", network.Str)
+	case b.network != "":
+		if !dns1123Label.MatchString(b.network) {
+			return fmt.Errorf("network %q is not a valid NetworkAttachmentDefinition name", b.network)
 		}
 		iface.Bridge = &kubevirtv1.InterfaceBridge{}
-		net.Multus = &kubevirtv1.MultusNetwork{NetworkName: network.Str, Default: true}
-	case req.Network == PrimaryUDNLayer2:
+		net.Multus = &kubevirtv1.MultusNetwork{NetworkName: b.network, Default: true}
+	case b.req.Network == PrimaryUDNLayer2:
 		// OVN-Kubernetes keeps the VM's address across nodes on a layer-2
 		// primary network; KubeVirt's l2bridge binding plugs into it.
 		iface.Binding = &kubevirtv1.PluginBinding{Name: "l2bridge"}
 		net.Pod = &kubevirtv1.PodNetwork{}
-	case req.Network == PrimaryUDNLayer3:
+	case b.req.Network == PrimaryUDNLayer3:
 		iface.Binding = &kubevirtv1.PluginBinding{Name: "passt"}
 		net.Pod = &kubevirtv1.PodNetwork{}
-		out.notMigratable("the namespace's primary network is layer 3, where a VM's address changes with its node")
+		b.out.notMigratable("the namespace's primary network is layer 3, where a VM's address changes with its node")
 	default:
 		iface.Masquerade = &kubevirtv1.InterfaceMasquerade{}
 		net.Pod = &kubevirtv1.PodNetwork{}
 	}
-	domain.Devices.Interfaces = []kubevirtv1.Interface{iface}
-	tmpl.Spec.Networks = []kubevirtv1.Network{net}
+	b.domain().Devices.Interfaces = []kubevirtv1.Interface{iface}
+	b.tmpl.Spec.Networks = []kubevirtv1.Network{net}
+	return nil
+}
 
-	// Devices passed through pin the VM to its node.
-	passThrough := func(kind string, list []api.DeviceBinding, add func(name, device string)) error {
-		for _, d := range list {
-			v, ok, err := get("deviceName", d.DeviceName)
-			if err != nil {
-				return err
-			}
-			if !ok || v.Str == "" {
-				continue
-			}
-			if !resourceName.MatchString(v.Str) {
-				return fmt.Errorf("%s device name %q is not a resource name", kind, v.Str)
-			}
-			add(d.Name, v.Str)
-			out.notMigratable(fmt.Sprintf("%s %s (%s) is passed through", kind, d.Name, v.Str))
+// renderDevices passes GPUs and host devices through; each pins the VM to
+// its node.
+func renderDevices(b *vmBuild) error {
+	bs, _ := bindings(b.req.Template)
+	devices := &b.domain().Devices
+	if err := b.passThrough("GPU", bs.GPUs, func(name, device string) {
+		devices.GPUs = append(devices.GPUs, kubevirtv1.GPU{Name: name, DeviceName: device})
+	}); err != nil {
+		return err
+	}
+	return b.passThrough("host device", bs.HostDevices, func(name, device string) {
+		devices.HostDevices = append(devices.HostDevices, kubevirtv1.HostDevice{Name: name, DeviceName: device})
+	})
+}
+
+func (b *vmBuild) passThrough(kind string, list []api.DeviceBinding, add func(name, device string)) error {
+	for _, d := range list {
+		v, ok, err := bound(d.DeviceName, deviceNameType, b.req.Values)
+		if err != nil {
+			return fmt.Errorf("vm.deviceName: %w", err)
 		}
-		return nil
+		if !ok || v.Str == "" {
+			continue
+		}
+		if !resourceName.MatchString(v.Str) {
+			return fmt.Errorf("%s device name %q is not a resource name", kind, v.Str)
+		}
+		add(d.Name, v.Str)
+		b.out.notMigratable(fmt.Sprintf("%s %s (%s) is passed through", kind, d.Name, v.Str))
 	}
-	if err := passThrough("GPU", b.GPUs, func(name, device string) {
-		domain.Devices.GPUs = append(domain.Devices.GPUs, kubevirtv1.GPU{Name: name, DeviceName: device})
-	}); err != nil {
-		return nil, err
-	}
-	if err := passThrough("host device", b.HostDevices, func(name, device string) {
-		domain.Devices.HostDevices = append(domain.Devices.HostDevices, kubevirtv1.HostDevice{Name: name, DeviceName: device})
-	}); err != nil {
-		return nil, err
-	}
+	return nil
+}
 
-	// cloud-init NoCloud: user data in a Secret, SSH keys propagated by
-	// KubeVirt from another.
+// renderCloudInit adds cloud-init NoCloud: user data in a Secret, SSH keys
+// propagated by KubeVirt from another.
+func renderCloudInit(b *vmBuild) error {
+	req := b.req
 	ud := req.UserData
-	if ud == "" && hasUserData {
-		ud = userData.Str
+	if ud == "" {
+		ud = b.userData
 	}
 	if len(ud) > MaxUserData {
-		return nil, fmt.Errorf("user data is %d bytes, over the limit of %d", len(ud), MaxUserData)
+		return fmt.Errorf("user data is %d bytes, over the limit of %d", len(ud), MaxUserData)
 	}
 	if ud == "" && len(req.SSHKeys) > 0 {
 		ud = "#cloud-config\n"
 	}
 	if ud != "" {
 		secret := req.Name + "-cloudinit"
-		out.Secrets = append(out.Secrets, vmSecret(req, secret, map[string][]byte{"userdata": []byte(ud)}))
-		domain.Devices.Disks = append(domain.Devices.Disks, kubevirtv1.Disk{Name: cloudInitDiskName, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}})
-		tmpl.Spec.Volumes = append(tmpl.Spec.Volumes, kubevirtv1.Volume{Name: cloudInitDiskName, VolumeSource: kubevirtv1.VolumeSource{
+		b.out.Secrets = append(b.out.Secrets, vmSecret(req, secret, map[string][]byte{"userdata": []byte(ud)}))
+		b.domain().Devices.Disks = append(b.domain().Devices.Disks, kubevirtv1.Disk{Name: cloudInitDiskName, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}})
+		b.tmpl.Spec.Volumes = append(b.tmpl.Spec.Volumes, kubevirtv1.Volume{Name: cloudInitDiskName, VolumeSource: kubevirtv1.VolumeSource{
 			CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{UserDataSecretRef: &corev1.LocalObjectReference{Name: secret}},
 		}})
 	}
@@ -293,21 +292,13 @@ func Render(req Request) (*Rendered, error) {
 		for i, k := range req.SSHKeys {
 			data[fmt.Sprintf("key%d", i+1)] = []byte(strings.TrimSpace(k))
 		}
-		out.Secrets = append(out.Secrets, vmSecret(req, secret, data))
-		tmpl.Spec.AccessCredentials = []kubevirtv1.AccessCredential{{SSHPublicKey: &kubevirtv1.SSHPublicKeyAccessCredential{
+		b.out.Secrets = append(b.out.Secrets, vmSecret(req, secret, data))
+		b.tmpl.Spec.AccessCredentials = []kubevirtv1.AccessCredential{{SSHPublicKey: &kubevirtv1.SSHPublicKeyAccessCredential{
 			Source:            kubevirtv1.SSHPublicKeyAccessCredentialSource{Secret: &kubevirtv1.AccessCredentialSecretSource{SecretName: secret}},
 			PropagationMethod: kubevirtv1.SSHPublicKeyAccessCredentialPropagationMethod{NoCloud: &kubevirtv1.NoCloudSSHPublicKeyAccessCredentialPropagation{}},
 		}}}
 	}
-
-	eviction := kubevirtv1.EvictionStrategyLiveMigrate
-	if !out.LiveMigratable {
-		// Draining a node stops such a VM; runStrategy starts it elsewhere.
-		eviction = kubevirtv1.EvictionStrategyNone
-	}
-	tmpl.Spec.EvictionStrategy = &eviction
-	out.VM = vm
-	return out, nil
+	return nil
 }
 
 func (r *Rendered) notMigratable(reason string) {

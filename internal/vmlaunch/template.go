@@ -324,13 +324,6 @@ func ResolveParameters(t *api.VMTemplate, sets []string) (map[string]Value, erro
 	return values, errors.Join(errs...)
 }
 
-// fieldTypes are the types the VM's bindable fields take.
-var fieldTypes = map[string]api.ParameterType{
-	"cpuCores": api.TypeInteger, "memory": api.TypeQuantity, "diskSize": api.TypeQuantity,
-	"instancetype": api.TypeString, "preference": api.TypeString, "network": api.TypeString,
-	"deviceName": api.TypeString, "userData": api.TypeString,
-}
-
 // bindings returns the template's bindings: its vm section, or the
 // conventional names.
 func bindings(t *api.VMTemplate) (b api.VMBindings, explicit bool) {
@@ -338,25 +331,6 @@ func bindings(t *api.VMTemplate) (b api.VMBindings, explicit bool) {
 		return *t.VM, true
 	}
 	return api.DefaultBindings, false
-}
-
-// eachBinding calls fn for every bound field: its name, its type and the
-// binding text.
-func eachBinding(b api.VMBindings, fn func(field string, typ api.ParameterType, text string)) {
-	for field, text := range map[string]string{
-		"cpuCores": b.CPUCores, "memory": b.Memory, "diskSize": b.DiskSize, "instancetype": b.Instancetype,
-		"preference": b.Preference, "network": b.Network, "userData": b.UserData,
-	} {
-		if text != "" {
-			fn(field, fieldTypes[field], text)
-		}
-	}
-	for i, d := range b.GPUs {
-		fn(fmt.Sprintf("gpus[%d].deviceName", i), api.TypeString, d.DeviceName)
-	}
-	for i, d := range b.HostDevices {
-		fn(fmt.Sprintf("hostDevices[%d].deviceName", i), api.TypeString, d.DeviceName)
-	}
 }
 
 // validateBindings checks that each bound field is a valid literal or a
