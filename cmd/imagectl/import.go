@@ -1,9 +1,9 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -29,7 +29,7 @@ type importOptions struct {
 	preference   string
 	osName       string
 	created      string
-	output       string
+	out          outputFlags
 	quiet        bool
 }
 
@@ -73,15 +73,15 @@ the same command again to resume).`,
 	f.StringVar(&o.preference, "default-preference", "", "default KubeVirt preference for VMs from this image")
 	f.StringVar(&o.osName, "os-name", "", "operating system name recorded in the annotations, e.g. fedora-41")
 	f.StringVar(&o.created, "created", "", `creation time to record: "now" or RFC 3339 (default none, which keeps images reproducible)`)
-	f.StringVarP(&o.output, "output", "o", "text", "output format: text or json")
+	addOutputFlag(cmd, &o.out, outputText, outputJSON)
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress bars")
 	return cmd
 }
 
 func runImport(cmd *cobra.Command, o *importOptions) error {
 	ctx := cmd.Context()
-	if o.output != "text" && o.output != "json" {
-		return fmt.Errorf("unknown output format %q (text or json)", o.output)
+	if err := o.out.validate(); err != nil {
+		return err
 	}
 	iopts, dopts, err := o.importOptions()
 	if err != nil {
@@ -108,7 +108,7 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	src, err := source.Open(ctx, o.src, sopts)
 	readBar.finish()
 	if err != nil {
-		return reportRejection(cmd, o.output, o.src, explainSpool(err))
+		return reportRejection(cmd, &o.out, o.src, explainSpool(err))
 	}
 	defer src.Close()
 	img, err := convert.Open(src.ReaderAt, src.Size, o.openOptions())
@@ -131,17 +131,13 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	if err != nil {
 		return interrupted(ctx, err, errors.Is(err, registry.ErrResumable))
 	}
-	out := cmd.OutOrStdout()
-	if o.output == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(result)
-	}
-	fmt.Fprintf(out, "%s@%s\n", result.Reference, result.Digest)
-	if result.Reused && !o.quiet {
+	if result.Reused && !o.quiet && !o.out.machine() {
 		fmt.Fprintln(cmd.ErrOrStderr(), "an identical image was already in the repository; only the tag was written")
 	}
-	return nil
+	return o.out.print(cmd.OutOrStdout(), result, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "%s@%s\n", result.Reference, result.Digest)
+		return err
+	})
 }
 
 // importOptions turns the flags into the image's and the disk's options.

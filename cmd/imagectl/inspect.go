@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -21,7 +20,7 @@ type inspectOptions struct {
 	registryFlags
 	sourceFlags
 	source string
-	output string
+	out    outputFlags
 }
 
 func newInspectCmd(g *globalOptions) *cobra.Command {
@@ -57,7 +56,7 @@ Exit codes: 0 the image is acceptable, 3 it is rejected, 1 other errors.`,
 	addImageFlags(cmd, &o.imageFlags)
 	addSourceFlags(cmd, &o.sourceFlags)
 	addRegistryFlags(cmd, &o.registryFlags)
-	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	addOutputFlag(cmd, &o.out, outputTable, outputJSON)
 	return cmd
 }
 
@@ -68,8 +67,8 @@ func addImageFlags(cmd *cobra.Command, f *imageFlags) {
 }
 
 func runInspect(cmd *cobra.Command, o *inspectOptions) error {
-	if o.output != "table" && o.output != "json" {
-		return fmt.Errorf("unknown output format %q (table or json)", o.output)
+	if err := o.out.validate(); err != nil {
+		return err
 	}
 	if ref, ok := strings.CutPrefix(o.source, "docker://"); ok {
 		return runInspectRemote(cmd, o, ref)
@@ -96,7 +95,7 @@ func runInspect(cmd *cobra.Command, o *inspectOptions) error {
 		report.Verdict = api.VerdictRejected
 		report.Reasons = []api.Rejection{{Code: string(re.Reason), Message: re.Detail}}
 	}
-	if err := printReport(cmd.OutOrStdout(), o.output, &report); err != nil {
+	if err := printReport(cmd.OutOrStdout(), &o.out, &report); err != nil {
 		return err
 	}
 	if report.Verdict == api.VerdictRejected {
@@ -136,13 +135,12 @@ func inspectImage(cmd *cobra.Command, o *inspectOptions, img *openedSource, repo
 	return nil
 }
 
-func printReport(w io.Writer, format string, r *api.ImageReport) error {
-	if format == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(r)
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+// printReport prints an inspection as the pkg/api model or as rows.
+func printReport(w io.Writer, out *outputFlags, r *api.ImageReport) error {
+	return out.print(w, r, table(func(tw *tabwriter.Writer) { reportRows(tw, r) }))
+}
+
+func reportRows(tw *tabwriter.Writer, r *api.ImageReport) {
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
 	row("source", r.Source)
 	if r.Wrapper != "" {
@@ -163,7 +161,6 @@ func printReport(w io.Writer, format string, r *api.ImageReport) error {
 	for _, reason := range r.Reasons {
 		row("reason", reason.Code+": "+reason.Message)
 	}
-	return tw.Flush()
 }
 
 // runInspectRemote describes and checks the containerDisk at ref.
@@ -180,7 +177,7 @@ func runInspectRemote(cmd *cobra.Command, o *inspectOptions, ref string) error {
 	if err != nil {
 		return err
 	}
-	err = outputFormat(o.output).print(cmd.OutOrStdout(), r, func(tw *tabwriter.Writer) {
+	err = o.out.print(cmd.OutOrStdout(), r, table(func(tw *tabwriter.Writer) {
 		row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
 		row("reference", r.Reference)
 		row("digest", r.Digest)
@@ -208,7 +205,7 @@ func runInspectRemote(cmd *cobra.Command, o *inspectOptions, ref string) error {
 		for _, reason := range r.Reasons {
 			row("reason", reason.Code+": "+reason.Message)
 		}
-	})
+	}))
 	if err != nil {
 		return err
 	}

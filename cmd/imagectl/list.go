@@ -13,7 +13,7 @@ type listOptions struct {
 	*globalOptions
 	registryFlags
 	tenant string
-	output string
+	out    outputFlags
 }
 
 func newListCmd(g *globalOptions) *cobra.Command {
@@ -35,13 +35,12 @@ The registry must offer the catalog API (/v2/_catalog) to the user.`,
 		},
 	}
 	addRegistryFlags(cmd, &o.registryFlags)
-	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
 	return cmd
 }
 
 func runList(cmd *cobra.Command, o *listOptions) error {
-	format, err := parseOutput(o.output, outputTable, outputJSON, outputYAML)
-	if err != nil {
+	if err := o.out.validate(); err != nil {
 		return err
 	}
 	client, err := o.registryFlags.client(o.globalOptions)
@@ -59,7 +58,7 @@ func runList(cmd *cobra.Command, o *listOptions) error {
 	if listings == nil {
 		listings = []api.ImageListing{} // [] rather than null
 	}
-	return format.print(cmd.OutOrStdout(), listings, func(tw *tabwriter.Writer) {
+	return o.out.print(cmd.OutOrStdout(), listings, table(func(tw *tabwriter.Writer) {
 		fmt.Fprintln(tw, "REPOSITORY\tTAG\tDIGEST\tVIRTUAL SIZE\tFORMAT\tCREATED")
 		for _, l := range listings {
 			size := "-"
@@ -68,5 +67,5 @@ func runList(cmd *cobra.Command, o *listOptions) error {
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", l.Repository, l.Tag, shortDigest(l.Digest), size, orDash(l.DiskFormat), orDash(l.Created))
 		}
-	})
+	}))
 }

@@ -74,12 +74,12 @@ func explainSpool(err error) error {
 }
 
 // reportRejection prints a rejection of the source as an inspect-style JSON
-// report on standard output when output is "json", so scripts read the
+// report on standard output when the output is JSON, so scripts read the
 // reason the same way as from inspect; the error is returned either way
 // (exit 3, the sentence on standard error).
-func reportRejection(cmd *cobra.Command, output, spec string, err error) error {
+func reportRejection(cmd *cobra.Command, out *outputFlags, spec string, err error) error {
 	re := convert.AsReject(err)
-	if re == nil || output != "json" {
+	if re == nil || out.format != outputJSON {
 		return err
 	}
 	report := api.ImageReport{
@@ -88,7 +88,7 @@ func reportRejection(cmd *cobra.Command, output, spec string, err error) error {
 		Verdict: api.VerdictRejected,
 		Reasons: []api.Rejection{{Code: string(re.Reason), Message: re.Detail}},
 	}
-	if perr := printReport(cmd.OutOrStdout(), output, &report); perr != nil {
+	if perr := printReport(cmd.OutOrStdout(), out, &report); perr != nil {
 		return perr
 	}
 	return err

@@ -68,7 +68,7 @@ Tenants list them and create VMs from them with imagectl vm create.`,
 type templateOptions struct {
 	*globalOptions
 	catalogFlags
-	output string
+	out outputFlags
 }
 
 func newTemplatePublishCmd(g *globalOptions) *cobra.Command {
@@ -86,7 +86,7 @@ document is left as it is.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runTemplatePublish(cmd, o, args) },
 	}
 	addCatalogFlags(cmd, &o.catalogFlags)
-	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
 	return cmd
 }
 
@@ -126,8 +126,7 @@ func templateFiles(args []string) ([]string, error) {
 }
 
 func runTemplatePublish(cmd *cobra.Command, o *templateOptions, args []string) error {
-	format, err := parseOutput(o.output, outputTable, outputJSON, outputYAML)
-	if err != nil {
+	if err := o.out.validate(); err != nil {
 		return err
 	}
 	files, err := templateFiles(args)
@@ -176,7 +175,7 @@ func runTemplatePublish(cmd *cobra.Command, o *templateOptions, args []string) e
 		}
 		results = append(results, api.PublishResult{ID: d.t.ID, File: d.file, Digest: dgst, Unchanged: unchanged})
 	}
-	return format.print(cmd.OutOrStdout(), results, func(tw *tabwriter.Writer) {
+	return o.out.print(cmd.OutOrStdout(), results, table(func(tw *tabwriter.Writer) {
 		fmt.Fprintln(tw, "ID\tFILE\tDIGEST\tSTATUS")
 		for _, r := range results {
 			status := "published"
@@ -185,7 +184,7 @@ func runTemplatePublish(cmd *cobra.Command, o *templateOptions, args []string) e
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.ID, r.File, shortDigest(r.Digest), status)
 		}
-	})
+	}))
 }
 
 // readBounded reads a file of at most limit bytes.
@@ -209,13 +208,12 @@ func newTemplateListCmd(g *globalOptions) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, _ []string) error { return runTemplateList(cmd, o) },
 	}
 	addCatalogFlags(cmd, &o.catalogFlags)
-	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
 	return cmd
 }
 
 func runTemplateList(cmd *cobra.Command, o *templateOptions) error {
-	format, err := parseOutput(o.output, outputTable, outputJSON, outputYAML)
-	if err != nil {
+	if err := o.out.validate(); err != nil {
 		return err
 	}
 	client, repo, err := o.open(o.globalOptions)
@@ -235,12 +233,12 @@ func runTemplateList(cmd *cobra.Command, o *templateOptions) error {
 		}
 		out = append(out, api.TemplateSummary{ID: t.ID, Title: t.Title, Description: t.Description, Parameters: len(t.Parameters), Digest: e.Digest})
 	}
-	return format.print(cmd.OutOrStdout(), out, func(tw *tabwriter.Writer) {
+	return o.out.print(cmd.OutOrStdout(), out, table(func(tw *tabwriter.Writer) {
 		fmt.Fprintln(tw, "ID\tTITLE\tPARAMETERS\tDIGEST")
 		for _, s := range out {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", s.ID, s.Title, s.Parameters, shortDigest(s.Digest))
 		}
-	})
+	}))
 }
 
 func newTemplateShowCmd(g *globalOptions) *cobra.Command {
@@ -252,13 +250,12 @@ func newTemplateShowCmd(g *globalOptions) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, args []string) error { return runTemplateShow(cmd, o, args[0]) },
 	}
 	addCatalogFlags(cmd, &o.catalogFlags)
-	cmd.Flags().StringVarP(&o.output, "output", "o", "yaml", "output format: yaml or json")
+	addOutputFlag(cmd, &o.out, outputYAML, outputJSON)
 	return cmd
 }
 
 func runTemplateShow(cmd *cobra.Command, o *templateOptions, id string) error {
-	format, err := parseOutput(o.output, outputJSON, outputYAML)
-	if err != nil {
+	if err := o.out.validate(); err != nil {
 		return err
 	}
 	client, repo, err := o.open(o.globalOptions)
@@ -269,7 +266,7 @@ func runTemplateShow(cmd *cobra.Command, o *templateOptions, id string) error {
 	if err != nil {
 		return err
 	}
-	return format.print(cmd.OutOrStdout(), t, nil)
+	return o.out.print(cmd.OutOrStdout(), t, nil)
 }
 
 // fetchTemplate reads and validates one template from the catalog.

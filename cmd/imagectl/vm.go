@@ -10,13 +10,9 @@ import (
 	"github.com/spf13/cobra"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
-	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/internal/vmlaunch"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
-
-// maxSSHKeyFile bounds an --ssh-key file.
-const maxSSHKeyFile = 64 << 10
 
 func newVMCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
@@ -43,7 +39,7 @@ type vmCreateOptions struct {
 	sets, sshKeys                 []string
 	userData, storageClass        string
 	stopped, dryRun               bool
-	output                        string
+	out                           outputFlags
 }
 
 func newVMCreateCmd(g *globalOptions) *cobra.Command {
@@ -71,22 +67,58 @@ it with its cloud-init Secrets. With --dry-run it prints what it would create.`,
 	f.StringVar(&o.storageClass, "storage-class", "", "StorageClass of the root disk (default: the cluster's default)")
 	f.BoolVar(&o.stopped, "stopped", false, "create the VM stopped (run strategy Halted)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "print the VM and Secrets instead of creating them")
-	f.StringVarP(&o.output, "output", "o", "", "with --dry-run: yaml or json; otherwise table, yaml or json")
+	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
+	f.Lookup("output").DefValue, o.out.format = "", ""
+	f.Lookup("output").Usage = "with --dry-run: yaml or json; otherwise table, yaml or json"
+	o.out.defaultFor = func() outputFormat {
+		if o.dryRun {
+			return outputYAML
+		}
+		return outputTable
+	}
 	addKubeFlags(cmd, &o.kubeFlags)
 	addCatalogFlags(cmd, &o.catalogFlags)
 	return cmd
 }
 
 func runVMCreate(cmd *cobra.Command, o *vmCreateOptions, name string) error {
-	defaultOut := "table"
-	if o.dryRun {
-		defaultOut = "yaml"
+	if err := o.validate(); err != nil {
+		return err
 	}
-	if o.output == "" {
-		o.output = defaultOut
-	}
-	format, err := parseOutput(o.output, outputTable, outputJSON, outputYAML)
+	tmpl, err := o.loadTemplate(cmd)
 	if err != nil {
+		return err
+	}
+	req, err := o.request(name, tmpl)
+	if err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	kc, ns, err := o.kubeFlags.client()
+	if err != nil {
+		return err
+	}
+	r, err := vmlaunch.Prepare(ctx, kc, ns, o.image, o.storageClass, req)
+	if err != nil {
+		return err
+	}
+	reportMigratability(cmd.ErrOrStderr(), name, r)
+	if o.dryRun {
+		return printRendered(cmd.OutOrStdout(), &o.out, r)
+	}
+	if err := vmlaunch.Create(ctx, kc, r); err != nil {
+		return err
+	}
+	return o.out.print(cmd.OutOrStdout(), r.VM, func(w io.Writer) error {
+		im := r.Image
+		_, err := fmt.Fprintf(w, "virtualmachine %s/%s created from %s:%s (%s) with template %s\n", ns, name, im.Tenant+"/"+im.Name, im.Tag, shortDigest(im.Digest), tmpl.ID)
+		return err
+	})
+}
+
+// validate checks the flags before anything is read.
+func (o *vmCreateOptions) validate() error {
+	if err := o.out.validate(); err != nil {
 		return err
 	}
 	if o.image == "" {
@@ -95,114 +127,93 @@ func runVMCreate(cmd *cobra.Command, o *vmCreateOptions, name string) error {
 	if (o.template == "") == (o.templateFile == "") {
 		return errors.New("name one template: --template ID (from the catalog) or --template-file FILE")
 	}
-	var tmpl *api.VMTemplate
+	return nil
+}
+
+// loadTemplate reads the template from --template-file or the catalog.
+func (o *vmCreateOptions) loadTemplate(cmd *cobra.Command) (*api.VMTemplate, error) {
 	if o.templateFile != "" {
 		data, err := readBounded(o.templateFile, api.MaxTemplateSize)
 		if err != nil {
-			return fmt.Errorf("--template-file: %w", err)
+			return nil, fmt.Errorf("--template-file: %w", err)
 		}
-		if tmpl, err = vmlaunch.ParseTemplate(data); err != nil {
-			return fmt.Errorf("%s: %w", o.templateFile, err)
-		}
-	} else {
-		client, repo, err := o.catalogFlags.open(o.globalOptions)
+		tmpl, err := vmlaunch.ParseTemplate(data)
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("%s: %w", o.templateFile, err)
 		}
-		if tmpl, err = fetchTemplate(cmd, client, repo, o.template); err != nil {
-			return err
-		}
+		return tmpl, nil
 	}
+	client, repo, err := o.catalogFlags.open(o.globalOptions)
+	if err != nil {
+		return nil, err
+	}
+	return fetchTemplate(cmd, client, repo, o.template)
+}
+
+// request gathers what the tenant gives the template: parameters, SSH keys
+// and user data, each checked.
+func (o *vmCreateOptions) request(name string, tmpl *api.VMTemplate) (vmlaunch.Request, error) {
 	values, err := vmlaunch.ResolveParameters(tmpl, o.sets)
 	if err != nil {
-		return fmt.Errorf("template %s:\n%w", tmpl.ID, err)
+		return vmlaunch.Request{}, fmt.Errorf("template %s:\n%w", tmpl.ID, err)
 	}
 	req := vmlaunch.Request{Name: name, Template: tmpl, Values: values, Stopped: o.stopped}
 	for _, f := range o.sshKeys {
-		data, err := readBounded(f, maxSSHKeyFile)
+		data, err := readBounded(f, vmlaunch.MaxSSHKeyFile)
 		if err != nil {
-			return fmt.Errorf("--ssh-key %s: %w", f, err)
+			return req, fmt.Errorf("--ssh-key %s: %w", f, err)
 		}
-		for _, line := range strings.Split(string(data), "\n") {
-			if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
-				if !strings.HasPrefix(line, "ssh-") && !strings.HasPrefix(line, "ecdsa-") && !strings.HasPrefix(line, "sk-") {
-					return fmt.Errorf("--ssh-key %s: %q is not an SSH public key (is it the private key?)", f, line[:min(len(line), 20)])
-				}
-				req.SSHKeys = append(req.SSHKeys, line)
-			}
+		keys, err := vmlaunch.ParseSSHKeys(data)
+		if err != nil {
+			return req, fmt.Errorf("--ssh-key %s: %w", f, err)
 		}
+		req.SSHKeys = append(req.SSHKeys, keys...)
 	}
 	if o.userData != "" {
 		data, err := readBounded(o.userData, vmlaunch.MaxUserData)
 		if err != nil {
-			return fmt.Errorf("--user-data: %w", err)
+			return req, fmt.Errorf("--user-data: %w", err)
 		}
 		req.UserData = string(data)
 	}
+	return req, nil
+}
 
-	ctx := cmd.Context()
-	kc, ns, err := o.kubeFlags.client()
-	if err != nil {
-		return err
-	}
-	req.Namespace = ns
-	if req.Image, err = vmlaunch.FindImage(ctx, kc, ns, o.image); err != nil {
-		return err
-	}
-	st, _, note, err := cdi.StorageForClass(ctx, kc, o.storageClass)
-	if err != nil {
-		return fmt.Errorf("choosing the root disk's storage: %w", err)
-	}
-	req.Storage, req.StorageNote = st, note
-	if req.Network, err = vmlaunch.PrimaryNetworkOf(ctx, kc, ns); err != nil {
-		return err
-	}
-	r, err := vmlaunch.Render(req)
-	if err != nil {
-		return fmt.Errorf("template %s: %w", tmpl.ID, err)
-	}
-	stderr := cmd.ErrOrStderr()
+// reportMigratability tells on standard error whether the VM will
+// live-migrate, and why not.
+func reportMigratability(stderr io.Writer, name string, r *vmlaunch.Rendered) {
 	for _, n := range r.Notes {
 		fmt.Fprintln(stderr, "note:", n)
 	}
 	if r.LiveMigratable {
+		st := r.Storage
 		fmt.Fprintf(stderr, "VM %s will be live-migratable (%s %s disk, LiveMigrate eviction)\n", name, st.AccessMode, st.VolumeMode)
-	} else {
-		fmt.Fprintf(stderr, "VM %s will NOT be live-migratable; draining its node stops it:\n", name)
-		for _, reason := range r.Reasons {
-			fmt.Fprintln(stderr, "  -", reason)
-		}
+		return
 	}
-	if o.dryRun {
-		return printRendered(cmd.OutOrStdout(), format, r)
+	fmt.Fprintf(stderr, "VM %s will NOT be live-migratable; draining its node stops it:\n", name)
+	for _, reason := range r.Reasons {
+		fmt.Fprintln(stderr, "  -", reason)
 	}
-	if err := vmlaunch.Create(ctx, kc, r); err != nil {
-		return err
-	}
-	if format != outputTable {
-		return format.print(cmd.OutOrStdout(), r.VM, nil)
-	}
-	fmt.Fprintf(cmd.OutOrStdout(), "virtualmachine %s/%s created from %s:%s (%s) with template %s\n", ns, name, req.Image.Tenant+"/"+req.Image.Name, req.Image.Tag, shortDigest(req.Image.Digest), tmpl.ID)
-	return nil
 }
 
 // printRendered prints the VM and its Secrets as one List, as kubectl
-// would take it.
-func printRendered(w io.Writer, format outputFormat, r *vmlaunch.Rendered) error {
+// would take it (YAML unless JSON is asked for).
+func printRendered(w io.Writer, out *outputFlags, r *vmlaunch.Rendered) error {
 	items := []any{r.VM}
 	for _, s := range r.Secrets {
 		items = append(items, s)
 	}
+	format := out.format
 	if format == outputTable {
 		format = outputYAML
 	}
-	return format.print(w, map[string]any{"apiVersion": "v1", "kind": "List", "items": items}, nil)
+	return printAs(w, format, map[string]any{"apiVersion": "v1", "kind": "List", "items": items}, nil)
 }
 
 type vmNameOptions struct {
 	*globalOptions
 	kubeFlags
-	output string
+	out outputFlags
 }
 
 func newVMListCmd(g *globalOptions) *cobra.Command {
@@ -214,7 +225,7 @@ func newVMListCmd(g *globalOptions) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, _ []string) error { return runVMSummaries(cmd, o, "") },
 	}
 	addKubeFlags(cmd, &o.kubeFlags)
-	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
 	return cmd
 }
 
@@ -227,13 +238,12 @@ func newVMGetCmd(g *globalOptions) *cobra.Command {
 		RunE:  func(cmd *cobra.Command, args []string) error { return runVMSummaries(cmd, o, args[0]) },
 	}
 	addKubeFlags(cmd, &o.kubeFlags)
-	cmd.Flags().StringVarP(&o.output, "output", "o", "table", "output format: table, json or yaml")
+	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
 	return cmd
 }
 
 func runVMSummaries(cmd *cobra.Command, o *vmNameOptions, name string) error {
-	format, err := parseOutput(o.output, outputTable, outputJSON, outputYAML)
-	if err != nil {
+	if err := o.out.validate(); err != nil {
 		return err
 	}
 	kc, ns, err := o.kubeFlags.client()
@@ -248,13 +258,13 @@ func runVMSummaries(cmd *cobra.Command, o *vmNameOptions, name string) error {
 	if name != "" {
 		v = vms[0]
 	}
-	return format.print(cmd.OutOrStdout(), v, func(tw *tabwriter.Writer) {
+	return o.out.print(cmd.OutOrStdout(), v, table(func(tw *tabwriter.Writer) {
 		fmt.Fprintln(tw, "NAME\tSTATUS\tIMAGE\tDIGEST\tTEMPLATE\tIP\tNODE\tLIVE-MIGRATABLE")
 		for _, s := range vms {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Status, orDash(s.Image), orDash(shortDigest(s.Digest)),
 				orDash(s.Template), orDash(s.IP), orDash(s.Node), s.LiveMigratable)
 		}
-	})
+	}))
 }
 
 func newVMRunCmd(g *globalOptions, verb, short string, rs kubevirtv1.VirtualMachineRunStrategy) *cobra.Command {

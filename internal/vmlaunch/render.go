@@ -79,6 +79,10 @@ type Rendered struct {
 	// Notes are remarks for the user (e.g. an instancetype overriding CPU
 	// and memory parameters).
 	Notes []string
+	// Image and Storage are what the VM was rendered from: the image its
+	// root disk clones and the root disk's volume shape.
+	Image   Image
+	Storage cdi.Storage
 }
 
 // vmBuild is a VirtualMachine being rendered: the request, the result so
@@ -148,7 +152,8 @@ func newVMBuild(req Request) *vmBuild {
 		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelVM: req.Name}},
 	}
 	vm.Spec.Template = tmpl
-	return &vmBuild{req: req, out: &Rendered{LiveMigratable: true}, vm: vm, tmpl: tmpl}
+	out := &Rendered{LiveMigratable: true, Image: req.Image, Storage: req.Storage}
+	return &vmBuild{req: req, out: out, vm: vm, tmpl: tmpl}
 }
 
 // renderCompute applies the template's bindings in table order:

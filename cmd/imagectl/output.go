@@ -1,0 +1,117 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+)
+
+// outputFormat is a value of the -o flag.
+type outputFormat string
+
+// The output formats. json and yaml print the pkg/api model (field names as
+// in JSON); table and text are for people.
+const (
+	outputTable outputFormat = "table"
+	outputText  outputFormat = "text"
+	outputJSON  outputFormat = "json"
+	outputYAML  outputFormat = "yaml"
+)
+
+// outputFlags is the one -o/--output flag group of imagectl, after oras's
+// option.Format: every command that prints data embeds it, declares the
+// formats it offers and its default, checks the choice before doing any
+// work, and prints its result through print.
+type outputFlags struct {
+	format  outputFormat
+	allowed []outputFormat
+	// defaultFor, when set, picks the default once the other flags are
+	// parsed (vm create: yaml with --dry-run, else table).
+	defaultFor func() outputFormat
+}
+
+// addOutputFlag registers -o with the formats allowed, the first being the
+// default.
+func addOutputFlag(cmd *cobra.Command, o *outputFlags, allowed ...outputFormat) {
+	o.allowed = allowed
+	cmd.Flags().StringVarP((*string)(&o.format), "output", "o", string(allowed[0]), "output format: "+formatList(allowed))
+}
+
+// formatList reads "a, b or c".
+func formatList(formats []outputFormat) string {
+	names := make([]string, len(formats))
+	for i, f := range formats {
+		names[i] = string(f)
+	}
+	if len(names) == 1 {
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// validate checks the chosen format; commands call it before any work.
+func (o *outputFlags) validate() error {
+	if o.format == "" && o.defaultFor != nil {
+		o.format = o.defaultFor()
+	}
+	if slices.Contains(o.allowed, o.format) {
+		return nil
+	}
+	return fmt.Errorf("unknown output format %q (%s)", o.format, formatList(o.allowed))
+}
+
+// machine reports whether the output is for programs (json or yaml).
+func (o *outputFlags) machine() bool { return o.format == outputJSON || o.format == outputYAML }
+
+// print writes v as JSON or YAML, or calls human for the table or text
+// form. Every command prints its data through here.
+func (o *outputFlags) print(w io.Writer, v any, human func(w io.Writer) error) error {
+	return printAs(w, o.format, v, human)
+}
+
+func printAs(w io.Writer, format outputFormat, v any, human func(w io.Writer) error) error {
+	switch format {
+	case outputJSON:
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	case outputYAML:
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	return human(w)
+}
+
+// table is the human form of a command that prints rows: draw writes
+// tab-separated cells, aligned on flush.
+func table(draw func(tw *tabwriter.Writer)) func(io.Writer) error {
+	return func(w io.Writer) error {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		draw(tw)
+		return tw.Flush()
+	}
+}
+
+// shortDigest is the first 12 hex digits of a "sha256:..." digest.
+func shortDigest(d string) string {
+	hex := strings.TrimPrefix(d, "sha256:")
+	return hex[:min(12, len(hex))]
+}
+
+// orDash shows an empty field as "-".
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
