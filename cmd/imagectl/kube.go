@@ -10,8 +10,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/imagepipe/imagepipe/internal/kube"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
 
@@ -30,7 +30,7 @@ func addKubeFlags(cmd *cobra.Command, f *kubeFlags) {
 }
 
 // client connects to the hub and returns the namespace to work in.
-func (f *kubeFlags) client() (client.Client, string, error) {
+func (f *kubeFlags) client() (*kube.Client, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if f.kubeconfig != "" {
 		rules.ExplicitPath = f.kubeconfig
@@ -56,9 +56,9 @@ func (f *kubeFlags) client() (client.Client, string, error) {
 			return nil, "", err
 		}
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := kube.New(cfg, scheme)
 	if err != nil {
-		return nil, "", fmt.Errorf("connecting to %s: %w", cfg.Host, err)
+		return nil, "", err
 	}
 	return c, ns, nil
 }

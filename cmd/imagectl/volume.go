@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/resource"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/internal/vmlaunch"
@@ -79,7 +78,7 @@ func newVolumeListCmd(g *globalOptions) *cobra.Command {
 				return err
 			}
 			var list cdiv1.DataVolumeList
-			if err := kc.List(cmd.Context(), &list, client.InNamespace(ns), client.HasLabels{vmlaunch.LabelVolume}); err != nil {
+			if err := kc.List(cmd.Context(), ns, vmlaunch.LabelVolume, &list); err != nil {
 				return fmt.Errorf("listing volumes: %w", err)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)

@@ -8,18 +8,29 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
+
+// Reader reads typed objects from a hub. imagectl's kube.Client implements
+// it; the hub adapts its controller-runtime client.
+type Reader interface {
+	// Get reads namespace/name (namespace empty for cluster-scoped kinds)
+	// into obj.
+	Get(ctx context.Context, namespace, name string, obj runtime.Object) error
+	// List reads the objects of list's kind in namespace (all when empty)
+	// matching the label selector (all when empty) into list.
+	List(ctx context.Context, namespace, selector string, list runtime.Object) error
+}
 
 // StorageForClass reads the CDI StorageProfile of class (the cluster's
 // default StorageClass when class is empty) and chooses the volume shape
 // with ChooseStorage. image-syncer uses it for imports and imagectl vm for
 // the disks it clones from them.
-func StorageForClass(ctx context.Context, c client.Reader, class string) (st Storage, liveMigratable bool, reason string, err error) {
+func StorageForClass(ctx context.Context, c Reader, class string) (st Storage, liveMigratable bool, reason string, err error) {
 	if class == "" {
 		var classes storagev1.StorageClassList
-		if err := c.List(ctx, &classes); err != nil {
+		if err := c.List(ctx, "", "", &classes); err != nil {
 			return Storage{}, false, "", fmt.Errorf("listing StorageClasses: %w", err)
 		}
 		for _, sc := range classes.Items {
@@ -33,7 +44,7 @@ func StorageForClass(ctx context.Context, c client.Reader, class string) (st Sto
 		}
 	}
 	var sp cdiv1.StorageProfile
-	if err := c.Get(ctx, client.ObjectKey{Name: class}, &sp); err != nil {
+	if err := c.Get(ctx, "", class, &sp); err != nil {
 		return Storage{}, false, "", fmt.Errorf("reading the StorageProfile of StorageClass %s (is CDI installed?): %w", class, err)
 	}
 	return ChooseStorage(&sp)

@@ -63,6 +63,8 @@ var rules = []rule{
 		join(protocol, internal("hub", "intake", "registry"))},
 	{"internal/vmlaunch", "imagectl links vmlaunch, and imagectl links no controller stack",
 		controllerStack},
+	{"internal/kube", "imagectl's Kubernetes client is client-go only",
+		join(controllerStack, internal("hub", "intake", "vmlaunch", "cdi"))},
 	{"pkg/...", "pkg/api is public data types and imports nothing internal",
 		[]string{module + "internal/", module + "cmd/"}},
 	{"cmd/imagectl", "the tenant CLI links no controller-runtime and no Prometheus client",

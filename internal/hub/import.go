@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -161,7 +163,30 @@ func ensureCopy[T any, PT interface {
 
 // storage reads the StorageProfile of the import StorageClass.
 func (r *Reconciler) storage(ctx context.Context) (cdi.Storage, bool, string, error) {
-	return cdi.StorageForClass(ctx, r.Client, r.StorageClass)
+	return cdi.StorageForClass(ctx, cdiReader{r.Client}, r.StorageClass)
+}
+
+// cdiReader reads for the cdi package through the manager's client.
+type cdiReader struct{ c client.Reader }
+
+func (a cdiReader) Get(ctx context.Context, namespace, name string, obj runtime.Object) error {
+	o, ok := obj.(client.Object)
+	if !ok {
+		return fmt.Errorf("%T is not a Kubernetes object", obj)
+	}
+	return a.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, o)
+}
+
+func (a cdiReader) List(ctx context.Context, namespace, selector string, list runtime.Object) error {
+	l, ok := list.(client.ObjectList)
+	if !ok {
+		return fmt.Errorf("%T is not a Kubernetes list", list)
+	}
+	sel, err := labels.Parse(selector)
+	if err != nil {
+		return fmt.Errorf("parsing the label selector %q: %w", selector, err)
+	}
+	return a.c.List(ctx, l, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel})
 }
 
 // importDigest creates the DataVolume of the digest or follows it, counting

@@ -14,11 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -33,6 +32,19 @@ const (
 	// primary network is a user defined network.
 	LabelPrimaryUDN = "k8s.ovn.org/primary-user-defined-network"
 )
+
+// Cluster is what vmlaunch needs of a hub: reading, creating, patching
+// and deleting typed objects. imagectl's kube.Client implements it.
+type Cluster interface {
+	cdi.Reader
+	// Create creates obj and reads the created object back into it.
+	Create(ctx context.Context, obj runtime.Object) error
+	// MergePatch sends the merge patch from before to after and reads the
+	// result into after.
+	MergePatch(ctx context.Context, before, after runtime.Object) error
+	// Delete deletes obj, its dependents first when foreground is set.
+	Delete(ctx context.Context, obj runtime.Object, foreground bool) error
+}
 
 var imageRefPattern = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)/([a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)(?::([A-Za-z0-9_][A-Za-z0-9._-]{0,127}))?$`)
 
@@ -53,14 +65,14 @@ func ParseImageRef(s string) (tenant, repository, tag string, err error) {
 // namespace ns, from its BaseImage. Only images image-syncer placed in ns
 // are found, so a tenant cannot boot another tenant's image; an image not
 // synced, rejected or not yet imported is a clear error.
-func FindImage(ctx context.Context, c client.Reader, ns, ref string) (Image, error) {
+func FindImage(ctx context.Context, c cdi.Reader, ns, ref string) (Image, error) {
 	tenant, repo, tag, err := ParseImageRef(ref)
 	if err != nil {
 		return Image{}, err
 	}
 	image := cdi.ImageName(repo)
 	var bi v1alpha1.BaseImage
-	err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: cdi.BaseImageName(repo, tag)}, &bi)
+	err = c.Get(ctx, ns, cdi.BaseImageName(repo, tag), &bi)
 	if apierrors.IsNotFound(err) || (err == nil && (bi.Spec.Tenant != tenant || !strings.HasSuffix(bi.Spec.Repository, "/"+repo) || bi.Spec.Tag != tag)) {
 		return Image{}, fmt.Errorf("image %s:%s is not synced into namespace %s: VMs here boot only from images image-syncer synced into it, which are the namespace's tenant's own (kubectl get bi -n %s lists them)", repo, tag, ns, ns)
 	}
@@ -97,9 +109,9 @@ var udnGVK = schema.GroupVersionKind{Group: "k8s.ovn.org", Version: "v1", Kind: 
 // user defined network (its topology) or the pod network. A hub without
 // OVN-Kubernetes' CRDs, or a user who may not read namespaces, gets the
 // pod network.
-func PrimaryNetworkOf(ctx context.Context, c client.Reader, ns string) (PrimaryNetwork, error) {
+func PrimaryNetworkOf(ctx context.Context, c cdi.Reader, ns string) (PrimaryNetwork, error) {
 	var n corev1.Namespace
-	if err := c.Get(ctx, client.ObjectKey{Name: ns}, &n); err != nil {
+	if err := c.Get(ctx, "", ns, &n); err != nil {
 		if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
 			return PrimaryPod, nil
 		}
@@ -110,7 +122,7 @@ func PrimaryNetworkOf(ctx context.Context, c client.Reader, ns string) (PrimaryN
 	}
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(udnGVK)
-	if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
+	if err := c.List(ctx, ns, "", list); err != nil {
 		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
 			return PrimaryPod, nil
 		}
@@ -132,7 +144,7 @@ func PrimaryNetworkOf(ctx context.Context, c client.Reader, ns string) (PrimaryN
 // Create creates the rendered VM, then its Secrets owned by it, so that
 // they go when it goes. When a Secret cannot be created the VM is removed
 // again.
-func Create(ctx context.Context, c client.Client, r *Rendered) error {
+func Create(ctx context.Context, c Cluster, r *Rendered) error {
 	vm := r.VM.DeepCopy()
 	if vm.Annotations == nil {
 		vm.Annotations = map[string]string{}
@@ -153,7 +165,7 @@ func Create(ctx context.Context, c client.Client, r *Rendered) error {
 		s.OwnerReferences = []metav1.OwnerReference{owner}
 		if err := c.Create(ctx, s); err != nil {
 			cleanup := context.WithoutCancel(ctx)
-			_ = c.Delete(cleanup, vm)
+			_ = c.Delete(cleanup, vm, false)
 			return fmt.Errorf("creating Secret %s/%s for the VM (the VM was removed again): %w", s.Namespace, s.Name, err)
 		}
 	}
@@ -162,9 +174,9 @@ func Create(ctx context.Context, c client.Client, r *Rendered) error {
 }
 
 // getVM reads a VM, with a clear error when it does not exist.
-func getVM(ctx context.Context, c client.Reader, ns, name string) (*kubevirtv1.VirtualMachine, error) {
+func getVM(ctx context.Context, c cdi.Reader, ns, name string) (*kubevirtv1.VirtualMachine, error) {
 	var vm kubevirtv1.VirtualMachine
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &vm); err != nil {
+	if err := c.Get(ctx, ns, name, &vm); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("no VM %s in namespace %s", name, ns)
 		}
@@ -175,7 +187,7 @@ func getVM(ctx context.Context, c client.Reader, ns, name string) (*kubevirtv1.V
 
 // SetRunStrategy starts (Always) or stops (Halted) a VM, as virtctl does
 // by editing spec.runStrategy; changed is false when it already had it.
-func SetRunStrategy(ctx context.Context, c client.Client, ns, name string, rs kubevirtv1.VirtualMachineRunStrategy) (changed bool, err error) {
+func SetRunStrategy(ctx context.Context, c Cluster, ns, name string, rs kubevirtv1.VirtualMachineRunStrategy) (changed bool, err error) {
 	vm, err := getVM(ctx, c, ns, name)
 	if err != nil {
 		return false, err
@@ -183,10 +195,10 @@ func SetRunStrategy(ctx context.Context, c client.Client, ns, name string, rs ku
 	if vm.Spec.RunStrategy != nil && *vm.Spec.RunStrategy == rs {
 		return false, nil
 	}
-	patch := client.MergeFrom(vm.DeepCopy())
+	before := vm.DeepCopy()
 	vm.Spec.RunStrategy = &rs
 	vm.Spec.Running = nil //nolint:staticcheck // a VM made elsewhere may still use it; both cannot be set
-	if err := c.Patch(ctx, vm, patch); err != nil {
+	if err := c.MergePatch(ctx, before, vm); err != nil {
 		return false, fmt.Errorf("setting the run strategy of VM %s/%s: %w", ns, name, err)
 	}
 	return true, nil
@@ -194,7 +206,7 @@ func SetRunStrategy(ctx context.Context, c client.Client, ns, name string, rs ku
 
 // Restart restarts a running VM by deleting its instance; with run
 // strategy Always, KubeVirt starts a new one at once.
-func Restart(ctx context.Context, c client.Client, ns, name string) error {
+func Restart(ctx context.Context, c Cluster, ns, name string) error {
 	vm, err := getVM(ctx, c, ns, name)
 	if err != nil {
 		return err
@@ -203,7 +215,7 @@ func Restart(ctx context.Context, c client.Client, ns, name string) error {
 		return fmt.Errorf("VM %s is not set to run (run strategy %v); start it with imagectl vm start", name, runStrategy(vm))
 	}
 	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
-	if err := c.Delete(ctx, vmi); err != nil {
+	if err := c.Delete(ctx, vmi, false); err != nil {
 		if apierrors.IsNotFound(err) {
 			return fmt.Errorf("VM %s has no running instance yet; it starts on its own", name)
 		}
@@ -222,12 +234,12 @@ func runStrategy(vm *kubevirtv1.VirtualMachine) string {
 // Migrate asks KubeVirt to live-migrate a running VM to another node, by
 // creating a VirtualMachineInstanceMigration. It refuses when the
 // instance is not running or KubeVirt says it cannot migrate.
-func Migrate(ctx context.Context, c client.Client, ns, name string) (*kubevirtv1.VirtualMachineInstanceMigration, error) {
+func Migrate(ctx context.Context, c Cluster, ns, name string) (*kubevirtv1.VirtualMachineInstanceMigration, error) {
 	if _, err := getVM(ctx, c, ns, name); err != nil {
 		return nil, err
 	}
 	var vmi kubevirtv1.VirtualMachineInstance
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &vmi); err != nil {
+	if err := c.Get(ctx, ns, name, &vmi); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("VM %s is not running; only a running VM migrates", name)
 		}
@@ -251,12 +263,12 @@ func Migrate(ctx context.Context, c client.Client, ns, name string) (*kubevirtv1
 // Delete deletes a VM. Its root disk, a DataVolume template of the VM, and
 // its cloud-init Secrets go with it; attached data volumes are separate
 // DataVolumes and stay.
-func Delete(ctx context.Context, c client.Client, ns, name string) error {
+func Delete(ctx context.Context, c Cluster, ns, name string) error {
 	vm, err := getVM(ctx, c, ns, name)
 	if err != nil {
 		return err
 	}
-	if err := c.Delete(ctx, vm, client.PropagationPolicy(metav1.DeletePropagationForeground)); err != nil && !apierrors.IsNotFound(err) {
+	if err := c.Delete(ctx, vm, true); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting VM %s/%s: %w", ns, name, err)
 	}
 	return nil
@@ -264,7 +276,7 @@ func Delete(ctx context.Context, c client.Client, ns, name string) error {
 
 // CreateVolume creates a blank data volume whose life is independent of
 // any VM.
-func CreateVolume(ctx context.Context, c client.Client, ns, name string, size resource.Quantity, st cdi.Storage) (*cdiv1.DataVolume, error) {
+func CreateVolume(ctx context.Context, c Cluster, ns, name string, size resource.Quantity, st cdi.Storage) (*cdiv1.DataVolume, error) {
 	if !dns1123Label.MatchString(name) {
 		return nil, fmt.Errorf("volume name %q is not a valid name", name)
 	}
@@ -286,9 +298,9 @@ func CreateVolume(ctx context.Context, c client.Client, ns, name string, size re
 
 // AttachVolume declares data volume vol as a disk of VM name. A running VM
 // gets it at its next start. changed is false when it was attached already.
-func AttachVolume(ctx context.Context, c client.Client, ns, name, vol string) (changed bool, err error) {
+func AttachVolume(ctx context.Context, c Cluster, ns, name, vol string) (changed bool, err error) {
 	var dv cdiv1.DataVolume
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: vol}, &dv); err != nil {
+	if err := c.Get(ctx, ns, vol, &dv); err != nil {
 		if apierrors.IsNotFound(err) {
 			return false, fmt.Errorf("no volume %s in namespace %s; create it with imagectl volume create", vol, ns)
 		}
@@ -309,17 +321,17 @@ func AttachVolume(ctx context.Context, c client.Client, ns, name, vol string) (c
 	if len(diskName) > 63 {
 		diskName = diskName[:63]
 	}
-	patch := client.MergeFrom(vm.DeepCopy())
+	before := vm.DeepCopy()
 	spec.Spec.Domain.Devices.Disks = append(spec.Spec.Domain.Devices.Disks, kubevirtv1.Disk{Name: diskName, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}})
 	spec.Spec.Volumes = append(spec.Spec.Volumes, kubevirtv1.Volume{Name: diskName, VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: vol}}})
-	if err := c.Patch(ctx, vm, patch); err != nil {
+	if err := c.MergePatch(ctx, before, vm); err != nil {
 		return false, fmt.Errorf("attaching volume %s to VM %s: %w", vol, name, err)
 	}
 	return true, nil
 }
 
 // DetachVolume removes data volume vol from VM name; the volume stays.
-func DetachVolume(ctx context.Context, c client.Client, ns, name, vol string) (changed bool, err error) {
+func DetachVolume(ctx context.Context, c Cluster, ns, name, vol string) (changed bool, err error) {
 	vm, err := getVM(ctx, c, ns, name)
 	if err != nil {
 		return false, err
@@ -332,18 +344,18 @@ func DetachVolume(ctx context.Context, c client.Client, ns, name, vol string) (c
 	if spec.Volumes[i].Name == rootDiskName {
 		return false, fmt.Errorf("%s is VM %s's root disk, not an attached volume", vol, name)
 	}
-	patch := client.MergeFrom(vm.DeepCopy())
+	before := vm.DeepCopy()
 	diskName := spec.Volumes[i].Name
 	spec.Volumes = slices.Delete(spec.Volumes, i, i+1)
 	spec.Domain.Devices.Disks = slices.DeleteFunc(spec.Domain.Devices.Disks, func(d kubevirtv1.Disk) bool { return d.Name == diskName })
-	if err := c.Patch(ctx, vm, patch); err != nil {
+	if err := c.MergePatch(ctx, before, vm); err != nil {
 		return false, fmt.Errorf("detaching volume %s from VM %s: %w", vol, name, err)
 	}
 	return true, nil
 }
 
 // Summaries describes the VMs of ns (all when name is empty).
-func Summaries(ctx context.Context, c client.Reader, ns, name string) ([]api.VMSummary, error) {
+func Summaries(ctx context.Context, c cdi.Reader, ns, name string) ([]api.VMSummary, error) {
 	var vms []kubevirtv1.VirtualMachine
 	if name != "" {
 		vm, err := getVM(ctx, c, ns, name)
@@ -353,7 +365,7 @@ func Summaries(ctx context.Context, c client.Reader, ns, name string) ([]api.VMS
 		vms = []kubevirtv1.VirtualMachine{*vm}
 	} else {
 		var list kubevirtv1.VirtualMachineList
-		if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		if err := c.List(ctx, ns, "", &list); err != nil {
 			return nil, fmt.Errorf("listing VMs in %s: %w", ns, err)
 		}
 		vms = list.Items
@@ -385,7 +397,7 @@ func Summaries(ctx context.Context, c client.Reader, ns, name string) ([]api.VMS
 			}
 		}
 		var vmi kubevirtv1.VirtualMachineInstance
-		err := c.Get(ctx, types.NamespacedName{Namespace: vm.Namespace, Name: vm.Name}, &vmi)
+		err := c.Get(ctx, vm.Namespace, vm.Name, &vmi)
 		switch {
 		case err == nil:
 			s.Node = vmi.Status.NodeName

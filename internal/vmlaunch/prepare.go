@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/imagepipe/imagepipe/internal/cdi"
 )
 
@@ -13,7 +11,7 @@ import (
 // (TENANT/IMAGE[:TAG]) in namespace ns, the root disk's storage from
 // storageClass (the default class when empty), the namespace's primary
 // network — and renders the VM. Nothing is created.
-func Prepare(ctx context.Context, c client.Reader, ns, imageRef, storageClass string, req Request) (*Rendered, error) {
+func Prepare(ctx context.Context, c cdi.Reader, ns, imageRef, storageClass string, req Request) (*Rendered, error) {
 	req.Namespace = ns
 	var err error
 	if req.Image, err = FindImage(ctx, c, ns, imageRef); err != nil {
