@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -77,7 +78,7 @@ func runInspect(cmd *cobra.Command, o *inspectOptions) error {
 	report := api.ImageReport{Source: o.source, Verdict: api.VerdictAccepted}
 	img, err := openSource(ctx, o.globalOptions, &o.sourceFlags, o.source, o.maxVirtualSize, true)
 	if err != nil {
-		if convert.AsReject(err) == nil {
+		if reject.As(err) == nil {
 			return err
 		}
 		report.Format = "unknown"
@@ -88,12 +89,12 @@ func runInspect(cmd *cobra.Command, o *inspectOptions) error {
 		err = inspectImage(cmd, o, img, &report)
 	}
 	if err != nil {
-		re := convert.AsReject(err)
+		re := reject.As(err)
 		if re == nil {
 			return err
 		}
 		report.Verdict = api.VerdictRejected
-		report.Reasons = []api.Rejection{{Code: string(re.Reason), Message: re.Detail}}
+		report.Reasons = []api.Rejection{rejection(re)}
 	}
 	if err := printReport(cmd.OutOrStdout(), &o.out, &report); err != nil {
 		return err

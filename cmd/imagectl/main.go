@@ -10,9 +10,8 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/imagepipe/imagepipe/internal/containerdisk"
-	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // Exit codes, documented in the README. An interrupted command exits with
@@ -95,13 +94,10 @@ func exitCode(err error) int {
 	if errors.Is(err, registry.ErrResumable) {
 		fmt.Fprintln(os.Stderr, "hint: the upload is kept; run the same command again to resume it")
 	}
-	if re := convert.AsReject(err); re != nil {
+	if re := reject.As(err); re != nil {
 		if hint := hintFor(re.Reason); hint != "" {
 			fmt.Fprintln(os.Stderr, "hint:", hint)
 		}
-		return exitRejected
-	}
-	if containerdisk.AsShapeError(err) != nil {
 		return exitRejected
 	}
 	return exitError
@@ -114,23 +110,23 @@ type reportedError struct{ code int }
 func (e *reportedError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
 // hintFor suggests what a tenant can do about a rejection.
-func hintFor(r convert.Reason) string {
+func hintFor(r reject.Reason) string {
 	switch r {
-	case convert.ReasonBackingFile:
+	case reject.BackingFile:
 		return "flatten the image first: qemu-img convert -O qcow2 IN OUT"
-	case convert.ReasonUnsupportedFormat, convert.ReasonExtendedL2:
+	case reject.UnsupportedFormat, reject.ExtendedL2:
 		return "convert the image to qcow2 or raw first: qemu-img convert -O qcow2 IN OUT"
-	case convert.ReasonFormatMismatch:
+	case reject.FormatMismatch:
 		return "drop --format to let imagectl detect the format, or check that you uploaded the right file"
-	case convert.ReasonVirtualSize:
+	case reject.VirtualSize:
 		return "raise the limit with --max-virtual-size if the disk really is that large; a qcow2 disk's size must be a multiple of 512 bytes"
-	case convert.ReasonSharedL2Table, convert.ReasonSharedCluster, convert.ReasonMetadataOverlap:
+	case reject.SharedL2Table, reject.SharedCluster, reject.MetadataOverlap:
 		return "qemu-img never writes such tables; rebuild the image from a trusted copy of the disk"
-	case convert.ReasonCompressionRatio:
+	case reject.CompressionRatio:
 		return "convert the disk again without -c, or with -o compression_type=zlib"
-	case convert.ReasonAmbiguousRaw:
+	case reject.AmbiguousRaw:
 		return "publish the disk as qcow2 (--disk-format qcow2, the default; convert --to qcow2), which names its format"
-	case convert.ReasonEncrypted:
+	case reject.Encrypted:
 		return "decrypt the disk before uploading it"
 	}
 	return ""

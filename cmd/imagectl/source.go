@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/source"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -57,10 +58,10 @@ func openSource(ctx context.Context, g *globalOptions, f *sourceFlags, spec stri
 func (l *openedSource) close() { l.src.Close() }
 
 // explainSpool adds to a spool refusal the flag that changes it. A spool
-// cap rejection keeps its *convert.RejectError, with the flag named in its
+// cap rejection keeps its *reject.Error, with the flag named in its
 // detail so that JSON reports carry it too.
 func explainSpool(err error) error {
-	if re := convert.AsReject(err); re != nil && re.Reason == convert.ReasonSpoolLimit {
+	if re := reject.As(err); re != nil && re.Reason == reject.SpoolLimit {
 		// The message of err was fixed when it was wrapped; extend both.
 		const hint = "; raise the limit with --max-spool SIZE, or import from a local uncompressed file, which is never copied"
 		re.Detail += hint
@@ -78,7 +79,7 @@ func explainSpool(err error) error {
 // reason the same way as from inspect; the error is returned either way
 // (exit 3, the sentence on standard error).
 func reportRejection(cmd *cobra.Command, out *outputFlags, spec string, err error) error {
-	re := convert.AsReject(err)
+	re := reject.As(err)
 	if re == nil || out.format != outputJSON {
 		return err
 	}
@@ -86,10 +87,15 @@ func reportRejection(cmd *cobra.Command, out *outputFlags, spec string, err erro
 		Source:  spec,
 		Format:  "unknown",
 		Verdict: api.VerdictRejected,
-		Reasons: []api.Rejection{{Code: string(re.Reason), Message: re.Detail}},
+		Reasons: []api.Rejection{rejection(re)},
 	}
 	if perr := printReport(cmd.OutOrStdout(), out, &report); perr != nil {
 		return perr
 	}
 	return err
+}
+
+// rejection is the JSON model of a rejection.
+func rejection(re *reject.Error) api.Rejection {
+	return api.Rejection{Code: string(re.Reason), Message: re.Detail}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // Options say how a disk is stored in its containerDisk. The zero value
@@ -126,6 +127,6 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 }
 
 // Rejected reports whether err rejects a disk or a layer: a
-// *convert.RejectError or a *ShapeError. Such an error is a verdict on
+// *reject.Error (a disk or a shape reason). Such an error is a verdict on
 // the bytes, not a failure to move them.
-func Rejected(err error) bool { return errors.Is(err, convert.ErrRejected) }
+func Rejected(err error) bool { return errors.Is(err, reject.ErrRejected) }

@@ -12,8 +12,9 @@
 // gives the same layer digest whatever the machine's concurrency.
 //
 // OpenLayer reads a layer as it streams in and checks its shape up to the
-// disk's first byte; a layer that is not a containerDisk is a *ShapeError,
-// which matches convert.ErrRejected like a rejection of the disk itself.
+// disk's first byte; a layer that is not a containerDisk is a
+// *reject.Error with a shape reason, which matches reject.ErrRejected like
+// a rejection of the disk itself.
 // CheckHead then runs the disk engine's header checks on the disk's first
 // cluster, and CopyDisk extracts the whole disk.
 //

@@ -12,13 +12,14 @@ import (
 	"strconv"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // CheckLayerCount rejects an image that does not have exactly one layer.
 func CheckLayerCount(n int) error {
 	if n != 1 {
-		return shapeError(api.ReasonLayerCount, "the image has %d layers; a containerDisk has exactly one", n)
+		return reject.New(reject.LayerCount, "the image has %d layers; a containerDisk has exactly one", n)
 	}
 	return nil
 }
@@ -27,7 +28,7 @@ func CheckLayerCount(n int) error {
 // headers up to disk/disk.img are checked when it is opened, then either
 // the disk's head (CheckHead) or the whole disk (CopyDisk) is read. Errors
 // of the blob's stream (a broken download) stay errors; anything wrong
-// with the bytes themselves is a *ShapeError or a *convert.RejectError.
+// with the bytes themselves is a *reject.Error (a shape or a disk reason).
 type LayerReader struct {
 	src   *trackedReader
 	zr    io.ReadCloser
@@ -88,7 +89,7 @@ func (l *LayerReader) CheckHead(annotations map[string]string, report *api.Conta
 	report.VirtualSize = info.VirtualSize
 	if s, ok := annotations[api.AnnotationVirtualSize]; ok {
 		if n, err := strconv.ParseInt(s, 10, 64); err != nil || n != info.VirtualSize {
-			return shapeError(api.ReasonAnnotationMismatch, "the annotation %s is %q but the disk's virtual size is %d bytes", api.AnnotationVirtualSize, s, info.VirtualSize)
+			return reject.New(reject.AnnotationMismatch, "the annotation %s is %q but the disk's virtual size is %d bytes", api.AnnotationVirtualSize, s, info.VirtualSize)
 		}
 	}
 	report.Checked = api.CheckedHeader
@@ -105,7 +106,7 @@ func (l *LayerReader) CopyDisk(ctx context.Context, w io.Writer) (diffID string,
 	}
 	next, err := l.tr.Next()
 	if err == nil {
-		return "", shapeError(api.ReasonTarEntry, "the layer holds %q after %s; a containerDisk holds nothing else", next.Name, api.DiskPath)
+		return "", reject.New(reject.TarEntry, "the layer holds %q after %s; a containerDisk holds nothing else", next.Name, api.DiskPath)
 	}
 	if !errors.Is(err, io.EOF) {
 		return "", layerError(err, l.src)
@@ -163,15 +164,11 @@ func readDiskHead(r io.Reader, size int64) ([]byte, error) {
 	return head, nil
 }
 
-// AddRejection records err in report as a rejection when err is one (a
-// *ShapeError or a *convert.RejectError) and reports whether it was.
+// AddRejection records err in report as a rejection when err is one (of
+// the containerDisk's shape or of the disk in it) and reports whether it
+// was.
 func AddRejection(report *api.ContainerDiskReport, err error) bool {
-	if se := AsShapeError(err); se != nil {
-		report.Verdict = api.VerdictRejected
-		report.Reasons = append(report.Reasons, api.Rejection{Code: se.Reason, Message: se.Detail})
-		return true
-	}
-	if re := convert.AsReject(err); re != nil {
+	if re := reject.As(err); re != nil {
 		report.Verdict = api.VerdictRejected
 		report.Reasons = append(report.Reasons, api.Rejection{Code: string(re.Reason), Message: re.Detail})
 		return true

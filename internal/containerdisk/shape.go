@@ -10,39 +10,15 @@ import (
 	"github.com/klauspost/compress/zstd"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
-// ShapeError reports that an image in a registry is not a containerDisk of
-// the shape imagepipe builds (one layer holding disk/ and disk/disk.img,
-// 0444, owned 107:107). It matches convert.ErrRejected, so callers treat it
-// like a rejection of the disk itself.
-type ShapeError struct {
-	// Reason is one of the api.Reason* shape codes.
-	Reason string
-	// Detail is a sentence for people naming what was found.
-	Detail string
-}
-
-func (e *ShapeError) Error() string {
-	return fmt.Sprintf("not a containerDisk (%s): %s", e.Reason, e.Detail)
-}
-
-// Is makes errors.Is(err, convert.ErrRejected) true for shape errors.
-func (e *ShapeError) Is(target error) bool { return target == convert.ErrRejected }
-
-// AsShapeError returns the *ShapeError in err's chain, or nil.
-func AsShapeError(err error) *ShapeError {
-	var se *ShapeError
-	if errors.As(err, &se) {
-		return se
-	}
-	return nil
-}
-
-func shapeError(reason, format string, args ...any) *ShapeError {
-	return &ShapeError{Reason: reason, Detail: fmt.Sprintf(format, args...)}
+// isShapeError reports whether err is a rejection of the containerDisk's
+// shape (as opposed to the disk inside it).
+func isShapeError(err error) bool {
+	re := reject.As(err)
+	return re != nil && re.Reason.IsShape()
 }
 
 // zstdMaxWindow bounds the memory a layer's zstd stream may ask for, as
@@ -73,7 +49,7 @@ func decompressLayer(mt string, r io.Reader) (io.ReadCloser, error) {
 	case ocispec.MediaTypeImageLayer, dockerLayer:
 		return io.NopCloser(r), nil
 	}
-	return nil, shapeError(api.ReasonLayerMediaType, "the layer's media type %q is not a tar, gzip or zstd layer", mt)
+	return nil, reject.New(reject.LayerMediaType, "the layer's media type %q is not a tar, gzip or zstd layer", mt)
 }
 
 // diskEntry reads the layer's tar headers up to disk/disk.img and checks
@@ -83,29 +59,29 @@ func decompressLayer(mt string, r io.Reader) (io.ReadCloser, error) {
 func diskEntry(tr *tar.Reader) (*tar.Header, error) {
 	dir, err := tr.Next()
 	if errors.Is(err, io.EOF) {
-		return nil, shapeError(api.ReasonTarEntry, "the layer is an empty tar; it must hold %s and %s", api.DiskDir, api.DiskPath)
+		return nil, reject.New(reject.TarEntry, "the layer is an empty tar; it must hold %s and %s", api.DiskDir, api.DiskPath)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if dir.Name != api.DiskDir || dir.Typeflag != tar.TypeDir {
-		return nil, shapeError(api.ReasonTarEntry, "the layer's first entry is %q (%s); a containerDisk starts with the directory %s", dir.Name, typeName(dir.Typeflag), api.DiskDir)
+		return nil, reject.New(reject.TarEntry, "the layer's first entry is %q (%s); a containerDisk starts with the directory %s", dir.Name, typeName(dir.Typeflag), api.DiskDir)
 	}
 	file, err := tr.Next()
 	if errors.Is(err, io.EOF) {
-		return nil, shapeError(api.ReasonTarEntry, "the layer holds only %s; %s is missing", api.DiskDir, api.DiskPath)
+		return nil, reject.New(reject.TarEntry, "the layer holds only %s; %s is missing", api.DiskDir, api.DiskPath)
 	}
 	if err != nil {
 		return nil, err
 	}
 	if file.Name != api.DiskPath || file.Typeflag != tar.TypeReg {
-		return nil, shapeError(api.ReasonTarEntry, "the layer's second entry is %q (%s); a containerDisk holds only the regular file %s", file.Name, typeName(file.Typeflag), api.DiskPath)
+		return nil, reject.New(reject.TarEntry, "the layer's second entry is %q (%s); a containerDisk holds only the regular file %s", file.Name, typeName(file.Typeflag), api.DiskPath)
 	}
 	if file.Uid != api.DiskUID || file.Gid != api.DiskGID {
-		return nil, shapeError(api.ReasonDiskOwner, "%s is owned by %d:%d; KubeVirt reads it as %d:%d", api.DiskPath, file.Uid, file.Gid, api.DiskUID, api.DiskGID)
+		return nil, reject.New(reject.DiskOwner, "%s is owned by %d:%d; KubeVirt reads it as %d:%d", api.DiskPath, file.Uid, file.Gid, api.DiskUID, api.DiskGID)
 	}
 	if mode := file.Mode & 0o7777; mode != 0o444 {
-		return nil, shapeError(api.ReasonDiskMode, "%s has mode %04o; it must be 0444", api.DiskPath, mode)
+		return nil, reject.New(reject.DiskMode, "%s has mode %04o; it must be 0444", api.DiskPath, mode)
 	}
 	return file, nil
 }
@@ -148,10 +124,10 @@ func layerError(err error, src *trackedReader) error {
 		return nil
 	case src.err != nil:
 		return fmt.Errorf("reading the layer: %w", src.err)
-	case AsShapeError(err) != nil:
+	case isShapeError(err):
 		return err
 	}
-	return shapeError(api.ReasonInvalidLayer, "the layer is not a valid tar stream: %v", err)
+	return reject.New(reject.InvalidLayer, "the layer is not a valid tar stream: %v", err)
 }
 
 // errBeyondHead is what headReaderAt returns for bytes it does not hold.

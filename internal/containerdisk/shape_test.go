@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -74,7 +75,7 @@ func checkDiskEntry(t *testing.T, dirName string, dirType byte, fileName string,
 		}
 
 		// The rules, applied to the headers as read back.
-		want, wantErr := "", false
+		want, wantErr := reject.Reason(""), false
 		rd := tar.NewReader(bytes.NewReader(hdrs.Bytes()))
 		dir, err := rd.Next()
 		var file *tar.Header
@@ -85,18 +86,21 @@ func checkDiskEntry(t *testing.T, dirName string, dirType byte, fileName string,
 		case err != nil && !errors.Is(err, io.EOF):
 			wantErr = true
 		case dir == nil || dir.Name != api.DiskDir || dir.Typeflag != tar.TypeDir:
-			want = api.ReasonTarEntry
+			want = reject.TarEntry
 		case file == nil || file.Name != api.DiskPath || file.Typeflag != tar.TypeReg:
-			want = api.ReasonTarEntry
+			want = reject.TarEntry
 		case file.Uid != api.DiskUID || file.Gid != api.DiskGID:
-			want = api.ReasonDiskOwner
+			want = reject.DiskOwner
 		case file.Mode&0o7777 != 0o444:
-			want = api.ReasonDiskMode
+			want = reject.DiskMode
 		}
 
 		tr := tar.NewReader(io.MultiReader(bytes.NewReader(hdrs.Bytes()), content()))
 		h, err := diskEntry(tr)
-		se := AsShapeError(err)
+		se := reject.As(err)
+		if se != nil && !se.Reason.IsShape() {
+			se = nil
+		}
 		switch {
 		case wantErr:
 			if err == nil || se != nil {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
+
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // sparseRaw returns a raw disk of size bytes with random data in a few
@@ -186,8 +188,8 @@ func TestSpoolStopsAtLimit(t *testing.T) {
 	}
 	defer f.Close()
 	_, err = Spool(t.Context(), r, f, 8<<20)
-	if re := AsReject(err); re == nil || re.Reason != ReasonWrapper {
-		t.Fatalf("Spool over the limit: %v, want a %s rejection", err, ReasonWrapper)
+	if re := reject.As(err); re == nil || re.Reason != reject.Wrapper {
+		t.Fatalf("Spool over the limit: %v, want a %s rejection", err, reject.Wrapper)
 	}
 }
 
@@ -199,8 +201,8 @@ func TestUnwrapRefusesNestedWrappers(t *testing.T) {
 	inner := enc.EncodeAll([]byte("QFI\xfb"), nil)
 	outer := enc.EncodeAll(inner, nil)
 	_, _, err = Unwrap(bytes.NewReader(outer))
-	if re := AsReject(err); re == nil || re.Reason != ReasonWrapper {
-		t.Fatalf("nested zstd: %v, want a %s rejection", err, ReasonWrapper)
+	if re := reject.As(err); re == nil || re.Reason != reject.Wrapper {
+		t.Fatalf("nested zstd: %v, want a %s rejection", err, reject.Wrapper)
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // Format names a disk image format, as detected from content.
@@ -176,36 +178,36 @@ func vmdkExtentFiles(r io.ReaderAt, size int64) ([]string, error) {
 
 // Check turns a detection into a verdict: nil when an image of that content
 // may be opened as declared (declared == "" means "whatever it is"), else a
-// *RejectError.
+// *reject.Error.
 func (d Detection) Check(declared Format, allowISO bool) error {
 	if len(d.Matches) > 1 {
 		names := make([]string, len(d.Matches))
 		for i, f := range d.Matches {
 			names[i] = string(f)
 		}
-		return reject(ReasonPolyglot, "the content matches several formats at once (%s); such files are a known attack on format detection", strings.Join(names, ", "))
+		return reject.New(reject.Polyglot, "the content matches several formats at once (%s); such files are a known attack on format detection", strings.Join(names, ", "))
 	}
 	if len(d.References) > 0 {
-		return reject(ReasonExternalReference, "the VMDK descriptor points at other files (%s); only self-contained qcow2 or raw images are accepted", strings.Join(d.References, ", "))
+		return reject.New(reject.ExternalReference, "the VMDK descriptor points at other files (%s); only self-contained qcow2 or raw images are accepted", strings.Join(d.References, ", "))
 	}
 	got := d.Format
 	if got == FormatISO && allowISO {
 		got = FormatRaw
 	}
 	if declared != "" && declared != got && !(declared == FormatISO && d.Format == FormatISO) {
-		return reject(ReasonFormatMismatch, "the image was declared %s but its content is %s", declared, d.Format)
+		return reject.New(reject.FormatMismatch, "the image was declared %s but its content is %s", declared, d.Format)
 	}
 	switch got {
 	case FormatRaw, FormatQCOW2:
 		return nil
 	case FormatLUKS:
-		return reject(ReasonEncrypted, "the image is a LUKS encrypted container; upload the decrypted disk")
+		return reject.New(reject.Encrypted, "the image is a LUKS encrypted container; upload the decrypted disk")
 	case FormatISO:
-		return reject(ReasonUnsupportedFormat, "the image is an ISO 9660 filesystem; ask for it to be accepted as raw explicitly")
+		return reject.New(reject.UnsupportedFormat, "the image is an ISO 9660 filesystem; ask for it to be accepted as raw explicitly")
 	case FormatQCOW1:
-		return reject(ReasonUnsupportedFormat, "qcow version 1 images are not supported; convert to qcow2 first")
+		return reject.New(reject.UnsupportedFormat, "qcow version 1 images are not supported; convert to qcow2 first")
 	default:
-		return reject(ReasonUnsupportedFormat, "%s images are not supported; convert to qcow2 or raw first", got)
+		return reject.New(reject.UnsupportedFormat, "%s images are not supported; convert to qcow2 or raw first", got)
 	}
 }
 

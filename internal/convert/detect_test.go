@@ -3,6 +3,8 @@ package convert
 import (
 	"bytes"
 	"testing"
+
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // image builds content with magic strings placed at offsets.
@@ -25,36 +27,36 @@ func TestDetect(t *testing.T) {
 		declared Format
 		allowISO bool
 		want     Format
-		reason   Reason // "" = accepted
+		reason   reject.Reason // "" = accepted
 	}{
 		{"raw zeros", make([]byte, 4096), "", false, FormatRaw, ""},
 		{"raw with MBR", image(4096, map[int]string{510: "\x55\xaa"}), "", false, FormatRaw, ""},
 		{"qcow2", image(4096, map[int]string{0: qcow2v3}), "", false, FormatQCOW2, ""},
-		{"qcow v1", image(4096, map[int]string{0: "QFI\xfb\x00\x00\x00\x01"}), "", false, FormatQCOW1, ReasonUnsupportedFormat},
-		{"qed", image(4096, map[int]string{0: "QED\x00"}), "", false, FormatQED, ReasonUnsupportedFormat},
-		{"vhdx", image(4096, map[int]string{0: "vhdxfile"}), "", false, FormatVHDX, ReasonUnsupportedFormat},
-		{"vhd dynamic", image(4096, map[int]string{0: "conectix"}), "", false, FormatVHD, ReasonUnsupportedFormat},
-		{"vhd fixed footer", image(4096, map[int]string{-512: "conectix"}), "", false, FormatVHD, ReasonUnsupportedFormat},
-		{"vdi", image(4096, map[int]string{0x40: "\x7f\x10\xda\xbe"}), "", false, FormatVDI, ReasonUnsupportedFormat},
-		{"vmdk sparse", image(4096, map[int]string{0: "KDMV", 512: `RW 2048 SPARSE "self.vmdk"`}), "", false, FormatVMDK, ReasonUnsupportedFormat},
-		{"vmdk descriptor naming a host file", []byte("# Disk DescriptorFile\nversion=1\ncreateType=\"monolithicFlat\"\nRW 2048 FLAT \"/etc/shadow\" 0\n"), "", false, FormatVMDK, ReasonExternalReference},
-		{"vmdk descriptor without the first line", []byte("# made by hand\ncreateType=\"vmfs\"\n"), "", false, FormatVMDK, ReasonUnsupportedFormat},
-		{"luks", image(4096, map[int]string{0: "LUKS\xba\xbe"}), "", false, FormatLUKS, ReasonEncrypted},
-		{"iso refused", image(0x9000, map[int]string{0x8001: "CD001"}), "", false, FormatISO, ReasonUnsupportedFormat},
+		{"qcow v1", image(4096, map[int]string{0: "QFI\xfb\x00\x00\x00\x01"}), "", false, FormatQCOW1, reject.UnsupportedFormat},
+		{"qed", image(4096, map[int]string{0: "QED\x00"}), "", false, FormatQED, reject.UnsupportedFormat},
+		{"vhdx", image(4096, map[int]string{0: "vhdxfile"}), "", false, FormatVHDX, reject.UnsupportedFormat},
+		{"vhd dynamic", image(4096, map[int]string{0: "conectix"}), "", false, FormatVHD, reject.UnsupportedFormat},
+		{"vhd fixed footer", image(4096, map[int]string{-512: "conectix"}), "", false, FormatVHD, reject.UnsupportedFormat},
+		{"vdi", image(4096, map[int]string{0x40: "\x7f\x10\xda\xbe"}), "", false, FormatVDI, reject.UnsupportedFormat},
+		{"vmdk sparse", image(4096, map[int]string{0: "KDMV", 512: `RW 2048 SPARSE "self.vmdk"`}), "", false, FormatVMDK, reject.UnsupportedFormat},
+		{"vmdk descriptor naming a host file", []byte("# Disk DescriptorFile\nversion=1\ncreateType=\"monolithicFlat\"\nRW 2048 FLAT \"/etc/shadow\" 0\n"), "", false, FormatVMDK, reject.ExternalReference},
+		{"vmdk descriptor without the first line", []byte("# made by hand\ncreateType=\"vmfs\"\n"), "", false, FormatVMDK, reject.UnsupportedFormat},
+		{"luks", image(4096, map[int]string{0: "LUKS\xba\xbe"}), "", false, FormatLUKS, reject.Encrypted},
+		{"iso refused", image(0x9000, map[int]string{0x8001: "CD001"}), "", false, FormatISO, reject.UnsupportedFormat},
 		{"iso as raw on request", image(0x9000, map[int]string{0x8001: "CD001"}), "", true, FormatISO, ""},
-		{"iso declared raw without allow", image(0x9000, map[int]string{0x8001: "CD001"}), FormatRaw, false, FormatISO, ReasonFormatMismatch},
-		{"polyglot iso+qcow2", image(0x9000, map[int]string{0: qcow2v3, 0x8001: "CD001"}), "", true, FormatRaw, ReasonPolyglot},
-		{"polyglot qcow2+vhd footer", image(4096, map[int]string{0: qcow2v3, -512: "conectix"}), "", false, FormatRaw, ReasonPolyglot},
-		{"declared raw, qcow2 content", image(4096, map[int]string{0: qcow2v3}), FormatRaw, false, FormatQCOW2, ReasonFormatMismatch},
-		{"declared qcow2, raw content", make([]byte, 4096), FormatQCOW2, false, FormatRaw, ReasonFormatMismatch},
+		{"iso declared raw without allow", image(0x9000, map[int]string{0x8001: "CD001"}), FormatRaw, false, FormatISO, reject.FormatMismatch},
+		{"polyglot iso+qcow2", image(0x9000, map[int]string{0: qcow2v3, 0x8001: "CD001"}), "", true, FormatRaw, reject.Polyglot},
+		{"polyglot qcow2+vhd footer", image(4096, map[int]string{0: qcow2v3, -512: "conectix"}), "", false, FormatRaw, reject.Polyglot},
+		{"declared raw, qcow2 content", image(4096, map[int]string{0: qcow2v3}), FormatRaw, false, FormatQCOW2, reject.FormatMismatch},
+		{"declared qcow2, raw content", make([]byte, 4096), FormatQCOW2, false, FormatRaw, reject.FormatMismatch},
 		{"declared qcow2, qcow2 content", image(4096, map[int]string{0: qcow2v3}), FormatQCOW2, false, FormatQCOW2, ""},
 		{"short file", []byte("QF"), "", false, FormatRaw, ""},
-		{"parallels", image(4096, map[int]string{0: "WithoutFreeSpace"}), "", false, FormatParallels, ReasonUnsupportedFormat},
-		{"parallels ext", image(4096, map[int]string{0: "WithouFreSpacExt"}), "", false, FormatParallels, ReasonUnsupportedFormat},
-		{"bochs", image(4096, map[int]string{0: "Bochs Virtual HD Image"}), "", false, FormatBochs, ReasonUnsupportedFormat},
-		{"cloop", image(4096, map[int]string{0: "#!/bin/sh\n#V2.0 Format\nmodprobe cloop file=$0 && mount"}), "", false, FormatCloop, ReasonUnsupportedFormat},
-		{"dmg trailer", image(4096, map[int]string{-512: "koly"}), "", false, FormatDMG, ReasonUnsupportedFormat},
-		{"declared raw, parallels content", image(4096, map[int]string{0: "WithoutFreeSpace"}), FormatRaw, false, FormatParallels, ReasonFormatMismatch},
+		{"parallels", image(4096, map[int]string{0: "WithoutFreeSpace"}), "", false, FormatParallels, reject.UnsupportedFormat},
+		{"parallels ext", image(4096, map[int]string{0: "WithouFreSpacExt"}), "", false, FormatParallels, reject.UnsupportedFormat},
+		{"bochs", image(4096, map[int]string{0: "Bochs Virtual HD Image"}), "", false, FormatBochs, reject.UnsupportedFormat},
+		{"cloop", image(4096, map[int]string{0: "#!/bin/sh\n#V2.0 Format\nmodprobe cloop file=$0 && mount"}), "", false, FormatCloop, reject.UnsupportedFormat},
+		{"dmg trailer", image(4096, map[int]string{-512: "koly"}), "", false, FormatDMG, reject.UnsupportedFormat},
+		{"declared raw, parallels content", image(4096, map[int]string{0: "WithoutFreeSpace"}), FormatRaw, false, FormatParallels, reject.FormatMismatch},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,8 +68,8 @@ func TestDetect(t *testing.T) {
 				t.Errorf("Format = %s, want %s (matches %v)", d.Format, tt.want, d.Matches)
 			}
 			err = d.Check(tt.declared, tt.allowISO)
-			got := Reason("")
-			if re := AsReject(err); re != nil {
+			got := reject.Reason("")
+			if re := reject.As(err); re != nil {
 				got = re.Reason
 			} else if err != nil {
 				t.Fatalf("non-rejection error %v", err)

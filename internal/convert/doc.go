@@ -14,7 +14,7 @@
 // formats is a polyglot and is refused, and so is content that contradicts
 // a declared format (the CVE-2008-2004 class). The same class one step
 // later: raw output (Plan with To: FormatRaw) is refused with
-// ReasonAmbiguousRaw when the guest disk's own first or last bytes match
+// reject.AmbiguousRaw when the guest disk's own first or last bytes match
 // one of these signatures, since whoever reads the raw copy next would
 // probe it as that format; qcow2 output names its format and is allowed.
 // Unwrap recognises gzip, zstd and xz wrappers; Spool turns the stream into a
@@ -30,7 +30,7 @@
 // or uploaded. WriteFile, which writes a file its caller discards on
 // error, runs Verify's walk first, decompresses as it writes, and on a
 // fault returns Verify's rejection. Refused, each with a typed
-// *RejectError carrying a Reason: backing files (any backing_file_offset,
+// *reject.Error carrying a Reason: backing files (any backing_file_offset,
 // the backing-format extension), external data files (incompatible bit 2,
 // the data-file extension), encryption (crypt_method, the LUKS extension),
 // the corrupt bit, extended L2 entries (QEMU does not create them by
@@ -56,7 +56,7 @@
 // entries the virtual size needs, their L2 tables, the clusters those
 // reach) use a host cluster twice: the header cluster, the L1 and refcount
 // tables, each L2 table and each data cluster have one use only
-// (ReasonSharedL2Table, ReasonSharedCluster, ReasonMetadataOverlap).
+// (reject.SharedL2Table, reject.SharedCluster, reject.MetadataOverlap).
 // QEMU packs compressed streams byte by byte, so a descriptor, rounded up
 // to whole 512-byte sectors, legitimately reaches into the next stream.
 // Instead, each compressed cluster must start at a byte of its own, its
@@ -66,7 +66,7 @@
 // zlib and 32768 for zstd, the most each codec can do (checked, so the
 // bound does not rest on the decoder); and all compressed clusters
 // together may claim at most 1032 guest bytes per byte of the file
-// (ReasonCompressionRatio), deflate's limit, which only a zstd image made
+// (reject.CompressionRatio), deflate's limit, which only a zstd image made
 // for it exceeds (e.g. 512 MiB of one repeated byte in 362 KiB).
 //
 // For a qcow2 file of F bytes with C-byte clusters that passes Verify:

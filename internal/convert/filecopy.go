@@ -10,6 +10,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
+
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // File-to-file conversion.
@@ -232,7 +234,7 @@ func copyBuffered(in *os.File, off int64, out *os.File, at, n int64, sc *scratch
 // then holds partial output for the caller to discard.
 func (img *Image) WriteFile(ctx context.Context, f *os.File, opts Options) (int64, error) {
 	n, err := img.writeFile(ctx, f, opts)
-	if AsReject(err) != nil {
+	if reject.As(err) != nil {
 		// A fault found while writing: Verify's verdict, so that every
 		// command gives the same one for the same bytes.
 		if _, verr := img.Verify(ctx); verr != nil {

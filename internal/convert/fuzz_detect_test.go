@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"slices"
 	"testing"
+
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // FuzzDetect checks the raw-confusion invariant: content that matches any
@@ -44,7 +46,7 @@ func FuzzDetect(f *testing.F) {
 			if err == nil && other && img.Info().Format == FormatRaw {
 				t.Fatalf("content matching %v opened as raw (declared %q)", d.Matches, declared)
 			}
-			if err != nil && AsReject(err) == nil {
+			if err != nil && reject.As(err) == nil {
 				t.Fatalf("Open: %v is not a rejection", err)
 			}
 		}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/klauspost/compress/flate"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // reusedCluster is the fuzz targets' own account of the sharing rule,
@@ -356,10 +358,10 @@ func TestTableSharingSeeds(t *testing.T) {
 			_, err = img.Verify(t.Context())
 		}
 		valid := i%7 == 0
-		switch re := AsReject(err); {
+		switch re := reject.As(err); {
 		case valid && err != nil:
 			t.Errorf("seed %d: %v", i, err)
-		case !valid && (re == nil || (re.Reason != ReasonSharedCluster && re.Reason != ReasonSharedL2Table && re.Reason != ReasonMetadataOverlap)):
+		case !valid && (re == nil || (re.Reason != reject.SharedCluster && re.Reason != reject.SharedL2Table && re.Reason != reject.MetadataOverlap)):
 			t.Errorf("seed %d: %v, want a sharing rejection", i, err)
 		}
 		checkImage(t, sharingImage(s.l1, s.l2, s.recipe, s.zstd))

@@ -9,6 +9,8 @@ import (
 
 	"github.com/klauspost/compress/flate"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // fuzzMaxVirtual keeps fuzzed images small enough to convert many per second.
@@ -26,7 +28,7 @@ var fuzzOptions = Options{ClusterSize: 4096, Concurrency: 2}
 // checkImage runs everything a command may run on untrusted bytes and
 // fails on every broken invariant of the engine:
 //
-//   - Open, Verify, Plan and Write fail only with a *RejectError;
+//   - Open, Verify, Plan and Write fail only with a *reject.Error;
 //   - the verdict is one: Plan and WriteFile, each run first on a fresh
 //     copy of the image, give Verify's rejection (inspect, convert and
 //     import agree);
@@ -44,7 +46,7 @@ func checkImage(t *testing.T, data []byte) {
 	opts := OpenOptions{MaxVirtualSize: fuzzMaxVirtual}
 	img, rc, err := openBytes(t, data, opts)
 	if err != nil {
-		if AsReject(err) == nil {
+		if reject.As(err) == nil {
 			t.Fatalf("Open returned a non-rejection error: %v", err)
 		}
 		return
@@ -56,7 +58,7 @@ func checkImage(t *testing.T, data []byte) {
 		t.Fatalf("Verify read %d bytes of a %d-byte file", n, size)
 	}
 	if verr != nil {
-		re := AsReject(verr)
+		re := reject.As(verr)
 		if re == nil {
 			t.Fatalf("Verify returned a non-rejection error: %v", verr)
 		}
@@ -66,12 +68,12 @@ func checkImage(t *testing.T, data []byte) {
 			t.Fatalf("the second Open disagrees with the first: %v", err)
 		}
 		_, perr := fresh.Plan(ctx, fuzzOptions)
-		if got := AsReject(perr); got == nil || *got != *re {
+		if got := reject.As(perr); got == nil || *got != *re {
 			t.Fatalf("Plan's verdict %v differs from Verify's %v", perr, verr)
 		}
 		fresh, _, _ = openBytes(t, data, opts)
 		_, werr := fresh.WriteFile(ctx, fuzzFile(t), fuzzOptions)
-		if got := AsReject(werr); got == nil || *got != *re {
+		if got := reject.As(werr); got == nil || *got != *re {
 			t.Fatalf("WriteFile's verdict %v differs from Verify's %v", werr, verr)
 		}
 		return
@@ -90,7 +92,7 @@ func checkImage(t *testing.T, data []byte) {
 	// (rawout.go); the same guest read back from qcow2 output must be too.
 	ambiguous := img.checkRawOutput(ctx)
 	if ambiguous != nil {
-		if re := AsReject(ambiguous); re == nil || re.Reason != ReasonAmbiguousRaw {
+		if re := reject.As(ambiguous); re == nil || re.Reason != reject.AmbiguousRaw {
 			t.Fatalf("the raw-output check failed with %v", ambiguous)
 		}
 	}
@@ -206,7 +208,7 @@ func FuzzQCOW2Header(f *testing.F) {
 		}
 		h, err := parseQCOW2Header(head, fileSize, fuzzMaxVirtual)
 		if err != nil {
-			if AsReject(err) == nil {
+			if reject.As(err) == nil {
 				t.Fatalf("non-rejection error: %v", err)
 			}
 			return

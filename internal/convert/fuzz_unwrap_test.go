@@ -11,6 +11,8 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
+
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // fuzzSpoolLimit is the spool cap of FuzzUnwrap: small, so a stream that
@@ -20,7 +22,7 @@ const fuzzSpoolLimit = 256 << 10
 // FuzzUnwrap feeds arbitrary bytes to Unwrap and Spool, and round-trips
 // them through each wrapper. It fails unless:
 //   - Unwrap reports the wrapper DetectWrapper sees, fails only with a
-//     *RejectError (bzip2 as unsupported-format), and never returns a
+//     *reject.Error (bzip2 as unsupported-format), and never returns a
 //     stream that starts with another wrapper;
 //   - an unwrapped input reads back byte for byte;
 //   - Spool of any stream fails only with an invalid-wrapper rejection,
@@ -54,14 +56,14 @@ func FuzzUnwrap(f *testing.F) {
 			t.Fatalf("Unwrap reports %q, DetectWrapper %q", got, w)
 		}
 		if err != nil {
-			re := AsReject(err)
+			re := reject.As(err)
 			if re == nil {
 				t.Fatalf("Unwrap failed without a rejection: %v", err)
 			}
 			if w == WrapperNone {
 				t.Fatalf("an unwrapped input was rejected: %v", err)
 			}
-			if w == WrapperBzip2 && re.Reason != ReasonUnsupportedFormat {
+			if w == WrapperBzip2 && re.Reason != reject.UnsupportedFormat {
 				t.Fatalf("bzip2 rejected as %s", re.Reason)
 			}
 		} else {
@@ -121,7 +123,7 @@ func checkUnwrapped(t *testing.T, r io.ReadCloser, data []byte, w Wrapper, spool
 		t.Fatalf("Spool wrote %d bytes over its cap of %d", n, fuzzSpoolLimit)
 	}
 	if err != nil {
-		if re := AsReject(err); re == nil || re.Reason != ReasonWrapper {
+		if re := reject.As(err); re == nil || re.Reason != reject.Wrapper {
 			t.Fatalf("Spool failed without an invalid-wrapper rejection: %v", err)
 		}
 		if w == WrapperNone && len(data) <= fuzzSpoolLimit {

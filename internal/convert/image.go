@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // DefaultMaxVirtualSize is the largest virtual disk size accepted unless
@@ -97,7 +99,7 @@ type source interface {
 // Open detects and validates the image in r, which holds size bytes. It
 // runs every check that needs only the header; Verify (which Map, Plan and
 // WriteFile run first) checks the L1/L2 tables and the clusters. The
-// returned error is a *RejectError when the image breaks the validation
+// returned error is a *reject.Error when the image breaks the validation
 // contract.
 func Open(r io.ReaderAt, size int64, opts OpenOptions) (*Image, error) {
 	maxVirtual := opts.MaxVirtualSize
@@ -105,7 +107,7 @@ func Open(r io.ReaderAt, size int64, opts OpenOptions) (*Image, error) {
 		maxVirtual = DefaultMaxVirtualSize
 	}
 	if size <= 0 {
-		return nil, reject(ReasonVirtualSize, "the image is empty")
+		return nil, reject.New(reject.VirtualSize, "the image is empty")
 	}
 	det, err := Detect(r, size)
 	if err != nil {
@@ -130,7 +132,7 @@ func openFormat(r io.ReaderAt, size int64, format Format, maxVirtual int64) (*Im
 	// of sectors: a partial last sector is padded with zeros.
 	vsize := (size + 511) &^ 511
 	if vsize > maxVirtual {
-		return nil, reject(ReasonVirtualSize, "the virtual size %d bytes exceeds the limit of %d bytes", vsize, maxVirtual)
+		return nil, reject.New(reject.VirtualSize, "the virtual size %d bytes exceeds the limit of %d bytes", vsize, maxVirtual)
 	}
 	return &Image{
 		info: Info{Format: FormatRaw, VirtualSize: vsize, FileSize: size},

@@ -3,6 +3,8 @@ package convert
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // qcow2 on-disk constants, from QEMU's docs/interop/qcow2.rst.
@@ -128,11 +130,11 @@ func parseQCOW2Header(head []byte, fileSize, maxVirtual int64) (*qcowHeader, err
 // cluster size and the header length, which every later check relies on.
 func decodeQCOW2Header(head []byte) (*qcowHeader, error) {
 	if len(head) < qcowV2HeaderLen {
-		return nil, reject(ReasonTruncated, "the file is %d bytes, shorter than a qcow2 header (%d bytes)", len(head), qcowV2HeaderLen)
+		return nil, reject.New(reject.Truncated, "the file is %d bytes, shorter than a qcow2 header (%d bytes)", len(head), qcowV2HeaderLen)
 	}
 	be := binary.BigEndian
 	if be.Uint32(head[0:]) != qcowMagic {
-		return nil, reject(ReasonInvalidHeader, "the qcow2 magic is missing")
+		return nil, reject.New(reject.InvalidHeader, "the qcow2 magic is missing")
 	}
 	h := &qcowHeader{
 		version:         be.Uint32(head[4:]),
@@ -148,11 +150,11 @@ func decodeQCOW2Header(head []byte) (*qcowHeader, error) {
 		headerLength:    qcowV2HeaderLen,
 	}
 	if h.version != 2 && h.version != 3 {
-		return nil, reject(ReasonUnsupportedFormat, "qcow2 version %d is not supported (only 2 and 3)", h.version)
+		return nil, reject.New(reject.UnsupportedFormat, "qcow2 version %d is not supported (only 2 and 3)", h.version)
 	}
 	if h.version == 3 {
 		if len(head) < qcowV3MinHeader {
-			return nil, reject(ReasonTruncated, "the file is %d bytes, shorter than a qcow2 v3 header", len(head))
+			return nil, reject.New(reject.Truncated, "the file is %d bytes, shorter than a qcow2 v3 header", len(head))
 		}
 		h.incompatible = be.Uint64(head[72:])
 		h.compatible = be.Uint64(head[80:])
@@ -161,17 +163,17 @@ func decodeQCOW2Header(head []byte) (*qcowHeader, error) {
 		h.headerLength = be.Uint32(head[100:])
 	}
 	if h.clusterBits < minClusterBits || h.clusterBits > maxClusterBits {
-		return nil, reject(ReasonInvalidHeader, "cluster_bits is %d; it must be between %d and %d", h.clusterBits, minClusterBits, maxClusterBits)
+		return nil, reject.New(reject.InvalidHeader, "cluster_bits is %d; it must be between %d and %d", h.clusterBits, minClusterBits, maxClusterBits)
 	}
 	if h.version == 3 {
 		if h.headerLength < qcowV3MinHeader || h.headerLength%8 != 0 {
-			return nil, reject(ReasonInvalidHeader, "header_length is %d; a version 3 header is at least %d bytes and a multiple of 8", h.headerLength, qcowV3MinHeader)
+			return nil, reject.New(reject.InvalidHeader, "header_length is %d; a version 3 header is at least %d bytes and a multiple of 8", h.headerLength, qcowV3MinHeader)
 		}
 		if int64(h.headerLength) > h.clusterSize() {
-			return nil, reject(ReasonInvalidHeader, "header_length %d exceeds the cluster size %d", h.headerLength, h.clusterSize())
+			return nil, reject.New(reject.InvalidHeader, "header_length %d exceeds the cluster size %d", h.headerLength, h.clusterSize())
 		}
 		if int64(h.headerLength) > int64(len(head)) {
-			return nil, reject(ReasonTruncated, "the file ends inside the %d-byte header", h.headerLength)
+			return nil, reject.New(reject.Truncated, "the file ends inside the %d-byte header", h.headerLength)
 		}
 	}
 	return h, nil
@@ -182,7 +184,7 @@ func decodeQCOW2Header(head []byte) (*qcowHeader, error) {
 // and feature bits that change how the file is read.
 func (h *qcowHeader) checkNothingExternal(backingOffset uint64, cryptMethod uint32) error {
 	if backingOffset != 0 {
-		return reject(ReasonBackingFile, "the image references a backing file (backing_file_offset %#x); flatten it with 'qemu-img convert' or 'qemu-img rebase -b \"\"'", backingOffset)
+		return reject.New(reject.BackingFile, "the image references a backing file (backing_file_offset %#x); flatten it with 'qemu-img convert' or 'qemu-img rebase -b \"\"'", backingOffset)
 	}
 	if cryptMethod != 0 {
 		name := map[uint32]string{1: "AES"}[cryptMethod]
@@ -192,19 +194,19 @@ func (h *qcowHeader) checkNothingExternal(backingOffset uint64, cryptMethod uint
 				name = "LUKS"
 			}
 		}
-		return reject(ReasonEncrypted, "the image is encrypted (%s); upload the decrypted disk", name)
+		return reject.New(reject.Encrypted, "the image is encrypted (%s); upload the decrypted disk", name)
 	}
 	if h.incompatible&incompatCorrupt != 0 {
-		return reject(ReasonCorrupt, "the image is marked corrupt; repair it with 'qemu-img check -r all' and upload the result")
+		return reject.New(reject.Corrupt, "the image is marked corrupt; repair it with 'qemu-img check -r all' and upload the result")
 	}
 	if h.incompatible&incompatDataFile != 0 {
-		return reject(ReasonExternalDataFile, "the image keeps its data in an external data file")
+		return reject.New(reject.ExternalDataFile, "the image keeps its data in an external data file")
 	}
 	if h.incompatible&incompatExtendedL2 != 0 {
-		return reject(ReasonExtendedL2, "the image uses extended L2 entries (subclusters), which qemu-img does not create by default; convert it with 'qemu-img convert -O qcow2'")
+		return reject.New(reject.ExtendedL2, "the image uses extended L2 entries (subclusters), which qemu-img does not create by default; convert it with 'qemu-img convert -O qcow2'")
 	}
 	if unknown := h.incompatible &^ incompatKnownToQEMU; unknown != 0 {
-		return reject(ReasonUnknownFeature, "the image sets unknown incompatible feature bits %#x", unknown)
+		return reject.New(reject.UnknownFeature, "the image sets unknown incompatible feature bits %#x", unknown)
 	}
 	return nil
 }
@@ -216,16 +218,16 @@ func (h *qcowHeader) checkCompression(head []byte) error {
 		return nil
 	}
 	if h.refcountOrder > maxRefcountOrder {
-		return reject(ReasonInvalidHeader, "refcount_order is %d; the maximum is %d", h.refcountOrder, maxRefcountOrder)
+		return reject.New(reject.InvalidHeader, "refcount_order is %d; the maximum is %d", h.refcountOrder, maxRefcountOrder)
 	}
 	if h.headerLength > qcowV3MinHeader {
 		h.compression = head[104]
 	}
 	if h.incompatible&incompatCompression == 0 && h.compression != compressionZlib {
-		return reject(ReasonInvalidHeader, "compression_type is %d but the compression-type feature bit is not set", h.compression)
+		return reject.New(reject.InvalidHeader, "compression_type is %d but the compression-type feature bit is not set", h.compression)
 	}
 	if h.compression != compressionZlib && h.compression != compressionZstd {
-		return reject(ReasonInvalidHeader, "compression_type %d is unknown (0 zlib, 1 zstd)", h.compression)
+		return reject.New(reject.InvalidHeader, "compression_type %d is unknown (0 zlib, 1 zstd)", h.compression)
 	}
 	return nil
 }
@@ -234,15 +236,15 @@ func (h *qcowHeader) checkCompression(head []byte) error {
 // and the configured maximum.
 func (h *qcowHeader) checkVirtualSize(maxVirtual int64) error {
 	if h.size == 0 {
-		return reject(ReasonVirtualSize, "the virtual size is zero")
+		return reject.New(reject.VirtualSize, "the virtual size is zero")
 	}
 	if h.size%512 != 0 {
 		// QEMU reads whole sectors only: it would show the guest the first
 		// size&^511 bytes, and qemu-img never writes such a size.
-		return reject(ReasonVirtualSize, "the virtual size %d bytes is not a multiple of 512; QEMU would read only the first %d bytes", h.size, h.size&^511)
+		return reject.New(reject.VirtualSize, "the virtual size %d bytes is not a multiple of 512; QEMU would read only the first %d bytes", h.size, h.size&^511)
 	}
 	if h.size > uint64(maxVirtual) {
-		return reject(ReasonVirtualSize, "the virtual size %d bytes exceeds the limit of %d bytes", h.size, maxVirtual)
+		return reject.New(reject.VirtualSize, "the virtual size %d bytes exceeds the limit of %d bytes", h.size, maxVirtual)
 	}
 	return nil
 }
@@ -252,32 +254,32 @@ func (h *qcowHeader) checkVirtualSize(maxVirtual int64) error {
 func (h *qcowHeader) checkTables(fileSize int64) error {
 	cs := uint64(h.clusterSize())
 	if uint64(h.l1Size)*8 > maxL1Bytes {
-		return reject(ReasonL1Table, "l1_size %d entries exceeds QEMU's limit of %d bytes", h.l1Size, maxL1Bytes)
+		return reject.New(reject.L1Table, "l1_size %d entries exceeds QEMU's limit of %d bytes", h.l1Size, maxL1Bytes)
 	}
 	if need := h.l1Needed(); uint64(h.l1Size) < need {
-		return reject(ReasonL1Table, "l1_size %d is too small for the virtual size %d (needs %d entries)", h.l1Size, h.size, need)
+		return reject.New(reject.L1Table, "l1_size %d is too small for the virtual size %d (needs %d entries)", h.l1Size, h.size, need)
 	}
-	if err := checkTableOffset(ReasonL1Table, "L1 table", h.l1Offset, h.l1Needed()*8, cs, fileSize); err != nil {
+	if err := checkTableOffset(reject.L1Table, "L1 table", h.l1Offset, h.l1Needed()*8, cs, fileSize); err != nil {
 		return err
 	}
 	if uint64(h.refTableCluster)*cs > maxRefcountTableBytes {
-		return reject(ReasonRefcountTable, "the refcount table spans %d clusters, over QEMU's limit of %d bytes", h.refTableCluster, maxRefcountTableBytes)
+		return reject.New(reject.RefcountTable, "the refcount table spans %d clusters, over QEMU's limit of %d bytes", h.refTableCluster, maxRefcountTableBytes)
 	}
 	if h.refTableCluster == 0 {
-		return reject(ReasonRefcountTable, "the refcount table is empty")
+		return reject.New(reject.RefcountTable, "the refcount table is empty")
 	}
 	// The refcount table is never read; its start must still be a valid
 	// position inside the file.
-	if err := checkTableOffset(ReasonRefcountTable, "refcount table", h.refTableOffset, 1, cs, fileSize); err != nil {
+	if err := checkTableOffset(reject.RefcountTable, "refcount table", h.refTableOffset, 1, cs, fileSize); err != nil {
 		return err
 	}
 	if h.nbSnapshots > maxSnapshots {
-		return reject(ReasonSnapshotTable, "the image claims %d snapshots, over QEMU's limit of %d", h.nbSnapshots, maxSnapshots)
+		return reject.New(reject.SnapshotTable, "the image claims %d snapshots, over QEMU's limit of %d", h.nbSnapshots, maxSnapshots)
 	}
 	if h.nbSnapshots > 0 {
 		// Snapshots are ignored and never followed; the table must still
 		// be where a valid image would keep it.
-		if err := checkTableOffset(ReasonSnapshotTable, "snapshot table", h.snapshotsOffset, 1, cs, fileSize); err != nil {
+		if err := checkTableOffset(reject.SnapshotTable, "snapshot table", h.snapshotsOffset, 1, cs, fileSize); err != nil {
 			return err
 		}
 	}
@@ -286,14 +288,14 @@ func (h *qcowHeader) checkTables(fileSize int64) error {
 
 // checkTableOffset checks that a table of n bytes at off is cluster-aligned,
 // below 2^56 and inside the file.
-func checkTableOffset(reason Reason, what string, off, n, clusterSize uint64, fileSize int64) error {
+func checkTableOffset(reason reject.Reason, what string, off, n, clusterSize uint64, fileSize int64) error {
 	switch {
 	case off == 0 || off%clusterSize != 0:
-		return reject(reason, "the %s offset %#x is not a non-zero multiple of the cluster size", what, off)
+		return reject.New(reason, "the %s offset %#x is not a non-zero multiple of the cluster size", what, off)
 	case off >= maxHostOffset:
-		return reject(reason, "the %s offset %#x is beyond 2^56", what, off)
+		return reject.New(reason, "the %s offset %#x is beyond 2^56", what, off)
 	case off+n > uint64(fileSize):
-		return reject(reason, "the %s (%d bytes at %#x) lies past the end of the %d-byte file", what, n, off, fileSize)
+		return reject.New(reason, "the %s (%d bytes at %#x) lies past the end of the %d-byte file", what, n, off, fileSize)
 	}
 	return nil
 }
@@ -313,20 +315,20 @@ func (h *qcowHeader) parseExtensions(head []byte) error {
 		}
 		dataEnd := off + 8 + length
 		if dataEnd > h.clusterSize() {
-			return reject(ReasonHeaderExtension, "header extension %#x at offset %d claims %d bytes, past the end of the first cluster", typ, off, length)
+			return reject.New(reject.HeaderExtension, "header extension %#x at offset %d claims %d bytes, past the end of the first cluster", typ, off, length)
 		}
 		switch typ {
 		case extBackingFormat:
-			return reject(ReasonBackingFile, "the image carries a backing file format extension")
+			return reject.New(reject.BackingFile, "the image carries a backing file format extension")
 		case extEncryption:
-			return reject(ReasonEncrypted, "the image carries a full-disk encryption header extension")
+			return reject.New(reject.Encrypted, "the image carries a full-disk encryption header extension")
 		case extDataFile:
-			return reject(ReasonExternalDataFile, "the image names an external data file")
+			return reject.New(reject.ExternalDataFile, "the image names an external data file")
 		case extBitmaps:
 			h.hasBitmaps = true
 		case extFeatureTable:
 			if length%48 != 0 {
-				return reject(ReasonHeaderExtension, "the feature name table is %d bytes, not a multiple of 48", length)
+				return reject.New(reject.HeaderExtension, "the feature name table is %d bytes, not a multiple of 48", length)
 			}
 		}
 		off = (dataEnd + 7) &^ 7

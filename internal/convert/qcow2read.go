@@ -10,6 +10,8 @@ import (
 
 	"github.com/klauspost/compress/flate"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // l2CacheBytes bounds the memory held by cached L2 tables.
@@ -52,11 +54,11 @@ func newQCOW2Source(r io.ReaderAt, fileSize int64, h *qcowHeader) (*qcow2Source,
 		off := e & l1OffsetMask
 		switch {
 		case e&l1Reserved != 0:
-			return nil, reject(ReasonL1Table, "L1 entry %d (%#x) sets reserved bits", i, e)
+			return nil, reject.New(reject.L1Table, "L1 entry %d (%#x) sets reserved bits", i, e)
 		case off%cs != 0:
-			return nil, reject(ReasonL2Table, "L1 entry %d points to an L2 table at %#x, which is not cluster-aligned", i, off)
+			return nil, reject.New(reject.L2Table, "L1 entry %d points to an L2 table at %#x, which is not cluster-aligned", i, off)
 		case off != 0 && off+cs > uint64(fileSize):
-			return nil, reject(ReasonL2Table, "L1 entry %d points to an L2 table at %#x, past the end of the %d-byte file", i, off, fileSize)
+			return nil, reject.New(reject.L2Table, "L1 entry %d points to an L2 table at %#x, past the end of the %d-byte file", i, off, fileSize)
 		}
 		s.l1[i] = off
 	}
@@ -127,19 +129,19 @@ func (s *qcow2Source) checkL2Entry(cluster, e uint64) error {
 	if e&entryCompressed != 0 {
 		host, n := h.compressedDescriptor(e)
 		if host >= s.fileSize || host < int64(h.clusterSize()) {
-			return reject(ReasonCompressedCluster, "the compressed cluster at guest offset %#x points to %#x, outside the %d-byte file", guest, host, s.fileSize)
+			return reject.New(reject.CompressedCluster, "the compressed cluster at guest offset %#x points to %#x, outside the %d-byte file", guest, host, s.fileSize)
 		}
 		// The last compressed cluster may end inside its final sector
 		// at the end of the file, never further.
 		if host+n > s.fileSize+512 {
-			return reject(ReasonCompressedCluster, "the compressed cluster at guest offset %#x (%d bytes at %#x) runs past the end of the file", guest, n, host)
+			return reject.New(reject.CompressedCluster, "the compressed cluster at guest offset %#x (%d bytes at %#x) runs past the end of the file", guest, n, host)
 		}
 		return nil
 	}
 	off := e & l2OffsetMask
 	if e&entryZero != 0 {
 		if h.version < 3 {
-			return reject(ReasonL2Table, "the L2 entry for guest offset %#x sets the zero flag, which version 2 images do not have", guest)
+			return reject.New(reject.L2Table, "the L2 entry for guest offset %#x sets the zero flag, which version 2 images do not have", guest)
 		}
 		return nil // reads as zeros whatever the offset says
 	}
@@ -147,9 +149,9 @@ func (s *qcow2Source) checkL2Entry(cluster, e uint64) error {
 	case off == 0:
 		return nil
 	case off%uint64(h.clusterSize()) != 0:
-		return reject(ReasonL2Table, "the data cluster for guest offset %#x is at %#x, which is not cluster-aligned", guest, off)
+		return reject.New(reject.L2Table, "the data cluster for guest offset %#x is at %#x, which is not cluster-aligned", guest, off)
 	case off >= uint64(s.fileSize):
-		return reject(ReasonL2Table, "the data cluster for guest offset %#x is at %#x, past the end of the %d-byte file", guest, off, s.fileSize)
+		return reject.New(reject.L2Table, "the data cluster for guest offset %#x is at %#x, past the end of the %d-byte file", guest, off, s.fileSize)
 	}
 	return nil
 }
@@ -359,7 +361,7 @@ func (s *qcow2Source) decompress(e extent, out []byte, sc *scratch) error {
 	// ahead, so this is what the stream needed.
 	consumed := n - int64(sc.br.Len())
 	if consumed*s.h.maxRatio() < int64(len(out)) {
-		return reject(ReasonCompressedCluster, "the compressed cluster at guest offset %#x expands %d bytes into %d, more than %s can", s.clusterStart(e), consumed, len(out), s.h.compressionName())
+		return reject.New(reject.CompressedCluster, "the compressed cluster at guest offset %#x expands %d bytes into %d, more than %s can", s.clusterStart(e), consumed, len(out), s.h.compressionName())
 	}
 	return nil
 }
@@ -370,9 +372,9 @@ func (s *qcow2Source) badCluster(e extent, end int64, err error) error {
 	short := errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 	switch {
 	case short && end < e.host+e.clen:
-		return reject(ReasonSharedCluster, "the compressed cluster at guest offset %#x (at %#x) runs into the compressed cluster starting at %#x", s.clusterStart(e), e.host, end)
+		return reject.New(reject.SharedCluster, "the compressed cluster at guest offset %#x (at %#x) runs into the compressed cluster starting at %#x", s.clusterStart(e), e.host, end)
 	case short:
-		return reject(ReasonCompressedCluster, "the compressed cluster at guest offset %#x ends before a full cluster of data", s.clusterStart(e))
+		return reject.New(reject.CompressedCluster, "the compressed cluster at guest offset %#x ends before a full cluster of data", s.clusterStart(e))
 	}
-	return reject(ReasonCompressedCluster, "the compressed cluster at guest offset %#x does not decompress (%s): %v", s.clusterStart(e), s.h.compressionName(), err)
+	return reject.New(reject.CompressedCluster, "the compressed cluster at guest offset %#x does not decompress (%s): %v", s.clusterStart(e), s.h.compressionName(), err)
 }

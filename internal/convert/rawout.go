@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"strings"
+
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // A raw disk carries no format of its own: whoever reads it next (CDI's
@@ -38,7 +40,7 @@ func (img *Image) checkRawOutput(ctx context.Context) error {
 	if len(other) == 0 {
 		return nil
 	}
-	return reject(ReasonAmbiguousRaw, "the guest disk's own content looks like a %s image, so a raw copy of it would be read as that format by whoever probes it next; convert to qcow2 output instead (--disk-format qcow2 or -O qcow2)", strings.Join(other, " and "))
+	return reject.New(reject.AmbiguousRaw, "the guest disk's own content looks like a %s image, so a raw copy of it would be read as that format by whoever probes it next; convert to qcow2 output instead (--disk-format qcow2 or -O qcow2)", strings.Join(other, " and "))
 }
 
 // guestEnds holds the first and last bytes of a guest disk and serves

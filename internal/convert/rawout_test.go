@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // TestRawOutputOfAnotherFormatRefused converts qcow2 images whose guest
@@ -49,16 +51,16 @@ func TestRawOutputOfAnotherFormatRefused(t *testing.T) {
 			var out bytes.Buffer
 			_, err = img.Plan(t.Context(), Options{To: FormatRaw})
 			if tt.refuse {
-				if re := AsReject(err); re == nil || re.Reason != ReasonAmbiguousRaw {
-					t.Fatalf("raw Plan: %v, want a %s rejection", err, ReasonAmbiguousRaw)
+				if re := reject.As(err); re == nil || re.Reason != reject.AmbiguousRaw {
+					t.Fatalf("raw Plan: %v, want a %s rejection", err, reject.AmbiguousRaw)
 				}
 				raw, err := os.Create(filepath.Join(t.TempDir(), "out.raw"))
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer raw.Close()
-				if _, err := img.WriteFile(t.Context(), raw, Options{To: FormatRaw}); AsReject(err) == nil || AsReject(err).Reason != ReasonAmbiguousRaw {
-					t.Fatalf("raw WriteFile: %v, want a %s rejection", err, ReasonAmbiguousRaw)
+				if _, err := img.WriteFile(t.Context(), raw, Options{To: FormatRaw}); reject.As(err) == nil || reject.As(err).Reason != reject.AmbiguousRaw {
+					t.Fatalf("raw WriteFile: %v, want a %s rejection", err, reject.AmbiguousRaw)
 				}
 				if st, _ := raw.Stat(); st.Size() != 0 {
 					t.Errorf("raw WriteFile wrote %d bytes before refusing", st.Size())

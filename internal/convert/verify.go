@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // Maximum compression ratios: the most guest bytes one byte of a valid
@@ -58,7 +60,7 @@ type verdict struct {
 // reach the same one for the same bytes. Plan runs it first; WriteFile runs
 // its walk first and decompresses while it writes, and when that finds a
 // fault it returns Verify's rejection. The outcome is remembered, so
-// Verify runs once per Image. The returned error is a *RejectError when
+// Verify runs once per Image. The returned error is a *reject.Error when
 // the image breaks the validation contract.
 func (img *Image) Verify(ctx context.Context) (MapSummary, error) {
 	v := &img.verdict
@@ -269,7 +271,7 @@ func (s *qcow2Source) walk(ctx context.Context, vsize int64) (MapSummary, error)
 	}
 	for _, f := range fixed {
 		if c, old := m.claimRange(f.off, f.n, useMetadata); old != useFree {
-			return MapSummary{}, reject(ReasonMetadataOverlap, "the %s at %#x overlaps %s at host cluster %#x", f.what, f.off, useNames[old], c<<h.clusterBits)
+			return MapSummary{}, reject.New(reject.MetadataOverlap, "the %s at %#x overlaps %s at host cluster %#x", f.what, f.off, useNames[old], c<<h.clusterBits)
 		}
 	}
 
@@ -283,11 +285,11 @@ func (s *qcow2Source) walk(ctx context.Context, vsize int64) (MapSummary, error)
 			continue
 		}
 		if old := m.claim(int64(l2)>>h.clusterBits, useL2); old != useFree {
-			reason := ReasonMetadataOverlap
+			reason := reject.MetadataOverlap
 			if old == useL2 {
-				reason = ReasonSharedL2Table
+				reason = reject.SharedL2Table
 			}
-			return MapSummary{}, reject(reason, "L1 entry %d points to an L2 table at %#x, which is already used as %s", i, l2, useNames[old])
+			return MapSummary{}, reject.New(reason, "L1 entry %d points to an L2 table at %#x, which is already used as %s", i, l2, useNames[old])
 		}
 		if err := readFull(s.r, raw, int64(l2)); err != nil {
 			return MapSummary{}, err
@@ -311,21 +313,21 @@ func (s *qcow2Source) walk(ctx context.Context, vsize int64) (MapSummary, error)
 			default:
 				off := e & l2OffsetMask
 				if old := m.claim(int64(off)>>h.clusterBits, useData); old != useFree {
-					reason := ReasonMetadataOverlap
+					reason := reject.MetadataOverlap
 					if old == useData {
-						reason = ReasonSharedCluster
+						reason = reject.SharedCluster
 					}
-					return MapSummary{}, reject(reason, "the data cluster for guest offset %#x is at %#x, which is already used as %s", guest, off, useNames[old])
+					return MapSummary{}, reject.New(reason, "the data cluster for guest offset %#x is at %#x, which is already used as %s", guest, off, useNames[old])
 				}
 				sum.AllocatedBytes += length
 			}
 		}
 	}
 	if dup := starts.finish(); dup >= 0 {
-		return MapSummary{}, reject(ReasonSharedCluster, "two compressed clusters start at host offset %#x", dup)
+		return MapSummary{}, reject.New(reject.SharedCluster, "two compressed clusters start at host offset %#x", dup)
 	}
 	if claimed := sum.CompressedClusters * cs; claimed/maxExpansion > s.fileSize {
-		return MapSummary{}, reject(ReasonCompressionRatio, "%d compressed clusters claim %d bytes of guest data from a %d-byte file, more than %d per byte of file (deflate's limit)", sum.CompressedClusters, claimed, s.fileSize, maxExpansion)
+		return MapSummary{}, reject.New(reject.CompressionRatio, "%d compressed clusters claim %d bytes of guest data from a %d-byte file, more than %d per byte of file (deflate's limit)", sum.CompressedClusters, claimed, s.fileSize, maxExpansion)
 	}
 	s.starts, s.uses = starts, m
 	return sum, nil
@@ -421,9 +423,9 @@ func (s *qcow2Source) checkCompressedRange(e extent, end int64) error {
 	if old == useFree {
 		return nil
 	}
-	reason := ReasonMetadataOverlap
+	reason := reject.MetadataOverlap
 	if old == useData {
-		reason = ReasonSharedCluster
+		reason = reject.SharedCluster
 	}
-	return reject(reason, "the compressed cluster at guest offset %#x (%d bytes at %#x) lies on %s at host cluster %#x", s.clusterStart(e), end-e.host, e.host, useNames[old], c<<s.h.clusterBits)
+	return reject.New(reason, "the compressed cluster at guest offset %#x (%d bytes at %#x) lies on %s at host cluster %#x", s.clusterStart(e), end-e.host, e.host, useNames[old], c<<s.h.clusterBits)
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // amplifier is the image of the issue: every L1 entry points to one L2
@@ -100,50 +102,50 @@ func lazy[A any](build func(A) []byte, arg A) func(*testing.T) []byte {
 var hostileCases = []struct {
 	name  string
 	build func(t *testing.T) []byte
-	want  Reason
+	want  reject.Reason
 }{
 	// The issue's images: found at the second L2 entry of the first table.
-	{"issue/2TiB-one-table-one-cluster", lazy(amplifier, 2<<40), ReasonSharedCluster},
-	{"issue/16GiB-one-table-one-cluster", lazy(amplifier, 16<<30), ReasonSharedCluster},
-	{"l2/one-table-for-every-l1-entry", lazy(oneL2Table, 2<<40), ReasonSharedL2Table},
+	{"issue/2TiB-one-table-one-cluster", lazy(amplifier, 2<<40), reject.SharedCluster},
+	{"issue/16GiB-one-table-one-cluster", lazy(amplifier, 16<<30), reject.SharedCluster},
+	{"l2/one-table-for-every-l1-entry", lazy(oneL2Table, 2<<40), reject.SharedL2Table},
 	{"l2/two-l1-entries-one-table", lazy(withTable, func(q *qcowBuilder, l2 int64) {
 		q.setL1(1, l2)
-	}), ReasonSharedL2Table},
+	}), reject.SharedL2Table},
 	{"data/cluster-referenced-twice", lazy(withTable, func(q *qcowBuilder, l2 int64) {
 		d := q.alloc(1)
 		q.setL2(l2, 0, q.data(d))
 		q.setL2(l2, 5, q.data(d))
-	}), ReasonSharedCluster},
+	}), reject.SharedCluster},
 	// Metadata read as guest data, and guest data read as metadata.
 	{"data/is-its-own-l2-table", lazy(withTable, func(q *qcowBuilder, l2 int64) {
 		q.setL2(l2, 0, q.data(l2))
-	}), ReasonMetadataOverlap},
+	}), reject.MetadataOverlap},
 	{"data/on-the-l1-table", lazy(withTable, func(q *qcowBuilder, l2 int64) {
 		q.setL2(l2, 0, q.data(q.l1))
-	}), ReasonMetadataOverlap},
+	}), reject.MetadataOverlap},
 	{"data/on-the-refcount-table", lazy(withTable, func(q *qcowBuilder, l2 int64) {
 		q.setL2(l2, 0, q.data(q.rt))
-	}), ReasonMetadataOverlap},
+	}), reject.MetadataOverlap},
 	{"l2/on-the-l1-table", lazy(withTable, func(q *qcowBuilder, l2 int64) {
 		q.setL1(1, q.l1)
-	}), ReasonMetadataOverlap},
+	}), reject.MetadataOverlap},
 	{"l2/on-the-refcount-table", lazy(withTable, func(q *qcowBuilder, l2 int64) {
 		q.setL1(1, q.rt)
-	}), ReasonMetadataOverlap},
+	}), reject.MetadataOverlap},
 	{"l2/on-an-earlier-data-cluster", lazy(withTable, func(q *qcowBuilder, l2 int64) {
 		d := q.alloc(1)
 		q.setL2(l2, 0, q.data(d))
 		q.setL1(1, d)
-	}), ReasonMetadataOverlap},
+	}), reject.MetadataOverlap},
 	{"data/on-a-later-l2-table", lazy(withTable, func(q *qcowBuilder, l2 int64) {
 		l2b := q.alloc(1)
 		q.setL2(l2, 0, q.data(l2b))
 		q.setL1(1, l2b)
-	}), ReasonMetadataOverlap},
+	}), reject.MetadataOverlap},
 	// One compressed descriptor for every cluster of a 512 GiB disk: refused
 	// before anything is decompressed.
-	{"compressed/one-descriptor-262144-times", lazy(reusedDescriptor, false), ReasonSharedCluster},
-	{"compressed/one-garbage-descriptor-262144-times", lazy(reusedDescriptor, true), ReasonSharedCluster},
+	{"compressed/one-descriptor-262144-times", lazy(reusedDescriptor, false), reject.SharedCluster},
+	{"compressed/one-garbage-descriptor-262144-times", lazy(reusedDescriptor, true), reject.SharedCluster},
 	// Distinct starts whose data overlap: cluster 0's stream needs bytes
 	// past the start of cluster 1's.
 	{"compressed/next-start-inside-stream", func(t *testing.T) []byte {
@@ -156,18 +158,18 @@ var hostileCases = []struct {
 		q.setL2(l2, 0, q.compressed(d, int64(len(stream))))
 		q.setL2(l2, 1, q.compressed(d+1, int64(len(stream))-1))
 		return q.bytes()
-	}, ReasonSharedCluster},
+	}, reject.SharedCluster},
 	{"compressed/inside-a-data-cluster", compressedAt(func(q *qcowBuilder, l2 int64) int64 {
 		d := q.alloc(1)
 		q.setL2(l2, 1, q.data(d))
 		return d + 100
-	}), ReasonSharedCluster},
+	}), reject.SharedCluster},
 	{"compressed/inside-the-l2-table", compressedAt(func(q *qcowBuilder, l2 int64) int64 {
 		return l2 + q.cs/2 // entries past the 1 MiB disk are never read
-	}), ReasonMetadataOverlap},
+	}), reject.MetadataOverlap},
 	{"compressed/inside-the-l1-table", compressedAt(func(q *qcowBuilder, l2 int64) int64 {
 		return q.l1 + 64
-	}), ReasonMetadataOverlap},
+	}), reject.MetadataOverlap},
 	// A zstd frame claiming more than the format's 128 KiB per block: the
 	// decoder or the ratio check refuses it.
 	{"compressed/beyond-the-codec-ratio", func(t *testing.T) []byte {
@@ -181,22 +183,22 @@ var hostileCases = []struct {
 		copy(q.b[d:], frame)
 		q.setL2(l2, 0, q.compressed(d, int64(len(frame))))
 		return q.bytes()
-	}, ReasonCompressedCluster},
+	}, reject.CompressedCluster},
 	// Legal streams, each as short as zstd allows, claiming more guest data
 	// per byte of file than deflate could: 512 MiB from 362 KiB.
-	{"compressed/zstd-bomb", func(*testing.T) []byte { return minimalStreams(16, true, 8192, 0)() }, ReasonCompressionRatio},
+	{"compressed/zstd-bomb", func(*testing.T) []byte { return minimalStreams(16, true, 8192, 0)() }, reject.CompressionRatio},
 	// Distinct starts, each a valid stream, all decoding the same bytes: a
 	// chain of empty prefixes (empty stored deflate blocks, zstd skippable
 	// frames) before one real stream. Each cluster may read only up to the
 	// next start, so all but the last run out of input.
-	{"compressed/deflate-empty-block-chain", prefixChain(false), ReasonSharedCluster},
-	{"compressed/zstd-skippable-frame-chain", prefixChain(true), ReasonSharedCluster},
+	{"compressed/deflate-empty-block-chain", prefixChain(false), reject.SharedCluster},
+	{"compressed/zstd-skippable-frame-chain", prefixChain(true), reject.SharedCluster},
 	// QEMU reads 512 of these 1000 bytes.
 	{"virtual-size/1000-bytes", func(t *testing.T) []byte {
 		q := newQCOWBuilder(16, 1024, false)
 		q.put(24, 1000)
 		return q.bytes()
-	}, ReasonVirtualSize},
+	}, reject.VirtualSize},
 }
 
 // emptyPrefix is a piece of compressed stream that produces nothing: an
@@ -258,7 +260,7 @@ func TestHostileTablesRejectedEverywhere(t *testing.T) {
 			if err == nil {
 				_, err = img.Verify(t.Context())
 			}
-			re := AsReject(err)
+			re := reject.As(err)
 			if re == nil || re.Reason != tc.want {
 				t.Fatalf("got %v, want a rejection for %s", err, tc.want)
 			}
@@ -276,7 +278,7 @@ func TestHostileTablesRejectedEverywhere(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if got := AsReject(step.run(t, fresh)); got == nil || *got != *re {
+				if got := reject.As(step.run(t, fresh)); got == nil || *got != *re {
 					t.Errorf("%s: got %v, want %v", step.name, got, re)
 				}
 			}
@@ -515,7 +517,7 @@ func TestVerifyIsRemembered(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := img.Verify(ctx); err == nil || AsReject(err) != nil {
+	if _, err := img.Verify(ctx); err == nil || reject.As(err) != nil {
 		t.Fatalf("cancelled Verify: %v", err)
 	}
 	if _, err := img.Verify(t.Context()); err != nil {

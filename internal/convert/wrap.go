@@ -11,6 +11,8 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	"github.com/ulikunitz/xz"
+
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // Unwrap looks at the first bytes of r and, when they start a gzip, zstd
@@ -29,23 +31,23 @@ func Unwrap(r io.Reader) (io.ReadCloser, Wrapper, error) {
 	case WrapperNone:
 		return io.NopCloser(br), w, nil
 	case WrapperBzip2:
-		return nil, w, reject(ReasonUnsupportedFormat, "bzip2-compressed images are not supported; use gzip, zstd or xz")
+		return nil, w, reject.New(reject.UnsupportedFormat, "bzip2-compressed images are not supported; use gzip, zstd or xz")
 	case WrapperGzip:
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			return nil, w, reject(ReasonWrapper, "the gzip header is invalid: %v", err)
+			return nil, w, reject.New(reject.Wrapper, "the gzip header is invalid: %v", err)
 		}
 		inner = zr
 	case WrapperZstd:
 		zr, err := zstd.NewReader(br, zstd.WithDecoderMaxWindow(128<<20), zstd.WithDecoderConcurrency(1))
 		if err != nil {
-			return nil, w, reject(ReasonWrapper, "the zstd header is invalid: %v", err)
+			return nil, w, reject.New(reject.Wrapper, "the zstd header is invalid: %v", err)
 		}
 		inner = zr.IOReadCloser()
 	case WrapperXZ:
 		xr, err := xz.NewReader(br)
 		if err != nil {
-			return nil, w, reject(ReasonWrapper, "the xz header is invalid: %v", err)
+			return nil, w, reject.New(reject.Wrapper, "the xz header is invalid: %v", err)
 		}
 		inner = io.NopCloser(xr)
 	}
@@ -54,11 +56,11 @@ func Unwrap(r io.Reader) (io.ReadCloser, Wrapper, error) {
 	ihead, err := ib.Peek(8)
 	if err != nil && !errors.Is(err, io.EOF) {
 		inner.Close()
-		return nil, w, reject(ReasonWrapper, "the %s stream is corrupt: %v", w, err)
+		return nil, w, reject.New(reject.Wrapper, "the %s stream is corrupt: %v", w, err)
 	}
 	if nested := DetectWrapper(ihead); nested != WrapperNone {
 		inner.Close()
-		return nil, w, reject(ReasonWrapper, "the %s stream holds another %s stream; decompress it once before uploading", w, nested)
+		return nil, w, reject.New(reject.Wrapper, "the %s stream holds another %s stream; decompress it once before uploading", w, nested)
 	}
 	return struct {
 		io.Reader
@@ -76,7 +78,7 @@ func SpoolLimit(maxVirtual int64) int64 {
 }
 
 // Spool copies r into f, an empty file, leaving 4 KiB blocks of zeros as
-// holes, and returns the number of bytes. It stops with a ReasonWrapper
+// holes, and returns the number of bytes. It stops with a reject.Wrapper
 // rejection once more than limit bytes arrive, so a decompression bomb
 // costs at most limit bytes of (mostly sparse) disk.
 func Spool(ctx context.Context, r io.Reader, f *os.File, limit int64) (int64, error) {
@@ -89,7 +91,7 @@ func Spool(ctx context.Context, r io.Reader, f *os.File, limit int64) (int64, er
 		n, err := io.ReadFull(r, buf)
 		if n > 0 {
 			if out.n+int64(n) > limit {
-				return out.n, reject(ReasonWrapper, "the decompressed image exceeds %d bytes", limit)
+				return out.n, reject.New(reject.Wrapper, "the decompressed image exceeds %d bytes", limit)
 			}
 			if werr := out.writeData(buf[:n]); werr != nil {
 				return out.n, fmt.Errorf("spooling the decompressed image: %w", werr)
@@ -99,7 +101,7 @@ func Spool(ctx context.Context, r io.Reader, f *os.File, limit int64) (int64, er
 			return out.n, out.finish()
 		}
 		if err != nil {
-			return out.n, reject(ReasonWrapper, "the compressed stream is corrupt: %v", err)
+			return out.n, reject.New(reject.Wrapper, "the compressed stream is corrupt: %v", err)
 		}
 	}
 }

@@ -45,8 +45,11 @@ func internal(names ...string) []string {
 func join(lists ...[]string) []string { return slices.Concat(lists...) }
 
 var rules = []rule{
-	{"internal/convert", "the disk engine is pure: bytes in, bytes out (no network, Kubernetes, pkg/api or other internal package)",
-		join(network, kubernetes, []string{module + "pkg/", module + "internal/"})},
+	{"internal/convert", "the disk engine is pure: bytes in, bytes out (no network, Kubernetes, pkg/api or internal package but the rejection taxonomy)",
+		join(network, kubernetes, []string{module + "pkg/"},
+			internal("cachefile", "cdi", "containerdisk", "hub", "intake", "kube", "registry", "source", "vmlaunch"))},
+	{"internal/reject", "the rejection taxonomy is a leaf the disk engine can use",
+		[]string{module}},
 	{"internal/containerdisk", "the containerDisk format knows no network, registry or cluster",
 		join(network, kubernetes, internal("registry", "source", "cdi", "hub", "intake", "vmlaunch"))},
 	{"internal/source", "sources read bytes; they know no registry and no cluster",

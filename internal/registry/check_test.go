@@ -18,6 +18,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -146,26 +147,26 @@ func TestCheckAndExtractRejectBadShapes(t *testing.T) {
 		name        string
 		layers      []v1.Layer
 		annotations map[string]string
-		reason      string // for both, unless extractOnly
-		extractOnly bool   // CheckContainerDisk does not read that far
+		reason      reject.Reason // for both, unless extractOnly
+		extractOnly bool          // CheckContainerDisk does not read that far
 	}{
-		{name: "no layer", reason: api.ReasonLayerCount},
-		{name: "two layers", layers: []v1.Layer{uncompressed(good), uncompressed(makeTar(t, diskDirEntry()))}, reason: api.ReasonLayerCount},
-		{name: "bzip2 layer", layers: []v1.Layer{static.NewLayer(good, "application/vnd.oci.image.layer.v1.tar+bzip2")}, reason: api.ReasonLayerMediaType},
-		{name: "not gzip", layers: []v1.Layer{static.NewLayer(good, types.OCILayer)}, reason: api.ReasonInvalidLayer},
-		{name: "not a tar", layers: []v1.Layer{uncompressed(bytes.Repeat([]byte{0xff}, 4096))}, reason: api.ReasonInvalidLayer},
-		{name: "empty tar", layers: []v1.Layer{uncompressed(makeTar(t))}, reason: api.ReasonTarEntry},
-		{name: "file first", layers: []v1.Layer{uncompressed(makeTar(t, diskFileEntry(disk)))}, reason: api.ReasonTarEntry},
-		{name: "only the directory", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry()))}, reason: api.ReasonTarEntry},
-		{name: "other name", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry(), withMode(diskFileEntry(disk), func(e *tarEntry) { e.name = "disk/other.img" })))}, reason: api.ReasonTarEntry},
-		{name: "symlink", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry(), withMode(diskFileEntry(nil), func(e *tarEntry) { e.typ = tar.TypeSymlink })))}, reason: api.ReasonTarEntry},
-		{name: "root owned", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry(), withMode(diskFileEntry(disk), func(e *tarEntry) { e.uid, e.gid = 0, 0 })))}, reason: api.ReasonDiskOwner},
-		{name: "writable", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry(), withMode(diskFileEntry(disk), func(e *tarEntry) { e.mode = 0o666 })))}, reason: api.ReasonDiskMode},
-		{name: "truncated", layers: []v1.Layer{uncompressed(good[:2048])}, reason: api.ReasonInvalidLayer},
-		{name: "empty disk", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry(), diskFileEntry(nil)))}, reason: string(convert.ReasonVirtualSize)},
-		{name: "declared qcow2", layers: []v1.Layer{uncompressed(good)}, annotations: map[string]string{api.AnnotationDiskFormat: "qcow2"}, reason: string(convert.ReasonFormatMismatch)},
-		{name: "wrong virtual size", layers: []v1.Layer{uncompressed(good)}, annotations: map[string]string{api.AnnotationVirtualSize: "1024"}, reason: api.ReasonAnnotationMismatch},
-		{name: "entry after the disk", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry(), diskFileEntry(disk), tarEntry{name: "disk/b.img", typ: tar.TypeReg, mode: 0o444}))}, reason: api.ReasonTarEntry, extractOnly: true},
+		{name: "no layer", reason: reject.LayerCount},
+		{name: "two layers", layers: []v1.Layer{uncompressed(good), uncompressed(makeTar(t, diskDirEntry()))}, reason: reject.LayerCount},
+		{name: "bzip2 layer", layers: []v1.Layer{static.NewLayer(good, "application/vnd.oci.image.layer.v1.tar+bzip2")}, reason: reject.LayerMediaType},
+		{name: "not gzip", layers: []v1.Layer{static.NewLayer(good, types.OCILayer)}, reason: reject.InvalidLayer},
+		{name: "not a tar", layers: []v1.Layer{uncompressed(bytes.Repeat([]byte{0xff}, 4096))}, reason: reject.InvalidLayer},
+		{name: "empty tar", layers: []v1.Layer{uncompressed(makeTar(t))}, reason: reject.TarEntry},
+		{name: "file first", layers: []v1.Layer{uncompressed(makeTar(t, diskFileEntry(disk)))}, reason: reject.TarEntry},
+		{name: "only the directory", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry()))}, reason: reject.TarEntry},
+		{name: "other name", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry(), withMode(diskFileEntry(disk), func(e *tarEntry) { e.name = "disk/other.img" })))}, reason: reject.TarEntry},
+		{name: "symlink", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry(), withMode(diskFileEntry(nil), func(e *tarEntry) { e.typ = tar.TypeSymlink })))}, reason: reject.TarEntry},
+		{name: "root owned", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry(), withMode(diskFileEntry(disk), func(e *tarEntry) { e.uid, e.gid = 0, 0 })))}, reason: reject.DiskOwner},
+		{name: "writable", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry(), withMode(diskFileEntry(disk), func(e *tarEntry) { e.mode = 0o666 })))}, reason: reject.DiskMode},
+		{name: "truncated", layers: []v1.Layer{uncompressed(good[:2048])}, reason: reject.InvalidLayer},
+		{name: "empty disk", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry(), diskFileEntry(nil)))}, reason: reject.VirtualSize},
+		{name: "declared qcow2", layers: []v1.Layer{uncompressed(good)}, annotations: map[string]string{api.AnnotationDiskFormat: "qcow2"}, reason: reject.FormatMismatch},
+		{name: "wrong virtual size", layers: []v1.Layer{uncompressed(good)}, annotations: map[string]string{api.AnnotationVirtualSize: "1024"}, reason: reject.AnnotationMismatch},
+		{name: "entry after the disk", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry(), diskFileEntry(disk), tarEntry{name: "disk/b.img", typ: tar.TypeReg, mode: 0o444}))}, reason: reject.TarEntry, extractOnly: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ref := pushLayers(t, host+"/acme/bad:"+strings.ReplaceAll(tc.name, " ", "-"), tc.annotations, tc.layers...)
@@ -177,19 +178,19 @@ func TestCheckAndExtractRejectBadShapes(t *testing.T) {
 				if rep.Verdict != api.VerdictAccepted {
 					t.Errorf("check: %+v", rep)
 				}
-			} else if rep.Verdict != api.VerdictRejected || len(rep.Reasons) != 1 || rep.Reasons[0].Code != tc.reason {
+			} else if rep.Verdict != api.VerdictRejected || len(rep.Reasons) != 1 || rep.Reasons[0].Code != string(tc.reason) {
 				t.Errorf("check: verdict %s, reasons %+v; want %s", rep.Verdict, rep.Reasons, tc.reason)
 			}
 
 			_, err = c.ExtractDisk(t.Context(), ref, &bytes.Buffer{})
-			if tc.reason == string(convert.ReasonVirtualSize) || tc.reason == string(convert.ReasonFormatMismatch) || tc.reason == api.ReasonAnnotationMismatch {
+			if tc.reason == reject.VirtualSize || tc.reason == reject.FormatMismatch || tc.reason == reject.AnnotationMismatch {
 				if err != nil { // the caller validates the disk itself
 					t.Errorf("extract: %v", err)
 				}
 				return
 			}
-			se := containerdisk.AsShapeError(err)
-			if se == nil || se.Reason != tc.reason || !errors.Is(err, convert.ErrRejected) {
+			se := reject.As(err)
+			if se == nil || !se.Reason.IsShape() || se.Reason != tc.reason || !errors.Is(err, reject.ErrRejected) {
 				t.Errorf("extract: %v; want a %s shape error", err, tc.reason)
 			}
 		})
@@ -205,7 +206,7 @@ func TestExtractChecksTheDiffID(t *testing.T) {
 		t.Fatalf("check: %+v, %v", rep, err)
 	}
 	_, err := c.ExtractDisk(t.Context(), ref, &bytes.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), "diff ID") || containerdisk.AsShapeError(err) != nil {
+	if err == nil || !strings.Contains(err.Error(), "diff ID") || reject.As(err) != nil {
 		t.Errorf("extract: %v; want a diff ID mismatch", err)
 	}
 }

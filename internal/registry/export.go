@@ -25,7 +25,7 @@ type ExtractedDisk struct {
 // ExtractDisk pulls the containerDisk at ref and writes disk/disk.img to w
 // as the layer streams in; nothing else of the layer is kept. The layer
 // must have the shape CheckContainerDisk checks, and nothing may follow the
-// disk in it (else a *containerdisk.ShapeError). The layer is read to its
+// disk in it (else a *reject.Error with a shape reason). The layer is read to its
 // last byte, so its digest is verified, and its uncompressed digest is
 // compared with the config's diff ID. On an error, w holds a partial disk
 // the caller discards. The disk itself is not validated: open it with

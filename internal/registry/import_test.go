@@ -22,6 +22,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -261,7 +262,7 @@ func TestImportRejectedPushesNothing(t *testing.T) {
 	// streaming, after the upload has started.
 	bad := testSrc{Image: corruptCompressedQCOW2(t), Digest: "sha256:" + strings.Repeat("cd", 32)}
 	_, err := c.Import(t.Context(), mustTag(t, host+"/acme/bad:1"), bad.disk(t, containerdisk.Options{}), bad, ImportOptions{})
-	if convert.AsReject(err) == nil {
+	if reject.As(err) == nil {
 		t.Fatalf("import of a corrupt image: %v, want a rejection", err)
 	}
 	if tags, err := remote.List(mustTag(t, host+"/acme/bad:1").Context()); err == nil && len(tags) > 0 {

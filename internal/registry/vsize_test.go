@@ -11,6 +11,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -48,8 +49,8 @@ func TestVirtualSizeVerdictsAgree(t *testing.T) {
 	for i, tc := range []struct {
 		name  string
 		disk  []byte
-		want  convert.Reason // "" when accepted
-		vsize int64          // the virtual size both sides must report
+		want  reject.Reason // "" when accepted
+		vsize int64         // the virtual size both sides must report
 	}{
 		// Raw disks of odd sizes read as QEMU reads them: padded to 512.
 		{"raw-1-byte", rawDisk(1), "", 512},
@@ -58,8 +59,8 @@ func TestVirtualSizeVerdictsAgree(t *testing.T) {
 		{"raw-1024-bytes", rawDisk(1024), "", 1024},
 		{"qcow2-1024-bytes", qcow2Disk(t, 1024, 1024), "", 1024},
 		// QEMU would read 512 of these 1000 bytes: refused on both sides.
-		{"qcow2-1000-bytes", qcow2Disk(t, 1024, 1000), convert.ReasonVirtualSize, 0},
-		{"qcow2-513-bytes", qcow2Disk(t, 1024, 513), convert.ReasonVirtualSize, 0},
+		{"qcow2-1000-bytes", qcow2Disk(t, 1024, 1000), reject.VirtualSize, 0},
+		{"qcow2-513-bytes", qcow2Disk(t, 1024, 513), reject.VirtualSize, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			img, err := convert.Open(bytes.NewReader(tc.disk), int64(len(tc.disk)), convert.OpenOptions{})
@@ -67,7 +68,7 @@ func TestVirtualSizeVerdictsAgree(t *testing.T) {
 				_, err = img.Verify(t.Context())
 			}
 			if tc.want != "" {
-				if re := convert.AsReject(err); re == nil || re.Reason != tc.want {
+				if re := reject.As(err); re == nil || re.Reason != tc.want {
 					t.Fatalf("engine: %v, want %s", err, tc.want)
 				}
 				// Pushed by someone else, as a containerDisk of the right shape.

@@ -56,7 +56,7 @@
 // Three limits bound a spool, so that a decompression bomb (a 260 KiB zstd
 // file expanding to 8 GiB) or a lying server cannot fill the disk:
 //   - Options.MaxSpool, DefaultMaxSpool (64 GiB) unless set: past it the image
-//     is rejected with convert.ReasonSpoolLimit. 64 GiB holds the data of
+//     is rejected with reject.SpoolLimit. 64 GiB holds the data of
 //     every common cloud image and most full installed disks, and stops long
 //     before an ordinary /tmp fills; the MaxSize default (the 2 TiB virtual
 //     size limit plus metadata) would not. Larger images are better imported
@@ -89,7 +89,7 @@
 // killed. Every error names the source ("opening https://host/disk.qcow2:
 // ..."), with the password and query string of a URL left out since
 // presigned URLs carry credentials there. Rejections from internal/convert (a
-// nested wrapper, a stream over the cap) keep their *convert.RejectError in
+// nested wrapper, a stream over the cap) keep their *reject.Error in
 // the chain, and so does a source over the cap before any byte is read
 // (ReasonVirtualSize); a digest that does not match Options.Checksum is a
 // *ChecksumError. A network failure is never reported as a rejection.

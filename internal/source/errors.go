@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // ChecksumError reports that the original bytes of an image do not have the
@@ -40,8 +40,8 @@ func parseChecksum(s string) (string, error) {
 // tooLarge rejects a source whose announced size is already over the cap,
 // before any of it is read.
 func tooLarge(size, limit int64) error {
-	return &convert.RejectError{
-		Reason: convert.ReasonVirtualSize,
+	return &reject.Error{
+		Reason: reject.VirtualSize,
 		Detail: fmt.Sprintf("the image is %d bytes, over the limit of %d bytes", size, limit),
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/source"
 	"github.com/imagepipe/imagepipe/test/harness"
 )
@@ -76,8 +77,8 @@ func TestOpenS3(t *testing.T) {
 	t.Run("over MaxSize", func(t *testing.T) {
 		tmp := t.TempDir()
 		_, err := source.Open(t.Context(), "s3://images/tenant/disk.raw", source.Options{S3: s3, TempDir: tmp, MaxSize: 1 << 20})
-		if re := convert.AsReject(err); re == nil || re.Reason != convert.ReasonVirtualSize {
-			t.Errorf("err = %v, want a %s rejection", err, convert.ReasonVirtualSize)
+		if re := reject.As(err); re == nil || re.Reason != reject.VirtualSize {
+			t.Errorf("err = %v, want a %s rejection", err, reject.VirtualSize)
 		}
 		assertEmpty(t, tmp)
 	})

@@ -18,6 +18,7 @@ import (
 	"sync"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // Options configures Open. The zero value opens any spec with the defaults
@@ -37,7 +38,7 @@ type Options struct {
 	MaxSize int64
 	// MaxSpool caps the bytes written to TempDir for one image; 0 means
 	// DefaultMaxSpool, a negative value that nothing may be spooled. An image whose spool would pass it is rejected with
-	// convert.ReasonSpoolLimit: before any byte is spooled when its size is
+	// reject.SpoolLimit: before any byte is spooled when its size is
 	// known (an unwrapped download with a Content-Length or an S3 object
 	// size), as soon as the cap is passed otherwise.
 	MaxSpool int64
@@ -327,7 +328,7 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 	head, err := ib.Peek(streamHead)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
 		if src.err == nil {
-			err = &convert.RejectError{Reason: convert.ReasonWrapper, Detail: fmt.Sprintf("the %s stream is corrupt: %v", wrapper, err)}
+			err = &reject.Error{Reason: reject.Wrapper, Detail: fmt.Sprintf("the %s stream is corrupt: %v", wrapper, err)}
 		}
 		return fail(err)
 	}
@@ -416,8 +417,8 @@ func (o *config) stream(ctx context.Context, r io.Reader, wrapper convert.Wrappe
 				return nil, spoolCapError(-1, o.maxSpool)
 			}
 			if img.Size+int64(n) > o.maxSize {
-				return nil, o.wordCap(&convert.RejectError{
-					Reason: convert.ReasonWrapper,
+				return nil, o.wordCap(&reject.Error{
+					Reason: reject.Wrapper,
 					Detail: fmt.Sprintf("the decompressed image exceeds %d bytes", o.maxSize),
 				}, wrapper)
 			}
@@ -432,7 +433,7 @@ func (o *config) stream(ctx context.Context, r io.Reader, wrapper convert.Wrappe
 			break
 		}
 		if err != nil {
-			return nil, &convert.RejectError{Reason: convert.ReasonWrapper, Detail: fmt.Sprintf("the compressed stream is corrupt: %v", err)}
+			return nil, &reject.Error{Reason: reject.Wrapper, Detail: fmt.Sprintf("the compressed stream is corrupt: %v", err)}
 		}
 	}
 	t := tail.bytes()
@@ -444,12 +445,12 @@ func (o *config) stream(ctx context.Context, r io.Reader, wrapper convert.Wrappe
 // virtual size cap for an unwrapped stream, a wrapper that expands too far
 // otherwise.
 func (o *config) wordCap(err error, wrapper convert.Wrapper) error {
-	if convert.AsReject(err) == nil {
+	if reject.As(err) == nil {
 		return err
 	}
 	if wrapper == convert.WrapperNone {
-		return &convert.RejectError{
-			Reason: convert.ReasonVirtualSize,
+		return &reject.Error{
+			Reason: reject.VirtualSize,
 			Detail: fmt.Sprintf("the image exceeds the limit of %d bytes", o.maxSize),
 		}
 	}
@@ -468,8 +469,8 @@ func drain(src *sourceReader, limit int64) error {
 		return err
 	}
 	if n > rest {
-		return &convert.RejectError{
-			Reason: convert.ReasonWrapper,
+		return &reject.Error{
+			Reason: reject.Wrapper,
 			Detail: fmt.Sprintf("the compressed image exceeds %d bytes", limit),
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/source"
 )
 
@@ -279,15 +280,15 @@ func TestOpenLocalRejects(t *testing.T) {
 
 	tmp := t.TempDir()
 	_, err := source.Open(t.Context(), nested, source.Options{TempDir: tmp})
-	if re := convert.AsReject(err); re == nil || re.Reason != convert.ReasonWrapper {
-		t.Errorf("nested wrapper: err = %v, want a %s rejection", err, convert.ReasonWrapper)
+	if re := reject.As(err); re == nil || re.Reason != reject.Wrapper {
+		t.Errorf("nested wrapper: err = %v, want a %s rejection", err, reject.Wrapper)
 	}
 	if err == nil || !strings.Contains(err.Error(), nested) {
 		t.Errorf("error %q does not name the source", err)
 	}
 
 	_, err = source.Open(t.Context(), compress(t, "xz", raw), source.Options{TempDir: tmp, MaxSize: 1 << 19})
-	if re := convert.AsReject(err); re == nil {
+	if re := reject.As(err); re == nil {
 		t.Errorf("over the cap: err = %v, want a rejection", err)
 	}
 	assertEmpty(t, tmp)
@@ -390,8 +391,8 @@ func TestOpenStdinOverCap(t *testing.T) {
 	source.SetStdin(t, r)
 	tmp := t.TempDir()
 	_, err = source.Open(t.Context(), "-", source.Options{TempDir: tmp, MaxSize: 1 << 20})
-	if re := convert.AsReject(err); re == nil || re.Reason != convert.ReasonVirtualSize {
-		t.Errorf("err = %v, want a %s rejection", err, convert.ReasonVirtualSize)
+	if re := reject.As(err); re == nil || re.Reason != reject.VirtualSize {
+		t.Errorf("err = %v, want a %s rejection", err, reject.VirtualSize)
 	}
 	if err == nil || !strings.Contains(err.Error(), "opening stdin") {
 		t.Errorf("error %q does not name stdin", err)
@@ -518,7 +519,7 @@ func TestOpenHTTPResume(t *testing.T) {
 		if err == nil {
 			t.Fatal("a cut download without Range support succeeded")
 		}
-		if convert.AsReject(err) != nil {
+		if reject.As(err) != nil {
 			t.Errorf("a network failure was reported as a rejection: %v", err)
 		}
 		if !strings.Contains(err.Error(), srv.URL) {
@@ -561,8 +562,8 @@ func TestOpenHTTPErrors(t *testing.T) {
 		defer big.Close()
 		tmp := t.TempDir()
 		_, err := source.Open(t.Context(), big.URL, source.Options{TempDir: tmp, MaxSize: 1 << 20})
-		if re := convert.AsReject(err); re == nil || re.Reason != convert.ReasonVirtualSize {
-			t.Errorf("err = %v, want a %s rejection", err, convert.ReasonVirtualSize)
+		if re := reject.As(err); re == nil || re.Reason != reject.VirtualSize {
+			t.Errorf("err = %v, want a %s rejection", err, reject.VirtualSize)
 		}
 		assertEmpty(t, tmp)
 	})

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // DefaultMaxSpool is the default of Options.MaxSpool: the most bytes Open
@@ -70,13 +70,13 @@ func (e *SpaceError) Error() string {
 // spoolCapError rejects an image whose spool would pass Options.MaxSpool.
 func spoolCapError(size, limit int64) error {
 	if size >= 0 {
-		return &convert.RejectError{
-			Reason: convert.ReasonSpoolLimit,
+		return &reject.Error{
+			Reason: reject.SpoolLimit,
 			Detail: fmt.Sprintf("the image is %d bytes and would have to be copied to a temporary file, over the spool limit of %d bytes", size, limit),
 		}
 	}
-	return &convert.RejectError{
-		Reason: convert.ReasonSpoolLimit,
+	return &reject.Error{
+		Reason: reject.SpoolLimit,
 		Detail: fmt.Sprintf("the image needs more than the spool limit of %d bytes of temporary space", limit),
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/source"
 )
 
@@ -84,8 +85,8 @@ func TestStreamRawSpoolsQCOW2(t *testing.T) {
 	}
 	source.SetStdin(t, bytes.NewReader(zstdOf(t, data)))
 	_, err := source.Open(t.Context(), "-", source.Options{TempDir: t.TempDir(), StreamRaw: true, MaxSpool: 1 << 20})
-	if re := convert.AsReject(err); re == nil || re.Reason != convert.ReasonSpoolLimit {
-		t.Fatalf("a 2 MiB qcow2 stream under a 1 MiB spool cap: %v, want %s", err, convert.ReasonSpoolLimit)
+	if re := reject.As(err); re == nil || re.Reason != reject.SpoolLimit {
+		t.Fatalf("a 2 MiB qcow2 stream under a 1 MiB spool cap: %v, want %s", err, reject.SpoolLimit)
 	}
 }
 
@@ -98,15 +99,15 @@ func TestSpoolCap(t *testing.T) {
 			tmp := t.TempDir()
 			source.SetStdin(t, bytes.NewReader(in))
 			_, err := source.Open(t.Context(), "-", source.Options{TempDir: tmp, MaxSpool: 4 << 20})
-			if re := convert.AsReject(err); re == nil || re.Reason != convert.ReasonSpoolLimit {
-				t.Fatalf("Open: %v, want %s", err, convert.ReasonSpoolLimit)
+			if re := reject.As(err); re == nil || re.Reason != reject.SpoolLimit {
+				t.Fatalf("Open: %v, want %s", err, reject.SpoolLimit)
 			}
 			assertEmpty(t, tmp)
 			// A negative MaxSpool spools nothing at all.
 			source.SetStdin(t, bytes.NewReader(in))
 			_, err = source.Open(t.Context(), "-", source.Options{TempDir: tmp, MaxSpool: -1})
-			if re := convert.AsReject(err); re == nil || re.Reason != convert.ReasonSpoolLimit {
-				t.Fatalf("Open with MaxSpool -1: %v, want %s", err, convert.ReasonSpoolLimit)
+			if re := reject.As(err); re == nil || re.Reason != reject.SpoolLimit {
+				t.Fatalf("Open with MaxSpool -1: %v, want %s", err, reject.SpoolLimit)
 			}
 		})
 	}
@@ -175,7 +176,7 @@ func TestStreamRawSpoolCap(t *testing.T) {
 	tmp := t.TempDir()
 	source.SetStdin(t, bytes.NewReader(zstdOf(t, patterned(6<<20))))
 	_, err := source.Open(t.Context(), "-", source.Options{TempDir: tmp, StreamRaw: true, MaxSpool: 4 << 20})
-	if re := convert.AsReject(err); re == nil || re.Reason != convert.ReasonSpoolLimit {
-		t.Fatalf("Open: %v, want %s", err, convert.ReasonSpoolLimit)
+	if re := reject.As(err); re == nil || re.Reason != reject.SpoolLimit {
+		t.Fatalf("Open: %v, want %s", err, reject.SpoolLimit)
 	}
 }

@@ -36,7 +36,9 @@ type ImageReport struct {
 
 // Rejection is one reason an image was refused.
 type Rejection struct {
-	// Code is a stable machine-readable reason, e.g. "backing-file".
+	// Code is a stable machine-readable reason, e.g. "backing-file": one
+	// of the codes of imagepipe's rejection taxonomy (internal/reject),
+	// listed in docs/security.md.
 	Code string `json:"code"`
 	// Message is a sentence for people.
 	Message string `json:"message"`

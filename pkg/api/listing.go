@@ -60,25 +60,3 @@ type ContainerDiskReport struct {
 // CheckedHeader is ContainerDiskReport.Checked when the disk's header was
 // validated; its L1/L2 tables and data, further into the layer, were not.
 const CheckedHeader = "header"
-
-// Rejection codes for images that are not a containerDisk of the shape
-// imagepipe builds: one layer holding exactly the directory DiskDir and the
-// file DiskPath, 0444 and owned by DiskUID:DiskGID. The disk's own
-// rejections use the disk engine's codes ("backing-file", ...).
-const (
-	// ReasonLayerCount: the image has no layer or more than one.
-	ReasonLayerCount = "layer-count"
-	// ReasonLayerMediaType: the layer is not a tar (plain, gzip or zstd).
-	ReasonLayerMediaType = "layer-media-type"
-	// ReasonInvalidLayer: the layer does not decompress or is not a valid tar.
-	ReasonInvalidLayer = "invalid-layer"
-	// ReasonTarEntry: an entry other than DiskDir and DiskPath, or one of
-	// the wrong type.
-	ReasonTarEntry = "unexpected-tar-entry"
-	// ReasonDiskOwner: disk/disk.img is not owned by DiskUID:DiskGID.
-	ReasonDiskOwner = "disk-owner"
-	// ReasonDiskMode: disk/disk.img's mode is not 0444.
-	ReasonDiskMode = "disk-mode"
-	// ReasonAnnotationMismatch: an io.imagepipe annotation contradicts the disk.
-	ReasonAnnotationMismatch = "annotation-mismatch"
-)

@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"sigs.k8s.io/yaml"
 
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
@@ -282,12 +283,12 @@ func TestInspectRemote(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		entries []entry
-		reason  string
+		reason  reject.Reason
 	}{
-		{"two disks", []entry{dir, {name: "disk/a.img", uid: 107, gid: 107, mode: 0o444, data: qcow}, {name: "disk/b.img", uid: 107, gid: 107, mode: 0o444, data: qcow}}, api.ReasonTarEntry},
-		{"owned by root", []entry{dir, {name: "disk/disk.img", mode: 0o444, data: qcow}}, api.ReasonDiskOwner},
-		{"writable", []entry{dir, {name: "disk/disk.img", uid: 107, gid: 107, mode: 0o644, data: qcow}}, api.ReasonDiskMode},
-		{"no directory", []entry{{name: "disk/disk.img", uid: 107, gid: 107, mode: 0o444, data: qcow}}, api.ReasonTarEntry},
+		{"two disks", []entry{dir, {name: "disk/a.img", uid: 107, gid: 107, mode: 0o444, data: qcow}, {name: "disk/b.img", uid: 107, gid: 107, mode: 0o444, data: qcow}}, reject.TarEntry},
+		{"owned by root", []entry{dir, {name: "disk/disk.img", mode: 0o444, data: qcow}}, reject.DiskOwner},
+		{"writable", []entry{dir, {name: "disk/disk.img", uid: 107, gid: 107, mode: 0o644, data: qcow}}, reject.DiskMode},
+		{"no directory", []entry{{name: "disk/disk.img", uid: 107, gid: 107, mode: 0o444, data: qcow}}, reject.TarEntry},
 		{"backing file", []entry{dir, {name: "disk/disk.img", uid: 107, gid: 107, mode: 0o444, data: readFile(t, overlay)}}, "backing-file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -298,7 +299,7 @@ func TestInspectRemote(t *testing.T) {
 			if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
 				t.Fatalf("exit %d, stdout %q: %v", r.Code, r.Stdout, err)
 			}
-			if r.Code != 3 || rep.Verdict != api.VerdictRejected || len(rep.Reasons) != 1 || rep.Reasons[0].Code != tc.reason {
+			if r.Code != 3 || rep.Verdict != api.VerdictRejected || len(rep.Reasons) != 1 || rep.Reasons[0].Code != string(tc.reason) {
 				t.Errorf("exit %d, report %+v; want 3 and %s", r.Code, rep, tc.reason)
 			}
 		})
@@ -345,8 +346,8 @@ func TestExport(t *testing.T) {
 		pushLayer(t, bad, []entry{d, {name: "disk/disk.img", uid: 107, gid: 107, mode: 0o444, data: readFile(t, f.alpha)}, {name: "disk/b.img", uid: 107, gid: 107, mode: 0o444}})
 		dir := t.TempDir()
 		r := f.imagectl(t, "", "export", bad, filepath.Join(dir, "out.qcow2"))
-		if r.Code != 3 || !strings.Contains(r.Stderr, api.ReasonTarEntry) {
-			t.Errorf("exit %d, stderr %q; want 3 and %s", r.Code, r.Stderr, api.ReasonTarEntry)
+		if r.Code != 3 || !strings.Contains(r.Stderr, string(reject.TarEntry)) {
+			t.Errorf("exit %d, stderr %q; want 3 and %s", r.Code, r.Stderr, reject.TarEntry)
 		}
 		if left := testenv.Entries(t, dir); len(left) != 0 {
 			t.Errorf("a rejected export left %v", left)

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
@@ -23,27 +23,27 @@ import (
 var amplifyCases = []struct {
 	name  string
 	build builder
-	want  convert.Reason
+	want  reject.Reason
 }{
 	// The image: qemu-img's 2 TiB qcow2 with one data cluster, then
 	// every L1 entry pointed at the one L2 table and every L2 entry at the
 	// one data cluster: 2 TiB of "data" in 384 KiB.
-	{"amplify/2TiB-one-table-one-cluster", shared("2T", true, true), convert.ReasonSharedCluster},
-	{"amplify/2TiB-one-table", shared("2T", true, false), convert.ReasonSharedL2Table},
-	{"amplify/16GiB-one-cluster", shared("16G", false, true), convert.ReasonSharedCluster},
+	{"amplify/2TiB-one-table-one-cluster", shared("2T", true, true), reject.SharedCluster},
+	{"amplify/2TiB-one-table", shared("2T", true, false), reject.SharedL2Table},
+	{"amplify/16GiB-one-cluster", shared("16G", false, true), reject.SharedCluster},
 	// qcow2 metadata read as guest data, and guest data read as metadata.
-	{"metadata/data-cluster-is-its-l2-table", patched(plainQCOW2, dataAtOwnL2Table), convert.ReasonMetadataOverlap},
-	{"metadata/l2-table-is-the-l1-table", patched(plainQCOW2, l2AtL1Table), convert.ReasonMetadataOverlap},
+	{"metadata/data-cluster-is-its-l2-table", patched(plainQCOW2, dataAtOwnL2Table), reject.MetadataOverlap},
+	{"metadata/l2-table-is-the-l1-table", patched(plainQCOW2, l2AtL1Table), reject.MetadataOverlap},
 	// qemu-img's compressed image with every L2 entry set to the first
 	// compressed descriptor.
-	{"compressed/one-descriptor-for-every-cluster", patched(compressedQCOW2, copyL2Entry0(16)), convert.ReasonSharedCluster},
+	{"compressed/one-descriptor-for-every-cluster", patched(compressedQCOW2, copyL2Entry0(16)), reject.SharedCluster},
 	// Found only by decompressing: inspect used to accept it.
-	{"compressed/garbage-data", patched(compressedQCOW2, garbleCompressedCluster0), convert.ReasonCompressedCluster},
+	{"compressed/garbage-data", patched(compressedQCOW2, garbleCompressedCluster0), reject.CompressedCluster},
 	// Valid zstd streams, as short as the format allows: 512 MiB of guest
 	// data in 362 KiB, more than deflate could ever pack.
-	{"compressed/zstd-bomb", zstdBomb, convert.ReasonCompressionRatio},
+	{"compressed/zstd-bomb", zstdBomb, reject.CompressionRatio},
 	// qemu-img rounds sizes up to 512; QEMU reads 512 bytes of this one.
-	{"virtual-size/1000-bytes", patched(qcow2Sized("1000"), setU64(offSize, 1000)), convert.ReasonVirtualSize},
+	{"virtual-size/1000-bytes", patched(qcow2Sized("1000"), setU64(offSize, 1000)), reject.VirtualSize},
 }
 
 func TestAmplifyingImagesRejectedByEveryCommand(t *testing.T) {

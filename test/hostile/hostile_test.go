@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/test/testenv"
 )
 
@@ -61,10 +62,10 @@ type corpusCase struct {
 	opts  convert.OpenOptions
 	// want lists the acceptable rejection reasons. Empty means the image is a valid
 	// control: it must be accepted and convert to the same bytes as with qemu-img.
-	want []convert.Reason
+	want []reject.Reason
 }
 
-func reasons(r ...convert.Reason) []convert.Reason { return r }
+func reasons(r ...reject.Reason) []reject.Reason { return r }
 
 // corpus is shared with TestWriteFuzzSeeds. Most hostile images follow QEMU's iotest 080:
 // a valid image from qemu-img with one field patched.
@@ -76,87 +77,87 @@ var corpus = []corpusCase{
 	{name: "control/iso-allowed", build: isoOnly, opts: convert.OpenOptions{AllowISO: true}},
 
 	// An overlay: converting it would pull in whatever file the name resolves to.
-	{name: "backing-file/relative", build: overlay("base.qcow2", "qcow2"), want: reasons(convert.ReasonBackingFile)},
+	{name: "backing-file/relative", build: overlay("base.qcow2", "qcow2"), want: reasons(reject.BackingFile)},
 	// An overlay whose backing file is a host secret, read out through the conversion.
-	{name: "backing-file/etc-passwd", build: overlay("/etc/passwd", "raw"), want: reasons(convert.ReasonBackingFile)},
+	{name: "backing-file/etc-passwd", build: overlay("/etc/passwd", "raw"), want: reasons(reject.BackingFile)},
 	// A backing reference with an empty name: the engine must not guess it is harmless.
-	{name: "backing-file/offset-without-name", build: patched(plainQCOW2, setU64(offBackingOffset, 0x200)), want: reasons(convert.ReasonBackingFile)},
+	{name: "backing-file/offset-without-name", build: patched(plainQCOW2, setU64(offBackingOffset, 0x200)), want: reasons(reject.BackingFile)},
 	// Guest data kept in a host file the image names.
-	{name: "external-data-file", build: qcow2("-o", "data_file=DIR/data.raw"), want: reasons(convert.ReasonExternalDataFile)},
+	{name: "external-data-file", build: qcow2("-o", "data_file=DIR/data.raw"), want: reasons(reject.ExternalDataFile)},
 
 	// Encrypted images cannot be validated or converted without the key.
-	{name: "encrypted/qcow2-luks", build: qcow2("--object", "secret,id=s0,data=pw", "-o", "encrypt.format=luks,encrypt.key-secret=s0,encrypt.iter-time=200"), want: reasons(convert.ReasonEncrypted)},
+	{name: "encrypted/qcow2-luks", build: qcow2("--object", "secret,id=s0,data=pw", "-o", "encrypt.format=luks,encrypt.key-secret=s0,encrypt.iter-time=200"), want: reasons(reject.Encrypted)},
 	// Legacy AES: qemu 7.2 cannot create it any more, so set crypt_method by hand.
-	{name: "encrypted/qcow2-aes", build: patched(plainQCOW2, setU32(offCryptMethod, 1)), want: reasons(convert.ReasonEncrypted)},
-	{name: "encrypted/luks-container", build: luksContainer, want: reasons(convert.ReasonEncrypted)},
+	{name: "encrypted/qcow2-aes", build: patched(plainQCOW2, setU32(offCryptMethod, 1)), want: reasons(reject.Encrypted)},
+	{name: "encrypted/luks-container", build: luksContainer, want: reasons(reject.Encrypted)},
 
 	// Feature bits whose meaning changes how the image must be read.
-	{name: "feature/unknown-incompatible-bit", build: patched(plainQCOW2, setU64(offIncompatible, 1<<20)), want: reasons(convert.ReasonUnknownFeature)},
-	{name: "feature/corrupt-bit", build: patched(plainQCOW2, setU64(offIncompatible, 1<<1)), want: reasons(convert.ReasonCorrupt)},
-	{name: "feature/extended-l2", build: qcow2("-o", "extended_l2=on"), want: reasons(convert.ReasonExtendedL2)},
+	{name: "feature/unknown-incompatible-bit", build: patched(plainQCOW2, setU64(offIncompatible, 1<<20)), want: reasons(reject.UnknownFeature)},
+	{name: "feature/corrupt-bit", build: patched(plainQCOW2, setU64(offIncompatible, 1<<1)), want: reasons(reject.Corrupt)},
+	{name: "feature/extended-l2", build: qcow2("-o", "extended_l2=on"), want: reasons(reject.ExtendedL2)},
 
 	// Header fields out of range, aimed at reads past the header cluster or huge buffers.
-	{name: "header/huge-header-length", build: patched(plainQCOW2, setU32(offHeaderLength, 0xffff_fff8)), want: reasons(convert.ReasonInvalidHeader)},
-	{name: "header/header-length-not-multiple-of-8", build: patched(plainQCOW2, setU32(offHeaderLength, 108)), want: reasons(convert.ReasonInvalidHeader)},
-	{name: "header/cluster-bits-8", build: patched(plainQCOW2, setU32(offClusterBits, 8)), want: reasons(convert.ReasonInvalidHeader)},
-	{name: "header/cluster-bits-22", build: patched(plainQCOW2, setU32(offClusterBits, 22)), want: reasons(convert.ReasonInvalidHeader)},
+	{name: "header/huge-header-length", build: patched(plainQCOW2, setU32(offHeaderLength, 0xffff_fff8)), want: reasons(reject.InvalidHeader)},
+	{name: "header/header-length-not-multiple-of-8", build: patched(plainQCOW2, setU32(offHeaderLength, 108)), want: reasons(reject.InvalidHeader)},
+	{name: "header/cluster-bits-8", build: patched(plainQCOW2, setU32(offClusterBits, 8)), want: reasons(reject.InvalidHeader)},
+	{name: "header/cluster-bits-22", build: patched(plainQCOW2, setU32(offClusterBits, 22)), want: reasons(reject.InvalidHeader)},
 	// 128-bit refcounts: the spec caps refcount_order at 6.
-	{name: "header/refcount-order-7", build: patched(plainQCOW2, setU32(offRefcountOrder, 7)), want: reasons(convert.ReasonInvalidHeader)},
+	{name: "header/refcount-order-7", build: patched(plainQCOW2, setU32(offRefcountOrder, 7)), want: reasons(reject.InvalidHeader)},
 
 	// A header extension whose length runs past the first cluster, and one that is huge.
-	{name: "header-extension/past-first-cluster", build: patched(plainQCOW2, setExtensionLength(0x1_0000)), want: reasons(convert.ReasonHeaderExtension)},
-	{name: "header-extension/huge-length", build: patched(plainQCOW2, setExtensionLength(0x7fff_ffff)), want: reasons(convert.ReasonHeaderExtension)},
+	{name: "header-extension/past-first-cluster", build: patched(plainQCOW2, setExtensionLength(0x1_0000)), want: reasons(reject.HeaderExtension)},
+	{name: "header-extension/huge-length", build: patched(plainQCOW2, setExtensionLength(0x7fff_ffff)), want: reasons(reject.HeaderExtension)},
 
 	// L1 tables sized or placed to make the reader allocate or seek wildly.
-	{name: "l1/size-0xffffffff", build: patched(plainQCOW2, setU32(offL1Size, 0xffff_ffff)), want: reasons(convert.ReasonL1Table)},
+	{name: "l1/size-0xffffffff", build: patched(plainQCOW2, setU32(offL1Size, 0xffff_ffff)), want: reasons(reject.L1Table)},
 	// One L1 entry maps 512 MiB at 64 KiB clusters; a 1 GiB disk needs two.
-	{name: "l1/too-small-for-virtual-size", build: patched(plainQCOW2, setU64(offSize, 1<<30)), want: reasons(convert.ReasonL1Table)},
-	{name: "l1/offset-past-eof", build: patched(plainQCOW2, setU64(offL1Offset, pastEOF)), want: reasons(convert.ReasonL1Table)},
+	{name: "l1/too-small-for-virtual-size", build: patched(plainQCOW2, setU64(offSize, 1<<30)), want: reasons(reject.L1Table)},
+	{name: "l1/offset-past-eof", build: patched(plainQCOW2, setU64(offL1Offset, pastEOF)), want: reasons(reject.L1Table)},
 	// Sector-aligned but not cluster-aligned, which the spec requires.
-	{name: "l1/offset-unaligned", build: patched(plainQCOW2, moveL1(0x200)), want: reasons(convert.ReasonL1Table)},
+	{name: "l1/offset-unaligned", build: patched(plainQCOW2, moveL1(0x200)), want: reasons(reject.L1Table)},
 
 	// Table entries pointing outside the file or off cluster boundaries.
-	{name: "l2/table-past-eof", build: patched(plainQCOW2, setL1Entry0(flagCopied|pastEOF)), want: reasons(convert.ReasonL2Table)},
-	{name: "l2/table-unaligned", build: patched(plainQCOW2, shiftL1Entry0(0x200)), want: reasons(convert.ReasonL2Table)},
-	{name: "l2/data-cluster-past-eof", build: patched(plainQCOW2, setL2Entry0(flagCopied|pastEOF)), want: reasons(convert.ReasonL2Table)},
-	{name: "l2/data-cluster-unaligned", build: patched(plainQCOW2, shiftL2Entry0(0x200)), want: reasons(convert.ReasonL2Table)},
+	{name: "l2/table-past-eof", build: patched(plainQCOW2, setL1Entry0(flagCopied|pastEOF)), want: reasons(reject.L2Table)},
+	{name: "l2/table-unaligned", build: patched(plainQCOW2, shiftL1Entry0(0x200)), want: reasons(reject.L2Table)},
+	{name: "l2/data-cluster-past-eof", build: patched(plainQCOW2, setL2Entry0(flagCopied|pastEOF)), want: reasons(reject.L2Table)},
+	{name: "l2/data-cluster-unaligned", build: patched(plainQCOW2, shiftL2Entry0(0x200)), want: reasons(reject.L2Table)},
 
 	// Compressed clusters: a descriptor pointing past EOF, and a deflate stream that is
 	// garbage (found only when the data is read, so this one needs the conversion).
-	{name: "compressed/descriptor-past-eof", build: patched(compressedQCOW2, setL2Entry0(flagCompressed|pastEOF)), want: reasons(convert.ReasonCompressedCluster)},
-	{name: "compressed/garbage-data", build: patched(compressedQCOW2, garbleCompressedCluster0), want: reasons(convert.ReasonCompressedCluster)},
+	{name: "compressed/descriptor-past-eof", build: patched(compressedQCOW2, setL2Entry0(flagCompressed|pastEOF)), want: reasons(reject.CompressedCluster)},
+	{name: "compressed/garbage-data", build: patched(compressedQCOW2, garbleCompressedCluster0), want: reasons(reject.CompressedCluster)},
 
 	// Metadata tables the engine may never read, but must not trust either.
-	{name: "refcount/table-huge", build: patched(plainQCOW2, setU32(offRefcountClusters, 0x7fff_ffff)), want: reasons(convert.ReasonRefcountTable)},
-	{name: "refcount/table-past-eof", build: patched(plainQCOW2, setU64(offRefcountOffset, pastEOF)), want: reasons(convert.ReasonRefcountTable)},
-	{name: "snapshots/count-huge", build: patched(plainQCOW2, setU32(offNbSnapshots, 0xffff_ffff)), want: reasons(convert.ReasonSnapshotTable)},
-	{name: "snapshots/offset-unaligned", build: patched(plainQCOW2, setU32(offNbSnapshots, 1), setU64(offSnapshotsOffset, 0x200)), want: reasons(convert.ReasonSnapshotTable)},
+	{name: "refcount/table-huge", build: patched(plainQCOW2, setU32(offRefcountClusters, 0x7fff_ffff)), want: reasons(reject.RefcountTable)},
+	{name: "refcount/table-past-eof", build: patched(plainQCOW2, setU64(offRefcountOffset, pastEOF)), want: reasons(reject.RefcountTable)},
+	{name: "snapshots/count-huge", build: patched(plainQCOW2, setU32(offNbSnapshots, 0xffff_ffff)), want: reasons(reject.SnapshotTable)},
+	{name: "snapshots/offset-unaligned", build: patched(plainQCOW2, setU32(offNbSnapshots, 1), setU64(offSnapshotsOffset, 0x200)), want: reasons(reject.SnapshotTable)},
 
 	// Files cut short: inside the header, and just before the L1 table.
-	{name: "truncated/50-bytes", build: patched(plainQCOW2, truncateTo(50)), want: reasons(convert.ReasonTruncated)},
-	{name: "truncated/before-l1-table", build: patched(plainQCOW2, truncateAtL1), want: reasons(convert.ReasonTruncated, convert.ReasonL1Table)},
+	{name: "truncated/50-bytes", build: patched(plainQCOW2, truncateTo(50)), want: reasons(reject.Truncated)},
+	{name: "truncated/before-l1-table", build: patched(plainQCOW2, truncateAtL1), want: reasons(reject.Truncated, reject.L1Table)},
 
 	// Formats imagepipe does not accept. The flat VMDK descriptor is the classic
 	// host-file disclosure: a text file naming the host path to read the disk from.
-	{name: "format/vmdk-flat-descriptor", build: vmdkDescriptor, want: reasons(convert.ReasonExternalReference)},
-	{name: "format/vmdk", build: qemuImage("vmdk"), want: reasons(convert.ReasonUnsupportedFormat)},
-	{name: "format/vhd", build: qemuImage("vpc"), want: reasons(convert.ReasonUnsupportedFormat)},
-	{name: "format/vhdx", build: qemuImage("vhdx"), want: reasons(convert.ReasonUnsupportedFormat)},
-	{name: "format/vdi", build: qemuImage("vdi"), want: reasons(convert.ReasonUnsupportedFormat)},
-	{name: "format/qed", build: qemuImage("qed"), want: reasons(convert.ReasonUnsupportedFormat)},
+	{name: "format/vmdk-flat-descriptor", build: vmdkDescriptor, want: reasons(reject.ExternalReference)},
+	{name: "format/vmdk", build: qemuImage("vmdk"), want: reasons(reject.UnsupportedFormat)},
+	{name: "format/vhd", build: qemuImage("vpc"), want: reasons(reject.UnsupportedFormat)},
+	{name: "format/vhdx", build: qemuImage("vhdx"), want: reasons(reject.UnsupportedFormat)},
+	{name: "format/vdi", build: qemuImage("vdi"), want: reasons(reject.UnsupportedFormat)},
+	{name: "format/qed", build: qemuImage("qed"), want: reasons(reject.UnsupportedFormat)},
 	// An ISO is only accepted when asked for (see control/iso-allowed).
-	{name: "format/iso-by-default", build: isoOnly, want: reasons(convert.ReasonUnsupportedFormat)},
+	{name: "format/iso-by-default", build: isoOnly, want: reasons(reject.UnsupportedFormat)},
 
 	// A file that is both an ISO and a qcow2: tools disagree on what it is.
-	{name: "polyglot/iso-qcow2", build: patched(plainQCOW2, writeBytes(0x8001, []byte("CD001"))), want: reasons(convert.ReasonPolyglot)},
+	{name: "polyglot/iso-qcow2", build: patched(plainQCOW2, writeBytes(0x8001, []byte("CD001"))), want: reasons(reject.Polyglot)},
 
 	// The declared format must match the content, both ways.
-	{name: "mismatch/qcow2-declared-raw", build: plainQCOW2, opts: convert.OpenOptions{Format: convert.FormatRaw}, want: reasons(convert.ReasonFormatMismatch)},
-	{name: "mismatch/raw-declared-qcow2", build: rawWithData, opts: convert.OpenOptions{Format: convert.FormatQCOW2}, want: reasons(convert.ReasonFormatMismatch)},
+	{name: "mismatch/qcow2-declared-raw", build: plainQCOW2, opts: convert.OpenOptions{Format: convert.FormatRaw}, want: reasons(reject.FormatMismatch)},
+	{name: "mismatch/raw-declared-qcow2", build: rawWithData, opts: convert.OpenOptions{Format: convert.FormatQCOW2}, want: reasons(reject.FormatMismatch)},
 
 	// A tiny file promising a disk bigger than any storage it will be given.
-	{name: "virtual-size/3TiB-default-limit", build: qcow2Sized("3T"), want: reasons(convert.ReasonVirtualSize)},
-	{name: "virtual-size/over-caller-limit", build: qcow2Sized("10M"), opts: convert.OpenOptions{MaxVirtualSize: 1 << 20}, want: reasons(convert.ReasonVirtualSize)},
+	{name: "virtual-size/3TiB-default-limit", build: qcow2Sized("3T"), want: reasons(reject.VirtualSize)},
+	{name: "virtual-size/over-caller-limit", build: qcow2Sized("10M"), opts: convert.OpenOptions{MaxVirtualSize: 1 << 20}, want: reasons(reject.VirtualSize)},
 }
 
 // TestHostileCorpus judges every corpus image the way an upload is judged and checks the
@@ -187,7 +188,7 @@ func TestHostileCorpus(t *testing.T) {
 				}
 				return
 			}
-			re := convert.AsReject(err)
+			re := reject.As(err)
 			if re == nil {
 				t.Fatalf("got error %v, want a rejection for %v", err, tc.want)
 			}

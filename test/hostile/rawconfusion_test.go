@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
@@ -27,18 +27,18 @@ import (
 var confusionCases = []struct {
 	format string
 	build  func(t *testing.T, path string)
-	want   convert.Reason
+	want   reject.Reason
 }{
-	{"parallels", qemuCreate("parallels"), convert.ReasonUnsupportedFormat},
-	{"vpc", qemuCreate("vpc"), convert.ReasonUnsupportedFormat},
-	{"vhdx", qemuCreate("vhdx"), convert.ReasonUnsupportedFormat},
-	{"vdi", qemuCreate("vdi"), convert.ReasonUnsupportedFormat},
-	{"qed", qemuCreate("qed"), convert.ReasonUnsupportedFormat},
-	{"qcow", qemuCreate("qcow"), convert.ReasonUnsupportedFormat},
-	{"vmdk", qemuCreate("vmdk"), convert.ReasonUnsupportedFormat},
-	{"luks", createLUKS, convert.ReasonEncrypted},
-	{"bochs", writeBochs, convert.ReasonUnsupportedFormat},
-	{"cloop", writeCloop, convert.ReasonUnsupportedFormat},
+	{"parallels", qemuCreate("parallels"), reject.UnsupportedFormat},
+	{"vpc", qemuCreate("vpc"), reject.UnsupportedFormat},
+	{"vhdx", qemuCreate("vhdx"), reject.UnsupportedFormat},
+	{"vdi", qemuCreate("vdi"), reject.UnsupportedFormat},
+	{"qed", qemuCreate("qed"), reject.UnsupportedFormat},
+	{"qcow", qemuCreate("qcow"), reject.UnsupportedFormat},
+	{"vmdk", qemuCreate("vmdk"), reject.UnsupportedFormat},
+	{"luks", createLUKS, reject.Encrypted},
+	{"bochs", writeBochs, reject.UnsupportedFormat},
+	{"cloop", writeCloop, reject.UnsupportedFormat},
 }
 
 func qemuCreate(format string, extra ...string) func(*testing.T, string) {
@@ -128,7 +128,7 @@ func TestFilesQEMUProbesAsAnotherFormatAreNotRaw(t *testing.T) {
 				}
 				want := tc.want
 				if declared == "raw" {
-					want = convert.ReasonFormatMismatch
+					want = reject.FormatMismatch
 				}
 				if exit != 3 || len(r.Reasons) != 1 || r.Reasons[0].Code != string(want) {
 					t.Errorf("inspect --format %q: exit %d, report %+v; want exit 3 and %s", declared, exit, r, want)
@@ -160,8 +160,8 @@ func TestFilesQEMUProbesAsAnotherFormatAreNotRaw(t *testing.T) {
 			t.Fatalf("qemu-img opens a .dmg file with a koly trailer as raw")
 		}
 		exit, out, _ := testenv.Exit(t, testenv.Imagectl, "inspect", "-o", "json", path)
-		if exit != 3 || !strings.Contains(out, string(convert.ReasonUnsupportedFormat)) {
-			t.Errorf("inspect: exit %d, output %s; want 3 and %s", exit, out, convert.ReasonUnsupportedFormat)
+		if exit != 3 || !strings.Contains(out, string(reject.UnsupportedFormat)) {
+			t.Errorf("inspect: exit %d, output %s; want 3 and %s", exit, out, reject.UnsupportedFormat)
 		}
 	})
 }
@@ -192,8 +192,8 @@ func TestRawOutputThatProbesAsAnotherFormat(t *testing.T) {
 	}
 
 	exit, _, stderr := testenv.Exit(t, testenv.Imagectl, "convert", "--to", "raw", path, filepath.Join(dir, "out.raw"))
-	if exit != 3 || !strings.Contains(stderr, "("+string(convert.ReasonAmbiguousRaw)+")") {
-		t.Errorf("convert --to raw: exit %d, stderr %q; want 3 and %s", exit, stderr, convert.ReasonAmbiguousRaw)
+	if exit != 3 || !strings.Contains(stderr, "("+string(reject.AmbiguousRaw)+")") {
+		t.Errorf("convert --to raw: exit %d, stderr %q; want 3 and %s", exit, stderr, reject.AmbiguousRaw)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "out.raw")); !os.IsNotExist(err) {
 		t.Errorf("convert --to raw left its output behind")
@@ -203,8 +203,8 @@ func TestRawOutputThatProbesAsAnotherFormat(t *testing.T) {
 		Args: []string{"import", "--quiet", "--disk-format", "raw", path, reg.Host + "/acme/looks-like-qcow2:1"},
 		Env:  []string{"IMAGEPIPE_CACHE=" + t.TempDir()},
 	})
-	if res.Code != 3 || !strings.Contains(res.Stderr, "("+string(convert.ReasonAmbiguousRaw)+")") {
-		t.Errorf("import --disk-format raw: exit %d, stderr %q; want 3 and %s", res.Code, res.Stderr, convert.ReasonAmbiguousRaw)
+	if res.Code != 3 || !strings.Contains(res.Stderr, "("+string(reject.AmbiguousRaw)+")") {
+		t.Errorf("import --disk-format raw: exit %d, stderr %q; want 3 and %s", res.Code, res.Stderr, reject.AmbiguousRaw)
 	}
 	assertNothingSent(t, reg, "acme/looks-like-qcow2")
 
