@@ -242,6 +242,10 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 
 	// A data volume outlives the VM it was attached to.
 	imagectlOK(t, append([]string{"volume", "create", "data1", "--size", "1Gi"}, kube...)...)
+	// volume list selects by label: the VM's root disk is not a volume.
+	if r := imagectlOK(t, append([]string{"volume", "list"}, kube...)...); !strings.Contains(r.Stdout, "data1") || strings.Contains(r.Stdout, "rootdisk") {
+		t.Errorf("volume list:\n%s", r.Stdout)
+	}
 	vmOK("attach-volume", "web", "data1")
 	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &got); err != nil {
 		t.Fatal(err)
