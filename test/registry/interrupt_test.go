@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 
@@ -122,33 +123,7 @@ func TestTamperedUploadStartsOver(t *testing.T) {
 	if err := json.Unmarshal(b, &state); err != nil || state.Location == "" {
 		t.Fatalf("state file %s: %v", b, err)
 	}
-	loc := strings.Replace(state.Location, proxy.Addr, reg.Host, 1)
-	resp, err := http.Get(loc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	var last int64
-	if _, err := fmt.Sscanf(resp.Header.Get("Range"), "0-%d", &last); err != nil {
-		t.Fatalf("upload status %d, Range %q", resp.StatusCode, resp.Header.Get("Range"))
-	}
-	if l := resp.Header.Get("Location"); l != "" { // the registry's URL for the next request
-		if strings.HasPrefix(l, "/") {
-			l = "http://" + reg.Host + l
-		}
-		loc = l
-	}
-	req, _ := http.NewRequest(http.MethodPatch, loc, bytes.NewReader(bytes.Repeat([]byte{0xee}, mib)))
-	req.Header.Set("Content-Type", "application/octet-stream")
-	req.Header.Set("Content-Range", fmt.Sprintf("%d-%d", last+1, last+mib))
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusAccepted {
-		t.Fatalf("appending to the session at %d: HTTP %d", last+1, resp.StatusCode)
-	}
+	appendToSession(t, reg.Host, strings.Replace(state.Location, proxy.Addr, reg.Host, 1), bytes.Repeat([]byte{0xee}, mib))
 
 	res := importOK(t, cache, raw, ref, "--compression", "none")
 	t.Logf("layer %d bytes, the re-run sent %d", res.LayerSize, res.UploadedBytes)
@@ -158,6 +133,50 @@ func TestTamperedUploadStartsOver(t *testing.T) {
 	}
 	disk := pullWithSkopeo(t, reg.Host+"/acme/disk:1")
 	testenv.Run(t, "qemu-img", "compare", "-q", "-f", "raw", raw, disk)
+}
+
+// appendToSession plays someone who appends data to an upload session
+// behind imagectl's back: it asks the registry how far the session is and
+// sends data from there. The interrupted import's last request may still
+// be settling in the registry when the test starts, which moves the
+// session's end; a 416 then means "ask again", up to a few times.
+func appendToSession(t *testing.T, host, session string, data []byte) {
+	t.Helper()
+	const attempts = 20
+	for i := range attempts {
+		resp, err := http.Get(session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		var last int64
+		if _, err := fmt.Sscanf(resp.Header.Get("Range"), "0-%d", &last); err != nil {
+			t.Fatalf("upload status %d, Range %q", resp.StatusCode, resp.Header.Get("Range"))
+		}
+		loc := session
+		if l := resp.Header.Get("Location"); l != "" { // the registry's URL for the next request
+			if strings.HasPrefix(l, "/") {
+				l = "http://" + host + l
+			}
+			loc = l
+		}
+		req, _ := http.NewRequest(http.MethodPatch, loc, bytes.NewReader(data))
+		req.Header.Set("Content-Type", "application/octet-stream")
+		req.Header.Set("Content-Range", fmt.Sprintf("%d-%d", last+1, last+int64(len(data))))
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusAccepted:
+			return
+		case resp.StatusCode == http.StatusRequestedRangeNotSatisfiable && i < attempts-1:
+			time.Sleep(50 * time.Millisecond) // let the interrupted request settle
+		default:
+			t.Fatalf("appending to the session at %d: HTTP %d", last+1, resp.StatusCode)
+		}
+	}
 }
 
 // errStopped stands for a signal in TestInterruptBeforeTheDigestResumes.
