@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/resource"
-	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/internal/vmlaunch"
@@ -66,30 +65,41 @@ func newVolumeCreateCmd(g *globalOptions) *cobra.Command {
 	return cmd
 }
 
+type volumeListOptions struct {
+	*globalOptions
+	kubeFlags
+	out outputFlags
+}
+
 func newVolumeListCmd(g *globalOptions) *cobra.Command {
-	o := &vmNameOptions{globalOptions: g}
+	o := &volumeListOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List data volumes",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			kc, ns, err := o.kubeFlags.client()
-			if err != nil {
-				return err
-			}
-			var list cdiv1.DataVolumeList
-			if err := kc.List(cmd.Context(), ns, vmlaunch.LabelVolume, &list); err != nil {
-				return fmt.Errorf("listing volumes: %w", err)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSIZE\tACCESS\tPHASE")
-			for _, dv := range list.Items {
-				size := dv.Spec.Storage.Resources.Requests.Storage()
-				fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", dv.Name, size.String(), dv.Spec.Storage.AccessModes, orDash(string(dv.Status.Phase)))
-			}
-			return tw.Flush()
-		},
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runVolumeList(cmd, o) },
 	}
 	addKubeFlags(cmd, &o.kubeFlags)
+	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
 	return cmd
+}
+
+func runVolumeList(cmd *cobra.Command, o *volumeListOptions) error {
+	if err := o.out.validate(); err != nil {
+		return err
+	}
+	kc, ns, err := o.kubeFlags.client()
+	if err != nil {
+		return err
+	}
+	vols, err := vmlaunch.Volumes(cmd.Context(), kc, ns)
+	if err != nil {
+		return err
+	}
+	return o.out.print(cmd.OutOrStdout(), vols, table(func(tw *tabwriter.Writer) {
+		fmt.Fprintln(tw, "NAME\tSIZE\tACCESS\tPHASE")
+		for _, v := range vols {
+			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", v.Name, orDash(v.Size), v.AccessModes, orDash(v.Phase))
+		}
+	}))
 }

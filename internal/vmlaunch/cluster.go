@@ -296,6 +296,26 @@ func CreateVolume(ctx context.Context, c Cluster, ns, name string, size resource
 	return dv, nil
 }
 
+// Volumes lists the data volumes `imagectl volume create` made in ns.
+func Volumes(ctx context.Context, c cdi.Reader, ns string) ([]api.VolumeSummary, error) {
+	var list cdiv1.DataVolumeList
+	if err := c.List(ctx, ns, LabelVolume, &list); err != nil {
+		return nil, fmt.Errorf("listing volumes: %w", err)
+	}
+	out := []api.VolumeSummary{}
+	for _, dv := range list.Items {
+		v := api.VolumeSummary{Name: dv.Name, Namespace: dv.Namespace, Phase: string(dv.Status.Phase)}
+		if st := dv.Spec.Storage; st != nil {
+			v.Size = st.Resources.Requests.Storage().String()
+			for _, m := range st.AccessModes {
+				v.AccessModes = append(v.AccessModes, string(m))
+			}
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
 // AttachVolume declares data volume vol as a disk of VM name. A running VM
 // gets it at its next start. changed is false when it was attached already.
 func AttachVolume(ctx context.Context, c Cluster, ns, name, vol string) (changed bool, err error) {

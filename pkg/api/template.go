@@ -140,3 +140,14 @@ type VMSummary struct {
 	// Volumes are the attached data volumes (root disk excluded).
 	Volumes []string `json:"volumes,omitempty"`
 }
+
+// VolumeSummary is one data volume in `imagectl volume list -o json`.
+type VolumeSummary struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	// Size is the requested size, e.g. "50Gi".
+	Size        string   `json:"size"`
+	AccessModes []string `json:"accessModes,omitempty"`
+	// Phase is CDI's phase of the volume (empty until CDI reports one).
+	Phase string `json:"phase,omitempty"`
+}

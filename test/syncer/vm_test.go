@@ -246,6 +246,13 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 	if r := imagectlOK(t, append([]string{"volume", "list"}, kube...)...); !strings.Contains(r.Stdout, "data1") || strings.Contains(r.Stdout, "rootdisk") {
 		t.Errorf("volume list:\n%s", r.Stdout)
 	}
+	var vols []api.VolumeSummary
+	if err := json.Unmarshal([]byte(imagectlOK(t, append([]string{"volume", "list", "-o", "json"}, kube...)...).Stdout), &vols); err != nil {
+		t.Fatal(err)
+	}
+	if len(vols) != 1 || vols[0].Name != "data1" || vols[0].Size != "1Gi" || vols[0].Namespace != "acme" {
+		t.Errorf("volume list -o json: %+v", vols)
+	}
 	vmOK("attach-volume", "web", "data1")
 	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &got); err != nil {
 		t.Fatal(err)
