@@ -25,6 +25,11 @@ func Prepare(ctx context.Context, c cdi.Reader, ns, imageRef, storageClass strin
 	if req.Network, err = PrimaryNetworkOf(ctx, c, ns); err != nil {
 		return nil, err
 	}
+	if req.Network != PrimaryPod {
+		if req.Bindings, err = RegisteredBindings(ctx, c); err != nil {
+			return nil, err
+		}
+	}
 	r, err := Render(req)
 	if err != nil {
 		return nil, fmt.Errorf("template %s: %w", req.Template.ID, err)

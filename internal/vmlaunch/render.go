@@ -62,7 +62,10 @@ type Request struct {
 	Storage     cdi.Storage
 	StorageNote string
 	Network     PrimaryNetwork
-	SSHKeys     []string
+	// Bindings are the network binding plugins the cluster registers
+	// (RegisteredBindings); they matter on a primary user defined network.
+	Bindings NetworkBindings
+	SSHKeys  []string
 	// UserData replaces the template's cloud-init user data when set.
 	UserData string
 	Stopped  bool
@@ -221,10 +224,18 @@ func renderNetwork(b *vmBuild) error {
 	case b.req.Network == PrimaryUDNLayer2:
 		// OVN-Kubernetes keeps the VM's address across nodes on a layer-2
 		// primary network; KubeVirt's l2bridge binding plugs into it.
-		iface.Binding = &kubevirtv1.PluginBinding{Name: "l2bridge"}
+		if err := b.requireBinding(BindingL2Bridge, "the namespace's layer-2 primary user defined network",
+			"the provider registers it in the KubeVirt configuration (OpenShift Virtualization does by default)"); err != nil {
+			return err
+		}
+		iface.Binding = &kubevirtv1.PluginBinding{Name: BindingL2Bridge}
 		net.Pod = &kubevirtv1.PodNetwork{}
 	case b.req.Network == PrimaryUDNLayer3:
-		iface.Binding = &kubevirtv1.PluginBinding{Name: "passt"}
+		if err := b.requireBinding(BindingPasst, "the namespace's layer-3 primary user defined network",
+			"on OpenShift Virtualization the provider enables it with the HyperConverged annotation deployPasstNetworkBinding=true; or use a layer-2 primary network, where VMs also live-migrate"); err != nil {
+			return err
+		}
+		iface.Binding = &kubevirtv1.PluginBinding{Name: BindingPasst}
 		net.Pod = &kubevirtv1.PodNetwork{}
 		b.out.notMigratable("the namespace's primary network is layer 3, where a VM's address changes with its node")
 	default:

@@ -85,7 +85,10 @@ vm:
 		r.Storage, r.StorageNote = rwoFS, "StorageClass local offers no ReadWriteMany volumes"
 	})
 	r, err = must(simpleVM)
-	add("simple-image-hints-udn-layer2", r, err, func(r *Request) { r.Image, r.Network = hinted, PrimaryUDNLayer2 })
+	add("simple-image-hints-udn-layer2", r, err, func(r *Request) {
+		r.Image, r.Network = hinted, PrimaryUDNLayer2
+		r.Bindings = NetworkBindings{Known: true, Names: []string{BindingL2Bridge}, Source: "KubeVirt openshift-cnv/kubevirt-kubevirt-hyperconverged"}
+	})
 	r, err = must(gpuDoc)
 	add("gpu", r, err, nil)
 	r, err = must(multusDoc)
@@ -181,5 +184,59 @@ func TestRenderRefusesWhatCannotBoot(t *testing.T) {
 	req.Name = "Web_1"
 	if _, err := Render(req); err == nil || !strings.Contains(err.Error(), "VM name") {
 		t.Errorf("an invalid VM name: %v", err)
+	}
+}
+
+// TestNetworkBindingChosenFromWhatTheClusterRegisters renders a VM on each
+// kind of primary network against the bindings of a default OpenShift
+// Virtualization install, a vanilla KubeVirt, one with passt enabled, and
+// a configuration the user may not read.
+func TestNetworkBindingChosenFromWhatTheClusterRegisters(t *testing.T) {
+	openshift := NetworkBindings{Known: true, Names: []string{BindingL2Bridge}, Source: "KubeVirt openshift-cnv/kubevirt"}
+	vanilla := NetworkBindings{Known: true, Source: "KubeVirt kubevirt/kubevirt"}
+	withPasst := NetworkBindings{Known: true, Names: []string{BindingL2Bridge, BindingPasst}, Source: "KubeVirt openshift-cnv/kubevirt"}
+	unknown := NetworkBindings{}
+	for _, tc := range []struct {
+		name       string
+		network    PrimaryNetwork
+		bindings   NetworkBindings
+		binding    string // the interface's plugin binding; "" for KubeVirt's own
+		migratable bool
+		refusal    string // a part of the error, when refused
+		note       string
+	}{
+		{"pod network, vanilla", PrimaryPod, vanilla, "", true, "", ""},
+		{"layer2, openshift", PrimaryUDNLayer2, openshift, BindingL2Bridge, true, "", ""},
+		{"layer2, vanilla", PrimaryUDNLayer2, vanilla, "", false, `needs KubeVirt's "l2bridge" network binding, which the cluster does not register (KubeVirt kubevirt/kubevirt; spec.configuration.network.binding registers: none)`, ""},
+		{"layer2, unreadable", PrimaryUDNLayer2, unknown, BindingL2Bridge, true, "", "assuming \"l2bridge\" is registered"},
+		{"layer3, openshift", PrimaryUDNLayer3, openshift, "", false, `registers: l2bridge); on OpenShift Virtualization the provider enables it with the HyperConverged annotation deployPasstNetworkBinding=true`, ""},
+		{"layer3, passt enabled", PrimaryUDNLayer3, withPasst, BindingPasst, false, "", ""},
+		{"layer3, unreadable", PrimaryUDNLayer3, unknown, "", false, "could not be read to check", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := RenderCases()["simple-defaults"]
+			req.Network, req.Bindings = tc.network, tc.bindings
+			out, err := Render(req)
+			if tc.refusal != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.refusal) {
+					t.Fatalf("Render = %v, want a refusal containing %q", err, tc.refusal)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			iface := out.VM.Spec.Template.Spec.Domain.Devices.Interfaces[0]
+			got := ""
+			if iface.Binding != nil {
+				got = iface.Binding.Name
+			}
+			if got != tc.binding || out.LiveMigratable != tc.migratable {
+				t.Errorf("binding %q, live-migratable %v; want %q, %v", got, out.LiveMigratable, tc.binding, tc.migratable)
+			}
+			if notes := strings.Join(out.Notes, "; "); (tc.note == "") != (notes == "") || !strings.Contains(notes, tc.note) {
+				t.Errorf("notes %q, want %q", notes, tc.note)
+			}
+		})
 	}
 }
