@@ -32,6 +32,7 @@ type options struct {
 	tenants              []string
 	denyTenants          []string
 	storageClass         string
+	architecture         string
 	pullMethod           string
 	keep                 int32
 	onDelete             string
@@ -94,6 +95,7 @@ are the flag names (poll-interval: 5m); the command line wins.`,
 	f.StringSliceVar(&o.denyTenants, "deny-tenants", nil, "tenants this hub never serves")
 	f.StringVar(&o.storageClass, "storage-class", "", "StorageClass of imports (default: the cluster's default class)")
 	f.StringVar(&o.pullMethod, "pull-method", "pod", "CDI registry pull method: pod or node")
+	f.StringVar(&o.architecture, "architecture", "", "the hub's CPU architecture: images built for another are refused, and imports of image indexes pick it (default: what most nodes report, else amd64)")
 	f.Int32Var(&o.keep, "keep", hub.DefaultKeep, "successful imports kept per image tag (1-10)")
 	f.StringVar(&o.onDelete, "on-delete", string(v1alpha1.DeletionRetain), "when a tag leaves the registry: retain (keep the current import) or delete")
 	f.Int32Var(&o.maxAttempts, "max-attempts", hub.DefaultMaxAttempts, "failed imports of one digest before retries stop")

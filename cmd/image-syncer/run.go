@@ -7,15 +7,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -51,15 +55,18 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
+	cfg, err := restConfig(o.kubeconfig)
+	if err != nil {
+		return err
+	}
+	if o.architecture == "" {
+		o.architecture = hubArchitecture(ctx, cfg, log)
+	}
 	rc, ca, err := newRegistryClient(o, reg, metrics, log)
 	if err != nil {
 		return err
 	}
 	tenancy, err := newTenancy(o)
-	if err != nil {
-		return err
-	}
-	cfg, err := restConfig(o.kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -105,6 +112,7 @@ func run(ctx context.Context, o *options) error {
 func newRegistryClient(o *options, reg name.Registry, metrics *hub.Metrics, log *slog.Logger) (_ *registry.Client, ca []byte, err error) {
 	ropts := []registry.Option{
 		registry.WithLogger(log), registry.WithCacheDir(""), registry.WithInsecure(o.registryInsecure),
+		registry.WithArchitecture(o.architecture),
 		registry.WithRequestObserver(func(method, _ string, status int) {
 			metrics.RegistryRequests.WithLabelValues(method, strconv.Itoa(status)).Inc()
 		}),
@@ -125,6 +133,30 @@ func newRegistryClient(o *options, reg name.Registry, metrics *hub.Metrics, log 
 	}
 	rc, err := registry.New(ropts...)
 	return rc, ca, err
+}
+
+// hubArchitecture is the CPU architecture most of the hub's nodes report
+// (their kubernetes.io/arch label), or amd64 when no node can be read.
+func hubArchitecture(ctx context.Context, cfg *rest.Config, log *slog.Logger) string {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err == nil {
+		var nodes *corev1.NodeList
+		if nodes, err = cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
+			count := map[string]int{}
+			for _, n := range nodes.Items {
+				if a := n.Labels[corev1.LabelArchStable]; a != "" {
+					count[a]++
+				}
+			}
+			if len(count) > 0 {
+				arch := slices.MaxFunc(slices.Sorted(maps.Keys(count)), func(a, b string) int { return count[a] - count[b] })
+				log.Info("hub architecture from its nodes", "architecture", arch, "nodes", len(nodes.Items))
+				return arch
+			}
+		}
+	}
+	log.Info("hub architecture not found on its nodes; using amd64 (set --architecture)", "error", err)
+	return "amd64"
 }
 
 // newTenancy compiles the tenancy flags; the syncer's own namespace is
@@ -189,7 +221,7 @@ func newManager(cfg *rest.Config, o *options) (manager.Manager, error) {
 func newReconciler(o *options, mgr manager.Manager, reg name.Registry, checker hub.Checker, ca []byte, metrics *hub.Metrics) (*hub.Reconciler, error) {
 	rec := &hub.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registry: reg, Checker: checker,
-		StorageClass: o.storageClass, PullMethod: cdiv1.RegistryPullMethod(o.pullMethod),
+		StorageClass: o.storageClass, PullMethod: cdiv1.RegistryPullMethod(o.pullMethod), Architecture: o.architecture,
 		Keep: o.keep, OnDelete: v1alpha1.DeletionPolicy(o.onDelete),
 		CA: ca, MaxAttempts: o.maxAttempts, RetryDelay: o.retryDelay, Metrics: metrics,
 	}

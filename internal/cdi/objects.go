@@ -73,6 +73,9 @@ type Import struct {
 	Storage     Storage
 	// Instancetype and Preference are the image's hints, copied to labels.
 	Instancetype, Preference string
+	// Architecture, when set, is the platform CDI picks from an image
+	// index (DataVolume registry platform.architecture).
+	Architecture string
 }
 
 // VolumeSize is the requested size: the virtual size, plus the filesystem
@@ -127,6 +130,9 @@ func (im Import) DataVolume() *cdiv1.DataVolume {
 	}
 	if im.CertConfig != "" {
 		src.CertConfigMap = &im.CertConfig
+	}
+	if im.Architecture != "" {
+		src.Platform = &cdiv1.PlatformOptions{Architecture: im.Architecture}
 	}
 	return &cdiv1.DataVolume{
 		TypeMeta: metav1.TypeMeta{APIVersion: cdiv1.SchemeGroupVersion.String(), Kind: "DataVolume"},

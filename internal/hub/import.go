@@ -94,6 +94,16 @@ func (r *Reconciler) importOf(ctx context.Context, bi *v1alpha1.BaseImage, image
 		VirtualSize: bi.Status.VirtualSize, PullMethod: r.PullMethod, Storage: st,
 		Instancetype: bi.Status.Instancetype, Preference: bi.Status.Preference,
 	}
+	if r.Architecture != "" {
+		// An index: CDI must pick the image that was revalidated.
+		report, err := r.check(ctx, r.Registry.Repo(r.repoPath(bi)).Digest(digest))
+		if err != nil {
+			return cdi.Import{}, err
+		}
+		if report.Index {
+			im.Architecture = r.Architecture
+		}
+	}
 	if r.TenantCredentials != nil {
 		data, ok, err := r.TenantCredentials.Credential(bi.Spec.Tenant)
 		if err != nil {

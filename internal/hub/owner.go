@@ -77,6 +77,11 @@ func importsFor(dv, want *cdiv1.DataVolume) bool {
 	if cm := src.Registry.CertConfigMap; cm != nil && *cm != cdi.CAConfigMapName {
 		return false
 	}
+	// A DataVolume that picks another platform from an index imports other
+	// bytes; one made before platforms were set picks the node's.
+	if p, wp := src.Registry.Platform, wsrc.Registry.Platform; p != nil && (wp == nil || p.Architecture != wp.Architecture) {
+		return false
+	}
 	return true
 }
 

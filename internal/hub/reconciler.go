@@ -61,6 +61,11 @@ type Reconciler struct {
 	Checker   Checker
 	// StorageClass is the class imports use; empty means the cluster's default.
 	StorageClass string
+	// Architecture is the hub's CPU architecture. The Checker refuses images
+	// built for another one (its registry client is made with
+	// registry.WithArchitecture), and DataVolumes of image indexes name it
+	// so that CDI imports the image that was revalidated. Empty sets none.
+	Architecture string
 	// PullMethod is CDI's registry pull method; empty means pod.
 	PullMethod cdiv1.RegistryPullMethod
 	// TenantCredentials, when set, gives each tenant's own registry

@@ -1,14 +1,17 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -23,11 +26,14 @@ import (
 // images that cannot be read at all. An image index resolves to its
 // linux/amd64 image.
 func (c *Client) CheckContainerDisk(ctx context.Context, ref name.Reference) (*api.ContainerDiskReport, error) {
-	img, err := c.remoteImage(ctx, ref)
+	report := &api.ContainerDiskReport{Reference: ref.String(), Verdict: api.VerdictAccepted}
+	img, err := c.platformImage(ctx, ref, report)
+	if containerdisk.AddRejection(report, err) {
+		return report, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	report := &api.ContainerDiskReport{Reference: ref.String(), Verdict: api.VerdictAccepted}
 	digest, err := img.Digest()
 	if err != nil {
 		return nil, err
@@ -50,6 +56,10 @@ func (c *Client) CheckContainerDisk(ctx context.Context, ref name.Reference) (*a
 	if p := cfg.Platform(); p != nil {
 		report.Platform = p.String()
 	}
+	if c.opts.arch != "" && cfg.Architecture != "" && cfg.Architecture != c.opts.arch {
+		containerdisk.AddRejection(report, reject.New(reject.PlatformMismatch, "the image is built for %s; this hub runs %s", report.Platform, c.opts.arch))
+		return report, nil
+	}
 	report.Env = cfg.Config.Env
 	if len(m.Layers) > 0 {
 		l := m.Layers[0]
@@ -64,6 +74,44 @@ func (c *Client) CheckContainerDisk(ctx context.Context, ref name.Reference) (*a
 		return nil, fmt.Errorf("checking %s: %w", ref, err)
 	}
 	return report, nil
+}
+
+// platformImage fetches the image at ref; an image index resolves to its
+// image for the client's architecture (linux/amd64 by default), and one
+// without such an image is a PlatformMismatch rejection.
+func (c *Client) platformImage(ctx context.Context, ref name.Reference, report *api.ContainerDiskReport) (v1.Image, error) {
+	ropts, err := c.remoteOptions(ctx, ref.Context().Registry)
+	if err != nil {
+		return nil, err
+	}
+	arch := cmp.Or(c.opts.arch, "amd64")
+	ropts = append(ropts, remote.WithPlatform(v1.Platform{OS: "linux", Architecture: arch}))
+	desc, err := remote.Get(ref, ropts...)
+	if err != nil {
+		return nil, fmt.Errorf("fetching %s: %w", ref, err)
+	}
+	if !desc.MediaType.IsIndex() {
+		return desc.Image()
+	}
+	report.Index = true
+	idx, err := desc.ImageIndex()
+	if err != nil {
+		return nil, fmt.Errorf("reading the index %s: %w", ref, err)
+	}
+	im, err := idx.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("reading the index %s: %w", ref, err)
+	}
+	var have []string
+	for _, m := range im.Manifests {
+		if p := m.Platform; p != nil {
+			if p.OS == "linux" && p.Architecture == arch {
+				return desc.Image()
+			}
+			have = append(have, p.String())
+		}
+	}
+	return nil, reject.New(reject.PlatformMismatch, "the image index holds no linux/%s image (it holds: %s)", arch, strings.Join(have, ", "))
 }
 
 // checkLayer streams the single layer up to the disk's head and validates

@@ -46,6 +46,7 @@ type options struct {
 	backoff   time.Duration
 	userAgent string
 	observer  RequestObserver
+	arch      string
 }
 
 // Option configures a Client.
@@ -77,6 +78,14 @@ func WithCAFile(path string) Option {
 // 127.0.0.1 and localhost may use plain HTTP without it, as docker allows.
 func WithInsecure(insecure bool) Option {
 	return func(o *options) error { o.insecure = insecure; return nil }
+}
+
+// WithArchitecture makes image checks platform-aware: an image index
+// resolves to its linux image for arch (else linux/amd64), and an image
+// built for another architecture is rejected (reject.PlatformMismatch).
+// The default, "", checks no architecture.
+func WithArchitecture(arch string) Option {
+	return func(o *options) error { o.arch = arch; return nil }
 }
 
 // WithLogger sets the logger; the default discards.

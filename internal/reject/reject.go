@@ -82,6 +82,13 @@ const (
 	SpoolLimit Reason = "spool-limit"
 )
 
+// Platform code: the image in a registry is for another machine.
+const (
+	// PlatformMismatch: the image's architecture is not the hub's, or an
+	// image index holds no image for it.
+	PlatformMismatch Reason = "platform-mismatch"
+)
+
 // Shape codes: the image in a registry is not a containerDisk of the shape
 // imagepipe builds — one layer holding exactly the directory disk/ and the
 // file disk/disk.img, 0444 and owned by 107:107.

@@ -34,6 +34,10 @@ type ContainerDiskReport struct {
 	MediaType string `json:"mediaType"`
 	// Platform is the config's OS and architecture, e.g. "linux/amd64".
 	Platform string `json:"platform"`
+	// Index is true when the reference names an image index (a
+	// multi-platform image); the report describes the index's image for
+	// the checking client's platform.
+	Index bool `json:"index,omitempty"`
 	// LayerMediaType, LayerSize and LayerDigest describe the first layer.
 	LayerMediaType string `json:"layerMediaType,omitempty"`
 	LayerSize      int64  `json:"layerSize,omitempty"`
