@@ -103,15 +103,24 @@ func (c *Client) platformImage(ctx context.Context, ref name.Reference, report *
 		return nil, fmt.Errorf("reading the index %s: %w", ref, err)
 	}
 	var have []string
+	matches := 0
 	for _, m := range im.Manifests {
 		if p := m.Platform; p != nil {
 			if p.OS == "linux" && p.Architecture == arch {
-				return desc.Image()
+				matches++
 			}
 			have = append(have, p.String())
 		}
 	}
-	return nil, reject.New(reject.PlatformMismatch, "the image index holds no linux/%s image (it holds: %s)", arch, strings.Join(have, ", "))
+	switch {
+	case matches == 0:
+		return nil, reject.New(reject.PlatformMismatch, "the image index holds no linux/%s image (it holds: %s)", arch, strings.Join(have, ", "))
+	case matches > 1:
+		// Which one an importer picks is up to it: the one checked here
+		// might not be the one imported.
+		return nil, reject.New(reject.PlatformMismatch, "the image index holds %d linux/%s images; it must hold one", matches, arch)
+	}
+	return desc.Image()
 }
 
 // checkLayer streams the single layer up to the disk's head and validates

@@ -20,8 +20,20 @@ import (
 // the linux platform of its architecture, with go-containerregistry.
 func pushIndex(t *testing.T, ref string, images map[string]string) {
 	t.Helper()
-	var idx v1.ImageIndex = empty.Index
+	var entries [][2]string
 	for arch, src := range images {
+		entries = append(entries, [2]string{arch, src})
+	}
+	pushIndexOf(t, ref, entries)
+}
+
+// pushIndexOf pushes an index of (architecture, image reference) entries,
+// in order.
+func pushIndexOf(t *testing.T, ref string, entries [][2]string) {
+	t.Helper()
+	var idx v1.ImageIndex = empty.Index
+	for _, e := range entries {
+		arch, src := e[0], e[1]
 		r, err := name.ParseReference(src, name.Insecure)
 		if err != nil {
 			t.Fatal(err)
@@ -82,4 +94,10 @@ func TestSyncerImportsOnlyItsArchitecture(t *testing.T) {
 
 	pushIndex(t, reg.Host+"/acme/armindex:1", map[string]string{"arm64": arm.Pinned})
 	rejected("armindex--1", "holds no linux/amd64 image (it holds: linux/arm64)")
+
+	// Two amd64 images in one index: the one checked might not be the
+	// one CDI picks, so neither is imported.
+	other := importImageWith(t, "", rawDisk(t, "other"), reg.Host+"/acme/parts:other")
+	pushIndexOf(t, reg.Host+"/acme/twoamd:1", [][2]string{{"amd64", amd.Pinned}, {"amd64", other.Pinned}})
+	rejected("twoamd--1", "holds 2 linux/amd64 images; it must hold one")
 }
