@@ -7,5 +7,5 @@
 // controller-runtime and the Prometheus client it brings: the hub side
 // (internal/hub) keeps controller-runtime for its manager and caches.
 // Callers define the interface they need (vmlaunch.Cluster,
-// cdi.StorageReader); *Client satisfies them.
+// cdi.Reader); *Client satisfies them.
 package kube

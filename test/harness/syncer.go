@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -166,6 +167,29 @@ func (h *SyncerHub) BindTenant(t testing.TB, user, ns string) {
 	}
 	if err := h.Client.Create(t.Context(), storage); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatalf("hub %s: binding %s to imagepipe-tenant-storage: %v", h.Name, user, err)
+	}
+	h.waitAuthorized(t, user, authorizationv1.ResourceAttributes{Namespace: ns, Verb: "create", Group: "kubevirt.io", Resource: "virtualmachines"})
+	h.waitAuthorized(t, user, authorizationv1.ResourceAttributes{Verb: "list", Group: "kubevirt.io", Resource: "kubevirts"})
+}
+
+// waitAuthorized waits until the API server's authorizer lets user do
+// what attrs says. Its RBAC rules come from informers, so a binding just
+// created may not count yet for the next request.
+func (h *SyncerHub) waitAuthorized(t testing.TB, user string, attrs authorizationv1.ResourceAttributes) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &attrs}}
+		if err := h.Client.Create(t.Context(), review); err != nil {
+			t.Fatalf("hub %s: asking whether %s may %s %s: %v", h.Name, user, attrs.Verb, attrs.Resource, err)
+		}
+		if review.Status.Allowed {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("hub %s: %s may still not %s %s in %q 10s after binding: %s", h.Name, user, attrs.Verb, attrs.Resource, attrs.Namespace, review.Status.Reason)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
