@@ -9,7 +9,6 @@ import (
 	"io"
 	"time"
 
-	"github.com/klauspost/compress/zstd"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -49,11 +48,14 @@ func (c Compression) MediaType() string {
 
 // Compressor names the implementation that decides the compressed bytes:
 // the gzip compressor this binary was built with (GzipImplementation) for
-// gzip, "" otherwise. Two builds with different gzip compressors give
-// different layers for the same disk.
+// gzip, the zstd layout for zstd, "" otherwise. Two builds with different
+// compressors give different layers for the same disk.
 func (c Compression) Compressor() string {
-	if c == CompressionGzip {
+	switch c {
+	case CompressionGzip:
 		return GzipImplementation
+	case CompressionZstd:
+		return zstdEncoding
 	}
 	return ""
 }
@@ -171,7 +173,7 @@ func compressor(out io.Writer, comp Compression) (io.WriteCloser, error) {
 	case CompressionGzip:
 		return newGzipWriter(out)
 	case CompressionZstd:
-		return zstd.NewWriter(out, zstd.WithEncoderLevel(zstd.SpeedFastest))
+		return newZstdWriter(out), nil
 	}
 	return nopWriteCloser{out}, nil
 }
