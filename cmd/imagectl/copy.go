@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 
 	"github.com/spf13/cobra"
 )
@@ -53,6 +52,5 @@ func runCopy(cmd *cobra.Command, o *copyOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(cmd.OutOrStdout(), pinned)
-	return nil
+	return printText(cmd.OutOrStdout(), "%v\n", pinned)
 }

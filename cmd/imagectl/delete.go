@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -59,10 +60,11 @@ func runDelete(cmd *cobra.Command, o *deleteOptions) error {
 	if err != nil {
 		return err
 	}
-	out := cmd.OutOrStdout()
-	fmt.Fprintf(out, "deleted %s\n", deleted.Digest)
-	if len(deleted.Tags) > 0 {
-		fmt.Fprintf(out, "untagged %s\n", strings.Join(deleted.Tags, ", "))
-	}
-	return nil
+	return textOutput{}.print(cmd.OutOrStdout(), deleted, func(w io.Writer) error {
+		if _, err := fmt.Fprintf(w, "deleted %s\n", deleted.Digest); err != nil || len(deleted.Tags) == 0 {
+			return err
+		}
+		_, err := fmt.Fprintf(w, "untagged %s\n", strings.Join(deleted.Tags, ", "))
+		return err
+	})
 }

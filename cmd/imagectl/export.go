@@ -91,9 +91,8 @@ func runExport(cmd *cobra.Command, o *exportOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "%s: %s, virtual size %s, from %s@%s\n",
+	return printText(cmd.OutOrStdout(), "%s: %s, virtual size %s, from %s@%s\n",
 		o.file, to, humanBytes(info.VirtualSize), ref.Context(), disk.Digest)
-	return nil
 }
 
 // convert writes the disk to FILE in format to.

@@ -69,10 +69,38 @@ func (o *outputFlags) validate() error {
 // machine reports whether the output is for programs (json or yaml).
 func (o *outputFlags) machine() bool { return o.format == outputJSON || o.format == outputYAML }
 
+// printer prints a command's result to standard output: v as JSON or
+// YAML when the user asked for a machine format, else its human form.
+// Every command prints its data through one: outputFlags for commands
+// with -o, textOutput for those that only print a line for people.
+type printer interface {
+	print(w io.Writer, v any, human func(w io.Writer) error) error
+}
+
+var (
+	_ printer = (*outputFlags)(nil)
+	_ printer = textOutput{}
+)
+
 // print writes v as JSON or YAML, or calls human for the table or text
-// form. Every command prints its data through here.
+// form.
 func (o *outputFlags) print(w io.Writer, v any, human func(w io.Writer) error) error {
 	return printAs(w, o.format, v, human)
+}
+
+// textOutput is the printer of commands without -o: they print their
+// human form only.
+type textOutput struct{}
+
+func (textOutput) print(w io.Writer, _ any, human func(w io.Writer) error) error { return human(w) }
+
+// printText prints one formatted message as the result of a command
+// without -o.
+func printText(w io.Writer, format string, args ...any) error {
+	return textOutput{}.print(w, nil, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, format, args...)
+		return err
+	})
 }
 
 func printAs(w io.Writer, format outputFormat, v any, human func(w io.Writer) error) error {
