@@ -125,20 +125,18 @@ func templateFiles(args []string) ([]string, error) {
 	return files, nil
 }
 
-func runTemplatePublish(cmd *cobra.Command, o *templateOptions, args []string) error {
-	if err := o.out.validate(); err != nil {
-		return err
-	}
-	files, err := templateFiles(args)
-	if err != nil {
-		return err
-	}
-	type doc struct {
-		file string
-		t    *api.VMTemplate
-		json []byte
-	}
-	var docs []doc
+// templateDoc is a validated template file and the JSON document
+// published for it.
+type templateDoc struct {
+	file string
+	t    *api.VMTemplate
+	json []byte
+}
+
+// readTemplates reads and validates every file, refusing two with the
+// same template ID; the errors of all files come together.
+func readTemplates(files []string) ([]templateDoc, error) {
+	var docs []templateDoc
 	var errs []error
 	byID := map[string]string{}
 	for _, f := range files {
@@ -152,7 +150,7 @@ func runTemplatePublish(cmd *cobra.Command, o *templateOptions, args []string) e
 					byID[t.ID] = f
 					var js []byte
 					js, err = json.Marshal(t)
-					docs = append(docs, doc{f, t, js})
+					docs = append(docs, templateDoc{f, t, js})
 				}
 			}
 		}
@@ -160,7 +158,19 @@ func runTemplatePublish(cmd *cobra.Command, o *templateOptions, args []string) e
 			errs = append(errs, fmt.Errorf("%s: %w", f, err))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
+	return docs, errors.Join(errs...)
+}
+
+func runTemplatePublish(cmd *cobra.Command, o *templateOptions, args []string) error {
+	if err := o.out.validate(); err != nil {
+		return err
+	}
+	files, err := templateFiles(args)
+	if err != nil {
+		return err
+	}
+	docs, err := readTemplates(files)
+	if err != nil {
 		return fmt.Errorf("nothing published:\n%w", err)
 	}
 	client, repo, err := o.open(o.globalOptions)

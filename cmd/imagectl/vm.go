@@ -267,140 +267,88 @@ func runVMSummaries(cmd *cobra.Command, o *vmNameOptions, name string) error {
 	}))
 }
 
-func newVMRunCmd(g *globalOptions, verb, short string, rs kubevirtv1.VirtualMachineRunStrategy) *cobra.Command {
+// vmLifecycleCmd is a vm subcommand that acts on named objects and prints
+// one line: run gets the client and namespace from the kube flags.
+func vmLifecycleCmd(g *globalOptions, use, short string, nargs int, run func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error) *cobra.Command {
 	o := &vmNameOptions{globalOptions: g}
-	cmd := &cobra.Command{
-		Use:   verb + " NAME",
-		Short: short,
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			kc, ns, err := o.kubeFlags.client()
-			if err != nil {
-				return err
-			}
-			changed, err := vmlaunch.SetRunStrategy(cmd.Context(), kc, ns, args[0], rs)
-			if err != nil {
-				return err
-			}
-			state := map[bool]string{true: "set to " + string(rs), false: "already " + string(rs)}[changed]
-			fmt.Fprintf(cmd.OutOrStdout(), "virtualmachine %s/%s %s\n", ns, args[0], state)
-			return nil
-		},
-	}
-	addKubeFlags(cmd, &o.kubeFlags)
-	return cmd
-}
-
-func newVMRestartCmd(g *globalOptions) *cobra.Command {
-	o := &vmNameOptions{globalOptions: g}
-	cmd := &cobra.Command{
-		Use:   "restart NAME",
-		Short: "Restart a running VM (its instance is replaced)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			kc, ns, err := o.kubeFlags.client()
-			if err != nil {
-				return err
-			}
-			if err := vmlaunch.Restart(cmd.Context(), kc, ns, args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "virtualmachine %s/%s restarting\n", ns, args[0])
-			return nil
-		},
-	}
-	addKubeFlags(cmd, &o.kubeFlags)
-	return cmd
-}
-
-func newVMDeleteCmd(g *globalOptions) *cobra.Command {
-	o := &vmNameOptions{globalOptions: g}
-	cmd := &cobra.Command{
-		Use:   "delete NAME",
-		Short: "Delete a VM and its root disk; attached data volumes stay",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			kc, ns, err := o.kubeFlags.client()
-			if err != nil {
-				return err
-			}
-			s, err := vmlaunch.Summaries(cmd.Context(), kc, ns, args[0])
-			if err != nil {
-				return err
-			}
-			if err := vmlaunch.Delete(cmd.Context(), kc, ns, args[0]); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "virtualmachine %s/%s deleted\n", ns, args[0])
-			if v := s[0].Volumes; len(v) > 0 {
-				fmt.Fprintf(cmd.OutOrStdout(), "data volumes kept: %s\n", strings.Join(v, ", "))
-			}
-			return nil
-		},
-	}
-	addKubeFlags(cmd, &o.kubeFlags)
-	return cmd
-}
-
-func newVMMigrateCmd(g *globalOptions) *cobra.Command {
-	o := &vmNameOptions{globalOptions: g}
-	cmd := &cobra.Command{
-		Use:   "migrate NAME",
-		Short: "Live-migrate a running VM to another node",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			kc, ns, err := o.kubeFlags.client()
-			if err != nil {
-				return err
-			}
-			m, err := vmlaunch.Migrate(cmd.Context(), kc, ns, args[0])
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "virtualmachineinstancemigration %s/%s created\n", ns, m.Name)
-			return nil
-		},
-	}
-	addKubeFlags(cmd, &o.kubeFlags)
-	return cmd
-}
-
-func newVMVolumeCmd(g *globalOptions, attach bool) *cobra.Command {
-	o := &vmNameOptions{globalOptions: g}
-	use, short := "attach-volume VM VOLUME", "Attach a data volume to a VM (applied at its next start when it runs)"
-	if !attach {
-		use, short = "detach-volume VM VOLUME", "Detach a data volume from a VM; the volume stays"
-	}
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: short,
-		Args:  cobra.ExactArgs(2),
+		Args:  cobra.ExactArgs(nargs),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kc, ns, err := o.kubeFlags.client()
 			if err != nil {
 				return err
 			}
-			do, verb := vmlaunch.DetachVolume, "detached from"
-			if attach {
-				do, verb = vmlaunch.AttachVolume, "attached to"
-			}
-			changed, err := do(cmd.Context(), kc, ns, args[0], args[1])
-			if err != nil {
-				return err
-			}
-			if !changed {
-				fmt.Fprintf(cmd.OutOrStdout(), "volume %s: nothing to do\n", args[1])
-				return nil
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "volume %s %s virtualmachine %s/%s", args[1], verb, ns, args[0])
-			s, err := vmlaunch.Summaries(cmd.Context(), kc, ns, args[0])
-			if err == nil && s[0].Status != "Stopped" && s[0].Status != "Unknown" {
-				fmt.Fprint(cmd.OutOrStdout(), "; it takes effect when the VM next starts (imagectl vm restart)")
-			}
-			fmt.Fprintln(cmd.OutOrStdout())
-			return nil
+			return run(cmd, kc, ns, args)
 		},
 	}
 	addKubeFlags(cmd, &o.kubeFlags)
 	return cmd
+}
+
+func newVMRunCmd(g *globalOptions, verb, short string, rs kubevirtv1.VirtualMachineRunStrategy) *cobra.Command {
+	return vmLifecycleCmd(g, verb+" NAME", short, 1, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
+		changed, err := vmlaunch.SetRunStrategy(cmd.Context(), kc, ns, args[0], rs)
+		if err != nil {
+			return err
+		}
+		state := map[bool]string{true: "set to " + string(rs), false: "already " + string(rs)}[changed]
+		return printText(cmd.OutOrStdout(), "virtualmachine %s/%s %s\n", ns, args[0], state)
+	})
+}
+
+func newVMRestartCmd(g *globalOptions) *cobra.Command {
+	return vmLifecycleCmd(g, "restart NAME", "Restart a running VM (its instance is replaced)", 1, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
+		if err := vmlaunch.Restart(cmd.Context(), kc, ns, args[0]); err != nil {
+			return err
+		}
+		return printText(cmd.OutOrStdout(), "virtualmachine %s/%s restarting\n", ns, args[0])
+	})
+}
+
+func newVMDeleteCmd(g *globalOptions) *cobra.Command {
+	return vmLifecycleCmd(g, "delete NAME", "Delete a VM and its root disk; attached data volumes stay", 1, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
+		kept, err := vmlaunch.Delete(cmd.Context(), kc, ns, args[0])
+		if err != nil {
+			return err
+		}
+		msg := fmt.Sprintf("virtualmachine %s/%s deleted\n", ns, args[0])
+		if len(kept) > 0 {
+			msg += fmt.Sprintf("data volumes kept: %s\n", strings.Join(kept, ", "))
+		}
+		return printText(cmd.OutOrStdout(), "%s", msg)
+	})
+}
+
+func newVMMigrateCmd(g *globalOptions) *cobra.Command {
+	return vmLifecycleCmd(g, "migrate NAME", "Live-migrate a running VM to another node", 1, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
+		m, err := vmlaunch.Migrate(cmd.Context(), kc, ns, args[0])
+		if err != nil {
+			return err
+		}
+		return printText(cmd.OutOrStdout(), "virtualmachineinstancemigration %s/%s created\n", ns, m.Name)
+	})
+}
+
+func newVMVolumeCmd(g *globalOptions, attach bool) *cobra.Command {
+	use, short := "attach-volume VM VOLUME", "Attach a data volume to a VM (applied at its next start when it runs)"
+	do, verb := vmlaunch.DetachVolume, "detached from"
+	if attach {
+		do, verb = vmlaunch.AttachVolume, "attached to"
+	} else {
+		use, short = "detach-volume VM VOLUME", "Detach a data volume from a VM; the volume stays"
+	}
+	return vmLifecycleCmd(g, use, short, 2, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
+		change, err := do(cmd.Context(), kc, ns, args[0], args[1])
+		switch {
+		case err != nil:
+			return err
+		case !change.Changed:
+			return printText(cmd.OutOrStdout(), "volume %s: nothing to do\n", args[1])
+		case change.Pending:
+			return printText(cmd.OutOrStdout(), "volume %s %s virtualmachine %s/%s; it takes effect when the VM next starts (imagectl vm restart)\n", args[1], verb, ns, args[0])
+		}
+		return printText(cmd.OutOrStdout(), "volume %s %s virtualmachine %s/%s\n", args[1], verb, ns, args[0])
+	})
 }

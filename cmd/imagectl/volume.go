@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/internal/vmlaunch"
 )
 
@@ -35,34 +34,33 @@ func newVolumeCreateCmd(g *globalOptions) *cobra.Command {
 		Example: `  imagectl volume create data1 --size 50Gi
   imagectl vm attach-volume web data1`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			size, err := resource.ParseQuantity(o.size)
-			if err != nil {
-				return fmt.Errorf("--size %q: want a quantity such as 50Gi", o.size)
-			}
-			kc, ns, err := o.kubeFlags.client()
-			if err != nil {
-				return err
-			}
-			st, _, note, err := cdi.StorageForClass(cmd.Context(), kc, o.storageClass)
-			if err != nil {
-				return fmt.Errorf("choosing the volume's storage: %w", err)
-			}
-			if note != "" {
-				fmt.Fprintln(cmd.ErrOrStderr(), "note:", note)
-			}
-			if _, err := vmlaunch.CreateVolume(cmd.Context(), kc, ns, args[0], size, st); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "volume %s/%s created (%s, %s %s)\n", ns, args[0], size.String(), st.AccessMode, st.VolumeMode)
-			return nil
-		},
+		RunE: func(cmd *cobra.Command, args []string) error { return runVolumeCreate(cmd, o, args[0]) },
 	}
 	cmd.Flags().StringVar(&o.size, "size", "", "size, e.g. 50Gi (required)")
 	cmd.Flags().StringVar(&o.storageClass, "storage-class", "", "StorageClass (default: the cluster's default)")
 	_ = cmd.MarkFlagRequired("size")
 	addKubeFlags(cmd, &o.kubeFlags)
 	return cmd
+}
+
+func runVolumeCreate(cmd *cobra.Command, o *volumeCreateOptions, name string) error {
+	size, err := resource.ParseQuantity(o.size)
+	if err != nil {
+		return fmt.Errorf("--size %q: want a quantity such as 50Gi", o.size)
+	}
+	kc, ns, err := o.kubeFlags.client()
+	if err != nil {
+		return err
+	}
+	v, err := vmlaunch.CreateVolume(cmd.Context(), kc, ns, name, size, o.storageClass)
+	if err != nil {
+		return err
+	}
+	if v.Note != "" {
+		fmt.Fprintln(cmd.ErrOrStderr(), "note:", v.Note)
+	}
+	st := v.Storage
+	return printText(cmd.OutOrStdout(), "volume %s/%s created (%s, %s %s)\n", ns, name, size.String(), st.AccessMode, st.VolumeMode)
 }
 
 type volumeListOptions struct {

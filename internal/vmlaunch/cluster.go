@@ -260,28 +260,56 @@ func Migrate(ctx context.Context, c Cluster, ns, name string) (*kubevirtv1.Virtu
 	return m, nil
 }
 
-// Delete deletes a VM. Its root disk, a DataVolume template of the VM, and
-// its cloud-init Secrets go with it; attached data volumes are separate
-// DataVolumes and stay.
-func Delete(ctx context.Context, c Cluster, ns, name string) error {
+// Delete deletes a VM and returns the data volumes attached to it, which
+// stay. Its root disk, a DataVolume template of the VM, and its
+// cloud-init Secrets go with it.
+func Delete(ctx context.Context, c Cluster, ns, name string) (kept []string, err error) {
 	vm, err := getVM(ctx, c, ns, name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := c.Delete(ctx, vm, true); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting VM %s/%s: %w", ns, name, err)
+		return nil, fmt.Errorf("deleting VM %s/%s: %w", ns, name, err)
 	}
-	return nil
+	return dataVolumes(vm), nil
+}
+
+// dataVolumes names the data volumes attached to vm: its DataVolumes but
+// the root disk.
+func dataVolumes(vm *kubevirtv1.VirtualMachine) []string {
+	if vm.Spec.Template == nil {
+		return nil
+	}
+	var names []string
+	for _, v := range vm.Spec.Template.Spec.Volumes {
+		if v.DataVolume != nil && v.Name != rootDiskName {
+			names = append(names, v.DataVolume.Name)
+		}
+	}
+	return names
+}
+
+// Volume is a blank data volume CreateVolume made.
+type Volume struct {
+	DataVolume *cdiv1.DataVolume
+	// Storage is the volume's shape; Note says why VMs using it cannot
+	// live-migrate, if so.
+	Storage cdi.Storage
+	Note    string
 }
 
 // CreateVolume creates a blank data volume whose life is independent of
-// any VM.
-func CreateVolume(ctx context.Context, c Cluster, ns, name string, size resource.Quantity, st cdi.Storage) (*cdiv1.DataVolume, error) {
+// any VM, of storage from storageClass (the default class when empty).
+func CreateVolume(ctx context.Context, c Cluster, ns, name string, size resource.Quantity, storageClass string) (*Volume, error) {
 	if !dns1123Label.MatchString(name) {
 		return nil, fmt.Errorf("volume name %q is not a valid name", name)
 	}
 	if size.Sign() <= 0 {
 		return nil, errors.New("--size must be positive")
+	}
+	st, _, note, err := cdi.StorageForClass(ctx, c, storageClass)
+	if err != nil {
+		return nil, fmt.Errorf("choosing the volume's storage: %w", err)
 	}
 	dv := &cdiv1.DataVolume{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{LabelVolume: name, cdi.LabelManagedBy: "imagectl"}},
@@ -293,7 +321,7 @@ func CreateVolume(ctx context.Context, c Cluster, ns, name string, size resource
 		}
 		return nil, fmt.Errorf("creating volume %s/%s: %w", ns, name, err)
 	}
-	return dv, nil
+	return &Volume{DataVolume: dv, Storage: st, Note: note}, nil
 }
 
 // Volumes lists the data volumes `imagectl volume create` made in ns.
@@ -316,26 +344,41 @@ func Volumes(ctx context.Context, c cdi.Reader, ns string) ([]api.VolumeSummary,
 	return out, nil
 }
 
+// VolumeChange is what AttachVolume or DetachVolume did.
+type VolumeChange struct {
+	// Changed is false when there was nothing to do.
+	Changed bool
+	// Pending is true when the VM may be running: the change applies when
+	// it next starts.
+	Pending bool
+}
+
+// changed reports a change to vm, pending unless vm is known stopped.
+func changed(vm *kubevirtv1.VirtualMachine) VolumeChange {
+	status := vm.Status.PrintableStatus
+	return VolumeChange{Changed: true, Pending: status != kubevirtv1.VirtualMachineStatusStopped && status != ""}
+}
+
 // AttachVolume declares data volume vol as a disk of VM name. A running VM
-// gets it at its next start. changed is false when it was attached already.
-func AttachVolume(ctx context.Context, c Cluster, ns, name, vol string) (changed bool, err error) {
+// gets it at its next start.
+func AttachVolume(ctx context.Context, c Cluster, ns, name, vol string) (VolumeChange, error) {
 	var dv cdiv1.DataVolume
 	if err := c.Get(ctx, ns, vol, &dv); err != nil {
 		if apierrors.IsNotFound(err) {
-			return false, fmt.Errorf("no volume %s in namespace %s; create it with imagectl volume create", vol, ns)
+			return VolumeChange{}, fmt.Errorf("no volume %s in namespace %s; create it with imagectl volume create", vol, ns)
 		}
-		return false, fmt.Errorf("reading volume %s/%s: %w", ns, vol, err)
+		return VolumeChange{}, fmt.Errorf("reading volume %s/%s: %w", ns, vol, err)
 	}
 	if dv.Labels[LabelVolume] == "" {
-		return false, fmt.Errorf("DataVolume %s is not a data volume made by imagectl volume create", vol)
+		return VolumeChange{}, fmt.Errorf("DataVolume %s is not a data volume made by imagectl volume create", vol)
 	}
 	vm, err := getVM(ctx, c, ns, name)
 	if err != nil {
-		return false, err
+		return VolumeChange{}, err
 	}
 	spec := vm.Spec.Template
 	if slices.ContainsFunc(spec.Spec.Volumes, func(v kubevirtv1.Volume) bool { return v.DataVolume != nil && v.DataVolume.Name == vol }) {
-		return false, nil
+		return VolumeChange{}, nil
 	}
 	diskName := "vol-" + vol
 	if len(diskName) > 63 {
@@ -345,33 +388,33 @@ func AttachVolume(ctx context.Context, c Cluster, ns, name, vol string) (changed
 	spec.Spec.Domain.Devices.Disks = append(spec.Spec.Domain.Devices.Disks, kubevirtv1.Disk{Name: diskName, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}})
 	spec.Spec.Volumes = append(spec.Spec.Volumes, kubevirtv1.Volume{Name: diskName, VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: vol}}})
 	if err := c.MergePatch(ctx, before, vm); err != nil {
-		return false, fmt.Errorf("attaching volume %s to VM %s: %w", vol, name, err)
+		return VolumeChange{}, fmt.Errorf("attaching volume %s to VM %s: %w", vol, name, err)
 	}
-	return true, nil
+	return changed(vm), nil
 }
 
 // DetachVolume removes data volume vol from VM name; the volume stays.
-func DetachVolume(ctx context.Context, c Cluster, ns, name, vol string) (changed bool, err error) {
+func DetachVolume(ctx context.Context, c Cluster, ns, name, vol string) (VolumeChange, error) {
 	vm, err := getVM(ctx, c, ns, name)
 	if err != nil {
-		return false, err
+		return VolumeChange{}, err
 	}
 	spec := &vm.Spec.Template.Spec
 	i := slices.IndexFunc(spec.Volumes, func(v kubevirtv1.Volume) bool { return v.DataVolume != nil && v.DataVolume.Name == vol })
 	if i < 0 {
-		return false, nil
+		return VolumeChange{}, nil
 	}
 	if spec.Volumes[i].Name == rootDiskName {
-		return false, fmt.Errorf("%s is VM %s's root disk, not an attached volume", vol, name)
+		return VolumeChange{}, fmt.Errorf("%s is VM %s's root disk, not an attached volume", vol, name)
 	}
 	before := vm.DeepCopy()
 	diskName := spec.Volumes[i].Name
 	spec.Volumes = slices.Delete(spec.Volumes, i, i+1)
 	spec.Domain.Devices.Disks = slices.DeleteFunc(spec.Domain.Devices.Disks, func(d kubevirtv1.Disk) bool { return d.Name == diskName })
 	if err := c.MergePatch(ctx, before, vm); err != nil {
-		return false, fmt.Errorf("detaching volume %s from VM %s: %w", vol, name, err)
+		return VolumeChange{}, fmt.Errorf("detaching volume %s from VM %s: %w", vol, name, err)
 	}
-	return true, nil
+	return changed(vm), nil
 }
 
 // Summaries describes the VMs of ns (all when name is empty).
@@ -392,50 +435,58 @@ func Summaries(ctx context.Context, c cdi.Reader, ns, name string) ([]api.VMSumm
 	}
 	out := []api.VMSummary{}
 	for _, vm := range vms {
-		s := api.VMSummary{
-			Name: vm.Name, Namespace: vm.Namespace, Status: string(vm.Status.PrintableStatus),
-			Image: vm.Labels[cdi.LabelTenant] + "/" + vm.Labels[cdi.LabelImage], Digest: vm.Annotations[AnnotationDigest],
-			Template: vm.Labels[LabelTemplate], LiveMigratable: "unknown",
-		}
-		if vm.Labels[cdi.LabelImage] == "" {
-			s.Image = ""
-		}
-		if s.Status == "" {
-			s.Status = "Unknown"
-		}
-		if v, ok := vm.Annotations[AnnotationLiveMigratable]; ok {
-			s.LiveMigratable = v
-			if r := vm.Annotations[AnnotationNotMigratable]; r != "" {
-				s.Reasons = strings.Split(r, "; ")
-			}
-		}
-		if vm.Spec.Template != nil {
-			for _, v := range vm.Spec.Template.Spec.Volumes {
-				if v.DataVolume != nil && v.Name != rootDiskName {
-					s.Volumes = append(s.Volumes, v.DataVolume.Name)
-				}
-			}
-		}
+		s := summary(&vm)
 		var vmi kubevirtv1.VirtualMachineInstance
 		err := c.Get(ctx, vm.Namespace, vm.Name, &vmi)
 		switch {
 		case err == nil:
-			s.Node = vmi.Status.NodeName
-			if len(vmi.Status.Interfaces) > 0 {
-				s.IP = vmi.Status.Interfaces[0].IP
-			}
-			for _, cond := range vmi.Status.Conditions {
-				if cond.Type == kubevirtv1.VirtualMachineInstanceIsMigratable {
-					s.LiveMigratable = strings.ToLower(string(cond.Status))
-					if cond.Status == corev1.ConditionFalse && cond.Message != "" {
-						s.Reasons = []string{cond.Message}
-					}
-				}
-			}
+			addInstance(&s, &vmi)
 		case !apierrors.IsNotFound(err):
 			return nil, fmt.Errorf("reading the instance of VM %s: %w", vm.Name, err)
 		}
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// summary describes a VM from its object alone: what vm create recorded
+// on it and the volumes attached.
+func summary(vm *kubevirtv1.VirtualMachine) api.VMSummary {
+	s := api.VMSummary{
+		Name: vm.Name, Namespace: vm.Namespace, Status: string(vm.Status.PrintableStatus),
+		Image: vm.Labels[cdi.LabelTenant] + "/" + vm.Labels[cdi.LabelImage], Digest: vm.Annotations[AnnotationDigest],
+		Template: vm.Labels[LabelTemplate], LiveMigratable: "unknown",
+		Volumes: dataVolumes(vm),
+	}
+	if vm.Labels[cdi.LabelImage] == "" {
+		s.Image = ""
+	}
+	if s.Status == "" {
+		s.Status = "Unknown"
+	}
+	if v, ok := vm.Annotations[AnnotationLiveMigratable]; ok {
+		s.LiveMigratable = v
+		if r := vm.Annotations[AnnotationNotMigratable]; r != "" {
+			s.Reasons = strings.Split(r, "; ")
+		}
+	}
+	return s
+}
+
+// addInstance completes s from the VM's running instance: its node, its
+// address and KubeVirt's own live-migration verdict, which wins over the
+// one vm create recorded.
+func addInstance(s *api.VMSummary, vmi *kubevirtv1.VirtualMachineInstance) {
+	s.Node = vmi.Status.NodeName
+	if len(vmi.Status.Interfaces) > 0 {
+		s.IP = vmi.Status.Interfaces[0].IP
+	}
+	for _, cond := range vmi.Status.Conditions {
+		if cond.Type == kubevirtv1.VirtualMachineInstanceIsMigratable {
+			s.LiveMigratable = strings.ToLower(string(cond.Status))
+			if cond.Status == corev1.ConditionFalse && cond.Message != "" {
+				s.Reasons = []string{cond.Message}
+			}
+		}
+	}
 }
