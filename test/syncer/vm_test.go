@@ -253,7 +253,12 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 	if len(vols) != 1 || vols[0].Name != "data1" || vols[0].Size != "1Gi" || vols[0].Namespace != "acme" {
 		t.Errorf("volume list -o json: %+v", vols)
 	}
-	vmOK("attach-volume", "web", "data1")
+	if r := vmOK("attach-volume", "web", "data1"); !strings.HasPrefix(r.Stdout, "volume data1 attached to virtualmachine acme/web") {
+		t.Errorf("attach-volume output: %s", r.Stdout)
+	}
+	if r := vmOK("attach-volume", "web", "data1"); r.Stdout != "volume data1: nothing to do\n" {
+		t.Errorf("attach-volume again: %q, want nothing to do", r.Stdout)
+	}
 	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &got); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,61 @@
+package vmlaunch
+
+import (
+	"slices"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+)
+
+// attachedVM is a VM with a root disk and the data volumes vols.
+func attachedVM(status kubevirtv1.VirtualMachinePrintableStatus, vols ...string) *kubevirtv1.VirtualMachine {
+	vm := &kubevirtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "acme"},
+		Spec:       kubevirtv1.VirtualMachineSpec{Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{}},
+		Status:     kubevirtv1.VirtualMachineStatus{PrintableStatus: status},
+	}
+	spec := &vm.Spec.Template.Spec
+	spec.Volumes = append(spec.Volumes, kubevirtv1.Volume{Name: rootDiskName, VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: "web-rootdisk"}}})
+	spec.Volumes = append(spec.Volumes, kubevirtv1.Volume{Name: cloudInitDiskName, VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{}}})
+	for _, v := range vols {
+		spec.Volumes = append(spec.Volumes, kubevirtv1.Volume{Name: "vol-" + v, VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: v}}})
+	}
+	return vm
+}
+
+// TestDataVolumesLeaveOutTheRootDisk: vm delete reports the volumes kept
+// and vm list shows the volumes attached; the root disk, which goes with
+// the VM, is neither.
+func TestDataVolumesLeaveOutTheRootDisk(t *testing.T) {
+	for _, tc := range []struct {
+		vm   *kubevirtv1.VirtualMachine
+		want []string
+	}{
+		{attachedVM(kubevirtv1.VirtualMachineStatusRunning), nil},
+		{attachedVM(kubevirtv1.VirtualMachineStatusRunning, "data1", "data2"), []string{"data1", "data2"}},
+		{&kubevirtv1.VirtualMachine{}, nil},
+	} {
+		if got := dataVolumes(tc.vm); !slices.Equal(got, tc.want) {
+			t.Errorf("dataVolumes = %v, want %v", got, tc.want)
+		}
+		if got := summary(tc.vm).Volumes; !slices.Equal(got, tc.want) {
+			t.Errorf("summary(...).Volumes = %v, want %v", got, tc.want)
+		}
+	}
+}
+
+// TestVolumeChangeWaitsForTheNextStart: attaching or detaching applies at
+// the next start unless the VM is known to be stopped.
+func TestVolumeChangeWaitsForTheNextStart(t *testing.T) {
+	for status, pending := range map[kubevirtv1.VirtualMachinePrintableStatus]bool{
+		kubevirtv1.VirtualMachineStatusRunning:      true,
+		kubevirtv1.VirtualMachineStatusProvisioning: true,
+		kubevirtv1.VirtualMachineStatusStopped:      false,
+		"":                                          false,
+	} {
+		if got := changed(attachedVM(status)); !got.Changed || got.Pending != pending {
+			t.Errorf("status %q: %+v, want changed and pending %v", status, got, pending)
+		}
+	}
+}
