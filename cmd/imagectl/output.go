@@ -85,7 +85,20 @@ var (
 // print writes v as JSON or YAML, or calls human for the table or text
 // form.
 func (o *outputFlags) print(w io.Writer, v any, human func(w io.Writer) error) error {
-	return printAs(w, o.format, v, human)
+	switch o.format {
+	case outputJSON:
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	case outputYAML:
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(b)
+		return err
+	}
+	return human(w)
 }
 
 // textOutput is the printer of commands without -o: they print their
@@ -101,23 +114,6 @@ func printText(w io.Writer, format string, args ...any) error {
 		_, err := fmt.Fprintf(w, format, args...)
 		return err
 	})
-}
-
-func printAs(w io.Writer, format outputFormat, v any, human func(w io.Writer) error) error {
-	switch format {
-	case outputJSON:
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
-	case outputYAML:
-		b, err := yaml.Marshal(v)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(b)
-		return err
-	}
-	return human(w)
 }
 
 // table is the human form of a command that prints rows: draw writes

@@ -203,11 +203,11 @@ func printRendered(w io.Writer, out *outputFlags, r *vmlaunch.Rendered) error {
 	for _, s := range r.Secrets {
 		items = append(items, s)
 	}
-	format := out.format
-	if format == outputTable {
-		format = outputYAML
+	var p printer = out
+	if out.format == outputTable {
+		p = &outputFlags{format: outputYAML} // a List has no table form
 	}
-	return printAs(w, format, map[string]any{"apiVersion": "v1", "kind": "List", "items": items}, nil)
+	return p.print(w, map[string]any{"apiVersion": "v1", "kind": "List", "items": items}, nil)
 }
 
 type vmNameOptions struct {
