@@ -30,7 +30,7 @@ type binding struct {
 }
 
 // vmBindings lists every bindable scalar field. Device lists (GPUs, host
-// devices) bind one deviceName each and are applied by renderDevices.
+// devices) bind one deviceName per entry: vmDeviceLists.
 var vmBindings = []binding{
 	{field: "instancetype", typ: api.TypeString,
 		text:      func(b *api.VMBindings) string { return b.Instancetype },
@@ -60,6 +60,32 @@ var vmBindings = []binding{
 // deviceNameType is the type of a device binding's deviceName.
 const deviceNameType = api.TypeString
 
+// deviceList is one list of devices a template may pass through: its
+// name in the template's vm section, the kind of device for messages, how
+// it is read from the bindings, and how one device is added to the VM.
+// Like vmBindings, this table drives both validation and rendering
+// (renderDevices).
+type deviceList struct {
+	field string
+	kind  string
+	list  func(*api.VMBindings) []api.DeviceBinding
+	add   func(d *kubevirtv1.Devices, name, device string)
+}
+
+// vmDeviceLists lists the device lists, in the order they are rendered.
+var vmDeviceLists = []deviceList{
+	{field: "gpus", kind: "GPU",
+		list: func(b *api.VMBindings) []api.DeviceBinding { return b.GPUs },
+		add: func(d *kubevirtv1.Devices, name, device string) {
+			d.GPUs = append(d.GPUs, kubevirtv1.GPU{Name: name, DeviceName: device})
+		}},
+	{field: "hostDevices", kind: "host device",
+		list: func(b *api.VMBindings) []api.DeviceBinding { return b.HostDevices },
+		add: func(d *kubevirtv1.Devices, name, device string) {
+			d.HostDevices = append(d.HostDevices, kubevirtv1.HostDevice{Name: name, DeviceName: device})
+		}},
+}
+
 // eachBinding calls fn for every field the bindings set: its name, its
 // type and the binding text.
 func eachBinding(b api.VMBindings, fn func(field string, typ api.ParameterType, text string)) {
@@ -68,11 +94,10 @@ func eachBinding(b api.VMBindings, fn func(field string, typ api.ParameterType, 
 			fn(vb.field, vb.typ, text)
 		}
 	}
-	for i, d := range b.GPUs {
-		fn(fmt.Sprintf("gpus[%d].deviceName", i), deviceNameType, d.DeviceName)
-	}
-	for i, d := range b.HostDevices {
-		fn(fmt.Sprintf("hostDevices[%d].deviceName", i), deviceNameType, d.DeviceName)
+	for _, dl := range vmDeviceLists {
+		for i, d := range dl.list(&b) {
+			fn(fmt.Sprintf("%s[%d].deviceName", dl.field, i), deviceNameType, d.DeviceName)
+		}
 	}
 }
 

@@ -251,18 +251,17 @@ func renderNetwork(b *vmBuild) error {
 // its node.
 func renderDevices(b *vmBuild) error {
 	bs, _ := bindings(b.req.Template)
-	devices := &b.domain().Devices
-	if err := b.passThrough("GPU", bs.GPUs, func(name, device string) {
-		devices.GPUs = append(devices.GPUs, kubevirtv1.GPU{Name: name, DeviceName: device})
-	}); err != nil {
-		return err
+	for _, dl := range vmDeviceLists {
+		if err := b.passThrough(dl, dl.list(&bs)); err != nil {
+			return err
+		}
 	}
-	return b.passThrough("host device", bs.HostDevices, func(name, device string) {
-		devices.HostDevices = append(devices.HostDevices, kubevirtv1.HostDevice{Name: name, DeviceName: device})
-	})
+	return nil
 }
 
-func (b *vmBuild) passThrough(kind string, list []api.DeviceBinding, add func(name, device string)) error {
+// passThrough adds the devices of list whose deviceName is set.
+func (b *vmBuild) passThrough(dl deviceList, list []api.DeviceBinding) error {
+	kind := dl.kind
 	for _, d := range list {
 		v, ok, err := bound(d.DeviceName, deviceNameType, b.req.Values)
 		if err != nil {
@@ -274,7 +273,7 @@ func (b *vmBuild) passThrough(kind string, list []api.DeviceBinding, add func(na
 		if !resourceName.MatchString(v.Str) {
 			return fmt.Errorf("%s device name %q is not a resource name", kind, v.Str)
 		}
-		add(d.Name, v.Str)
+		dl.add(&b.domain().Devices, d.Name, v.Str)
 		b.out.notMigratable(fmt.Sprintf("%s %s (%s) is passed through", kind, d.Name, v.Str))
 	}
 	return nil

@@ -240,3 +240,50 @@ func TestNetworkBindingChosenFromWhatTheClusterRegisters(t *testing.T) {
 		})
 	}
 }
+
+// TestHostDevicesPassThrough: a host device bound to a parameter reaches
+// the VM and pins it to its node; one left unset adds nothing; a device
+// name that is not a resource name is refused, naming its kind.
+func TestHostDevicesPassThrough(t *testing.T) {
+	doc := `
+id: hostdev_vm
+title: Host device
+parameters:
+  - {name: mem, default: {value: 2Gi}}
+  - {name: nic, type: string}
+vm:
+  memory: "${mem}"
+  hostDevices: [{name: nic1, deviceName: "${nic}"}]
+`
+	tmpl, err := ParseTemplate([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := RenderCases()["simple-defaults"]
+	render := func(sets ...string) (*Rendered, error) {
+		values, err := ResolveParameters(tmpl, sets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := base
+		req.Template, req.Values = tmpl, values
+		return Render(req)
+	}
+	out, err := render("nic=intel.com/sriov_net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hd := out.VM.Spec.Template.Spec.Domain.Devices.HostDevices
+	if len(hd) != 1 || hd[0].Name != "nic1" || hd[0].DeviceName != "intel.com/sriov_net" {
+		t.Errorf("host devices %+v, want nic1 = intel.com/sriov_net", hd)
+	}
+	if out.LiveMigratable || !strings.Contains(strings.Join(out.Reasons, "; "), "host device nic1 (intel.com/sriov_net) is passed through") {
+		t.Errorf("migratable %v, reasons %v; want not migratable because of the host device", out.LiveMigratable, out.Reasons)
+	}
+	if out, err = render(); err != nil || len(out.VM.Spec.Template.Spec.Domain.Devices.HostDevices) != 0 {
+		t.Errorf("an unset host device: %v, host devices %+v; want none", err, out.VM.Spec.Template.Spec.Domain.Devices.HostDevices)
+	}
+	if _, err := render("nic=not a resource"); err == nil || !strings.Contains(err.Error(), `host device device name "not a resource"`) {
+		t.Errorf("a bad host device name: %v", err)
+	}
+}

@@ -361,8 +361,8 @@ func validateBindings(t *api.VMTemplate) []error {
 			errs = append(errs, fmt.Errorf("vm.%s: %w", field, err))
 		}
 	})
-	for _, list := range [][]api.DeviceBinding{b.GPUs, b.HostDevices} {
-		for _, d := range list {
+	for _, dl := range vmDeviceLists {
+		for _, d := range dl.list(&b) {
 			if explicit && !dns1123Label.MatchString(d.Name) {
 				errs = append(errs, fmt.Errorf("vm device name %q is not a valid name", d.Name))
 			}

@@ -33,20 +33,22 @@ func TestParseTheProviderCatalogExample(t *testing.T) {
 
 func TestTemplateValidationNamesTheCulprit(t *testing.T) {
 	for name, tc := range map[string]struct{ doc, want string }{
-		"bad id":                {`{"id":"Simple VM","title":"x"}`, `id "Simple VM"`},
-		"no title":              {`{"id":"a"}`, "title"},
-		"unknown field":         {`{"id":"a","title":"x","spec":{"domain":{}}}`, `unknown field "spec"`},
-		"untyped, no default":   {`{"id":"a","title":"x","parameters":[{"name":"p"}]}`, "parameter p"},
-		"bad type":              {`{"id":"a","title":"x","parameters":[{"name":"p","type":"float"}]}`, `parameter p: type "float"`},
-		"default vs type":       {`{"id":"a","title":"x","parameters":[{"name":"p","type":"integer","default":{"value":"two"}}]}`, "parameter p: default"},
-		"default out of bounds": {`{"id":"a","title":"x","parameters":[{"name":"p","type":"integer","min":1,"max":8,"default":{"value":16}}]}`, "parameter p: default: 16 is above the maximum 8"},
-		"min above max":         {`{"id":"a","title":"x","parameters":[{"name":"p","type":"quantity","min":"4Gi","max":"1Gi"}]}`, "parameter p: min is above max"},
-		"duplicate":             {`{"id":"a","title":"x","parameters":[{"name":"p","type":"string"},{"name":"p","type":"string"}]}`, "parameter p: defined twice"},
-		"binding to missing":    {`{"id":"a","title":"x","vm":{"memory":"${mem}"}}`, "vm.memory: refers to parameter mem"},
-		"binding wrong type":    {`{"id":"a","title":"x","parameters":[{"name":"mem","type":"integer"}],"vm":{"memory":"${mem}"}}`, "parameter mem: binds vm.memory, which takes a quantity"},
-		"partial reference":     {`{"id":"a","title":"x","vm":{"instancetype":"u1.${size}"}}`, "must be the whole value"},
-		"bad literal":           {`{"id":"a","title":"x","vm":{"cpuCores":"many"}}`, "vm.cpuCores"},
-		"required with default": {`{"id":"a","title":"x","parameters":[{"name":"p","type":"string","required":true,"default":{"value":"x"}}]}`, "parameter p: a required parameter has no default"},
+		"bad id":                 {`{"id":"Simple VM","title":"x"}`, `id "Simple VM"`},
+		"no title":               {`{"id":"a"}`, "title"},
+		"unknown field":          {`{"id":"a","title":"x","spec":{"domain":{}}}`, `unknown field "spec"`},
+		"untyped, no default":    {`{"id":"a","title":"x","parameters":[{"name":"p"}]}`, "parameter p"},
+		"bad type":               {`{"id":"a","title":"x","parameters":[{"name":"p","type":"float"}]}`, `parameter p: type "float"`},
+		"default vs type":        {`{"id":"a","title":"x","parameters":[{"name":"p","type":"integer","default":{"value":"two"}}]}`, "parameter p: default"},
+		"default out of bounds":  {`{"id":"a","title":"x","parameters":[{"name":"p","type":"integer","min":1,"max":8,"default":{"value":16}}]}`, "parameter p: default: 16 is above the maximum 8"},
+		"min above max":          {`{"id":"a","title":"x","parameters":[{"name":"p","type":"quantity","min":"4Gi","max":"1Gi"}]}`, "parameter p: min is above max"},
+		"duplicate":              {`{"id":"a","title":"x","parameters":[{"name":"p","type":"string"},{"name":"p","type":"string"}]}`, "parameter p: defined twice"},
+		"binding to missing":     {`{"id":"a","title":"x","vm":{"memory":"${mem}"}}`, "vm.memory: refers to parameter mem"},
+		"binding wrong type":     {`{"id":"a","title":"x","parameters":[{"name":"mem","type":"integer"}],"vm":{"memory":"${mem}"}}`, "parameter mem: binds vm.memory, which takes a quantity"},
+		"partial reference":      {`{"id":"a","title":"x","vm":{"instancetype":"u1.${size}"}}`, "must be the whole value"},
+		"bad literal":            {`{"id":"a","title":"x","vm":{"cpuCores":"many"}}`, "vm.cpuCores"},
+		"host device to missing": {`{"id":"a","title":"x","vm":{"hostDevices":[{"name":"nic1","deviceName":"${nic}"}]}}`, "vm.hostDevices[0].deviceName: refers to parameter nic"},
+		"bad device name":        {`{"id":"a","title":"x","vm":{"gpus":[{"name":"GPU_1","deviceName":"nvidia.com/x"}]}}`, `vm device name "GPU_1"`},
+		"required with default":  {`{"id":"a","title":"x","parameters":[{"name":"p","type":"string","required":true,"default":{"value":"x"}}]}`, "parameter p: a required parameter has no default"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := ParseTemplate([]byte(tc.doc))
