@@ -23,6 +23,9 @@ type binding struct {
 	// fromImage is the image's hint used when the template leaves the
 	// field unset (instancetype and preference), if any.
 	fromImage func(Image) string
+	// longText is set for a string field bounded where it is used (user
+	// data: MaxUserData) rather than by maxStringParam.
+	longText bool
 	// apply sets the field on the VM; ok is false when neither the
 	// template nor the image sets it. Entries are applied in table order,
 	// so an entry may read what an earlier one set.
@@ -52,9 +55,21 @@ var vmBindings = []binding{
 	{field: "network", typ: api.TypeString,
 		text:  func(b *api.VMBindings) string { return b.Network },
 		apply: func(b *vmBuild, v Value, ok bool) error { b.network = v.Str; return nil }},
-	{field: "userData", typ: api.TypeString,
+	{field: "userData", typ: api.TypeString, longText: true,
 		text:  func(b *api.VMBindings) string { return b.UserData },
 		apply: func(b *vmBuild, v Value, ok bool) error { b.userData = v.Str; return nil }},
+}
+
+// longTextParams names the parameters that bind a longText field.
+func longTextParams(t *api.VMTemplate) map[string]bool {
+	b, _ := bindings(t)
+	long := map[string]bool{}
+	for _, vb := range vmBindings {
+		if m := referencePattern.FindStringSubmatch(vb.text(&b)); vb.longText && m != nil {
+			long[m[1]] = true
+		}
+	}
+	return long
 }
 
 // deviceNameType is the type of a device binding's deviceName.

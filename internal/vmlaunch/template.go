@@ -65,9 +65,10 @@ func ValidateTemplate(t *api.VMTemplate) error {
 		fail("%d parameters, over the limit of %d", len(t.Parameters), api.MaxTemplateParameters)
 	}
 	seen := map[string]bool{}
+	long := longTextParams(t)
 	for i := range t.Parameters {
 		p := &t.Parameters[i]
-		if err := validateParameter(p); err != nil {
+		if err := validateParameter(p, long[p.Name]); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -85,7 +86,9 @@ func ValidateTemplate(t *api.VMTemplate) error {
 	return nil
 }
 
-func validateParameter(p *api.Parameter) error {
+// validateParameter checks one parameter; long is set when it binds a
+// field whose length is bounded elsewhere (longTextParams).
+func validateParameter(p *api.Parameter, long bool) error {
 	if !paramNamePattern.MatchString(p.Name) {
 		return fmt.Errorf("parameter %q: names start with a letter and hold letters, digits and '_'", p.Name)
 	}
@@ -131,7 +134,7 @@ func validateParameter(p *api.Parameter) error {
 		if err != nil {
 			return fmt.Errorf("parameter %s: default: %w", p.Name, err)
 		}
-		if err := checkBounds(p, v); err != nil {
+		if err := checkBounds(p, v, long); err != nil {
 			return fmt.Errorf("parameter %s: default: %w", p.Name, err)
 		}
 	}
@@ -246,8 +249,9 @@ func parseValue(typ api.ParameterType, raw any) (Value, error) {
 	return v, nil
 }
 
-// checkBounds applies a parameter's min, max and enum to v.
-func checkBounds(p *api.Parameter, v Value) error {
+// checkBounds applies a parameter's min, max and enum to v, and bounds a
+// string's length unless long is set (longTextParams).
+func checkBounds(p *api.Parameter, v Value, long bool) error {
 	if p.Min != nil {
 		if lo, _ := parseValue(p.Type, p.Min); v.compare(lo) < 0 {
 			return fmt.Errorf("%s is below the minimum %s", v, lo)
@@ -269,7 +273,7 @@ func checkBounds(p *api.Parameter, v Value) error {
 		}
 		return fmt.Errorf("%s is not one of %s", v, strings.Join(allowed, ", "))
 	}
-	if p.Type == api.TypeString && len(v.Str) > maxStringParam && p.Name != "vm_user_data" {
+	if p.Type == api.TypeString && len(v.Str) > maxStringParam && !long {
 		return fmt.Errorf("%d characters, over the limit of %d", len(v.Str), maxStringParam)
 	}
 	return nil
@@ -284,6 +288,7 @@ func ResolveParameters(t *api.VMTemplate, sets []string) (map[string]Value, erro
 		params[t.Parameters[i].Name] = &t.Parameters[i]
 	}
 	given := map[string]string{}
+	long := longTextParams(t)
 	var errs []error
 	for _, kv := range sets {
 		name, val, ok := strings.Cut(kv, "=")
@@ -313,7 +318,7 @@ func ResolveParameters(t *api.VMTemplate, sets []string) (map[string]Value, erro
 			continue // optional without a default: its binding stays unset
 		}
 		if err == nil {
-			err = checkBounds(&p, v)
+			err = checkBounds(&p, v, long[p.Name])
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("parameter %s: %w", p.Name, err))

@@ -105,3 +105,32 @@ parameters:
 		t.Errorf("values %v", v)
 	}
 }
+
+// TestUserDataParametersAreNotBoundedAsNames: a string parameter holds at
+// most maxStringParam characters, unless it binds the user data (bounded by
+// MaxUserData when rendered), whatever the parameter is called.
+func TestUserDataParametersAreNotBoundedAsNames(t *testing.T) {
+	long := "#cloud-config\n" + strings.Repeat("# a comment line\n", 40)
+	for name, tc := range map[string]struct {
+		doc, param string
+		ok         bool
+	}{
+		"conventional name": {`{"id":"a","title":"x","parameters":[{"name":"vm_user_data","type":"string"}]}`, "vm_user_data", true},
+		"explicit binding":  {`{"id":"a","title":"x","parameters":[{"name":"ud","type":"string"}],"vm":{"userData":"${ud}"}}`, "ud", true},
+		"other string":      {`{"id":"a","title":"x","parameters":[{"name":"ud","type":"string"}],"vm":{"network":"${ud}"}}`, "ud", false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			tmpl, err := ParseTemplate([]byte(tc.doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = ResolveParameters(tmpl, []string{tc.param + "=" + long})
+			if ok := err == nil; ok != tc.ok {
+				t.Errorf("a %d-character value: error %v, want accepted %v", len(long), err, tc.ok)
+			}
+			if !tc.ok && (err == nil || !strings.Contains(err.Error(), "over the limit of 253")) {
+				t.Errorf("error %v, want the length limit named", err)
+			}
+		})
+	}
+}
