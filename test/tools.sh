@@ -2,8 +2,10 @@
 # Installs the system tools imagepipe's tests and benchmarks use, when missing:
 # qemu-img and qemu-io (the conversion oracle), skopeo (an independent registry
 # client), mkfs.ext4 (realistic filesystem images), GNU time (peak memory), zstd
-# and libisal-dev (ISA-L gzip), then builds the distribution registry, MinIO,
-# crane, etcd, kube-apiserver, kubectl and the CDI/KubeVirt CRDs
+# and libisal-dev (ISA-L gzip), socat and unshare (the node stand-in's
+# network and mount namespaces), then builds the distribution registry, MinIO,
+# crane, etcd, kube-apiserver, kubectl, kube-controller-manager, CDI's
+# controller and importer, and the CDI/KubeVirt CRDs
 # (test/buildtools.sh).
 set -euo pipefail
 
@@ -15,6 +17,9 @@ command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 [ -x /usr/bin/time ] || need+=(time)
 command -v zstd >/dev/null || need+=(zstd)
 [ -f /usr/include/isa-l/igzip_lib.h ] || need+=(libisal-dev)
+command -v socat >/dev/null || need+=(socat)
+command -v ss >/dev/null || need+=(iproute2)
+command -v unshare >/dev/null || need+=(util-linux)
 
 if [ ${#need[@]} -gt 0 ]; then
 	echo "installing: ${need[*]}"

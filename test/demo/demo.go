@@ -70,6 +70,7 @@ type tour struct {
 	root, work                string
 	kubectl, imagectl, syncer string
 	mkfs, qemuImg             string
+	lastQCOW2                 string // the sample disk last uploaded, in the work directory
 	imagectlEnv               []string
 	hubs                      []*hub
 	reg                       *harness.Registry
@@ -147,13 +148,13 @@ func (d *tour) intro() {
 	d.bold("imagepipe demo: the whole pipeline on this machine, on 127.0.0.1 only (" + mode + ")")
 	d.say("It starts a central registry, MinIO and two Kubernetes control planes (\"hubs\"); imports a disk from S3 into the registry as tenant acme; watches image-syncer replicate it onto both hubs; creates a VM from it; then pushes a new version and deletes the tag.")
 	d.say("Every command shown after a $ runs for real, in " + d.work + " (removed at the end): imagectl and image-syncer from bin/, kubectl and the servers from " + harness.BinDir() + ".")
-	d.say("No CDI or KubeVirt controller can run here: they need nodes, a kubelet and storage. Where one of them would act, the demo says so and does the one thing the rest of the pipeline observes, in lines marked [stand-in for CDI]. Nothing else is simulated.")
+	d.say("CDI is real: each hub runs CDI's own controller and importer (v1.64.0, built from CDI's source). What cannot run here is a node: each hub has a node stand-in from the tests (test/nodestandin) that provisions volumes as sparse files on this machine and runs CDI's importer pods as local processes in private namespaces. Lines marked [node stand-in] say where it acts. KubeVirt's controllers do not run, so VMs are stored but not booted.")
 }
 
 // Step 1.
 func (d *tour) startComponents() {
 	d.heading("Start the central registry, MinIO and two hubs")
-	d.say("A hub is etcd and kube-apiserver with the real CRDs of CDI, KubeVirt and imagepipe's BaseImage, but no nodes and no controllers. Each is prepared as a provider would prepare a real one: namespaces imagepipe-system and acme, image-syncer's RBAC from config/syncer/rbac.yaml bound to the user \"syncer\", the tenant RBAC from config/tenant/rbac.yaml bound to the user \"tenant-a\" in acme, and a default StorageClass shared-rwx.")
+	d.say("A hub is etcd, kube-apiserver and kube-controller-manager with the real CRDs of CDI, KubeVirt and imagepipe's BaseImage, CDI's real controller, and one node stand-in. Each is prepared as a provider would prepare a real one: namespaces imagepipe-system and acme, image-syncer's RBAC from config/syncer/rbac.yaml bound to the user \"syncer\", the tenant RBAC from config/tenant/rbac.yaml bound to the user \"tenant-a\" in acme, and a default StorageClass shared-rwx.")
 	for i := range 2 {
 		name := fmt.Sprintf("hub-%d", i+1)
 		start := time.Now()
@@ -162,7 +163,7 @@ func (d *tour) startComponents() {
 		h.kubeconfig = d.copyToWork(h.Kubeconfig, name+".kubeconfig")
 		h.tenantKubeconfig = d.copyToWork(h.UserKubeconfig(d.t, tenantUser), name+"-"+tenantUser+".kubeconfig")
 		d.hubs = append(d.hubs, h)
-		d.printf("  %-9s %s  (etcd + kube-apiserver, ready in %s; kubeconfigs %s, %s)\n", name, h.URL, since(start), filepath.Base(h.kubeconfig), filepath.Base(h.tenantKubeconfig))
+		d.printf("  %-9s %s  (etcd, kube-apiserver, kube-controller-manager, cdi-controller and a node stand-in, ready in %s; kubeconfigs %s, %s)\n", name, h.URL, since(start), filepath.Base(h.kubeconfig), filepath.Base(h.tenantKubeconfig))
 		d.check()
 	}
 	for _, h := range d.hubs {
@@ -184,7 +185,10 @@ func (d *tour) startComponents() {
 		"IMAGEPIPE_CACHE=" + filepath.Join(d.work, "imagectl-cache"), // no state shared with your own imports
 	}
 	d.check()
-	d.standIn("CDI's StorageProfile controller would describe what shared-rwx can do. The demo publishes that StorageProfile itself, as CDI would for shared block storage: ReadWriteMany, Block.")
+	d.say("CDI does not know shared-rwx's provisioner, so the provider tells it what the class can do in the StorageProfile's spec, as on a real cluster; CDI's controller publishes it in the status, where image-syncer reads it: ReadWriteMany, Block. The registry serves plain HTTP, so it is also listed in CDI's insecureRegistries.")
+	for _, h := range d.hubs {
+		h.CDI.AllowInsecureRegistry(d.t, d.reg.Host)
+	}
 	d.kubectlOn(d.hubs[0], "get", "storageprofile", "-o", "custom-columns=NAME:.metadata.name,ACCESS MODES:.status.claimPropertySets[*].accessModes,VOLUME MODE:.status.claimPropertySets[*].volumeMode")
 }
 
@@ -220,6 +224,7 @@ func (d *tour) makeSampleDisk(v int) string {
 	url := "s3://" + bucket + "/" + qcow
 	d.say(fmt.Sprintf("Uploading %s (%s) to MinIO as %s, with minio-go.", qcow, mib(fi.Size()), url))
 	d.minio.PutFile(d.t, bucket, qcow, filepath.Join(d.work, qcow))
+	d.lastQCOW2 = qcow
 	d.check()
 	if v == 1 {
 		d.say("imagectl treats every disk as hostile. inspect validates it where it lies, without importing it:")
@@ -331,10 +336,13 @@ func (d *tour) showReplicated(digest string) {
 		d.kubectlOn(h, "get", "bi", "-A")
 		d.kubectlOn(h, "get", "dv", "-A", "-o", dvColumns)
 	}
-	d.standIn(fmt.Sprintf("No CDI controller runs here. On a real cluster CDI's importer pod would now pull docker://%s/%s/%s@%s into a new PVC %s, and the DataVolume's status would show its progress. The demo marks DataVolume %s Succeeded and creates its PVC, bound, on both hubs; no bytes are copied. This is exactly what image-syncer waits for before it points the DataSource at the new volume.", d.reg.Host, tenant, image, digest, dv, dv))
+	d.say(fmt.Sprintf("CDI's controller now makes the PVC %s and a scratch PVC, and starts an importer pod that pulls docker://%s/%s/%s@%s into the volume. image-syncer waits for CDI to say the DataVolume Succeeded before it points the DataSource at the new volume.", dv, d.reg.Host, tenant, image, digest))
+	d.standIn("The node stand-in provisions the two claims as sparse files and runs the importer pod's container, CDI's real cdi-importer, as a local process.")
 	for _, h := range d.hubs {
-		h.PlayCDIImportSucceeded(d.t, tenant, dv)
+		d.waitImported(h, dv)
 	}
+	d.kubectlOn(d.hubs[0], "get", "pvc", "-n", tenant)
+	d.compareImported(d.hubs[0], dv)
 	for _, h := range d.hubs {
 		d.waitReady(h, digest)
 		d.wantDataSource(h, dv)
@@ -377,7 +385,7 @@ func (d *tour) launchVM(digest string) {
 	d.imagectlRun(append([]string{"vm", "get", "web"}, kube...)...)
 	d.say("The VirtualMachine as stored on hub-1; its root disk is a clone of the DataSource, ReadWriteMany:")
 	d.kubectlOn(h, "get", "virtualmachine", "web", "-n", tenant, "-o", vmColumns)
-	d.note("[no KubeVirt here]", "No KubeVirt or CDI controller runs here, so the VirtualMachine stays as stored (checked against KubeVirt's real CRD schema) and nothing boots. On a real cluster CDI would now clone the DataSource's volume into web's root disk, and virt-controller would start the VM.")
+	d.note("[no KubeVirt here]", "KubeVirt's controllers do not run here, so the VirtualMachine stays as stored (checked against KubeVirt's real CRD schema) and nothing boots. On a real cluster virt-controller would now create web's root-disk DataVolume, CDI would clone the DataSource's volume into it, and the VM would start.")
 }
 
 // Step 7.
@@ -385,6 +393,9 @@ func (d *tour) newVersionAndDelete(digest1 string) {
 	d.heading("Push a new version, then delete the tag")
 	src := d.makeSampleDisk(2)
 	d.say("The tenant imports it to the same tag:")
+	for _, h := range d.hubs {
+		h.CDI.Node.Pause()
+	}
 	digest2 := d.importImage(src)
 	dv1, dv2 := cdi.DataVolumeName(image, digest1), cdi.DataVolumeName(image, digest2)
 	for _, h := range d.hubs {
@@ -396,9 +407,12 @@ func (d *tour) newVersionAndDelete(digest1 string) {
 	for _, h := range d.hubs {
 		d.wantDataSource(h, dv1)
 	}
-	d.standIn(fmt.Sprintf("CDI's importer would now pull docker://%s/%s/%s@%s. The demo marks DataVolume %s Succeeded and binds its PVC, on both hubs.", d.reg.Host, tenant, image, digest2, dv2))
+	d.standIn("So that the old volume can be seen still serving, the demo had both nodes hold new pods until now; it lets them run CDI's importer for the new version.")
 	for _, h := range d.hubs {
-		h.PlayCDIImportSucceeded(d.t, tenant, dv2)
+		h.CDI.Node.Resume()
+	}
+	for _, h := range d.hubs {
+		d.waitImported(h, dv2)
 	}
 	for _, h := range d.hubs {
 		d.waitReady(h, digest2)
@@ -485,6 +499,23 @@ func (d *tour) waitImporting(h *hub, digest string) {
 		}
 		return true, nil
 	})
+}
+
+// waitImported waits until CDI on h reports DataVolume dv Succeeded, and shows its status.
+func (d *tour) waitImported(h *hub, dv string) {
+	start := time.Now()
+	h.CDI.WaitImported(d.t, tenant, dv, 5*time.Minute)
+	d.printf("  %s: CDI imported %s in %s\n", h.Name, dv, since(start))
+}
+
+// compareImported copies the disk CDI imported on h out of the node stand-in's volume and has
+// qemu-img compare it with the disk the tenant uploaded.
+func (d *tour) compareImported(h *hub, dv string) {
+	got := filepath.Join(d.work, h.Name+"-"+dv+".raw")
+	h.CDI.CopyImportedDisk(d.t, tenant, dv, got)
+	d.say("The volume on " + h.Name + " holds exactly the disk that was uploaded to S3 (copied out of the node stand-in's volume):")
+	d.run(d.qemuImg, "compare", filepath.Base(got), d.lastQCOW2)
+	os.Remove(got)
 }
 
 // waitReady waits until h's BaseImage is Ready at digest.
@@ -625,8 +656,8 @@ func (d *tour) bold(s string) {
 	fmt.Fprintln(d.out, s)
 }
 
-// standIn prints what the demo does in CDI's place.
-func (d *tour) standIn(text string) { d.note("[stand-in for CDI]", text) }
+// standIn prints what the node stand-in does in a node's place.
+func (d *tour) standIn(text string) { d.note("[node stand-in]", text) }
 
 // note prints a paragraph that starts with a highlighted label.
 func (d *tour) note(label, text string) {

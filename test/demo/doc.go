@@ -10,10 +10,12 @@
 // create; pushes a new version (the DataSource switches) and deletes the tag (hub-1 retains,
 // hub-2 deletes); and stops everything. Every command it shows runs for real.
 //
-// No CDI or KubeVirt controller can run without nodes. Where CDI would act, the demo says so,
-// shows what would happen on a real cluster, and stands in for it with the harness's
-// PlayCDI* functions (test/harness/syncer.go), which set exactly the status image-syncer
-// reads. Nothing else is simulated.
+// CDI is real: every hub runs CDI's own controller, and its importer pods run CDI's own
+// importer, as local processes of a node stand-in (test/nodestandin) that plays the one thing
+// that cannot run here, a node: it provisions claims as sparse files and runs pods in private
+// namespaces. The demo says where the stand-in acts, and checks with qemu-img compare that the
+// volume CDI imported holds the uploaded disk. KubeVirt's controllers do not run: VMs are stored,
+// not booted.
 //
 // # Design
 //

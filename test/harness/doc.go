@@ -12,11 +12,18 @@
 //
 // StartSyncerHub prepares a hub as a provider prepares a real one for image-syncer (the BaseImage
 // CRD, config/syncer's RBAC bound to the hub user "syncer", tenant namespaces, a default
-// StorageClass), BindTenant applies config/tenant's RBAC to a hub user, and Syncer runs the
-// image-syncer binary against a hub. CDI's controllers cannot run on a hub without nodes; the
-// SyncerHub methods named PlayCDI* stand in for them, setting exactly the status image-syncer
-// reads (a StorageProfile's claim property sets, a DataVolume's phase and its bound PVC), and
-// nothing else.
+// StorageClass whose CDI StorageProfile names its access and volume modes), BindTenant applies
+// config/tenant's RBAC to a hub user, and Syncer runs the image-syncer binary against a hub.
+//
+// Every SyncerHub runs CDI for real (Hub.StartCDI, cdi.go): kube-controller-manager (garbage
+// collection, persistent-volume binding, PVC protection), CDI's own controller (cdi-controller
+// v1.64.0, in private mount and network namespaces), and a node stand-in (test/nodestandin) that
+// plays the only part of a cluster that cannot run on these machines, a node: the storage
+// provisioner of the hub's StorageClass (claims become sparse files, ext4 for Filesystem, loop
+// devices for Block), the scheduler's one decision, and the kubelet, which runs each importer pod
+// as a local process of CDI's real cdi-importer in private mount and PID namespaces and reports
+// its phase, restarts and termination message. No test plays CDI's controller or importer.
+// KubeVirt's controllers do not run.
 //
 // StartCutProxy adds a TCP proxy that cuts connections at chosen byte offsets, for tests of
 // interrupted transfers.

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/retry"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,9 +36,11 @@ const (
 	// SyncerNamespace is the namespace StartSyncerHub creates for image-syncer, as config/syncer
 	// does; its leader-election Lease lives there.
 	SyncerNamespace = "imagepipe-system"
-	// SyncerStorageClass is the default StorageClass StartSyncerHub creates. Its provisioner
-	// does not exist: no volume is ever provisioned, which is fine, since nothing would use it.
+	// SyncerStorageClass is the default StorageClass StartSyncerHub creates, provisioned by
+	// the hub's node stand-in (SyncerProvisioner).
 	SyncerStorageClass = "shared-rwx"
+	// SyncerProvisioner is SyncerStorageClass's provisioner, which the node stand-in plays.
+	SyncerProvisioner = "example.com/shared"
 	// SyncerWebhookToken is the bearer token every Syncer's webhook requires. Give it to the
 	// registry as RegistryOptions.NotifyToken.
 	SyncerWebhookToken = "imagepipe-test-webhook-token"
@@ -84,19 +87,22 @@ func NewScheme(t testing.TB) *runtime.Scheme {
 type SyncerHubOptions struct {
 	// Namespaces are the tenant namespaces to create. image-syncer never creates one.
 	Namespaces []string
-	// StorageModes are the claim property sets that CDI's StorageProfile for SyncerStorageClass
-	// publishes (played by PlayCDIStorageProfile); empty means ReadWriteMany Block.
+	// StorageModes are the claim property sets the provider gives CDI's StorageProfile for
+	// SyncerStorageClass (ConfigureStorageProfile); empty means ReadWriteMany Block.
 	StorageModes []cdiv1.ClaimPropertySet
 }
 
 // SyncerHub is a hub prepared for image-syncer as a provider would prepare a real one: the
 // BaseImage CRD (config/crd), the namespace SyncerNamespace with the syncer's RBAC from
 // config/syncer/rbac.yaml bound to the hub user "syncer", the tenant namespaces, and a default
-// StorageClass whose CDI StorageProfile the harness plays.
+// StorageClass whose CDI StorageProfile names the storage modes it offers, and CDI's real
+// controller with a node stand-in that provisions that class and runs CDI's importer.
 type SyncerHub struct {
 	*Hub
 	// Client is the admin's controller-runtime client, with NewScheme's types.
 	Client client.WithWatch
+	// CDI is CDI's controller on this hub, and its node.
+	CDI *CDI
 }
 
 // StartSyncerHub starts a hub (StartHub, with the BaseImage CRD) and prepares it for
@@ -125,14 +131,15 @@ func StartSyncerHub(t testing.TB, name string, opts SyncerHubOptions) *SyncerHub
 	}
 	h.Create(t, &storagev1.StorageClass{
 		ObjectMeta:  metav1.ObjectMeta{Name: SyncerStorageClass, Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
-		Provisioner: "example.com/shared",
+		Provisioner: SyncerProvisioner,
 	})
 	modes := opts.StorageModes
 	if len(modes) == 0 {
 		block := corev1.PersistentVolumeBlock
 		modes = []cdiv1.ClaimPropertySet{{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, VolumeMode: &block}}
 	}
-	h.PlayCDIStorageProfile(t, SyncerStorageClass, modes)
+	h.ConfigureStorageProfile(t, SyncerStorageClass, modes)
+	h.CDI = hub.StartCDI(t, SyncerProvisioner)
 	return h
 }
 
@@ -220,65 +227,27 @@ func (h *SyncerHub) readManifests(t testing.TB, path string) []client.Object {
 	}
 }
 
-// PlayCDIStorageProfile stands in for CDI's StorageProfile controller, which does not run on a
-// harness hub: it creates the StorageProfile of class and publishes sets, the access and volume
-// modes the class supports, in its status. CDI API v1.64's CRD has a status subresource, which
-// drops a status sent with the create, hence the separate status update.
-func (h *SyncerHub) PlayCDIStorageProfile(t testing.TB, class string, sets []cdiv1.ClaimPropertySet) {
+// ConfigureStorageProfile gives CDI's StorageProfile of class the access and volume modes the
+// class supports (spec.claimPropertySets), as a provider does for a provisioner CDI does not
+// know; CDI's controller then publishes them in the profile's status, where image-syncer reads
+// them.
+func (h *SyncerHub) ConfigureStorageProfile(t testing.TB, class string, sets []cdiv1.ClaimPropertySet) {
 	t.Helper()
-	status := cdiv1.StorageProfileStatus{StorageClass: &class, ClaimPropertySets: sets}
-	sp := &cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: class}}
-	h.Create(t, sp)
-	sp.Status = status
-	if err := h.Client.Status().Update(t.Context(), sp); err != nil {
-		t.Fatalf("hub %s: publishing StorageProfile %s: %v", h.Name, class, err)
-	}
-}
-
-// PlayCDIImportSucceeded stands in for CDI's import controller finishing one DataVolume, which
-// on a real cluster happens once CDI's importer pod has pulled the containerDisk into the
-// volume: it creates the DataVolume's PVC (bound) and marks the DataVolume Succeeded at 100%.
-// No data moves. The PVC keeps the DataVolume's labels and storage, as CDI's does.
-func (h *SyncerHub) PlayCDIImportSucceeded(t testing.TB, ns, dataVolume string) {
-	t.Helper()
-	ctx := t.Context()
-	var dv cdiv1.DataVolume
-	if err := h.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: dataVolume}, &dv); err != nil {
-		t.Fatalf("hub %s: DataVolume %s/%s: %v", h.Name, ns, dataVolume, err)
-	}
-	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: dataVolume, Labels: dv.Labels},
-		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes:      dv.Spec.Storage.AccessModes,
-			VolumeMode:       dv.Spec.Storage.VolumeMode,
-			StorageClassName: dv.Spec.Storage.StorageClassName,
-			Resources:        dv.Spec.Storage.Resources,
-		},
-	}
-	if err := h.Client.Create(ctx, pvc); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatalf("hub %s: creating PVC %s/%s: %v", h.Name, ns, dataVolume, err)
-	}
-	pvc.Status.Phase = corev1.ClaimBound
-	if err := h.Client.Status().Update(ctx, pvc); err != nil {
-		t.Fatalf("hub %s: binding PVC %s/%s: %v", h.Name, ns, dataVolume, err)
-	}
-	dv.Status.Phase, dv.Status.Progress = cdiv1.Succeeded, "100.0%"
-	if err := h.Client.Status().Update(ctx, &dv); err != nil {
-		t.Fatalf("hub %s: marking DataVolume %s/%s Succeeded: %v", h.Name, ns, dataVolume, err)
-	}
-}
-
-// PlayCDIImportRestarting stands in for CDI's importer pod failing: the DataVolume stays
-// ImportInProgress while its restart count reaches restarts.
-func (h *SyncerHub) PlayCDIImportRestarting(t testing.TB, ns, dataVolume string, restarts int32) {
-	t.Helper()
-	var dv cdiv1.DataVolume
-	if err := h.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: dataVolume}, &dv); err != nil {
-		t.Fatalf("hub %s: DataVolume %s/%s: %v", h.Name, ns, dataVolume, err)
-	}
-	dv.Status.Phase, dv.Status.RestartCount = cdiv1.ImportInProgress, restarts
-	if err := h.Client.Status().Update(t.Context(), &dv); err != nil {
-		t.Fatalf("hub %s: updating DataVolume %s/%s: %v", h.Name, ns, dataVolume, err)
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var sp cdiv1.StorageProfile
+		err := h.Client.Get(t.Context(), client.ObjectKey{Name: class}, &sp)
+		if apierrors.IsNotFound(err) {
+			sp = cdiv1.StorageProfile{ObjectMeta: metav1.ObjectMeta{Name: class}, Spec: cdiv1.StorageProfileSpec{ClaimPropertySets: sets}}
+			return h.Client.Create(t.Context(), &sp)
+		}
+		if err != nil {
+			return err
+		}
+		sp.Spec.ClaimPropertySets = sets
+		return h.Client.Update(t.Context(), &sp)
+	})
+	if err != nil {
+		t.Fatalf("hub %s: configuring StorageProfile %s: %v", h.Name, class, err)
 	}
 }
 

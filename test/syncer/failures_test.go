@@ -116,7 +116,7 @@ func TestSyncerNeverDeletesWhileTheRegistryIsDown(t *testing.T) {
 	hub.baseImage(t, "acme", "rhel--9", "importing", func(b *v1alpha1.BaseImage) bool {
 		return b.Status.ObservedDigest == v1.Digest && b.Status.Phase == v1alpha1.PhaseImporting
 	})
-	hub.PlayCDIImportSucceeded(t, "acme", dvName(v1.Digest))
+	hub.CDI.WaitImported(t, "acme", dvName(v1.Digest), importTimeout)
 	hub.baseImage(t, "acme", "rhel--9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
 
 	reg.Kill(t)
@@ -142,17 +142,27 @@ func TestSyncerNeverDeletesWhileTheRegistryIsDown(t *testing.T) {
 	})
 }
 
-// TestSyncerStopsRetryingAFailingImport: CDI's importer keeps failing;
-// after --max-attempts DataVolumes the syncer stops, says why, and leaves
-// no DataVolume behind for CDI to retry forever.
+// TestSyncerStopsRetryingAFailingImport: CDI's real importer keeps failing, because the
+// registry refuses the pull credential of the tenant (the syncer's own credential works, so the
+// image is found and checked). CDI restarts the importer pod; after three restarts the syncer
+// counts a failed attempt, and after --max-attempts attempts it stops, says why, and leaves no
+// DataVolume behind for CDI to retry forever.
 func TestSyncerStopsRetryingAFailingImport(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
-	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h", "--max-attempts", "2", "--retry-delay", "1s")
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Username: "robot", Password: "pull-only", NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	dir := t.TempDir()
+	syncerConfig, tenantDir := filepath.Join(dir, "config.json"), filepath.Join(dir, "tenants")
+	writeDockerConfig(t, syncerConfig, reg.Host, "robot", "pull-only")
+	if err := os.Mkdir(tenantDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeDockerConfig(t, filepath.Join(tenantDir, "acme"), reg.Host, "robot", "revoked")
+	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h", "--max-attempts", "2", "--retry-delay", "1s",
+		"--docker-config", syncerConfig, "--tenant-credentials-dir", tenantDir)
 
-	v1 := importImage(t, rawDisk(t, "never imports"), reg.Host+"/acme/rhel:9")
+	v1 := importImageWith(t, "pull-only", rawDisk(t, "never imports"), reg.Host+"/acme/rhel:9", "--username", "robot", "--password-stdin")
 	dv := dvName(v1.Digest)
 	var lastFailure metav1.Time
 	for attempt := 1; attempt <= 2; attempt++ {
@@ -165,11 +175,15 @@ func TestSyncerStopsRetryingAFailingImport(t *testing.T) {
 		if attempt > 1 && created.Before(&metav1.Time{Time: lastFailure.Add(time.Second)}) {
 			t.Errorf("attempt %d started at %s, before the 1 s retry delay after the failure at %s", attempt, created, lastFailure)
 		}
-		hub.PlayCDIImportRestarting(t, "acme", dv, 3)
-		bi := hub.baseImage(t, "acme", "rhel--9", "counting the failure", func(b *v1alpha1.BaseImage) bool {
-			return b.Status.Attempts == int32(attempt) && b.Status.LastFailure != nil
+		var bi v1alpha1.BaseImage
+		harness.WaitUntil(t, "the syncer counting the failure", importTimeout, 100*time.Millisecond, func() (bool, error) {
+			err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "rhel--9"}, &bi)
+			return err == nil && bi.Status.Attempts == int32(attempt) && bi.Status.LastFailure != nil, err
 		})
 		lastFailure = *bi.Status.LastFailure
+		if c := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionProgressing); attempt < 2 && (c == nil || !strings.Contains(c.Message, "UNAUTHORIZED")) {
+			t.Errorf("attempt %d: Progressing %+v does not pass on why CDI's importer failed", attempt, c)
+		}
 	}
 	bi := hub.baseImage(t, "acme", "rhel--9", "failed", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseFailed })
 	c := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionProgressing)

@@ -2,6 +2,7 @@ package syncer
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -41,9 +42,11 @@ func startTestHub(t *testing.T, name string, modes ...cdiv1.ClaimPropertySet) *t
 	return &testHub{harness.StartSyncerHub(t, name, harness.SyncerHubOptions{Namespaces: []string{"acme", "globex"}, StorageModes: modes})}
 }
 
-// startSyncer runs the image-syncer under test on hub; see harness.Syncer.Start.
+// startSyncer runs the image-syncer under test on hub (see harness.Syncer.Start) for a
+// registry served over plain HTTP, which CDI's importer on the hub is allowed to pull from.
 func startSyncer(t *testing.T, s *harness.Syncer, hub *testHub, registryHost string, args ...string) {
 	t.Helper()
+	hub.CDI.AllowInsecureRegistry(t, registryHost)
 	s.Start(t, testenv.ImageSyncer, hub.SyncerHub, registryHost, args...)
 }
 
@@ -122,4 +125,13 @@ func importImageWith(t *testing.T, stdin, disk, ref string, flags ...string) api
 		t.Fatalf("import output %q: %v", r.Stdout, err)
 	}
 	return res
+}
+
+// writeDockerConfig writes a docker config.json with one registry credential.
+func writeDockerConfig(t *testing.T, path, host, user, password string) {
+	t.Helper()
+	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + password))
+	if err := os.WriteFile(path, []byte(`{"auths":{"`+host+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -58,7 +58,7 @@ func TestSyncerTakesNoDeleteFromADefaultBackend(t *testing.T) {
 
 	v1 := importImage(t, rawDisk(t, "behind an ingress"), reg.Host+"/acme/rhel:9")
 	hub.baseImage(t, "acme", "rhel--9", "importing", func(b *v1alpha1.BaseImage) bool { return b.Status.ObservedDigest == v1.Digest })
-	hub.PlayCDIImportSucceeded(t, "acme", dvName(v1.Digest))
+	hub.CDI.WaitImported(t, "acme", dvName(v1.Digest), importTimeout)
 	hub.baseImage(t, "acme", "rhel--9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
 
 	front.down.Store(true)

@@ -62,7 +62,7 @@ func TestSyncerNamesAreInjectiveAndOwned(t *testing.T) {
 		hub.baseImage(t, "acme", im.bi, "importing", func(b *v1alpha1.BaseImage) bool {
 			return b.Spec.Repository == reg.Host+"/"+im.repo && b.Spec.Tag == im.tag && b.Status.Phase == v1alpha1.PhaseImporting
 		})
-		hub.PlayCDIImportSucceeded(t, "acme", im.dv)
+		hub.CDI.WaitImported(t, "acme", im.dv, importTimeout)
 	}
 	for _, im := range imgs {
 		if im.bi == foreign.Name {

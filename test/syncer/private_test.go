@@ -42,7 +42,8 @@ func TestSyncerWithAPrivateRegistryAndNoSharedStorage(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(tenantDir, "acme"), []byte(`{"auths":{"`+reg.Host+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h", "--docker-config", dockerConfig, "--tenant-credentials-dir", tenantDir, "--registry-ca-file", reg.CAFile)
+	// Not startSyncer: CDI's importer must verify the registry with the CA the syncer copies.
+	s.Start(t, testenv.ImageSyncer, hub.SyncerHub, reg.Host, "--poll-interval", "1h", "--docker-config", dockerConfig, "--tenant-credentials-dir", tenantDir, "--registry-ca-file", reg.CAFile)
 
 	hints := []string{"--username", "robot", "--password-stdin", "--ca-file", reg.CAFile, "--default-instancetype", "u1.medium", "--default-preference", "fedora"}
 	v9 := importImageWith(t, "pull-only", rawDisk(t, "nine"), reg.Host+"/acme/rhel:9", hints...)
@@ -82,9 +83,9 @@ func TestSyncerWithAPrivateRegistryAndNoSharedStorage(t *testing.T) {
 
 	v10 := importImageWith(t, "pull-only", rawDisk(t, "ten"), reg.Host+"/acme/rhel:10", hints...)
 	hub.baseImage(t, "acme", "rhel--10", "importing", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseImporting })
-	hub.PlayCDIImportSucceeded(t, "acme", dvName(v9.Digest))
+	hub.CDI.WaitImported(t, "acme", dvName(v9.Digest), importTimeout)
 	hub.baseImage(t, "acme", "rhel--9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.DataSourceName == "rhel--9" })
-	hub.PlayCDIImportSucceeded(t, "acme", dvName(v10.Digest))
+	hub.CDI.WaitImported(t, "acme", dvName(v10.Digest), importTimeout)
 	hub.baseImage(t, "acme", "rhel--10", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.DataSourceName == "rhel--10" })
 	hub.wantDataSource(t, "acme", "rhel--9", dvName(v9.Digest))
 	hub.wantDataSource(t, "acme", "rhel--10", dvName(v10.Digest))

@@ -61,7 +61,7 @@ func TestSyncerReplicatesOntoTwoHubs(t *testing.T) {
 
 	// 2. Once CDI finished, the DataSource serves the import.
 	for _, h := range hubs {
-		h.PlayCDIImportSucceeded(t, ns, dvName(v1.Digest))
+		h.CDI.WaitImported(t, ns, dvName(v1.Digest), importTimeout)
 		h.baseImage(t, ns, bi, "ready at v1", func(b *v1alpha1.BaseImage) bool {
 			return b.Status.Phase == v1alpha1.PhaseReady && b.Status.ImportedDigest == v1.Digest &&
 				meta.IsStatusConditionTrue(b.Status.Conditions, v1alpha1.ConditionReady)
@@ -70,7 +70,11 @@ func TestSyncerReplicatesOntoTwoHubs(t *testing.T) {
 	}
 
 	// 3. A re-push of the tag starts a new import; the DataSource keeps
-	// serving v1 until CDI says v2 succeeded, then switches.
+	// serving v1 until CDI says v2 succeeded, then switches. The nodes take
+	// no pod until the test has looked, so v2's import waits for them.
+	for _, h := range hubs {
+		h.CDI.Node.Pause()
+	}
 	v2 := importImage(t, rawDisk(t, "version two"), reg.Host+"/acme/rhel:9")
 	for _, h := range hubs {
 		h.baseImage(t, ns, bi, "importing v2", func(b *v1alpha1.BaseImage) bool {
@@ -80,7 +84,8 @@ func TestSyncerReplicatesOntoTwoHubs(t *testing.T) {
 			t.Fatalf("hub %s: no DataVolume for v2", h.Name)
 		}
 		h.wantDataSource(t, ns, bi, dvName(v1.Digest))
-		h.PlayCDIImportSucceeded(t, ns, dvName(v2.Digest))
+		h.CDI.Node.Resume()
+		h.CDI.WaitImported(t, ns, dvName(v2.Digest), importTimeout)
 		h.baseImage(t, ns, bi, "ready at v2", func(b *v1alpha1.BaseImage) bool {
 			return b.Status.Phase == v1alpha1.PhaseReady && b.Status.ImportedDigest == v2.Digest
 		})
@@ -103,7 +108,7 @@ func TestSyncerReplicatesOntoTwoHubs(t *testing.T) {
 			_, ok := h.dataVolumes(t, ns, "rhel")[dvName(v3.Digest)]
 			return ok, nil
 		})
-		h.PlayCDIImportSucceeded(t, ns, dvName(v3.Digest))
+		h.CDI.WaitImported(t, ns, dvName(v3.Digest), importTimeout)
 		h.baseImage(t, ns, bi, "ready at v3", func(b *v1alpha1.BaseImage) bool { return b.Status.ImportedDigest == v3.Digest })
 	}
 	waitFor(t, "hub-a: v1 collected, v2 and v3 kept", func() (bool, error) {

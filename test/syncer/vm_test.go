@@ -119,7 +119,7 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 	hub.baseImage(t, "acme", "rhel--9", "importing", func(b *v1alpha1.BaseImage) bool {
 		return b.Status.ObservedDigest == v1.Digest && b.Status.Phase == v1alpha1.PhaseImporting
 	})
-	hub.PlayCDIImportSucceeded(t, "acme", dvName(v1.Digest))
+	hub.CDI.WaitImported(t, "acme", dvName(v1.Digest), importTimeout)
 	hub.baseImage(t, "acme", "rhel--9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
 
 	dir := t.TempDir()
