@@ -72,7 +72,7 @@ exit 3
 	sb := &sandbox{
 		root: filepath.Join(dir, "root"), entrypoint: "/bin/sh", args: []string{"-c", script},
 		env: []string{"PATH=/usr/bin:/bin", "GREETING=hi there's"}, uid: 107, gid: 107, fsGroup: &fsGroup,
-		binds: []bind{{host: vol, container: "/data"}, {host: secret, container: "/secret", readOnly: true}},
+		binds:          []bind{{host: vol, container: "/data"}, {host: secret, container: "/secret", readOnly: true}},
 		terminationLog: term, terminationPath: "/dev/termination-log", log: &log,
 	}
 	if err := os.Mkdir(sb.root, 0o755); err != nil {
