@@ -67,10 +67,13 @@ type Import struct {
 	Tag         string // the tag the DataSource serves
 	Digest      string
 	VirtualSize int64
-	PullMethod  cdiv1.RegistryPullMethod // pod (default) or node
-	SecretRef   string                   // pull secret in Namespace, if the registry needs one
-	CertConfig  string                   // CA ConfigMap in Namespace, if the registry needs one
-	Storage     Storage
+	// DiskSize is the size of the disk file in the layer, which CDI's
+	// importer writes to its scratch volume before converting it.
+	DiskSize   int64
+	PullMethod cdiv1.RegistryPullMethod // pod (default) or node
+	SecretRef  string                   // pull secret in Namespace, if the registry needs one
+	CertConfig string                   // CA ConfigMap in Namespace, if the registry needs one
+	Storage    Storage
 	// Instancetype and Preference are the image's hints, copied to labels.
 	Instancetype, Preference string
 	// Architecture, when set, is the platform CDI picks from an image
@@ -78,17 +81,23 @@ type Import struct {
 	Architecture string
 }
 
-// VolumeSize is the requested size: the virtual size, plus the filesystem
-// overhead in Filesystem mode, rounded up to whole MiB.
+// VolumeSize is the requested size, rounded up to whole MiB: room for the
+// virtual size (plus the filesystem overhead in Filesystem mode), and room
+// in a filesystem for the disk file as stored in the layer. CDI's importer
+// writes that file to a scratch claim (Filesystem) that copies the
+// DataVolume's request, then converts it into the volume; so a Block
+// volume of exactly the virtual size cannot take a fully allocated raw
+// disk ("no space left on device" on /scratch, importer restarted forever).
 func (im Import) VolumeSize() resource.Quantity {
+	overhead := im.Storage.FilesystemOverhead
+	if overhead <= 0 {
+		overhead = DefaultFilesystemOverhead
+	}
 	size := float64(im.VirtualSize)
 	if im.Storage.VolumeMode != corev1.PersistentVolumeBlock {
-		overhead := im.Storage.FilesystemOverhead
-		if overhead <= 0 {
-			overhead = DefaultFilesystemOverhead
-		}
 		size /= 1 - overhead
 	}
+	size = max(size, float64(im.DiskSize)/(1-overhead))
 	const mib = 1 << 20
 	mibs := (int64(size) + mib - 1) / mib
 	return *resource.NewQuantity(mibs*mib, resource.BinarySI)

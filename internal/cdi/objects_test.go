@@ -25,6 +25,19 @@ func TestImportObjects(t *testing.T) {
 	if q := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]; q.Value() != 10<<30 {
 		t.Errorf("Block volume size %s, want exactly the virtual size", q.String())
 	}
+	// A fully allocated raw disk: CDI's scratch claim copies the request and
+	// must hold the whole file in a filesystem.
+	raw := im
+	raw.DiskSize = raw.VirtualSize
+	if q := raw.VolumeSize(); float64(q.Value())*(1-DefaultFilesystemOverhead) < float64(raw.DiskSize) || q.Value()%(1<<20) != 0 {
+		t.Errorf("Block volume size %s for a %d-byte raw disk file leaves the scratch claim no room for it", q.String(), raw.DiskSize)
+	}
+	// A qcow2 file much smaller than its virtual size changes nothing.
+	small := im
+	small.DiskSize = 1 << 30
+	if q := small.VolumeSize(); q.Value() != 10<<30 {
+		t.Errorf("Block volume size %s for a 1 GiB qcow2 of 10 GiB, want the virtual size", q.String())
+	}
 	im.Storage.VolumeMode = corev1.PersistentVolumeFilesystem
 	if q := im.VolumeSize(); q.Value() <= 10<<30 || q.Value()%(1<<20) != 0 {
 		t.Errorf("Filesystem volume size %s: want room for the filesystem, in whole MiB", q.String())

@@ -36,7 +36,7 @@ func (r *Reconciler) revalidate(ctx context.Context, bi *v1alpha1.BaseImage, dig
 	st := &bi.Status
 	st.ObservedDigest, st.ShortDigest = digest, strings.TrimPrefix(digest, "sha256:")[:12]
 	st.Attempts, st.Progress = 0, ""
-	st.VirtualSize = report.VirtualSize
+	st.VirtualSize, st.DiskSize = report.VirtualSize, report.DiskSize
 	st.Instancetype, st.Preference = envValue(report.Env, api.EnvDefaultInstancetype), envValue(report.Env, api.EnvDefaultPreference)
 	if report.Verdict == api.VerdictRejected {
 		var reasons, messages []string
@@ -91,7 +91,7 @@ func (r *Reconciler) importOf(ctx context.Context, bi *v1alpha1.BaseImage, image
 	im := cdi.Import{
 		Namespace: bi.Namespace, Tenant: bi.Spec.Tenant, Image: image,
 		Registry: r.Registry.RegistryStr(), Repository: r.repoPath(bi), Digest: digest,
-		VirtualSize: bi.Status.VirtualSize, PullMethod: r.PullMethod, Storage: st,
+		VirtualSize: bi.Status.VirtualSize, DiskSize: bi.Status.DiskSize, PullMethod: r.PullMethod, Storage: st,
 		Instancetype: bi.Status.Instancetype, Preference: bi.Status.Preference,
 	}
 	if r.Architecture != "" {

@@ -8,7 +8,8 @@
 //   - The storage provisioner of one StorageClass provisioner name. For every claim that
 //     kube-controller-manager's persistent-volume controller marks for that provisioner, it makes
 //     a sparse backing file of the requested size — an ext4 filesystem for Filesystem claims
-//     (mkfs.ext4, so the importer sees the claim's real capacity), raw for Block claims — and
+//     (mkfs.ext4 without a journal, so the importer sees about the capacity a real volume of
+//     that size offers), raw for Block claims — and
 //     creates a PersistentVolume pre-bound to the claim, as an external provisioner does. The
 //     persistent-volume controller then binds them. A released volume (reclaim policy Delete) is
 //     deleted with its file.

@@ -104,11 +104,23 @@ func (w *podWorker) run(ctx context.Context) {
 			// What kubelet calls CreateContainerConfigError: a missing secret key, say.
 			w.report(ctx, corev1.PodPending, corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: err.Error()}})
 		} else if restart(w.pod.Spec.RestartPolicy, term.ExitCode) {
+			// As kubelet: the container shows terminated, then waits in back-off with its
+			// termination as last state, and counts a restart when it starts again. CDI reads
+			// the importer's error from the terminated state.
+			w.report(ctx, corev1.PodRunning, corev1.ContainerState{Terminated: term})
+			if !sleep(podCtx, backoff/2) {
+				break
+			}
 			w.restarts++
 			w.last = term
 			w.report(ctx, corev1.PodRunning, corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
 				Reason: "CrashLoopBackOff", Message: fmt.Sprintf("back-off %s restarting failed container", backoff),
 			}})
+			if !sleep(podCtx, backoff/2) {
+				break
+			}
+			backoff = min(2*backoff, 8*w.n.cfg.RestartBackoff)
+			continue
 		} else {
 			phase := corev1.PodSucceeded
 			if term.ExitCode != 0 {
@@ -117,16 +129,22 @@ func (w *podWorker) run(ctx context.Context) {
 			w.report(ctx, phase, corev1.ContainerState{Terminated: term})
 			break
 		}
-		select {
-		case <-podCtx.Done():
-		case <-time.After(backoff):
-		}
-		if podCtx.Err() != nil {
+		if !sleep(podCtx, backoff) {
 			break
 		}
 		backoff = min(2*backoff, 8*w.n.cfg.RestartBackoff)
 	}
 	w.finish(ctx)
+}
+
+// sleep waits d, or less if ctx ends first; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
 }
 
 // finish waits until the pod is deleted, then removes it, as kubelet's final delete does once

@@ -101,7 +101,10 @@ func makeBackingFile(ctx context.Context, file string, size int64, mode corev1.P
 		err = cerr
 	}
 	if err == nil && mode == corev1.PersistentVolumeFilesystem {
-		err = run(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", file)
+		// No journal, no reserved blocks and few inodes: a test's claims are MiBs, and this
+		// leaves them about the share of usable space (96% at 1 MiB, over 99% from 4 MiB) that
+		// ext4 leaves on a real volume of GiBs, which CDI's 5.5% filesystem overhead covers.
+		err = run(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-b", "4096", "-N", "16", "-O", "^has_journal,^resize_inode", file)
 	}
 	if err != nil {
 		os.Remove(file)

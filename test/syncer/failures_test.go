@@ -181,7 +181,7 @@ func TestSyncerStopsRetryingAFailingImport(t *testing.T) {
 			return err == nil && bi.Status.Attempts == int32(attempt) && bi.Status.LastFailure != nil, err
 		})
 		lastFailure = *bi.Status.LastFailure
-		if c := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionProgressing); attempt < 2 && (c == nil || !strings.Contains(c.Message, "UNAUTHORIZED")) {
+		if c := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionProgressing); attempt < 2 && (c == nil || !strings.Contains(c.Message, "authentication required")) {
 			t.Errorf("attempt %d: Progressing %+v does not pass on why CDI's importer failed", attempt, c)
 		}
 	}

@@ -101,6 +101,12 @@ type BaseImageStatus struct {
 	// VirtualSize is the disk's virtual size in bytes.
 	// +optional
 	VirtualSize int64 `json:"virtualSize,omitempty"`
+	// DiskSize is the size in bytes of the disk file in the image's layer
+	// (disk/disk.img as stored: qcow2 or raw). CDI's importer first writes
+	// that file to a scratch volume of the DataVolume's requested size, so
+	// the request leaves room for it.
+	// +optional
+	DiskSize int64 `json:"diskSize,omitempty"`
 	// Instancetype and Preference are the image's hints for VMs made from
 	// it, read from the image config at revalidation.
 	// +optional
