@@ -27,9 +27,10 @@ build:
 # tools installs the system packages the tests use (qemu-img/qemu-io as the
 # oracle, skopeo, mkfs.ext4, GNU time, zstd, libisal-dev) when they are
 # missing, and builds the real servers from the Go module proxy into
-# $(CACHE)/bin: the CNCF distribution registry, MinIO, crane, etcd,
-# kube-apiserver and kubectl, plus the CDI and KubeVirt CRDs
-# (test/buildtools.sh; cached, about 6 minutes the first time).
+# $(CACHE)/bin: the CNCF distribution registry, MinIO, crane, zot, etcd,
+# kube-apiserver, kubectl, kube-controller-manager, CDI's controller and
+# importer, plus the CDI and KubeVirt CRDs (test/buildtools.sh; cached,
+# about 40 minutes the first time on 2 cores).
 tools:
 	@IMAGEPIPE_CACHE=$(CACHE) bash test/tools.sh
 
