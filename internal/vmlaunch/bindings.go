@@ -83,8 +83,11 @@ const deviceNameType = api.TypeString
 type deviceList struct {
 	field string
 	kind  string
-	list  func(*api.VMBindings) []api.DeviceBinding
-	add   func(d *kubevirtv1.Devices, name, device string)
+	// gate is the KubeVirt feature gate the list needs, if any (KubeVirt
+	// v1.8: GPUs are GA, host devices need HostDevices).
+	gate string
+	list func(*api.VMBindings) []api.DeviceBinding
+	add  func(d *kubevirtv1.Devices, name, device string)
 }
 
 // vmDeviceLists lists the device lists, in the order they are rendered.
@@ -94,7 +97,7 @@ var vmDeviceLists = []deviceList{
 		add: func(d *kubevirtv1.Devices, name, device string) {
 			d.GPUs = append(d.GPUs, kubevirtv1.GPU{Name: name, DeviceName: device})
 		}},
-	{field: "hostDevices", kind: "host device",
+	{field: "hostDevices", kind: "host device", gate: "HostDevices",
 		list: func(b *api.VMBindings) []api.DeviceBinding { return b.HostDevices },
 		add: func(d *kubevirtv1.Devices, name, device string) {
 			d.HostDevices = append(d.HostDevices, kubevirtv1.HostDevice{Name: name, DeviceName: device})

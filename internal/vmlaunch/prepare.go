@@ -25,10 +25,8 @@ func Prepare(ctx context.Context, c cdi.Reader, ns, imageRef, storageClass strin
 	if req.Network, err = PrimaryNetworkOf(ctx, c, ns); err != nil {
 		return nil, err
 	}
-	if req.Network != PrimaryPod {
-		if req.Bindings, err = RegisteredBindings(ctx, c); err != nil {
-			return nil, err
-		}
+	if req.KubeVirt, err = ReadKubeVirtConfig(ctx, c); err != nil {
+		return nil, err
 	}
 	r, err := Render(req)
 	if err != nil {

@@ -63,8 +63,11 @@ type Request struct {
 	StorageNote string
 	Network     PrimaryNetwork
 	// Bindings are the network binding plugins the cluster registers
-	// (RegisteredBindings); they matter on a primary user defined network.
-	Bindings NetworkBindings
+	// KubeVirt is the cluster's KubeVirt configuration (ReadKubeVirtConfig):
+	// the network bindings that matter on a primary user defined network,
+	// and the feature gates and permitted devices that passed-through
+	// devices need.
+	KubeVirt KubeVirtConfig
 	SSHKeys  []string
 	// UserData replaces the template's cloud-init user data when set.
 	UserData string
@@ -272,6 +275,9 @@ func (b *vmBuild) passThrough(dl deviceList, list []api.DeviceBinding) error {
 		}
 		if !resourceName.MatchString(v.Str) {
 			return fmt.Errorf("%s device name %q is not a resource name", kind, v.Str)
+		}
+		if err := b.requireDevice(dl, d.Name, v.Str); err != nil {
+			return err
 		}
 		dl.add(&b.domain().Devices, d.Name, v.Str)
 		b.out.notMigratable(fmt.Sprintf("%s %s (%s) is passed through", kind, d.Name, v.Str))

@@ -87,13 +87,19 @@ vm:
 	r, err = must(simpleVM)
 	add("simple-image-hints-udn-layer2", r, err, func(r *Request) {
 		r.Image, r.Network = hinted, PrimaryUDNLayer2
-		r.Bindings = NetworkBindings{Known: true, Names: []string{BindingL2Bridge}, Source: "KubeVirt openshift-cnv/kubevirt-kubevirt-hyperconverged"}
+		r.KubeVirt = KubeVirtConfig{Known: true, Bindings: []string{BindingL2Bridge}, Source: "KubeVirt openshift-cnv/kubevirt-kubevirt-hyperconverged"}
 	})
 	r, err = must(gpuDoc)
-	add("gpu", r, err, nil)
+	add("gpu", r, err, func(r *Request) { r.KubeVirt = gpuCluster })
 	r, err = must(multusDoc)
 	add("multus-userdata", r, err, nil)
 	return cases
+}
+
+// gpuCluster is a KubeVirt configuration that permits the golden GPU.
+var gpuCluster = KubeVirtConfig{
+	Known: true, Source: "KubeVirt kubevirt/kubevirt",
+	DevicesListed: true, PermittedDevices: []string{"nvidia.com/GA102GL_A10"},
 }
 
 func TestRenderGolden(t *testing.T) {
@@ -192,14 +198,14 @@ func TestRenderRefusesWhatCannotBoot(t *testing.T) {
 // Virtualization install, a vanilla KubeVirt, one with passt enabled, and
 // a configuration the user may not read.
 func TestNetworkBindingChosenFromWhatTheClusterRegisters(t *testing.T) {
-	openshift := NetworkBindings{Known: true, Names: []string{BindingL2Bridge}, Source: "KubeVirt openshift-cnv/kubevirt"}
-	vanilla := NetworkBindings{Known: true, Source: "KubeVirt kubevirt/kubevirt"}
-	withPasst := NetworkBindings{Known: true, Names: []string{BindingL2Bridge, BindingPasst}, Source: "KubeVirt openshift-cnv/kubevirt"}
-	unknown := NetworkBindings{}
+	openshift := KubeVirtConfig{Known: true, Bindings: []string{BindingL2Bridge}, Source: "KubeVirt openshift-cnv/kubevirt"}
+	vanilla := KubeVirtConfig{Known: true, Source: "KubeVirt kubevirt/kubevirt"}
+	withPasst := KubeVirtConfig{Known: true, Bindings: []string{BindingL2Bridge, BindingPasst}, Source: "KubeVirt openshift-cnv/kubevirt"}
+	unknown := KubeVirtConfig{}
 	for _, tc := range []struct {
 		name       string
 		network    PrimaryNetwork
-		bindings   NetworkBindings
+		bindings   KubeVirtConfig
 		binding    string // the interface's plugin binding; "" for KubeVirt's own
 		migratable bool
 		refusal    string // a part of the error, when refused
@@ -215,7 +221,7 @@ func TestNetworkBindingChosenFromWhatTheClusterRegisters(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := RenderCases()["simple-defaults"]
-			req.Network, req.Bindings = tc.network, tc.bindings
+			req.Network, req.KubeVirt = tc.network, tc.bindings
 			out, err := Render(req)
 			if tc.refusal != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.refusal) {
@@ -285,5 +291,79 @@ vm:
 	}
 	if _, err := render("nic=not a resource"); err == nil || !strings.Contains(err.Error(), `host device device name "not a resource"`) {
 		t.Errorf("a bad host device name: %v", err)
+	}
+}
+
+// TestPassedThroughDevicesNeedWhatKubeVirtPermits: a GPU or host device is
+// rendered only when the cluster's KubeVirt would run it — the feature gate
+// its kind needs (HostDevices for host devices; GPUs are GA in v1.8) and its
+// resource name in permittedHostDevices, which virt-controller enforces —
+// and refused otherwise, naming the configuration to change. What cannot be
+// checked is said in a note.
+func TestPassedThroughDevicesNeedWhatKubeVirtPermits(t *testing.T) {
+	doc := `
+id: devices_vm
+title: Devices
+parameters:
+  - {name: mem, default: {value: 2Gi}}
+  - {name: gpu, type: string}
+  - {name: nic, type: string}
+vm:
+  memory: "${mem}"
+  gpus: [{name: gpu1, deviceName: "${gpu}"}]
+  hostDevices: [{name: nic1, deviceName: "${nic}"}]
+`
+	tmpl, err := ParseTemplate([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const gpu, nic = "nvidia.com/GA102GL_A10", "intel.com/sriov_net"
+	permitsBoth := KubeVirtConfig{Known: true, Source: "KubeVirt kubevirt/kubevirt", FeatureGates: []string{"HostDevices"}, DevicesListed: true, PermittedDevices: []string{nic, gpu}}
+	noGate := permitsBoth
+	noGate.FeatureGates = []string{"Snapshot"}
+	gpuOnly := permitsBoth
+	gpuOnly.PermittedDevices = []string{gpu}
+	unlisted := permitsBoth
+	unlisted.DevicesListed, unlisted.PermittedDevices = false, nil
+	for name, tc := range map[string]struct {
+		kv       KubeVirtConfig
+		sets     []string
+		wantErr  string
+		wantNote string
+	}{
+		"gpu permitted":              {kv: permitsBoth, sets: []string{"gpu=" + gpu}},
+		"both permitted":             {kv: permitsBoth, sets: []string{"gpu=" + gpu, "nic=" + nic}},
+		"gpu without the gate":       {kv: noGate, sets: []string{"gpu=" + gpu}},
+		"host device without gate":   {kv: noGate, sets: []string{"nic=" + nic}, wantErr: `host device nic1 (intel.com/sriov_net) needs KubeVirt's "HostDevices" feature gate, which KubeVirt kubevirt/kubevirt does not enable (spec.configuration.developerConfiguration.featureGates: Snapshot)`},
+		"host device not permitted":  {kv: gpuOnly, sets: []string{"nic=" + nic}, wantErr: "host device nic1 (intel.com/sriov_net) is not permitted by KubeVirt kubevirt/kubevirt (spec.configuration.permittedHostDevices permits: nvidia.com/GA102GL_A10)"},
+		"gpu not permitted":          {kv: KubeVirtConfig{Known: true, Source: "KubeVirt kubevirt/kubevirt", DevicesListed: true}, sets: []string{"gpu=" + gpu}, wantErr: "permittedHostDevices permits: none"},
+		"no permittedHostDevices":    {kv: unlisted, sets: []string{"gpu=" + gpu}, wantNote: "lists no permittedHostDevices; GPU gpu1 (nvidia.com/GA102GL_A10) must come from an external device plugin"},
+		"configuration not readable": {kv: KubeVirtConfig{}, sets: []string{"nic=" + nic}, wantNote: "could not read KubeVirt's configuration; not checked that it permits host device nic1"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			values, err := ResolveParameters(tmpl, tc.sets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := RenderCases()["simple-defaults"]
+			req.Template, req.Values, req.KubeVirt = tmpl, values, tc.kv
+			out, err := Render(req)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			devs := out.VM.Spec.Template.Spec.Domain.Devices
+			if len(devs.GPUs)+len(devs.HostDevices) != len(tc.sets) {
+				t.Errorf("rendered GPUs %+v and host devices %+v for %v", devs.GPUs, devs.HostDevices, tc.sets)
+			}
+			if notes := strings.Join(out.Notes, "\n"); !strings.Contains(notes, tc.wantNote) {
+				t.Errorf("notes %q, want %q", notes, tc.wantNote)
+			}
+		})
 	}
 }

@@ -30,9 +30,9 @@ func TestTenantReadsTheNetworkBindingsKubeVirtRegisters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	read := func() vmlaunch.NetworkBindings {
+	read := func() vmlaunch.KubeVirtConfig {
 		t.Helper()
-		b, err := vmlaunch.RegisteredBindings(t.Context(), tenant)
+		b, err := vmlaunch.ReadKubeVirtConfig(t.Context(), tenant)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +42,7 @@ func TestTenantReadsTheNetworkBindingsKubeVirtRegisters(t *testing.T) {
 		t.Errorf("without RBAC the tenant read %+v", b)
 	}
 	hub.BindTenant(t, "tenant-a", "acme")
-	if b := read(); !b.Known || len(b.Names) != 0 {
+	if b := read(); !b.Known || len(b.Bindings) != 0 {
 		t.Errorf("no KubeVirt object: %+v, want known and none", b)
 	}
 	hub.Create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "openshift-cnv"}})
@@ -55,7 +55,7 @@ func TestTenantReadsTheNetworkBindingsKubeVirtRegisters(t *testing.T) {
 		}},
 	})
 	b := read()
-	if !b.Known || !slices.Equal(b.Names, []string{vmlaunch.BindingL2Bridge}) || b.Source != "KubeVirt openshift-cnv/kubevirt-kubevirt-hyperconverged" {
+	if !b.Known || !slices.Equal(b.Bindings, []string{vmlaunch.BindingL2Bridge}) || b.Source != "KubeVirt openshift-cnv/kubevirt-kubevirt-hyperconverged" {
 		t.Errorf("OpenShift-like KubeVirt: %+v", b)
 	}
 }
