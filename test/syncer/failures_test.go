@@ -114,7 +114,7 @@ func TestSyncerNeverDeletesWhileTheRegistryIsDown(t *testing.T) {
 
 	v1 := importImage(t, rawDisk(t, "before the outage"), reg.Host+"/acme/rhel:9")
 	hub.baseImage(t, "acme", "rhel--9", "importing", func(b *v1alpha1.BaseImage) bool {
-		return b.Status.ObservedDigest == v1.Digest && b.Status.Phase == v1alpha1.PhaseImporting
+		return b.Status.ObservedDigest == v1.Digest && pickedUp(b)
 	})
 	hub.CDI.WaitImported(t, "acme", dvName(v1.Digest), importTimeout)
 	hub.baseImage(t, "acme", "rhel--9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })

@@ -34,7 +34,7 @@ func TestSyncerConvergesAcrossAnAPIServerRestart(t *testing.T) {
 	}
 	for tag, digest := range digests {
 		hub.baseImage(t, "acme", cdi.BaseImageName("acme/rhel", tag), "importing its digest", func(b *v1alpha1.BaseImage) bool {
-			return b.Status.ObservedDigest == digest && b.Status.Phase == v1alpha1.PhaseImporting
+			return b.Status.ObservedDigest == digest && pickedUp(b)
 		})
 	}
 	var list cdiv1.DataVolumeList
@@ -94,6 +94,6 @@ func TestSyncerReplicasShareTheWorkThroughLeaderElection(t *testing.T) {
 	})
 	v2 := importImage(t, rawDisk(t, "led by the other"), reg.Host+"/acme/rhel:9")
 	hub.baseImage(t, "acme", "rhel--9", "importing v2", func(b *v1alpha1.BaseImage) bool {
-		return b.Status.ObservedDigest == v2.Digest && b.Status.Phase == v1alpha1.PhaseImporting
+		return b.Status.ObservedDigest == v2.Digest && pickedUp(b)
 	})
 }

@@ -135,3 +135,10 @@ func writeDockerConfig(t *testing.T, path, host, user, password string) {
 		t.Fatal(err)
 	}
 }
+
+// pickedUp reports whether the syncer has started importing the BaseImage's
+// digest: it is Importing, or already Ready, since CDI's real importer may
+// finish before a test looks.
+func pickedUp(b *v1alpha1.BaseImage) bool {
+	return b.Status.Phase == v1alpha1.PhaseImporting || b.Status.Phase == v1alpha1.PhaseReady
+}

@@ -60,7 +60,7 @@ func TestSyncerNamesAreInjectiveAndOwned(t *testing.T) {
 	importImage(t, rawDisk(t, "globex"), reg.Host+"/globex/rhel:9")
 	for _, im := range imgs {
 		hub.baseImage(t, "acme", im.bi, "importing", func(b *v1alpha1.BaseImage) bool {
-			return b.Spec.Repository == reg.Host+"/"+im.repo && b.Spec.Tag == im.tag && b.Status.Phase == v1alpha1.PhaseImporting
+			return b.Spec.Repository == reg.Host+"/"+im.repo && b.Spec.Tag == im.tag && pickedUp(b)
 		})
 		hub.CDI.WaitImported(t, "acme", im.dv, importTimeout)
 	}

@@ -81,7 +81,7 @@ func TestSyncerImportsOnlyItsArchitecture(t *testing.T) {
 	amd := importImageWith(t, "", rawDisk(t, "amd"), reg.Host+"/acme/parts:amd64")
 	arm := importImageWith(t, "", rawDisk(t, "arm"), reg.Host+"/acme/parts:arm64", "--arch", "arm64")
 	pushIndex(t, reg.Host+"/acme/multi:1", map[string]string{"amd64": amd.Pinned, "arm64": arm.Pinned})
-	bi := hub.baseImage(t, "acme", "multi--1", "importing", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseImporting })
+	bi := hub.baseImage(t, "acme", "multi--1", "importing", func(b *v1alpha1.BaseImage) bool { return pickedUp(b) })
 	dvs := hub.dataVolumes(t, "acme", "multi")
 	dv, ok := dvs[cdi.DataVolumeName("multi", bi.Status.ObservedDigest)]
 	if len(dvs) != 1 || !ok {

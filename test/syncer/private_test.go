@@ -47,7 +47,7 @@ func TestSyncerWithAPrivateRegistryAndNoSharedStorage(t *testing.T) {
 
 	hints := []string{"--username", "robot", "--password-stdin", "--ca-file", reg.CAFile, "--default-instancetype", "u1.medium", "--default-preference", "fedora"}
 	v9 := importImageWith(t, "pull-only", rawDisk(t, "nine"), reg.Host+"/acme/rhel:9", hints...)
-	bi := hub.baseImage(t, "acme", "rhel--9", "importing", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseImporting })
+	bi := hub.baseImage(t, "acme", "rhel--9", "importing", func(b *v1alpha1.BaseImage) bool { return pickedUp(b) })
 	c := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionLiveMigratable)
 	if c == nil || c.Status != "False" || c.Reason != "NoReadWriteMany" {
 		t.Errorf("LiveMigratable %+v, want False/NoReadWriteMany", c)
@@ -82,7 +82,7 @@ func TestSyncerWithAPrivateRegistryAndNoSharedStorage(t *testing.T) {
 	}
 
 	v10 := importImageWith(t, "pull-only", rawDisk(t, "ten"), reg.Host+"/acme/rhel:10", hints...)
-	hub.baseImage(t, "acme", "rhel--10", "importing", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseImporting })
+	hub.baseImage(t, "acme", "rhel--10", "importing", func(b *v1alpha1.BaseImage) bool { return pickedUp(b) })
 	hub.CDI.WaitImported(t, "acme", dvName(v9.Digest), importTimeout)
 	hub.baseImage(t, "acme", "rhel--9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.DataSourceName == "rhel--9" })
 	hub.CDI.WaitImported(t, "acme", dvName(v10.Digest), importTimeout)

@@ -39,7 +39,7 @@ func TestSyncerReplicatesOntoTwoHubs(t *testing.T) {
 	v1 := importImage(t, rawDisk(t, "version one"), reg.Host+"/acme/rhel:9")
 	for _, h := range hubs {
 		got := h.baseImage(t, ns, bi, "importing v1", func(b *v1alpha1.BaseImage) bool {
-			return b.Status.Phase == v1alpha1.PhaseImporting && b.Status.ObservedDigest == v1.Digest
+			return pickedUp(b) && b.Status.ObservedDigest == v1.Digest
 		})
 		if got.Spec.Repository != reg.Host+"/acme/rhel" || got.Spec.Tenant != "acme" || got.Spec.Tag != "9" {
 			t.Errorf("hub %s: spec %+v", h.Name, got.Spec)

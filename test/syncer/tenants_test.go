@@ -81,7 +81,7 @@ func TestTenantPullSecretReadsOnlyItsTenant(t *testing.T) {
 	importImageWith(t, "pusher-pw", rawDisk(t, "globex's disk"), z.Host+"/globex/rhel:9", push...)
 	confirmMissing(z.Host + "/acme/rhel:missing") // MANIFEST_UNKNOWN
 	for _, ns := range []string{"acme", "globex"} {
-		hub.baseImage(t, ns, "rhel--9", "importing", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseImporting })
+		hub.baseImage(t, ns, "rhel--9", "importing", func(b *v1alpha1.BaseImage) bool { return pickedUp(b) })
 	}
 
 	for _, tc := range []struct{ ns, own, other string }{{"globex", "globex", "acme"}, {"acme", "acme", "globex"}} {

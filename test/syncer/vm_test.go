@@ -117,7 +117,7 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 
 	v1 := importImage(t, rawDisk(t, "bootable"), reg.Host+"/acme/rhel:9")
 	hub.baseImage(t, "acme", "rhel--9", "importing", func(b *v1alpha1.BaseImage) bool {
-		return b.Status.ObservedDigest == v1.Digest && b.Status.Phase == v1alpha1.PhaseImporting
+		return b.Status.ObservedDigest == v1.Digest && pickedUp(b)
 	})
 	hub.CDI.WaitImported(t, "acme", dvName(v1.Digest), importTimeout)
 	hub.baseImage(t, "acme", "rhel--9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
@@ -151,7 +151,7 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 		t.Errorf("another tenant's image: exit %d\n%s", r.Code, r.Stderr)
 	}
 	importImage(t, rawDisk(t, "still importing"), reg.Host+"/acme/rhel:10")
-	hub.baseImage(t, "acme", "rhel--10", "importing", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseImporting })
+	hub.baseImage(t, "acme", "rhel--10", "importing", func(b *v1alpha1.BaseImage) bool { return pickedUp(b) })
 	if r := vm("create", "web", "--image", "acme/rhel:10", "--template", "simple_vm", "--catalog", reg.Host); r.Code == 0 || !strings.Contains(r.Stderr, "not ready yet") {
 		t.Errorf("an image still importing: exit %d\n%s", r.Code, r.Stderr)
 	}
