@@ -139,6 +139,7 @@ const kubeVirtWebhookName = "virtualmachines.kubevirt-admission.imagepipe.test"
 func (h *Hub) StartKubeVirtAdmission(t testing.TB, cr KubeVirtCR) *KubeVirtAdmission {
 	t.Helper()
 	bin := Binary(t, "kubevirt-admission")
+	start := time.Now()
 	c, err := client.New(h.RestConfig, client.Options{Scheme: NewScheme(t)})
 	if err != nil {
 		t.Fatal(err)
@@ -196,11 +197,12 @@ func (h *Hub) StartKubeVirtAdmission(t testing.TB, cr KubeVirtCR) *KubeVirtAdmis
 	if a.Config.CommonInstancetypes != "deployed" {
 		t.Fatalf("hub %s kubevirt-admission: common instancetypes %s", h.Name, a.Config.CommonInstancetypes)
 	}
-	t.Logf("hub %s: KubeVirt admission configured by %s: feature gates %v, network bindings %v",
-		h.Name, a.Config.KubeVirt, a.Config.FeatureGates, a.Config.NetworkBindings)
-
+	ready := time.Since(start)
 	a.registerWebhooks(t, c, caPEM)
 	a.waitProbe(t, c)
+	t.Logf("hub %s: KubeVirt admission configured by %s (feature gates %v, network bindings %v), ready in %s, in the apiserver's path %s later",
+		h.Name, a.Config.KubeVirt, a.Config.FeatureGates, a.Config.NetworkBindings,
+		ready.Round(time.Millisecond), (time.Since(start) - ready).Round(time.Millisecond))
 	return a
 }
 
@@ -342,6 +344,10 @@ type KubeVirtLiveMigration struct {
 		// From is "PersistentVolumeClaim" when the claim exists, else "DataVolumeTemplate".
 		From string `json:"from"`
 	} `json:"claims"`
+	// LaunchError is why virt-controller could not render the instance's launcher pod, as its
+	// network binding plugin lookup says (KubeVirt's admission does not check that a binding
+	// plugin is registered; this lookup does); empty when it finds every plugin.
+	LaunchError string `json:"launchError"`
 }
 
 // LiveMigratable reports KubeVirt's verdict as a bool.
@@ -352,7 +358,8 @@ func (m KubeVirtLiveMigration) LiveMigratable() bool {
 // LiveMigration asks KubeVirt's own code whether the stored VM ns/name would live-migrate once
 // running: the instance virt-controller would start for it, given the claims' access modes (from
 // the claims, or the VM's DataVolume templates where no claim exists), and virt-handler's
-// LiveMigratable condition for it on a node that supports host-model CPUs.
+// LiveMigratable condition for it on a node that supports host-model CPUs; and whether
+// virt-controller would find the network binding plugins to launch it.
 func (a *KubeVirtAdmission) LiveMigration(t testing.TB, ns, name string) KubeVirtLiveMigration {
 	t.Helper()
 	var out KubeVirtLiveMigration

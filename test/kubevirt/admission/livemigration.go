@@ -10,6 +10,7 @@ import (
 	v1 "kubevirt.io/api/core/v1"
 
 	instancetypevm "kubevirt.io/kubevirt/pkg/instancetype/controller/vm"
+	"kubevirt.io/kubevirt/pkg/network/netbinding"
 	netvmispec "kubevirt.io/kubevirt/pkg/network/vmispec"
 	"kubevirt.io/kubevirt/pkg/virt-api/webhooks/mutating-webhook/mutators"
 	vmwatch "kubevirt.io/kubevirt/pkg/virt-controller/watch/vm"
@@ -32,6 +33,10 @@ type liveMigration struct {
 	// Claims says, per volume backed by a claim, which access modes KubeVirt was given and where
 	// they came from; a volume missing here is one KubeVirt could not learn about.
 	Claims []claimFacts `json:"claims"`
+	// LaunchError is why virt-controller could not render the instance's launcher pod, as far as
+	// its network binding plugin lookup tells (admission does not check that an interface's
+	// binding plugin is registered; this lookup is where KubeVirt finds out); empty when it can.
+	LaunchError string `json:"launchError,omitempty"`
 }
 
 // claimFacts are the claim details virt-controller would put into a VMI's volume status.
@@ -52,7 +57,9 @@ type claimFacts struct {
 // what virt-controller copies from each claim; without nodes no claim is provisioned, so a
 // claim that does not exist is described by the VM's DataVolume template (claimFromTemplate).
 // The condition itself is virt-handler's calculateLiveMigrationCondition, run for a node whose
-// host CPU model is -node-host-cpu-model; it needs nothing else of a node.
+// host CPU model is -node-host-cpu-model; it needs nothing else of a node. The answer also says
+// whether virt-controller's network binding sidecar lookup, done when it renders the launcher
+// pod, fails for the instance.
 func (s *server) serveLiveMigration(w http.ResponseWriter, r *http.Request) {
 	ns, name := r.URL.Query().Get("namespace"), r.URL.Query().Get("name")
 	if ns == "" || name == "" {
@@ -78,9 +85,14 @@ func (s *server) serveLiveMigration(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	cond := virthandler.ImagepipeLiveMigrationCondition(s.clusterConfig, s.hostCPUModel, vmi)
-	s.log.Info("live-migration condition", "vm", ns+"/"+name, "status", cond.Status, "reason", cond.Reason, "message", cond.Message)
-	writeJSON(w, liveMigration{Condition: *cond, Claims: claims})
+	out := liveMigration{Claims: claims}
+	if _, err := netbinding.NetBindingPluginSidecarList(vmi, s.clusterConfig.GetConfig()); err != nil {
+		out.LaunchError = err.Error()
+	}
+	out.Condition = *virthandler.ImagepipeLiveMigrationCondition(s.clusterConfig, s.hostCPUModel, vmi)
+	s.log.Info("live-migration condition", "vm", ns+"/"+name, "status", out.Condition.Status,
+		"reason", out.Condition.Reason, "message", out.Condition.Message, "launchError", out.LaunchError)
+	writeJSON(w, out)
 }
 
 // instanceOf makes the VMI virt-controller would create for vm, defaulted as virt-api would.
