@@ -13,8 +13,8 @@
 # into pkg/virt-handler, where the method computing a VMI's LiveMigratable condition lives.
 #
 # The stamp bin/.kubevirt-admission.version holds the KubeVirt version and a hash of our
-# sources; a build whose stamp matches is skipped. About 9 minutes on 2 cores with a cold build
-# cache, a minute or two when only our sources changed.
+# sources; a build whose stamp matches is skipped. Measured on 2 shared cores: about 6.5 minutes
+# with an empty build cache (the module cache already filled), 10 s when only our sources changed.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
