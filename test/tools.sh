@@ -36,3 +36,4 @@ fi
 
 # The real components the integration tests run, built from the Go module proxy.
 bash "$(dirname "$0")/buildtools.sh"
+bash "$(dirname "$0")/kubevirt/build-admission.sh"

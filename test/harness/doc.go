@@ -23,7 +23,11 @@
 // devices for Block), the scheduler's one decision, and the kubelet, which runs each importer pod
 // as a local process of CDI's real cdi-importer in private mount and PID namespaces and reports
 // its phase, restarts and termination message. No test plays CDI's controller or importer.
-// KubeVirt's controllers do not run.
+// KubeVirt's controllers do not run, but Hub.StartKubeVirtAdmission (kubevirt.go) makes KubeVirt
+// v1.8.0's own VirtualMachine admission code (kubevirt-admission, test/kubevirt) the hub's mutating
+// and validating webhook, configured by a KubeVirt object shaped as a default OpenShift
+// Virtualization install's or vanilla KubeVirt's, and asks it for the live-migration condition
+// virt-handler would compute for a stored VM's instance.
 //
 // StartCutProxy adds a TCP proxy that cuts connections at chosen byte offsets, for tests of
 // interrupted transfers.
