@@ -120,13 +120,17 @@ func TestRenderedVMsThroughKubeVirtAdmission(t *testing.T) {
 				t.Fatal(err)
 			}
 			// imagectl decides bindings from the KubeVirt object; it must read what KubeVirt reads.
-			bindings, err := vmlaunch.RegisteredBindings(t.Context(), kc)
+			bindings, err := vmlaunch.ReadKubeVirtConfig(t.Context(), kc)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !bindings.Known || !slices.Equal(bindings.Names, adm.Config.NetworkBindings) {
+			if !bindings.Known || !slices.Equal(bindings.Bindings, adm.Config.NetworkBindings) {
 				t.Errorf("imagectl reads network bindings %v (known %v) from %s; KubeVirt's configuration has %v",
-					bindings.Names, bindings.Known, bindings.Source, adm.Config.NetworkBindings)
+					bindings.Bindings, bindings.Known, bindings.Source, adm.Config.NetworkBindings)
+			}
+			// ... and the feature gates that decide whether host devices are admitted.
+			if gates := slices.Sorted(slices.Values(adm.Config.FeatureGates)); !slices.Equal(bindings.FeatureGates, gates) {
+				t.Errorf("imagectl reads feature gates %v; KubeVirt's configuration has %v", bindings.FeatureGates, gates)
 			}
 			for _, g := range golden {
 				t.Run(g.name, func(t *testing.T) {
@@ -206,7 +210,7 @@ func checkThroughKubeVirt(t *testing.T, adm *harness.KubeVirtAdmission, kc *kube
 // checkLayer2Launch renders a VM for a namespace on a layer-2 primary user defined network with
 // the bindings imagectl read from the hub: imagectl renders it exactly when KubeVirt registers
 // the l2bridge binding, and what it renders KubeVirt admits, launches and calls live-migratable.
-func checkLayer2Launch(t *testing.T, adm *harness.KubeVirtAdmission, kc *kube.Client, bindings vmlaunch.NetworkBindings) {
+func checkLayer2Launch(t *testing.T, adm *harness.KubeVirtAdmission, kc *kube.Client, bindings vmlaunch.KubeVirtConfig) {
 	ctx := t.Context()
 	tmpl, err := vmlaunch.ParseTemplate([]byte(`{"id":"simple_vm","title":"Simple VM","parameters":[{"name":"vm_memory","default":{"value":"2Gi"}}]}`))
 	if err != nil {
@@ -225,7 +229,7 @@ func checkLayer2Launch(t *testing.T, adm *harness.KubeVirtAdmission, kc *kube.Cl
 		},
 		Storage:  cdi.Storage{StorageClass: "shared", AccessMode: corev1.ReadWriteMany, VolumeMode: corev1.PersistentVolumeBlock},
 		Network:  vmlaunch.PrimaryUDNLayer2,
-		Bindings: bindings,
+		KubeVirt: bindings,
 	})
 	registered := slices.Contains(adm.Config.NetworkBindings, vmlaunch.BindingL2Bridge)
 	switch {

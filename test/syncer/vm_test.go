@@ -111,6 +111,9 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	hub.BindTenant(t, "tenant-a", "acme")
+	// Every VM written below goes through KubeVirt v1.8.0's own admission webhooks,
+	// configured like a default OpenShift Virtualization install.
+	adm := hub.StartKubeVirtAdmission(t, harness.OpenShiftVirtualizationCR())
 	s := harness.ReserveSyncer(t)
 	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
 	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h")
@@ -181,6 +184,10 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 	r = vmOK("create", "web", "--image", "acme/rhel:9", "--template", "simple_vm", "--catalog", reg.Host, "--set", "vm_cpu_cores=4", "--ssh-key", key)
 	if !strings.Contains(r.Stderr, "will be live-migratable") {
 		t.Errorf("create did not report live migration:\n%s", r.Stderr)
+	}
+	// KubeVirt's own code agrees: virt-controller would launch it, and virt-handler would call it live-migratable.
+	if lm := adm.LiveMigration(t, "acme", "web"); !lm.LiveMigratable() || lm.LaunchError != "" {
+		t.Errorf("KubeVirt says web is live-migratable %v (%s: %s), launch error %q; imagectl said it will be", lm.LiveMigratable(), lm.Condition.Reason, lm.Condition.Message, lm.LaunchError)
 	}
 	var got kubevirtv1.VirtualMachine
 	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &got); err != nil {
