@@ -87,6 +87,21 @@ func OpenShiftVirtualizationCR() KubeVirtCR {
 	}
 }
 
+// OpenShiftVirtualizationWithPasstCR is OpenShiftVirtualizationCR after the provider set the
+// HyperConverged annotation deployPasstNetworkBinding=true: HCO v1.18.1 then also registers the
+// passt binding (a sidecar, with migration declared) and turns on the PasstBinding feature gate.
+func OpenShiftVirtualizationWithPasstCR() KubeVirtCR {
+	cr := OpenShiftVirtualizationCR()
+	cfg := &cr.Spec.Configuration
+	cfg.DeveloperConfiguration.FeatureGates = append(cfg.DeveloperConfiguration.FeatureGates, "PasstBinding")
+	cfg.NetworkConfiguration.Binding["passt"] = kubevirtv1.InterfaceBindingPlugin{
+		NetworkAttachmentDefinition: "openshift-cnv/primary-udn-kubevirt-binding",
+		SidecarImage:                "registry.redhat.io/container-native-virtualization/network-passt-binding-rhel9:v4.18",
+		Migration:                   &kubevirtv1.InterfaceBindingMigration{},
+	}
+	return cr
+}
+
 // VanillaKubeVirtCR is the KubeVirt object of KubeVirt's own release manifest (kubevirt-cr.yaml):
 // no feature gates and no network binding plugin registered.
 func VanillaKubeVirtCR() KubeVirtCR {

@@ -369,3 +369,82 @@ func jsonChanges(t *testing.T, a, b any) []string {
 	sort.Strings(changes)
 	return changes
 }
+
+// TestLayer3UDNVMFollowsTheRegisteredBindings renders a VM for a namespace on a layer-3 primary
+// user defined network, where only the passt binding plugs a VM in, on a hub whose KubeVirt is
+// configured as a default OpenShift Virtualization install (l2bridge only) and as one with
+// passt deployed. Without passt imagectl refuses, naming the binding and the HCO annotation that
+// registers it (KubeVirt's admission would admit the VM, and virt-controller could not launch
+// it). With passt, KubeVirt admits and can launch what imagectl renders. KubeVirt then calls
+// the VM live-migratable, because HCO's passt binding declares migration; imagectl does not,
+// because on layer 3 the VM's address changes with its node, and says so: a deliberate, stricter
+// verdict, checked here so that a change on either side shows.
+func TestLayer3UDNVMFollowsTheRegisteredBindings(t *testing.T) {
+	tmpl, err := vmlaunch.ParseTemplate([]byte(`{"id":"simple_vm","title":"Simple VM","parameters":[{"name":"vm_memory","default":{"value":"2Gi"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	values, err := vmlaunch.ResolveParameters(tmpl, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		cr    harness.KubeVirtCR
+		passt bool
+	}{
+		{"openshift-virtualization", harness.OpenShiftVirtualizationCR(), false},
+		{"openshift-virtualization-with-passt", harness.OpenShiftVirtualizationWithPasstCR(), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			hub := harness.StartHub(t, "hub-"+tc.name)
+			adm := hub.StartKubeVirtAdmission(t, tc.cr)
+			kc, err := kube.New(hub.RestConfig, harness.NewScheme(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := vmlaunch.ReadKubeVirtConfig(ctx, kc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ns := "layer3-udn"
+			r, err := vmlaunch.Render(vmlaunch.Request{
+				Name: "web", Namespace: ns, Template: tmpl, Values: values,
+				Image: vmlaunch.Image{
+					Tenant: "acme", Name: "rhel", Tag: "9", Namespace: ns, DataSource: "rhel",
+					Digest: "sha256:" + strings.Repeat("ef", 32), VirtualSize: 10 << 30,
+				},
+				Storage:  cdi.Storage{StorageClass: "shared", AccessMode: corev1.ReadWriteMany, VolumeMode: corev1.PersistentVolumeBlock},
+				Network:  vmlaunch.PrimaryUDNLayer3,
+				KubeVirt: cfg,
+			})
+			if !tc.passt {
+				if err == nil || !strings.Contains(err.Error(), `"passt" network binding`) || !strings.Contains(err.Error(), "deployPasstNetworkBinding=true") {
+					t.Fatalf("imagectl rendered or refused without naming passt and how to register it: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("imagectl refuses although KubeVirt registers passt: %v", err)
+			}
+			if iface := r.VM.Spec.Template.Spec.Domain.Devices.Interfaces; len(iface) != 1 || iface[0].Binding == nil || iface[0].Binding.Name != vmlaunch.BindingPasst {
+				t.Fatalf("interfaces %+v, want one bound by passt", iface)
+			}
+			if err := kc.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := vmlaunch.Create(ctx, kc, r); err != nil {
+				t.Fatalf("KubeVirt refused the VM: %v", err)
+			}
+			lm := adm.LiveMigration(t, ns, r.VM.Name)
+			if lm.LaunchError != "" {
+				t.Errorf("virt-controller could not launch it: %s", lm.LaunchError)
+			}
+			if !lm.LiveMigratable() || r.LiveMigratable || !strings.Contains(strings.Join(r.Reasons, "; "), "layer 3") {
+				t.Errorf("KubeVirt LiveMigratable=%s (%s), imagectl live-migratable=%v %v; want KubeVirt true and imagectl false, saying why",
+					lm.Condition.Status, lm.Condition.Message, r.LiveMigratable, r.Reasons)
+			}
+		})
+	}
+}
