@@ -212,25 +212,8 @@ func checkThroughKubeVirt(t *testing.T, adm *harness.KubeVirtAdmission, kc *kube
 // the l2bridge binding, and what it renders KubeVirt admits, launches and calls live-migratable.
 func checkLayer2Launch(t *testing.T, adm *harness.KubeVirtAdmission, kc *kube.Client, bindings vmlaunch.KubeVirtConfig) {
 	ctx := t.Context()
-	tmpl, err := vmlaunch.ParseTemplate([]byte(`{"id":"simple_vm","title":"Simple VM","parameters":[{"name":"vm_memory","default":{"value":"2Gi"}}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	values, err := vmlaunch.ResolveParameters(tmpl, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ns := "layer2-udn"
-	r, err := vmlaunch.Render(vmlaunch.Request{
-		Name: "web", Namespace: ns, Template: tmpl, Values: values,
-		Image: vmlaunch.Image{
-			Tenant: "acme", Name: "rhel", Tag: "9", Namespace: ns, DataSource: "rhel",
-			Digest: "sha256:" + strings.Repeat("cd", 32), VirtualSize: 10 << 30,
-		},
-		Storage:  cdi.Storage{StorageClass: "shared", AccessMode: corev1.ReadWriteMany, VolumeMode: corev1.PersistentVolumeBlock},
-		Network:  vmlaunch.PrimaryUDNLayer2,
-		KubeVirt: bindings,
-	})
+	r, err := renderOnUDN(t, ns, vmlaunch.PrimaryUDNLayer2, bindings)
 	registered := slices.Contains(adm.Config.NetworkBindings, vmlaunch.BindingL2Bridge)
 	switch {
 	case !registered && err == nil:
@@ -380,14 +363,6 @@ func jsonChanges(t *testing.T, a, b any) []string {
 // because on layer 3 the VM's address changes with its node, and says so: a deliberate, stricter
 // verdict, checked here so that a change on either side shows.
 func TestLayer3UDNVMFollowsTheRegisteredBindings(t *testing.T) {
-	tmpl, err := vmlaunch.ParseTemplate([]byte(`{"id":"simple_vm","title":"Simple VM","parameters":[{"name":"vm_memory","default":{"value":"2Gi"}}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	values, err := vmlaunch.ResolveParameters(tmpl, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, tc := range []struct {
 		name  string
 		cr    harness.KubeVirtCR
@@ -409,16 +384,7 @@ func TestLayer3UDNVMFollowsTheRegisteredBindings(t *testing.T) {
 				t.Fatal(err)
 			}
 			ns := "layer3-udn"
-			r, err := vmlaunch.Render(vmlaunch.Request{
-				Name: "web", Namespace: ns, Template: tmpl, Values: values,
-				Image: vmlaunch.Image{
-					Tenant: "acme", Name: "rhel", Tag: "9", Namespace: ns, DataSource: "rhel",
-					Digest: "sha256:" + strings.Repeat("ef", 32), VirtualSize: 10 << 30,
-				},
-				Storage:  cdi.Storage{StorageClass: "shared", AccessMode: corev1.ReadWriteMany, VolumeMode: corev1.PersistentVolumeBlock},
-				Network:  vmlaunch.PrimaryUDNLayer3,
-				KubeVirt: cfg,
-			})
+			r, err := renderOnUDN(t, ns, vmlaunch.PrimaryUDNLayer3, cfg)
 			if !tc.passt {
 				if err == nil || !strings.Contains(err.Error(), `"passt" network binding`) || !strings.Contains(err.Error(), "deployPasstNetworkBinding=true") {
 					t.Fatalf("imagectl rendered or refused without naming passt and how to register it: %v", err)
@@ -447,4 +413,29 @@ func TestLayer3UDNVMFollowsTheRegisteredBindings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// renderOnUDN renders a simple VM from a synced image for namespace ns on a primary user
+// defined network of the given topology, with the KubeVirt configuration imagectl read, onto
+// ReadWriteMany Block storage.
+func renderOnUDN(t *testing.T, ns string, network vmlaunch.PrimaryNetwork, kv vmlaunch.KubeVirtConfig) (*vmlaunch.Rendered, error) {
+	t.Helper()
+	tmpl, err := vmlaunch.ParseTemplate([]byte(`{"id":"simple_vm","title":"Simple VM","parameters":[{"name":"vm_memory","default":{"value":"2Gi"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	values, err := vmlaunch.ResolveParameters(tmpl, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vmlaunch.Render(vmlaunch.Request{
+		Name: "web", Namespace: ns, Template: tmpl, Values: values,
+		Image: vmlaunch.Image{
+			Tenant: "acme", Name: "rhel", Tag: "9", Namespace: ns, DataSource: "rhel",
+			Digest: "sha256:" + strings.Repeat("cd", 32), VirtualSize: 10 << 30,
+		},
+		Storage:  cdi.Storage{StorageClass: "shared", AccessMode: corev1.ReadWriteMany, VolumeMode: corev1.PersistentVolumeBlock},
+		Network:  network,
+		KubeVirt: kv,
+	})
 }
