@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
@@ -52,8 +55,21 @@ func TestRealCDIImportsEveryDiskAndLayerCompression(t *testing.T) {
 				return b.Status.Phase == v1alpha1.PhaseReady && meta.IsStatusConditionTrue(b.Status.Conditions, v1alpha1.ConditionReady)
 			})
 			if bi.Status.DataSourceName == "" {
-				t.Errorf("BaseImage Ready without a DataSource: %+v", bi.Status)
+				t.Fatalf("BaseImage Ready without a DataSource: %+v", bi.Status)
 			}
+			// CDI's own DataSource controller finds the imported claim and marks the DataSource Ready.
+			harness.WaitUntil(t, "CDI marks DataSource "+bi.Status.DataSourceName+" Ready", time.Minute, 200*time.Millisecond, func() (bool, error) {
+				var ds cdiv1.DataSource
+				if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: bi.Status.DataSourceName}, &ds); err != nil {
+					return false, err
+				}
+				for _, c := range ds.Status.Conditions {
+					if c.Type == cdiv1.DataSourceReady && c.Status == corev1.ConditionTrue {
+						return true, nil
+					}
+				}
+				return false, nil
+			})
 			got := filepath.Join(t.TempDir(), "imported.raw")
 			hub.CDI.CopyImportedDisk(t, "acme", p.dv, got)
 			testenv.Run(t, "qemu-img", "compare", "-q", "-f", "raw", "-F", "raw", raw, got)
