@@ -55,9 +55,12 @@ type CDI struct {
 // StorageClasses whose provisioner is provisioner, and stops them when the test ends. It creates
 // the CDI object and the namespace cdi as CDI's operator would. Pods it runs, volumes and logs
 // live under t.TempDir(); the logs are printed when the test fails. It skips the test when a
-// binary is missing.
+// binary is missing or the test does not run as root.
 func (h *Hub) StartCDI(t testing.TB, provisioner string) *CDI {
 	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("CDI's controller and the node stand-in need root for their mount and network namespaces (unshare, mount, losetup)")
+	}
 	kcmBin := Binary(t, "kube-controller-manager")
 	controllerBin := Binary(t, "cdi-controller")
 	importerBin := Binary(t, "cdi-importer")
