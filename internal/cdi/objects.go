@@ -88,6 +88,9 @@ type Import struct {
 // DataVolume's request, then converts it into the volume; so a Block
 // volume of exactly the virtual size cannot take a fully allocated raw
 // disk ("no space left on device" on /scratch, importer restarted forever).
+// The disk file counts only up to maxDiskFile of the virtual size: no valid
+// qcow2 or raw file is larger, and a file padded beyond it (its layer may
+// compress to almost nothing) must not inflate the volume a hub allocates.
 func (im Import) VolumeSize() resource.Quantity {
 	overhead := im.Storage.FilesystemOverhead
 	if overhead <= 0 {
@@ -97,11 +100,19 @@ func (im Import) VolumeSize() resource.Quantity {
 	if im.Storage.VolumeMode != corev1.PersistentVolumeBlock {
 		size /= 1 - overhead
 	}
-	size = max(size, float64(im.DiskSize)/(1-overhead))
+	disk := min(im.DiskSize, maxDiskFile(im.VirtualSize))
+	size = max(size, float64(disk)/(1-overhead))
 	const mib = 1 << 20
 	mibs := (int64(size) + mib - 1) / mib
 	return *resource.NewQuantity(mibs*mib, resource.BinarySI)
 }
+
+// maxDiskFile bounds the disk file of a disk of virtual size bytes: the
+// data itself plus an eighth for qcow2's tables (L2 and refcount entries
+// take at most 1/50 of the data at the smallest, 512-byte clusters) and
+// compressed clusters a little larger than their data, plus 1 MiB of
+// headers.
+func maxDiskFile(virtual int64) int64 { return virtual + virtual/8 + 1<<20 }
 
 func (im Import) labels() map[string]string {
 	l := map[string]string{

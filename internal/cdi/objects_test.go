@@ -32,6 +32,13 @@ func TestImportObjects(t *testing.T) {
 	if q := raw.VolumeSize(); float64(q.Value())*(1-DefaultFilesystemOverhead) < float64(raw.DiskSize) || q.Value()%(1<<20) != 0 {
 		t.Errorf("Block volume size %s for a %d-byte raw disk file leaves the scratch claim no room for it", q.String(), raw.DiskSize)
 	}
+	// A file padded far beyond any valid disk of its virtual size (its layer
+	// may compress to almost nothing) does not inflate the request.
+	padded := im
+	padded.DiskSize = 1 << 50
+	if q := padded.VolumeSize(); q.Value() > 12<<30 {
+		t.Errorf("Block volume size %s for a 10 GiB disk in a 1 PiB file: the file's size was trusted", q.String())
+	}
 	// A qcow2 file much smaller than its virtual size changes nothing.
 	small := im
 	small.DiskSize = 1 << 30
