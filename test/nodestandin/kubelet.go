@@ -94,42 +94,41 @@ func (w *podWorker) run(ctx context.Context) {
 		return
 	}
 	backoff := w.n.cfg.RestartBackoff
+run:
 	for {
 		w.report(ctx, corev1.PodRunning, corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.Now()}})
 		term, err := w.runContainer(podCtx, c, entrypoint)
 		if podCtx.Err() != nil {
 			break
 		}
-		if err != nil {
+		wait := backoff
+		switch {
+		case err != nil:
 			// What kubelet calls CreateContainerConfigError: a missing secret key, say.
 			w.report(ctx, corev1.PodPending, corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: err.Error()}})
-		} else if restart(w.pod.Spec.RestartPolicy, term.ExitCode) {
+		case restart(w.pod.Spec.RestartPolicy, term.ExitCode):
 			// As kubelet: the container shows terminated, then waits in back-off with its
 			// termination as last state, and counts a restart when it starts again. CDI reads
 			// the importer's error from the terminated state.
 			w.report(ctx, corev1.PodRunning, corev1.ContainerState{Terminated: term})
 			if !sleep(podCtx, backoff/2) {
-				break
+				break run
 			}
 			w.restarts++
 			w.last = term
 			w.report(ctx, corev1.PodRunning, corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
 				Reason: "CrashLoopBackOff", Message: fmt.Sprintf("back-off %s restarting failed container", backoff),
 			}})
-			if !sleep(podCtx, backoff/2) {
-				break
-			}
-			backoff = min(2*backoff, 8*w.n.cfg.RestartBackoff)
-			continue
-		} else {
+			wait = backoff / 2
+		default:
 			phase := corev1.PodSucceeded
 			if term.ExitCode != 0 {
 				phase = corev1.PodFailed
 			}
 			w.report(ctx, phase, corev1.ContainerState{Terminated: term})
-			break
+			break run
 		}
-		if !sleep(podCtx, backoff) {
+		if !sleep(podCtx, wait) {
 			break
 		}
 		backoff = min(2*backoff, 8*w.n.cfg.RestartBackoff)
