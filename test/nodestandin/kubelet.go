@@ -408,7 +408,7 @@ func (w *podWorker) volumes(ctx context.Context, c corev1.Container, sb *sandbox
 			if err != nil {
 				return detach, err
 			}
-			sb.filesystems = append(sb.filesystems, bind{host: dev, container: m.MountPath, readOnly: m.ReadOnly})
+			sb.mounts = append(sb.mounts, mount{kind: ext4Mount, host: dev, container: m.MountPath, readOnly: m.ReadOnly})
 		case v.EmptyDir != nil:
 			dir := filepath.Join(w.dir, "volumes", v.Name)
 			if err := os.MkdirAll(dir, 0o777); err != nil {
@@ -417,13 +417,13 @@ func (w *podWorker) volumes(ctx context.Context, c corev1.Container, sb *sandbox
 			if err := os.Chmod(dir, 0o777); err != nil {
 				return detach, err
 			}
-			sb.binds = append(sb.binds, bind{host: dir, container: m.MountPath, readOnly: m.ReadOnly})
+			sb.mounts = append(sb.mounts, mount{kind: bindMount, host: dir, container: m.MountPath, readOnly: m.ReadOnly})
 		case v.ConfigMap != nil || v.Secret != nil:
 			dir, err := w.writeKeys(ctx, v)
 			if err != nil {
 				return detach, err
 			}
-			sb.binds = append(sb.binds, bind{host: dir, container: m.MountPath, readOnly: true})
+			sb.mounts = append(sb.mounts, mount{kind: bindMount, host: dir, container: m.MountPath, readOnly: true})
 		default:
 			return detach, fmt.Errorf("volume %s: the node stand-in mounts claims, emptyDirs, config maps and secrets only", v.Name)
 		}
@@ -437,7 +437,7 @@ func (w *podWorker) volumes(ctx context.Context, c corev1.Container, sb *sandbox
 		if err != nil {
 			return detach, err
 		}
-		sb.devices = append(sb.devices, bind{host: dev, container: d.DevicePath})
+		sb.mounts = append(sb.mounts, mount{kind: blockDevice, host: dev, container: d.DevicePath})
 	}
 	return detach, nil
 }

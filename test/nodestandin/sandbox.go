@@ -34,23 +34,33 @@ type sandbox struct {
 	// its groups and applied to its filesystem volumes.
 	uid, gid int64
 	fsGroup  *int64
-	// binds are host directories or files mapped into the container.
-	binds []bind
-	// filesystems are claims' ext4 filesystems, mounted from their loop devices.
-	filesystems []bind
-	// devices are claims' block devices (loop devices), made as device nodes in its /dev.
-	devices []bind
+	// mounts map the pod's volumes into the container: host directories and files, claims'
+	// ext4 filesystems (from their loop devices) and claims' block devices.
+	mounts []mount
 	// terminationLog is the host file bound onto terminationPath in the container.
 	terminationLog, terminationPath string
 	// log receives the container's stdout and stderr.
 	log io.Writer
 }
 
-// bind maps a host path (a directory, file or device) to a path in the container.
-type bind struct {
+// mount maps a host path into the container, as kind says.
+type mount struct {
+	kind            mountKind
 	host, container string
 	readOnly        bool
 }
+
+// mountKind is how a mount's host path becomes part of the container.
+type mountKind int
+
+const (
+	// bindMount binds a host directory or file.
+	bindMount mountKind = iota
+	// ext4Mount mounts the ext4 filesystem on a loop device, with the pod's fsGroup applied.
+	ext4Mount
+	// blockDevice makes a device node of a loop device, owned by the container's user.
+	blockDevice
+)
 
 // stopGrace is how long a container has after SIGTERM before SIGKILL, when its pod is deleted.
 const stopGrace = 5 * time.Second
@@ -113,22 +123,9 @@ func (s *sandbox) script() (string, error) {
 	line("mount -t tmpfs -o mode=1777,nosuid,nodev nodestandin-tmp %s", r("tmp"))
 
 	// Volumes, parents before children.
-	type mount struct {
-		bind
-		kind string
-	}
-	var mounts []mount
-	for _, m := range s.binds {
-		mounts = append(mounts, mount{m, "bind"})
-	}
-	for _, m := range s.filesystems {
-		mounts = append(mounts, mount{m, "ext4"})
-	}
-	for _, m := range s.devices {
-		mounts = append(mounts, mount{m, "block"})
-	}
-	mounts = append(mounts, mount{bind{host: s.terminationLog, container: s.terminationPath}, "bind"})
-	mounts = append(mounts, mount{bind{host: s.entrypoint, container: "/.nodestandin/entrypoint", readOnly: true}, "bind"})
+	mounts := append(slices.Clone(s.mounts),
+		mount{kind: bindMount, host: s.terminationLog, container: s.terminationPath},
+		mount{kind: bindMount, host: s.entrypoint, container: "/.nodestandin/entrypoint", readOnly: true})
 	slices.SortStableFunc(mounts, func(a, b mount) int { return strings.Count(a.container, "/") - strings.Count(b.container, "/") })
 	for _, m := range mounts {
 		if !filepath.IsAbs(m.container) || strings.Contains(m.container, "/../") || strings.HasSuffix(m.container, "/..") {
@@ -136,7 +133,7 @@ func (s *sandbox) script() (string, error) {
 		}
 		target := r(m.container)
 		switch m.kind {
-		case "bind":
+		case bindMount:
 			fi, err := os.Stat(m.host)
 			if err != nil {
 				return "", err
@@ -150,13 +147,13 @@ func (s *sandbox) script() (string, error) {
 			if m.readOnly {
 				line("mount -o remount,bind,ro %s", target)
 			}
-		case "ext4":
+		case ext4Mount:
 			line("mkdir -p %s && mount -t ext4 %s %s", target, quote(m.host), target)
 			if s.fsGroup != nil {
 				// What kubelet does with a pod's fsGroup on a volume that supports ownership.
 				line("chgrp -R %d %s && chmod -R g+rwX %s && chmod g+s %s", *s.fsGroup, target, target, target)
 			}
-		case "block":
+		case blockDevice:
 			var st unix.Stat_t
 			if err := unix.Stat(m.host, &st); err != nil {
 				return "", fmt.Errorf("reading block device %s: %w", m.host, err)

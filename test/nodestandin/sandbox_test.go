@@ -72,7 +72,7 @@ exit 3
 	sb := &sandbox{
 		root: filepath.Join(dir, "root"), entrypoint: "/bin/sh", args: []string{"-c", script},
 		env: []string{"PATH=/usr/bin:/bin", "GREETING=hi there's"}, uid: 107, gid: 107, fsGroup: &fsGroup,
-		binds:          []bind{{host: vol, container: "/data"}, {host: secret, container: "/secret", readOnly: true}},
+		mounts:         []mount{{kind: bindMount, host: vol, container: "/data"}, {kind: bindMount, host: secret, container: "/secret", readOnly: true}},
 		terminationLog: term, terminationPath: "/dev/termination-log", log: &log,
 	}
 	if err := os.Mkdir(sb.root, 0o755); err != nil {
@@ -142,7 +142,7 @@ func TestTerminationMessageFallsBackToTheLogTail(t *testing.T) {
 func TestSandboxRefusesContainerPathsThatClimbOut(t *testing.T) {
 	dir := t.TempDir()
 	for _, p := range []string{"../../etc", "/data/../../etc", "relative", "/a/.."} {
-		sb := &sandbox{root: dir, entrypoint: "/bin/true", binds: []bind{{host: dir, container: p}}, terminationLog: dir, terminationPath: "/dev/termination-log"}
+		sb := &sandbox{root: dir, entrypoint: "/bin/true", mounts: []mount{{kind: bindMount, host: dir, container: p}}, terminationLog: dir, terminationPath: "/dev/termination-log"}
 		if _, err := sb.script(); err == nil {
 			t.Errorf("container path %q accepted", p)
 		}
