@@ -5,7 +5,7 @@ GO        ?= go
 BIN       := $(CURDIR)/bin
 CACHE     ?= $(HOME)/.cache/imagepipe
 VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
-LDFLAGS   := -X main.version=$(VERSION)
+LDFLAGS   := -X github.com/imagepipe/imagepipe/internal/version.Version=$(VERSION)
 FUZZTIME  ?= 10s
 # Build with Intel ISA-L's gzip (several times faster layer compression)
 # when its headers are installed (make tools installs libisal-dev); without

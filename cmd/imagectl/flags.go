@@ -13,6 +13,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/source"
+	"github.com/imagepipe/imagepipe/internal/version"
 )
 
 // registryFlags are the registry connection flags of every command that
@@ -42,7 +43,7 @@ func (f *registryFlags) client(g *globalOptions) (*registry.Client, error) {
 	opts := []registry.Option{
 		registry.WithLogger(g.logger()),
 		registry.WithInsecure(f.insecure),
-		registry.WithUserAgent("imagectl/" + version),
+		registry.WithUserAgent("imagectl/" + version.Version),
 	}
 	if f.caFile != "" {
 		opts = append(opts, registry.WithCAFile(f.caFile))

@@ -13,6 +13,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/source"
+	"github.com/imagepipe/imagepipe/internal/version"
 )
 
 type importOptions struct {
@@ -172,6 +173,6 @@ func (o *importOptions) importOptions() (registry.ImportOptions, containerdisk.O
 		DefaultPreference:   o.preference,
 		OSName:              o.osName,
 		Created:             created,
-		Creator:             "imagectl " + version,
+		Creator:             "imagectl " + version.Version,
 	}, dopts, nil
 }

@@ -12,6 +12,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/imagepipe/imagepipe/internal/kube"
+	"github.com/imagepipe/imagepipe/internal/version"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
 
@@ -40,7 +41,7 @@ func (f *kubeFlags) client() (*kube.Client, string, error) {
 	if err != nil {
 		return nil, "", fmt.Errorf("loading the kubeconfig: %w", err)
 	}
-	cfg.UserAgent = "imagectl/" + version
+	cfg.UserAgent = "imagectl/" + version.Version
 	ns := f.namespace
 	if ns == "" {
 		if ns, _, err = cc.Namespace(); err != nil {

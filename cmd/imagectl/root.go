@@ -7,10 +7,9 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
-)
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+	"github.com/imagepipe/imagepipe/internal/version"
+)
 
 // globalOptions are the flags every command shares.
 type globalOptions struct {
@@ -33,7 +32,7 @@ func newRootCmd() *cobra.Command {
 
 Exit codes: 0 success, 1 error, 3 the image was rejected by validation,
 130 and 143 interrupted by SIGINT (Ctrl-C) and SIGTERM.`,
-		Version:       version,
+		Version:       version.Get().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
