@@ -54,8 +54,8 @@ func TestUnknownSubcommandsFailAtEveryLevel(t *testing.T) {
 		} {
 			out, err := run(tc.args...)
 			want := fmt.Sprintf("unknown command %q for %q", tc.typed, c.CommandPath())
-			if err == nil || exitCode(err) != exitError || !strings.Contains(err.Error(), want) {
-				t.Errorf("imagectl %s: error %v (exit %d), output %q; want exit 1 and %q", strings.Join(tc.args, " "), err, exitCode(err), out, want)
+			if err == nil || describe(err).ExitCode != exitError || !strings.Contains(err.Error(), want) {
+				t.Errorf("imagectl %s: error %v (exit %d), output %q; want exit 1 and %q", strings.Join(tc.args, " "), err, describe(err).ExitCode, out, want)
 				continue
 			}
 			if tc.suggest != "" && !strings.Contains(err.Error(), fmt.Sprintf("did you mean %q", tc.suggest)) {

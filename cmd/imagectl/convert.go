@@ -1,13 +1,16 @@
 package main
 
 import (
-	"context"
+	"errors"
+	"fmt"
+	"io"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 type convertOptions struct {
@@ -18,6 +21,7 @@ type convertOptions struct {
 	to          string
 	clusterSize int64
 	sync        bool
+	output      outputFlags
 }
 
 func newConvertCmd(g *globalOptions) *cobra.Command {
@@ -27,7 +31,7 @@ func newConvertCmd(g *globalOptions) *cobra.Command {
 		Short: "Validate a disk image and convert it to qcow2 or raw",
 		Long: `Validates IN as untrusted input and writes it to OUT as a sparse qcow2 v3 image
 (the default) or a raw image. OUT appears only once it is complete: a failed or
-interrupted conversion leaves nothing behind. OUT may be "-" for standard output.
+interrupted conversion leaves nothing behind. OUT may be "-" for standard output. OUT may not be IN.
 
 Exit codes: 0 success, 3 the image is rejected, 1 other errors.`,
 		Example: `  imagectl convert disk.vmdk.raw disk.qcow2
@@ -35,18 +39,29 @@ Exit codes: 0 success, 3 the image is rejected, 1 other errors.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.in, o.out = args[0], args[1]
-			return runConvert(cmd.Context(), o)
+			return runConvert(cmd, o)
 		},
 	}
 	addImageFlags(cmd, &o.imageFlags)
 	addSourceFlags(cmd, &o.sourceFlags)
 	cmd.Flags().StringVar(&o.to, "to", "qcow2", "output format: qcow2 or raw")
 	cmd.Flags().BoolVar(&o.sync, "sync", false, "flush OUT to disk before it appears (like qemu-img, the default leaves that to the kernel)")
+	addOutputFlag(cmd, &o.output, outputTable, outputJSON, outputYAML)
 	cmd.Flags().Int64Var(&o.clusterSize, "cluster-size", convert.DefaultClusterSize, "qcow2 output cluster size in bytes (512 to 2097152, a power of two)")
 	return cmd
 }
 
-func runConvert(ctx context.Context, o *convertOptions) error {
+func runConvert(cmd *cobra.Command, o *convertOptions) error {
+	ctx := cmd.Context()
+	if err := o.output.validate(); err != nil {
+		return err
+	}
+	if o.out == "-" && o.output.machine() {
+		return &usageError{errors.New("-o json and -o yaml need standard output, which OUT \"-\" takes for the disk")}
+	}
+	if err := refuseSameFile(o.in, o.out); err != nil {
+		return err
+	}
 	log := o.logger()
 	start := time.Now()
 	src, err := openSource(ctx, o.globalOptions, &o.sourceFlags, o.in, o.maxVirtualSize, false)
@@ -84,5 +99,29 @@ func runConvert(ctx context.Context, o *convertOptions) error {
 		return err
 	}
 	log.Debug("converted", "out", o.out, "bytes", size, "elapsed", time.Since(start))
+	res := api.ConvertResult{Output: o.out, Format: o.to, VirtualSize: img.Info().VirtualSize, FileSize: size}
+	// A converter is silent on success, as qemu-img and cp are.
+	return o.output.print(cmd.OutOrStdout(), res, func(io.Writer) error { return nil })
+}
+
+// refuseSameFile refuses to write out over in: the temporary file that
+// replaces OUT would replace the input, which is then lost if the
+// conversion is wrong. Two names of one file (a hard or symbolic link,
+// "./x" and "x") count as the same.
+func refuseSameFile(in, out string) error {
+	if in == "-" || out == "-" {
+		return nil
+	}
+	inInfo, err := os.Stat(in)
+	if err != nil {
+		return nil // not a local file (a URL), or missing: the source says so
+	}
+	outInfo, err := os.Stat(out)
+	if err != nil {
+		return nil
+	}
+	if os.SameFile(inInfo, outInfo) {
+		return &usageError{fmt.Errorf("OUT %s is the input file; write to another file and rename it if you mean to replace the input", out)}
+	}
 	return nil
 }

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"fmt"
+	"io"
+
+	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/spf13/cobra"
 )
 
@@ -8,6 +12,7 @@ type copyOptions struct {
 	*globalOptions
 	registryFlags
 	src, dst string
+	out      outputFlags
 }
 
 func newCopyCmd(g *globalOptions) *cobra.Command {
@@ -31,10 +36,14 @@ The registry flags apply to both registries. Prints DST@DIGEST.`,
 		},
 	}
 	addRegistryFlags(cmd, &o.registryFlags)
+	addOutputFlag(cmd, &o.out, resultFormats...)
 	return cmd
 }
 
 func runCopy(cmd *cobra.Command, o *copyOptions) error {
+	if err := o.out.validate(); err != nil {
+		return err
+	}
 	client, err := o.registryFlags.client(o.globalOptions)
 	if err != nil {
 		return err
@@ -51,5 +60,9 @@ func runCopy(cmd *cobra.Command, o *copyOptions) error {
 	if err != nil {
 		return err
 	}
-	return printText(cmd.OutOrStdout(), "%v\n", pinned)
+	res := api.CopyResult{Source: o.src, Reference: pinned.String(), Digest: pinned.DigestStr()}
+	return o.out.show(cmd.OutOrStdout(), view{data: res, names: []string{res.Reference}, table: func(w io.Writer, _ bool) error {
+		_, err := fmt.Fprintln(w, res.Reference)
+		return err
+	}})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 type deleteOptions struct {
@@ -16,6 +17,7 @@ type deleteOptions struct {
 	registryFlags
 	ref   string
 	force bool
+	out   outputFlags
 }
 
 func newDeleteCmd(g *globalOptions) *cobra.Command {
@@ -39,11 +41,15 @@ Blobs are freed by the registry's garbage collection.`,
 		},
 	}
 	addRegistryFlags(cmd, &o.registryFlags)
+	addOutputFlag(cmd, &o.out, resultFormats...)
 	cmd.Flags().BoolVar(&o.force, "force", false, "delete the image even when other tags name it (they are removed too)")
 	return cmd
 }
 
 func runDelete(cmd *cobra.Command, o *deleteOptions) error {
+	if err := o.out.validate(); err != nil {
+		return err
+	}
 	client, err := o.registryFlags.client(o.globalOptions)
 	if err != nil {
 		return err
@@ -60,11 +66,15 @@ func runDelete(cmd *cobra.Command, o *deleteOptions) error {
 	if err != nil {
 		return err
 	}
-	return textOutput{}.print(cmd.OutOrStdout(), deleted, func(w io.Writer) error {
+	res := api.DeleteResult{Reference: deleted.Digest.String(), Digest: deleted.Digest.DigestStr(), Untagged: deleted.Tags}
+	if res.Untagged == nil {
+		res.Untagged = []string{}
+	}
+	return o.out.show(cmd.OutOrStdout(), view{data: res, names: []string{res.Reference}, table: func(w io.Writer, _ bool) error {
 		if _, err := fmt.Fprintf(w, "deleted %s\n", deleted.Digest); err != nil || len(deleted.Tags) == 0 {
 			return err
 		}
 		_, err := fmt.Fprintf(w, "untagged %s\n", strings.Join(deleted.Tags, ", "))
 		return err
-	})
+	}})
 }

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 type exportOptions struct {
@@ -14,22 +19,25 @@ type exportOptions struct {
 	ref, file string
 	to        string
 	sync      bool
+	out       outputFlags
 }
 
 func newExportCmd(g *globalOptions) *cobra.Command {
 	o := &exportOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:   "export REGISTRY/TENANT/NAME:TAG FILE",
+		Use:   "export REGISTRY/TENANT/NAME:TAG FILE|-",
 		Short: "Pull a containerDisk and write its disk to a file",
 		Long: `Pulls the containerDisk REF, verifying every digest, and writes disk/disk.img to
 FILE: as it is, or converted with --to. The layer streams straight into a
 temporary file next to FILE; the disk is then validated like any untrusted
 image. FILE appears only once it is complete: a failure or a rejection
-leaves nothing behind.
+leaves nothing behind. FILE "-" writes the disk to standard output, once it
+is validated (it is held in a temporary file in $TMPDIR until then).
 
 Exit codes: 0 success, 3 the image or its disk is rejected, 1 other errors.`,
 		Example: `  imagectl export registry.example.com/acme/rhel:10 rhel.qcow2
-  imagectl export registry.example.com/acme/rhel@sha256:... rhel.raw --to raw`,
+  imagectl export registry.example.com/acme/rhel@sha256:... rhel.raw --to raw
+  imagectl export registry.example.com/acme/rhel:10 - --to raw | dd of=/dev/vdb bs=1M`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.ref, o.file = args[0], args[1]
@@ -39,11 +47,19 @@ Exit codes: 0 success, 3 the image or its disk is rejected, 1 other errors.`,
 	addRegistryFlags(cmd, &o.registryFlags)
 	cmd.Flags().StringVar(&o.to, "to", "", "format of FILE: qcow2 or raw (default: the disk's own format)")
 	cmd.Flags().BoolVar(&o.sync, "sync", false, "flush FILE to disk before it appears")
+	addOutputFlag(cmd, &o.out, resultFormats...)
 	return cmd
 }
 
 func runExport(cmd *cobra.Command, o *exportOptions) error {
 	ctx := cmd.Context()
+	if err := o.out.validate(); err != nil {
+		return err
+	}
+	toStdout := o.file == "-"
+	if toStdout && o.out.format != outputTable {
+		return &usageError{errors.New("FILE \"-\" takes standard output for the disk; -o prints nothing then")}
+	}
 	to := convert.Format(o.to)
 	if to != "" && to != convert.FormatQCOW2 && to != convert.FormatRaw {
 		return fmt.Errorf("unknown format %q for --to (qcow2 or raw)", o.to)
@@ -57,8 +73,18 @@ func runExport(cmd *cobra.Command, o *exportOptions) error {
 		return err
 	}
 
-	// The layer streams straight into the output's temporary file.
-	out, err := convert.CreateOutput(o.file, o.sync)
+	// The layer streams straight into the output's temporary file; for
+	// standard output, into one in a private temporary directory.
+	target := o.file
+	if toStdout {
+		dir, err := os.MkdirTemp("", "imagectl-export-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		target = filepath.Join(dir, "disk")
+	}
+	out, err := convert.CreateOutput(target, o.sync)
 	if err != nil {
 		return err
 	}
@@ -83,6 +109,9 @@ func runExport(cmd *cobra.Command, o *exportOptions) error {
 	if to == "" {
 		to = info.Format
 	}
+	if toStdout {
+		return writeStdout(cmd, img, out.File, disk.Size, to, info.Format)
+	}
 	if to == info.Format {
 		err = out.Commit()
 	} else {
@@ -91,8 +120,27 @@ func runExport(cmd *cobra.Command, o *exportOptions) error {
 	if err != nil {
 		return err
 	}
-	return printText(cmd.OutOrStdout(), "%s: %s, virtual size %s, from %s@%s\n",
-		o.file, to, humanBytes(info.VirtualSize), ref.Context(), disk.Digest)
+	pinned := ref.Context().Digest(disk.Digest).String()
+	res := api.ExportResult{File: o.file, Format: string(to), VirtualSize: info.VirtualSize, Reference: pinned}
+	return o.out.show(cmd.OutOrStdout(), view{data: res, names: []string{o.file}, table: func(w io.Writer, _ bool) error {
+		_, err := fmt.Fprintf(w, "%s: %s, virtual size %s, from %s\n", o.file, to, humanBytes(info.VirtualSize), pinned)
+		return err
+	}})
+}
+
+// writeStdout writes the validated disk in file (size bytes, format from)
+// to standard output in format to.
+func writeStdout(cmd *cobra.Command, img *convert.Image, file *os.File, size int64, to, from convert.Format) error {
+	w := cmd.OutOrStdout()
+	if to == from {
+		_, err := io.Copy(w, io.NewSectionReader(file, 0, size))
+		return err
+	}
+	plan, err := img.Plan(cmd.Context(), convert.Options{To: to})
+	if err != nil {
+		return err
+	}
+	return plan.Write(cmd.Context(), w)
 }
 
 // convert writes the disk to FILE in format to.

@@ -24,9 +24,24 @@ type registryFlags struct {
 	caFile        string
 	insecure      bool
 	chunkSize     int
+	// built is the client made from the flags, kept to explain the
+	// command's registry errors.
+	built *registry.Client
 }
 
+// addRegistryFlags adds the connection flags to cmd, and makes the
+// registry errors its RunE returns say in a sentence what is wrong and
+// what to do (registry.Client.Explain).
 func addRegistryFlags(cmd *cobra.Command, f *registryFlags) {
+	if run := cmd.RunE; run != nil {
+		cmd.RunE = func(c *cobra.Command, args []string) error {
+			err := run(c, args)
+			if f.built == nil {
+				return err
+			}
+			return f.built.Explain(err, errors.Is(err, registry.ErrResumable))
+		}
+	}
 	cmd.Flags().StringVar(&f.username, "username", "", "registry username (default: ~/.docker/config.json and credential helpers)")
 	cmd.Flags().BoolVar(&f.passwordStdin, "password-stdin", false, "read the registry password from standard input")
 	cmd.Flags().StringVar(&f.caFile, "ca-file", "", "PEM file of extra CA certificates to trust")
@@ -65,7 +80,9 @@ func (f *registryFlags) client(g *globalOptions) (*registry.Client, error) {
 		}
 		opts = append(opts, registry.WithBasicAuth(f.username, password))
 	}
-	return registry.New(opts...)
+	client, err := registry.New(opts...)
+	f.built = client
+	return client, err
 }
 
 // sourceFlags locate and check a source image (local, http(s), s3, stdin).

@@ -74,7 +74,7 @@ the same command again to resume).`,
 	f.StringVar(&o.preference, "default-preference", "", "default KubeVirt preference for VMs from this image")
 	f.StringVar(&o.osName, "os-name", "", "operating system name recorded in the annotations, e.g. fedora-41")
 	f.StringVar(&o.created, "created", "", `creation time to record: "now" or RFC 3339 (default none, which keeps images reproducible)`)
-	addOutputFlag(cmd, &o.out, outputText, outputJSON)
+	addOutputFlag(cmd, &o.out, resultFormats...)
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress bars")
 	return cmd
 }
@@ -135,10 +135,10 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	if result.Reused && !o.quiet && !o.out.machine() {
 		fmt.Fprintln(cmd.ErrOrStderr(), "an identical image was already in the repository; only the tag was written")
 	}
-	return o.out.print(cmd.OutOrStdout(), result, func(w io.Writer) error {
-		_, err := fmt.Fprintf(w, "%s@%s\n", result.Reference, result.Digest)
+	return o.out.show(cmd.OutOrStdout(), view{data: result, names: []string{result.Pinned}, table: func(w io.Writer, _ bool) error {
+		_, err := fmt.Fprintln(w, result.Pinned)
 		return err
-	})
+	}})
 }
 
 // importOptions turns the flags into the image's and the disk's options.

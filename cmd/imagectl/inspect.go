@@ -57,7 +57,7 @@ Exit codes: 0 the image is acceptable, 3 it is rejected, 1 other errors.`,
 	addImageFlags(cmd, &o.imageFlags)
 	addSourceFlags(cmd, &o.sourceFlags)
 	addRegistryFlags(cmd, &o.registryFlags)
-	addOutputFlag(cmd, &o.out, outputTable, outputJSON)
+	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
 	return cmd
 }
 

@@ -1,11 +1,15 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -19,14 +23,19 @@ type listOptions struct {
 func newListCmd(g *globalOptions) *cobra.Command {
 	o := &listOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:   "list REGISTRY/TENANT",
-		Short: "List a tenant's images: every tag of every repository",
-		Long: `Lists every tag of every repository under REGISTRY/TENANT with its digest and,
-for images imagepipe built, the disk's virtual size, format and creation time
-("-" where an image does not record them). Build-key tags are not shown.
+		Use:   "list REGISTRY/TENANT[/NAME]",
+		Short: "List the tags of a repository, or of every repository of a tenant",
+		Long: `Lists every tag of the repository REGISTRY/TENANT/NAME (like crane ls), or of
+every repository under REGISTRY/TENANT, with its digest and, for images
+imagepipe built, the disk's virtual size, format and creation time ("-" where
+an image does not record them). Build-key tags are not shown.
 
-The registry must offer the catalog API (/v2/_catalog) to the user.`,
-		Example: `  imagectl list registry.example.com/acme
+Listing a whole tenant needs the registry's catalog API (/v2/_catalog), which
+some registries (Harbor, GHCR) restrict; listing one repository does not.
+-o name prints one REGISTRY/TENANT/NAME:TAG per line; -o wide adds the full
+digest and the source's digest.`,
+		Example: `  imagectl list registry.example.com/acme/rhel
+  imagectl list registry.example.com/acme
   imagectl list registry.example.com/acme -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -35,7 +44,7 @@ The registry must offer the catalog API (/v2/_catalog) to the user.`,
 		},
 	}
 	addRegistryFlags(cmd, &o.registryFlags)
-	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
+	addOutputFlag(cmd, &o.out, listFormats...)
 	return cmd
 }
 
@@ -47,25 +56,61 @@ func runList(cmd *cobra.Command, o *listOptions) error {
 	if err != nil {
 		return err
 	}
-	reg, tenant, err := client.ParseTenant(o.tenant)
-	if err != nil {
-		return err
-	}
-	listings, err := client.List(cmd.Context(), reg, tenant)
+	listings, err := list(cmd, client, o.tenant)
 	if err != nil {
 		return err
 	}
 	if listings == nil {
 		listings = []api.ImageListing{} // [] rather than null
 	}
-	return o.out.print(cmd.OutOrStdout(), listings, table(func(tw *tabwriter.Writer) {
-		fmt.Fprintln(tw, "REPOSITORY\tTAG\tDIGEST\tVIRTUAL SIZE\tFORMAT\tCREATED")
+	names := make([]string, len(listings))
+	for i, l := range listings {
+		names[i] = l.Repository + ":" + l.Tag
+	}
+	return o.out.show(cmd.OutOrStdout(), view{data: listings, names: names, table: func(w io.Writer, wide bool) error {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		if wide {
+			fmt.Fprintln(tw, "REPOSITORY\tTAG\tDIGEST\tVIRTUAL SIZE\tFORMAT\tCREATED\tSOURCE DIGEST")
+		} else {
+			fmt.Fprintln(tw, "REPOSITORY\tTAG\tDIGEST\tVIRTUAL SIZE\tFORMAT\tCREATED")
+		}
 		for _, l := range listings {
 			size := "-"
 			if l.VirtualSize > 0 {
 				size = shortBytes(l.VirtualSize)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", l.Repository, l.Tag, shortDigest(l.Digest), size, orDash(l.DiskFormat), orDash(l.Created))
+			if wide {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", l.Repository, l.Tag, l.Digest, size, orDash(l.DiskFormat), orDash(l.Created), orDash(l.SourceDigest))
+			} else {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", l.Repository, l.Tag, shortDigest(l.Digest), size, orDash(l.DiskFormat), orDash(l.Created))
+			}
 		}
-	}))
+		return tw.Flush()
+	}})
+}
+
+// list lists one repository when target names one, else the tenant's
+// every repository through the catalog.
+func list(cmd *cobra.Command, client *registry.Client, target string) ([]api.ImageListing, error) {
+	last := target[strings.LastIndex(target, "/")+1:]
+	if strings.Contains(target, "@") || strings.Contains(target, "/") && strings.Contains(last, ":") {
+		return nil, &usageError{fmt.Errorf("list takes REGISTRY/TENANT or REGISTRY/TENANT/NAME, not a tag or digest: drop the :TAG or @DIGEST from %q, or use imagectl inspect docker://%s", target, target)}
+	}
+	reg, tenant, err := client.ParseTenant(target)
+	if err != nil {
+		repo, rerr := client.ParseRepository(target)
+		if rerr != nil {
+			return nil, err
+		}
+		if _, terr := registry.Tenant(repo); terr != nil {
+			return nil, terr
+		}
+		return client.ListRepository(cmd.Context(), repo)
+	}
+	listings, err := client.List(cmd.Context(), reg, tenant)
+	var cat *registry.CatalogError
+	if errors.As(err, &cat) {
+		return nil, &hintedError{client.Explain(err, false), fmt.Sprintf("the registry may restrict its catalog; list one repository instead: imagectl list %s/%s/NAME", cat.Registry, cat.Tenant)}
+	}
+	return listings, err
 }

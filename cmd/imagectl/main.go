@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
+	"github.com/imagepipe/imagepipe/pkg/api"
+	"github.com/spf13/cobra"
 )
 
 // Exit codes, documented in the README. An interrupted command exits with
@@ -25,13 +28,14 @@ const (
 
 func main() {
 	ctx, stop := interruptContext()
-	err := newRootCmd().ExecuteContext(ctx)
+	root := newRootCmd()
+	cmd, err := root.ExecuteContextC(ctx)
 	var intr *interruptedError
 	if cause := context.Cause(ctx); err != nil && errors.As(cause, &intr) && !errors.As(err, &intr) {
 		err = cause // whatever the command was doing when it was stopped
 	}
 	stop()
-	os.Exit(exitCode(err))
+	os.Exit(report(cmd, err))
 }
 
 // interruptContext is cancelled, with an *interruptedError as its cause,
@@ -77,8 +81,10 @@ func (e *interruptedError) Error() string {
 	return "interrupted"
 }
 
-// exitCode maps an error to the process exit code and prints it.
-func exitCode(err error) int {
+// report tells the user how cmd ended and returns the exit code: the
+// error and a hint on standard error and, when cmd was asked for -o json
+// or yaml, the error object (api.Failure) on standard output too.
+func report(cmd *cobra.Command, err error) int {
 	if err == nil {
 		return exitOK
 	}
@@ -86,22 +92,71 @@ func exitCode(err error) int {
 	if errors.As(err, &reported) {
 		return reported.code
 	}
-	fmt.Fprintln(os.Stderr, "imagectl:", err)
+	f := describe(err)
+	fmt.Fprintln(os.Stderr, "imagectl:", f.Message)
+	if f.Hint != "" {
+		fmt.Fprintln(os.Stderr, "hint:", f.Hint)
+	}
+	if cmd != nil {
+		if o := cmd.Flags().Lookup("output"); o != nil && (o.Value.String() == string(outputJSON) || o.Value.String() == string(outputYAML)) {
+			out := &outputFlags{format: outputFormat(o.Value.String())}
+			if perr := out.print(cmd.OutOrStdout(), api.Failure{Error: f}, nil); perr != nil {
+				fmt.Fprintln(os.Stderr, "imagectl: printing the error object:", perr)
+			}
+		}
+	}
+	return f.ExitCode
+}
+
+// describe sorts an error into its reason code, exit code and hint.
+func describe(err error) api.FailureDetail {
+	f := api.FailureDetail{Code: "error", Message: err.Error(), ExitCode: exitError}
 	var intr *interruptedError
-	if errors.As(err, &intr) {
-		return 128 + int(intr.sig)
+	var usage *usageError
+	switch re := reject.As(err); {
+	case errors.As(err, &intr):
+		f.Code, f.ExitCode, f.Resumable = "interrupted", 128+int(intr.sig), intr.resumable
+	case re != nil:
+		f.Code, f.ExitCode, f.Hint = string(re.Reason), exitRejected, hintFor(re.Reason)
+	case errors.As(err, &usage), registry.AsReferenceError(err) != nil:
+		f.Code = "usage"
+	case errors.Is(err, registry.ErrUnauthorized):
+		f.Code = "unauthorized"
+	case errors.Is(err, registry.ErrDenied):
+		f.Code = "denied"
+	case errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrTemplateNotFound):
+		f.Code = "not-found"
+	case errors.Is(err, registry.ErrUnreachable):
+		f.Code = "unreachable"
+	}
+	var hinted *hintedError
+	if errors.As(err, &hinted) {
+		f.Hint = hinted.hint
 	}
 	if errors.Is(err, registry.ErrResumable) {
-		fmt.Fprintln(os.Stderr, "hint: the upload is kept; run the same command again to resume it")
-	}
-	if re := reject.As(err); re != nil {
-		if hint := hintFor(re.Reason); hint != "" {
-			fmt.Fprintln(os.Stderr, "hint:", hint)
+		f.Resumable = true
+		if !strings.Contains(f.Message, "resume") {
+			f.Hint = "the upload is kept; run the same command again to resume it"
 		}
-		return exitRejected
 	}
-	return exitError
+	return f
 }
+
+// hintedError is an error with a suggestion of what to do about it.
+type hintedError struct {
+	err  error
+	hint string
+}
+
+func (e *hintedError) Error() string { return e.err.Error() }
+func (e *hintedError) Unwrap() error { return e.err }
+
+// usageError is a command line imagectl cannot run: an unknown flag or
+// command, a wrong number of arguments, a flag value out of range.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
 
 // reportedError is an outcome already shown to the user (e.g. a rejection
 // printed as part of an inspect report) that only sets the exit code.

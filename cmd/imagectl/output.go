@@ -15,13 +15,27 @@ import (
 // outputFormat is a value of the -o flag.
 type outputFormat string
 
-// The output formats. json and yaml print the pkg/api model (field names as
-// in JSON); table and text are for people.
+// The output formats, one set for every command (each offers those that
+// make sense for it): table for people, wide a table with more columns,
+// json and yaml the pkg/api model (field names as in JSON), name one
+// reference or kind/name per line, as kubectl's -o name.
 const (
 	outputTable outputFormat = "table"
-	outputText  outputFormat = "text"
+	outputWide  outputFormat = "wide"
 	outputJSON  outputFormat = "json"
 	outputYAML  outputFormat = "yaml"
+	outputName  outputFormat = "name"
+	// outputText is the old name of table for import and inspect; it is
+	// still accepted where table is offered, and not listed.
+	outputText outputFormat = "text"
+)
+
+// Format sets the commands offer.
+var (
+	// resultFormats suit a command whose result is one object.
+	resultFormats = []outputFormat{outputTable, outputJSON, outputYAML, outputName}
+	// listFormats suit a command that lists objects.
+	listFormats = []outputFormat{outputTable, outputWide, outputJSON, outputYAML, outputName}
 )
 
 // outputFlags is the one -o/--output flag group of imagectl, after oras's
@@ -60,6 +74,9 @@ func (o *outputFlags) validate() error {
 	if o.format == "" && o.defaultFor != nil {
 		o.format = o.defaultFor()
 	}
+	if o.format == outputText && slices.Contains(o.allowed, outputTable) {
+		o.format = outputTable
+	}
 	if slices.Contains(o.allowed, o.format) {
 		return nil
 	}
@@ -83,22 +100,44 @@ var (
 )
 
 // print writes v as JSON or YAML, or calls human for the table or text
-// form.
+// form; for commands that offer neither wide nor name.
 func (o *outputFlags) print(w io.Writer, v any, human func(w io.Writer) error) error {
+	return o.show(w, view{data: v, table: func(w io.Writer, _ bool) error { return human(w) }})
+}
+
+// view is what a command prints, in each of its forms.
+type view struct {
+	// data is printed as JSON or YAML.
+	data any
+	// names are printed one per line for -o name.
+	names []string
+	// table prints the human form; wide asks for the extra columns.
+	table func(w io.Writer, wide bool) error
+}
+
+// show prints v in the chosen format.
+func (o *outputFlags) show(w io.Writer, r view) error {
 	switch o.format {
 	case outputJSON:
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(v)
+		return enc.Encode(r.data)
 	case outputYAML:
-		b, err := yaml.Marshal(v)
+		b, err := yaml.Marshal(r.data)
 		if err != nil {
 			return err
 		}
 		_, err = w.Write(b)
 		return err
+	case outputName:
+		for _, n := range r.names {
+			if _, err := fmt.Fprintln(w, n); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	return human(w)
+	return r.table(w, o.format == outputWide)
 }
 
 // textOutput is the printer of commands without -o: they print their

@@ -50,7 +50,25 @@ Exit codes: 0 success, 1 error, 3 the image was rejected by validation,
 		}
 	}
 	root.SetHelpCommand(newHelpCmd())
+	markUsageErrors(root)
 	return root
+}
+
+// markUsageErrors makes the flag and argument errors of cmd and every
+// command below it usageErrors, which -o json reports with code "usage".
+func markUsageErrors(cmd *cobra.Command) {
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	if args := cmd.Args; args != nil {
+		cmd.Args = func(c *cobra.Command, a []string) error {
+			if err := args(c, a); err != nil {
+				return &usageError{err}
+			}
+			return nil
+		}
+	}
+	for _, c := range cmd.Commands() {
+		markUsageErrors(c)
+	}
 }
 
 // newHelpCmd is "imagectl help [COMMAND...]": cobra's, except that an

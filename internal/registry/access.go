@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 )
@@ -27,15 +26,6 @@ const checkPushTimeout = 30 * time.Second
 func (c *Client) CheckPush(ctx context.Context, repo name.Repository) error {
 	ctx, cancel := context.WithTimeout(ctx, checkPushTimeout)
 	defer cancel()
-	host := repo.RegistryStr()
-	auth, err := c.authenticator(repo.Registry)
-	if err != nil {
-		return err
-	}
-	user := ""
-	if cfg, err := auth.Authorization(); err == nil {
-		user = cfg.Username
-	}
 	explain := func(err error) error {
 		if err == nil {
 			return nil
@@ -43,16 +33,9 @@ func (c *Client) CheckPush(ctx context.Context, repo name.Repository) error {
 		if ctx.Err() != nil && context.Cause(ctx) != nil && !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 			return context.Cause(ctx)
 		}
-		var terr *transport.Error
-		switch {
-		case unreachable(err):
-			return fmt.Errorf("registry %s unreachable: %w", host, err)
-		case errors.As(err, &terr) && terr.StatusCode == http.StatusUnauthorized && auth == authn.Anonymous:
-			return fmt.Errorf("registry %s wants credentials: log in (docker login %s) or pass --username and --password-stdin: %w", host, host, err)
-		case errors.As(err, &terr) && terr.StatusCode == http.StatusUnauthorized:
-			return fmt.Errorf("wrong credentials for %s: the registry refused user %q: %w", host, user, err)
-		case errors.As(err, &terr) && terr.StatusCode == http.StatusForbidden:
-			return fmt.Errorf("user %q may not push to %s: %w", user, repo, err)
+		var failure *Failure
+		if err := c.Explain(err, false); errors.As(err, &failure) {
+			return err
 		}
 		return fmt.Errorf("checking that %s accepts a push: %w", repo, err)
 	}

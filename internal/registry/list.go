@@ -39,7 +39,7 @@ func (c *Client) List(ctx context.Context, reg name.Registry, tenant string) ([]
 	}
 	catalog, err := remote.Catalog(gctx, reg, ropts...)
 	if err != nil {
-		return nil, fmt.Errorf("listing the repositories of %s: %w", reg, err)
+		return nil, &CatalogError{Registry: reg.String(), Tenant: tenant, Err: err}
 	}
 	var repos []name.Repository
 	for _, r := range catalog {
@@ -60,6 +60,27 @@ func (c *Client) List(ctx context.Context, reg name.Registry, tenant string) ([]
 		return nil, err
 	}
 
+	return c.describeAll(ctx, reg, repos, tags)
+}
+
+// ListRepository returns every tag of repo, sorted, without the build-key
+// tags, described like List's. It needs no catalog API, which registries
+// such as Harbor and GHCR restrict.
+func (c *Client) ListRepository(ctx context.Context, repo name.Repository) ([]api.ImageListing, error) {
+	ropts, err := c.remoteOptions(ctx, repo.Registry)
+	if err != nil {
+		return nil, err
+	}
+	tags, err := listTags(repo, ropts)
+	if err != nil {
+		return nil, err
+	}
+	return c.describeAll(ctx, repo.Registry, []name.Repository{repo}, [][]string{tags})
+}
+
+// describeAll describes tags[i] of each repos[i], with up to
+// listConcurrency requests at a time, sorted by repository and tag.
+func (c *Client) describeAll(ctx context.Context, reg name.Registry, repos []name.Repository, tags [][]string) ([]api.ImageListing, error) {
 	var listings []api.ImageListing
 	var refs []name.Tag
 	for i, repo := range repos {
@@ -68,9 +89,10 @@ func (c *Client) List(ctx context.Context, reg name.Registry, tenant string) ([]
 			refs = append(refs, repo.Tag(tag))
 		}
 	}
-	g, gctx = errgroup.WithContext(ctx)
+	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(listConcurrency)
-	if ropts, err = c.remoteOptions(gctx, reg); err != nil {
+	ropts, err := c.remoteOptions(gctx, reg)
+	if err != nil {
 		return nil, err
 	}
 	for i := range listings {
@@ -84,6 +106,19 @@ func (c *Client) List(ctx context.Context, reg name.Registry, tenant string) ([]
 	})
 	return listings, nil
 }
+
+// CatalogError is List's failure to read the registry's catalog, which
+// many registries restrict; listing one repository needs no catalog.
+type CatalogError struct {
+	Registry, Tenant string
+	Err              error
+}
+
+func (e *CatalogError) Error() string {
+	return fmt.Sprintf("listing the repositories of %s: %v", e.Registry, e.Err)
+}
+
+func (e *CatalogError) Unwrap() error { return e.Err }
 
 // listTags lists a repository's tags without the build-key tags. A
 // repository the catalog still names but that holds no tag has none.

@@ -475,16 +475,6 @@ func (c *Client) blobExists(ctx context.Context, client *http.Client, base *url.
 	return false, transport.CheckError(resp, http.StatusOK)
 }
 
-// hasCode reports whether the registry's error response carries code.
-func hasCode(e *transport.Error, code transport.ErrorCode) bool {
-	for _, d := range e.Errors {
-		if d.Code == code {
-			return true
-		}
-	}
-	return false
-}
-
 // retryableStatus: 408, 429 and 5xx are worth another try.
 func retryableStatus(code int) bool {
 	return code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500

@@ -72,3 +72,50 @@ type ImportResult struct {
 // neither writes nor trusts such tags now and refuses them as a
 // destination; listings hide them and syncers ignore them.
 const BuildKeyTagPrefix = "imagepipe-build-"
+
+// ConvertResult is what `imagectl convert -o json` prints.
+type ConvertResult struct {
+	// Output is the file written.
+	Output string `json:"output"`
+	// Format is its format: qcow2 or raw.
+	Format string `json:"format"`
+	// VirtualSize is the guest disk size in bytes.
+	VirtualSize int64 `json:"virtualSize"`
+	// FileSize is the size of the file written, in bytes (for a sparse
+	// raw file, its apparent size).
+	FileSize int64 `json:"fileSize"`
+}
+
+// ExportResult is what `imagectl export -o json` prints.
+type ExportResult struct {
+	// File is the file written.
+	File string `json:"file"`
+	// Format is its format: qcow2 or raw.
+	Format string `json:"format"`
+	// VirtualSize is the guest disk size in bytes.
+	VirtualSize int64 `json:"virtualSize"`
+	// Reference is the image read, pinned by digest
+	// ("registry/acme/rhel@sha256:...").
+	Reference string `json:"reference"`
+}
+
+// CopyResult is what `imagectl copy -o json` prints.
+type CopyResult struct {
+	// Source is the reference copied from, as given.
+	Source string `json:"source"`
+	// Reference is where the image now is, pinned by its digest
+	// ("registry/acme/rhel@sha256:...").
+	Reference string `json:"reference"`
+	// Digest is the manifest digest, the same on both sides.
+	Digest string `json:"digest"`
+}
+
+// DeleteResult is what `imagectl delete -o json` prints.
+type DeleteResult struct {
+	// Reference is the manifest deleted, pinned by digest.
+	Reference string `json:"reference"`
+	// Digest is its digest.
+	Digest string `json:"digest"`
+	// Untagged are the tags the registry removed with it.
+	Untagged []string `json:"untagged"`
+}

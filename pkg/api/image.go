@@ -43,3 +43,28 @@ type Rejection struct {
 	// Message is a sentence for people.
 	Message string `json:"message"`
 }
+
+// Failure is what a command that fails prints on standard output under
+// -o json or -o yaml, so that a script reading its output learns why; the
+// message goes to standard error as well.
+type Failure struct {
+	Error FailureDetail `json:"error"`
+}
+
+// FailureDetail describes why a command failed.
+type FailureDetail struct {
+	// Code is a stable, machine-readable reason: a rejection code (see
+	// Rejection) when validation refused the input, else one of
+	// "usage", "not-found", "unauthorized", "denied", "unreachable",
+	// "interrupted" or "error".
+	Code string `json:"code"`
+	// Message is the error as imagectl prints it.
+	Message string `json:"message"`
+	// Hint says what to do about it, when imagectl knows.
+	Hint string `json:"hint,omitempty"`
+	// Resumable says that running the same command again continues the
+	// work instead of starting over.
+	Resumable bool `json:"resumable,omitempty"`
+	// ExitCode is the process's exit status.
+	ExitCode int `json:"exitCode"`
+}

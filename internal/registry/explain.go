@@ -1,0 +1,164 @@
+package registry
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+)
+
+// Kinds of registry failure, matched with errors.Is on what Explain
+// returns.
+var (
+	// ErrUnauthorized: the registry wants credentials, or refused the
+	// ones given.
+	ErrUnauthorized = errors.New("unauthorized")
+	// ErrDenied: the credentials are valid but may not do this.
+	ErrDenied = errors.New("denied")
+	// ErrNotFound: no such repository, tag, manifest or blob.
+	ErrNotFound = errors.New("not found")
+	// ErrUnreachable: no connection to the registry.
+	ErrUnreachable = errors.New("unreachable")
+)
+
+// Failure is a registry error explained in one sentence for people: the
+// host, what went wrong and what to do. It keeps the original error for
+// errors.Is and errors.As, but not its text, which is the registry's raw
+// body (Go map dumps, upload URLs of hundreds of characters).
+type Failure struct {
+	kind error
+	msg  string
+	err  error
+}
+
+func (f *Failure) Error() string { return f.msg }
+
+// Unwrap gives the kind (ErrUnauthorized, ...) and the original error.
+func (f *Failure) Unwrap() []error { return []error{f.kind, f.err} }
+
+// Explain turns a registry error that err carries into a Failure: missing
+// or wrong credentials, access denied, something not found, a registry
+// unreachable. Other errors, and nil, are returned as they are. resumable
+// says that the caller keeps its work, so running the same command again
+// continues it.
+func (c *Client) Explain(err error, resumable bool) error {
+	var done *Failure
+	if err == nil || errors.As(err, &done) {
+		return err
+	}
+	again := "then run the same command again"
+	if resumable {
+		again = "then run the same command again to resume"
+	}
+	var terr *transport.Error
+	if errors.As(err, &terr) {
+		host := ""
+		if terr.Request != nil {
+			host = terr.Request.URL.Host
+		}
+		switch {
+		case terr.StatusCode == http.StatusUnauthorized:
+			user := c.userFor(host)
+			if user == "" {
+				return &Failure{ErrUnauthorized, fmt.Sprintf("registry %s wants credentials: run imagectl login %s, or pass --username and --password-stdin", host, host), err}
+			}
+			return &Failure{ErrUnauthorized, fmt.Sprintf("wrong credentials for %s: it refused user %q; run imagectl login %s again", host, user, host), err}
+		case terr.StatusCode == http.StatusForbidden || hasCode(terr, transport.DeniedErrorCode):
+			return &Failure{ErrDenied, fmt.Sprintf("registry %s denied user %q access to %s", host, c.userFor(host), what(terr)), err}
+		case terr.StatusCode == http.StatusNotFound || hasCode(terr, transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode, transport.BlobUnknownErrorCode):
+			return &Failure{ErrNotFound, fmt.Sprintf("%s not found", what(terr)), err}
+		}
+		return err
+	}
+	if unreachable(err) {
+		host, cause := dialTarget(err)
+		return &Failure{ErrUnreachable, fmt.Sprintf("registry %s unreachable (%s); %s", host, cause, again), err}
+	}
+	return err
+}
+
+// userFor is the user name this client sends to host, "" for none.
+func (c *Client) userFor(host string) string {
+	reg, err := name.NewRegistry(host, c.nameOptions()...)
+	if err != nil {
+		return ""
+	}
+	auth, err := c.authenticator(reg)
+	if err != nil || auth == authn.Anonymous {
+		return ""
+	}
+	cfg, err := auth.Authorization()
+	if err != nil {
+		return ""
+	}
+	return cfg.Username
+}
+
+// hasCode reports whether the registry's error response carries one of
+// codes.
+func hasCode(terr *transport.Error, codes ...transport.ErrorCode) bool {
+	for _, d := range terr.Errors {
+		for _, c := range codes {
+			if d.Code == c {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// what names the object a failed request was about, from its URL path:
+// HOST/REPO:TAG or HOST/REPO@DIGEST for a manifest, "blob DIGEST of
+// HOST/REPO" for a blob, HOST/REPO for anything else under /v2/REPO/.
+func what(terr *transport.Error) string {
+	if terr.Request == nil {
+		return "the object"
+	}
+	host, path := terr.Request.URL.Host, strings.TrimPrefix(terr.Request.URL.Path, "/v2/")
+	for _, sep := range []string{"/manifests/", "/blobs/", "/tags/", "/referrers/"} {
+		repo, ref, ok := strings.Cut(path, sep)
+		if !ok {
+			continue
+		}
+		switch {
+		case sep == "/manifests/" && strings.Contains(ref, ":"):
+			return host + "/" + repo + "@" + ref
+		case sep == "/manifests/":
+			return host + "/" + repo + ":" + ref
+		case sep == "/blobs/" && !strings.HasPrefix(ref, "uploads"):
+			return "blob " + ref + " of " + host + "/" + repo
+		}
+		return host + "/" + repo
+	}
+	return host
+}
+
+// dialTarget is the address a failed connection was for and the cause in
+// a few words ("connection refused", "no such host").
+func dialTarget(err error) (addr, cause string) {
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return dnsErr.Name, "no such host"
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) {
+		if opErr.Addr != nil {
+			addr = opErr.Addr.String()
+		}
+		cause = opErr.Err.Error()
+		var sys *net.OpError
+		if errors.As(opErr.Err, &sys) {
+			cause = sys.Err.Error()
+		}
+		if i := strings.LastIndex(cause, ": "); i >= 0 {
+			cause = cause[i+2:]
+		}
+		return addr, cause
+	}
+	return "", "no answer in time"
+}

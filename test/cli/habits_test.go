@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/imagepipe/imagepipe/pkg/api"
+	"github.com/imagepipe/imagepipe/test/harness"
+	"github.com/imagepipe/imagepipe/test/testenv"
+)
+
+// imagectl runs imagectl with a private docker config directory, so that
+// no credential of the machine's user leaks into the test, and the given
+// standard input.
+func imagectl(t *testing.T, dockerConfig, stdin string, args ...string) testenv.Result {
+	t.Helper()
+	return testenv.RunCommand(t, testenv.Command{
+		Name:  testenv.Imagectl,
+		Args:  args,
+		Env:   []string{"DOCKER_CONFIG=" + dockerConfig, "IMAGEPIPE_CACHE=" + filepath.Join(dockerConfig, "cache")},
+		Stdin: stdin,
+	})
+}
+
+// failure decodes the JSON error object a failing command prints under -o json.
+func failure(t *testing.T, r testenv.Result) api.FailureDetail {
+	t.Helper()
+	var f api.Failure
+	if err := json.Unmarshal([]byte(r.Stdout), &f); err != nil {
+		t.Fatalf("stdout of a failing command under -o json is not an error object: %v\n%s", err, r.Stdout)
+	}
+	if f.Error.ExitCode != r.Code {
+		t.Errorf("error object says exit code %d; the process exited %d", f.Error.ExitCode, r.Code)
+	}
+	return f.Error
+}
+
+// TestRegistryErrorsSayWhyAndWhatToDo: credentials missing or wrong and an
+// unreachable registry each get one sentence naming the host and the way
+// out, never the registry's raw error body, and a reason code under -o json.
+func TestRegistryErrorsSayWhyAndWhatToDo(t *testing.T) {
+	testenv.RequireQEMU(t)
+	dir := t.TempDir()
+	disk := validQCOW2(t, dir, false)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Username: "tenant", Password: "s3cret"})
+	repo := reg.Host + "/acme/disk"
+	ref := repo + ":1"
+	cfg := t.TempDir()
+
+	if r := imagectl(t, cfg, "s3cret\n", "import", disk, ref, "--username", "tenant", "--password-stdin"); r.Code != 0 {
+		t.Fatalf("import with the right credentials: exit %d\n%s", r.Code, r.Stderr)
+	}
+
+	cases := []struct {
+		name  string
+		args  []string
+		stdin string
+		code  string
+		say   []string
+	}{
+		{"no credentials", []string{"list", repo}, "", "unauthorized",
+			[]string{reg.Host + " wants credentials", "imagectl login " + reg.Host}},
+		{"wrong password", []string{"list", repo, "--username", "tenant", "--password-stdin"}, "wrong\n", "unauthorized",
+			[]string{"wrong credentials for " + reg.Host}},
+		{"wrong password, export", []string{"export", ref, filepath.Join(dir, "out.qcow2"), "--username", "tenant", "--password-stdin"}, "wrong\n", "unauthorized",
+			[]string{"wrong credentials for " + reg.Host}},
+		{"missing tag", []string{"export", ref + "-nope", filepath.Join(dir, "out.qcow2"), "--username", "tenant", "--password-stdin"}, "s3cret\n", "not-found",
+			[]string{ref + "-nope", "not found"}},
+		{"unreachable", []string{"list", "127.0.0.1:1/acme/disk"}, "", "unreachable",
+			[]string{"127.0.0.1:1", "unreachable"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := imagectl(t, cfg, c.stdin, c.args...)
+			if r.Code != 1 {
+				t.Fatalf("exit %d, want 1\n%s", r.Code, r.Stderr)
+			}
+			for _, s := range c.say {
+				if !strings.Contains(r.Stderr, s) {
+					t.Errorf("stderr does not say %q:\n%s", s, r.Stderr)
+				}
+			}
+			for _, noise := range []string{"map[", "_state=", "Class:"} {
+				if strings.Contains(r.Stderr, noise) {
+					t.Errorf("stderr carries the registry's raw error (%q):\n%s", noise, r.Stderr)
+				}
+			}
+			r = imagectl(t, cfg, c.stdin, append(c.args, "-o", "json")...)
+			if f := failure(t, r); f.Code != c.code {
+				t.Errorf("error code %q, want %q (%+v)", f.Code, c.code, f)
+			}
+		})
+	}
+}
