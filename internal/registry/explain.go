@@ -69,7 +69,16 @@ func (c *Client) Explain(err error, resumable bool) error {
 			}
 			return &Failure{ErrUnauthorized, fmt.Sprintf("wrong credentials for %s: it refused user %q; run imagectl login %s again", host, user, host), err}
 		case terr.StatusCode == http.StatusForbidden || hasCode(terr, transport.DeniedErrorCode):
-			return &Failure{ErrDenied, fmt.Sprintf("registry %s denied user %q access to %s", host, c.userFor(host), what(terr)), err}
+			verb := "pull"
+			if terr.Request != nil {
+				switch terr.Request.Method {
+				case http.MethodPost, http.MethodPut, http.MethodPatch:
+					verb = "push to"
+				case http.MethodDelete:
+					verb = "delete"
+				}
+			}
+			return &Failure{ErrDenied, fmt.Sprintf("user %q may not %s %s", c.userFor(host), verb, what(terr)), err}
 		case terr.StatusCode == http.StatusNotFound || hasCode(terr, transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode, transport.BlobUnknownErrorCode):
 			return &Failure{ErrNotFound, fmt.Sprintf("%s not found", what(terr)), err}
 		}
