@@ -43,7 +43,7 @@ func statusEvents(before, after *v1alpha1.BaseImageStatus) []statusEvent {
 	if rej := meta.FindStatusCondition(after.Conditions, v1alpha1.ConditionRejected); rej != nil && rej.Status == "True" {
 		was := meta.IsStatusConditionTrue(before.Conditions, v1alpha1.ConditionRejected) && before.ObservedDigest == after.ObservedDigest
 		if !was {
-			out = append(out, statusEvent{corev1.EventTypeWarning, rej.Reason, rej.Message + "; digest " + after.ObservedDigest})
+			out = append(out, statusEvent{corev1.EventTypeWarning, rej.Reason, "digest " + after.ObservedDigest + ": " + rej.Message})
 		}
 	}
 	sameDigest := before.ObservedDigest == after.ObservedDigest

@@ -37,14 +37,14 @@ func TestStatusEventsOnePerTransition(t *testing.T) {
 	}{
 		"new digest rejected": {
 			st(v1alpha1.PhasePending, "", 0), st(v1alpha1.PhaseRejected, d1, 0, rejected),
-			[]statusEvent{{"Warning", "BackingFile", rejected.Message + "; digest " + d1}},
+			[]statusEvent{{"Warning", "BackingFile", "digest " + d1 + ": " + rejected.Message}},
 		},
 		"rejected again, same digest": {
 			st(v1alpha1.PhaseRejected, d1, 0, rejected), st(v1alpha1.PhaseRejected, d1, 0, rejected), nil,
 		},
 		"a rejected tag moves to another rejected digest": {
 			st(v1alpha1.PhaseRejected, d1, 0, rejected), st(v1alpha1.PhaseRejected, d2, 0, rejected),
-			[]statusEvent{{"Warning", "BackingFile", rejected.Message + "; digest " + d2}},
+			[]statusEvent{{"Warning", "BackingFile", "digest " + d2 + ": " + rejected.Message}},
 		},
 		"validated and importing": {
 			st(v1alpha1.PhasePending, "", 0), st(v1alpha1.PhaseImporting, d1, 0, validated, importing), nil,
