@@ -6,13 +6,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	stdlog "log"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/imagepipe/imagepipe/internal/version"
 )
 
 // TestLoggingOneFormat: after setUpLogging, what client-go and
@@ -92,5 +96,38 @@ func TestLoggingOneFormat(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFatalErrorIsALogLine: an error that stops the syncer once logging is
+// set up is its last log line, in the log format and with the version, and
+// main is told not to print it again; a mistake in the flags, found
+// before, is not logged.
+func TestFatalErrorIsALogLine(t *testing.T) {
+	t.Cleanup(func() { klog.ClearLogger() })
+	missing := filepath.Join(t.TempDir(), "missing")
+	cmd := newRootCmd()
+	var stderr bytes.Buffer
+	cmd.SetErr(&stderr)
+	cmd.SetArgs([]string{"--registry", "r.example.com", "--webhook-listen", "", "--metrics-listen", "0", "--health-listen", "0", "--kubeconfig", missing})
+	err := cmd.Execute()
+	if !errors.As(err, new(loggedError)) {
+		t.Fatalf("error %v is not marked as logged", err)
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	var rec map[string]any
+	if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &rec) != nil {
+		t.Fatalf("stderr is not one JSON line:\n%s", stderr.String())
+	}
+	if rec["level"] != "ERROR" || rec["version"] != version.Get().Version || !strings.Contains(fmt.Sprint(rec["error"]), "(--kubeconfig): stat "+missing) {
+		t.Errorf("the error line %v lacks level ERROR, the version or the error", rec)
+	}
+
+	cmd = newRootCmd()
+	stderr.Reset()
+	cmd.SetErr(&stderr)
+	cmd.SetArgs([]string{"--webhook-listen", ""})
+	if err := cmd.Execute(); err == nil || errors.As(err, new(loggedError)) || stderr.Len() != 0 {
+		t.Errorf("a missing --registry: error %v, stderr %q; want a plain error for main to print", err, stderr.String())
 	}
 }

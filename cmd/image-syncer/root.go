@@ -82,7 +82,7 @@ the first log line says which, and which build runs:
 			if err := o.validate(); err != nil {
 				return err
 			}
-			return run(cmd.Context(), o)
+			return run(cmd.Context(), o, cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()

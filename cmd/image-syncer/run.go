@@ -43,10 +43,11 @@ const maxSecretFile = 64 << 10
 // that main exits without printing it again.
 type loggedError struct{ error }
 
-// run sets up logging and runs the syncer until ctx ends. An error is
-// logged as the last line, with the version, and returned as a loggedError.
-func run(ctx context.Context, o *options) error {
-	log := o.setUpLogging(os.Stderr)
+// run sets up logging to stderr and runs the syncer until ctx ends. An
+// error is logged as the last line, with the version, and returned as a
+// loggedError.
+func run(ctx context.Context, o *options, stderr io.Writer) error {
+	log := o.setUpLogging(stderr)
 	if err := serve(ctx, o, log); err != nil {
 		log.Error("image-syncer stopped on an error", "error", err, "version", version.Get().Version)
 		return loggedError{err}
