@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -17,7 +18,11 @@ func main() {
 	err := newRootCmd().ExecuteContext(ctx)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "image-syncer:", err)
+		// Once logging is set up, run logs its error itself, in the log
+		// format; errors in the flags come before that and are plain text.
+		if !errors.As(err, new(loggedError)) {
+			fmt.Fprintln(os.Stderr, "image-syncer:", err)
+		}
 		os.Exit(1)
 	}
 }

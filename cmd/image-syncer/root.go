@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/imagepipe/imagepipe/internal/hub"
+	"github.com/imagepipe/imagepipe/internal/version"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
 
@@ -61,7 +61,15 @@ central registry from webhooks and from polling, revalidates each one, and
 makes it a BaseImage with a digest-pinned CDI DataVolume and a DataSource.
 
 Every flag can also be set in a YAML file given with --config, whose keys
-are the flag names (poll-interval: 5m); the command line wins.`,
+are the flag names (poll-interval: 5m); the command line wins.
+
+Where the syncer looks, in order; the first source that is set wins, and
+the first log line says which, and which build runs:
+
+    hub kubeconfig:          ` + kubeconfigOrder() + `
+    leader lease namespace:  --leader-election-namespace, $` + podNamespaceEnv + `,
+                             the pod's service account namespace, ` + defaultLeaderElectionNamespace,
+		Version:       version.Get().String(),
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
@@ -74,12 +82,12 @@ are the flag names (poll-interval: 5m); the command line wins.`,
 			if err := o.validate(); err != nil {
 				return err
 			}
-			return run(cmd.Context(), o)
+			return run(cmd.Context(), o, cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "YAML file setting any of these flags by name")
-	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the hub (default: in-cluster, then $KUBECONFIG)")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the hub (default: the first of "+strings.Join(kubeconfigSourceNames()[1:], ", then ")+")")
 	f.StringVar(&o.registry, "registry", "", "central registry HOST[:PORT] (required)")
 	f.StringVar(&o.registryCAFile, "registry-ca-file", "", "PEM CA bundle of the registry; also copied into tenant namespaces for CDI")
 	f.BoolVar(&o.registryInsecure, "registry-insecure", false, "use plain HTTP or skip TLS verification (127.0.0.1 and localhost use HTTP without it)")
@@ -104,7 +112,7 @@ are the flag names (poll-interval: 5m); the command line wins.`,
 	f.StringVar(&o.metricsListen, "metrics-listen", ":9090", "address of the Prometheus /metrics endpoint; 0 disables it")
 	f.StringVar(&o.healthListen, "health-listen", ":8081", "address of /healthz and /readyz; 0 disables them")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "run one active replica at a time (webhooks are accepted by all)")
-	f.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader lease (default: the pod's namespace)")
+	f.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader lease (default: $"+podNamespaceEnv+", then the pod's service account namespace, then "+defaultLeaderElectionNamespace+")")
 	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take")
@@ -169,13 +177,4 @@ func (o *options) level() (slog.Level, error) {
 		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
 	}
 	return l, nil
-}
-
-func (o *options) logger() *slog.Logger {
-	level, _ := o.level()
-	hopts := &slog.HandlerOptions{Level: level}
-	if o.logFormat == "text" {
-		return slog.New(slog.NewTextHandler(os.Stderr, hopts))
-	}
-	return slog.New(slog.NewJSONHandler(os.Stderr, hopts))
 }

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,7 +21,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,18 +32,35 @@ import (
 	"github.com/imagepipe/imagepipe/internal/hub"
 	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/version"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
 
 // maxSecretFile bounds the token and docker config files read.
 const maxSecretFile = 64 << 10
 
-// run wires the syncer: registry client, hub manager, intake workers and
-// webhook on every replica, poller and reconciler on the leader only.
-func run(ctx context.Context, o *options) error {
-	log := o.logger()
-	ctrl.SetLogger(logr.FromSlogHandler(log.Handler()))
+// loggedError is an error run has already logged, in the log format, so
+// that main exits without printing it again.
+type loggedError struct{ error }
 
+// run sets up logging to stderr and runs the syncer until ctx ends. An
+// error is logged as the last line, with the version, and returned as a
+// loggedError.
+func run(ctx context.Context, o *options, stderr io.Writer) error {
+	log := o.setUpLogging(stderr)
+	if err := serve(ctx, o, log); err != nil {
+		log.Error("image-syncer stopped on an error", "error", err, "version", version.Get().Version)
+		return loggedError{err}
+	}
+	log.Info("image-syncer stopped")
+	return nil
+}
+
+// serve wires the syncer: registry client, hub manager, intake workers and
+// webhook on every replica, poller and reconciler on the leader only. Its
+// first log line says which build runs, which kubeconfig it read and where
+// the leader lease lives and why.
+func serve(ctx context.Context, o *options, log *slog.Logger) error {
 	reg, err := name.NewRegistry(o.registry)
 	if err != nil {
 		return fmt.Errorf("--registry %q: %w", o.registry, err)
@@ -55,10 +70,24 @@ func run(ctx context.Context, o *options) error {
 	if err != nil {
 		return fmt.Errorf("registering metrics: %w", err)
 	}
-	cfg, err := restConfig(o.kubeconfig)
+	cfg, kubeconfig, err := restConfig(o.kubeconfig)
 	if err != nil {
 		return err
 	}
+	build := version.Get()
+	start := []any{
+		"version", build.Version, "commit", build.Commit, "modified", build.Modified, "goVersion", build.GoVersion, "platform", build.Platform,
+		"registry", reg.RegistryStr(), "hub", cfg.Host, "kubeconfig", kubeconfig, "leaderElection", o.leaderElect,
+	}
+	if o.leaderElect {
+		ns, from, err := leaderElectionNamespace(o.leaderElectionNS, os.Getenv(podNamespaceEnv), serviceAccountNamespaceFile)
+		if err != nil {
+			return err
+		}
+		o.leaderElectionNS = ns
+		start = append(start, "leaderElectionNamespace", ns, "leaderElectionNamespaceFrom", from)
+	}
+	log.Info("image-syncer starting", start...)
 	if o.architecture == "" {
 		o.architecture = hubArchitecture(ctx, cfg, log)
 	}
@@ -98,11 +127,9 @@ func run(ctx context.Context, o *options) error {
 			return err
 		}
 	}
-	log.Info("image-syncer starting", "registry", reg.RegistryStr(), "hub", cfg.Host, "leaderElection", o.leaderElect)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running: %w", err)
 	}
-	log.Info("image-syncer stopped")
 	return nil
 }
 
@@ -166,7 +193,7 @@ func newTenancy(o *options) (*hub.Tenancy, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, ns := range []string{o.leaderElectionNS, os.Getenv("POD_NAMESPACE")} {
+	for _, ns := range []string{o.leaderElectionNS, os.Getenv(podNamespaceEnv)} {
 		if ns != "" {
 			tenancy.Reserve(ns)
 		}
@@ -224,6 +251,7 @@ func newReconciler(o *options, mgr manager.Manager, reg name.Registry, checker h
 		StorageClass: o.storageClass, PullMethod: cdiv1.RegistryPullMethod(o.pullMethod), Architecture: o.architecture,
 		Keep: o.keep, OnDelete: v1alpha1.DeletionPolicy(o.onDelete),
 		CA: ca, MaxAttempts: o.maxAttempts, RetryDelay: o.retryDelay, Metrics: metrics,
+		Recorder: mgr.GetEventRecorderFor("image-syncer"),
 	}
 	if o.tenantCredentialsDir != "" {
 		if _, err := os.Stat(o.tenantCredentialsDir); err != nil {
@@ -249,24 +277,6 @@ func newWebhookServer(o *options, queue *intake.Queue, metrics *hub.Metrics, log
 	mux := http.NewServeMux()
 	mux.Handle(o.webhookPath, h)
 	return hub.NewWebhookServer(o.webhookListen, mux, o.shutdownTimeout, log), nil
-}
-
-// restConfig loads the hub's client configuration from path, or in-cluster
-// and $KUBECONFIG when path is empty.
-func restConfig(path string) (*rest.Config, error) {
-	var cfg *rest.Config
-	var err error
-	if path != "" {
-		cfg, err = clientcmd.BuildConfigFromFlags("", path)
-	} else {
-		cfg, err = ctrl.GetConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("loading the hub's kubeconfig: %w", err)
-	}
-	cfg.QPS, cfg.Burst = 50, 100
-	cfg.UserAgent = "image-syncer"
-	return cfg, nil
 }
 
 // readBounded reads a small secret file: at most maxSecretFile bytes, not

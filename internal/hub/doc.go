@@ -7,7 +7,9 @@
 // and the dispatch of one Reconcile, which writes the status in one place;
 // import.go revalidates and imports a digest; serve.go points the
 // DataSource at a finished import; gc.go deletes imports beyond the
-// retention and applies the deletion policy. Around it: tenancy (which
+// retention and applies the deletion policy; events.go turns the status
+// transitions worth a person's attention (rejections, retries, giving up)
+// into Kubernetes Events on the BaseImage, once the status is stored. Around it: tenancy (which
 // tenants this hub serves, in which namespace), tenants' registry
 // credentials, ownership checks before anything is changed, Prometheus
 // metrics, and the syncer's loops as manager runnables (Workers, PollLoop,

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/imagepipe/imagepipe/internal/intake"
+	"github.com/imagepipe/imagepipe/internal/version"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
 
@@ -34,8 +35,12 @@ type Metrics struct {
 var _ intake.Counter = (*Metrics)(nil)
 
 // NewMetrics creates the metrics and registers them, with a queue-depth
-// gauge reading queueDepth at each scrape (nil: no such gauge).
+// gauge reading queueDepth at each scrape (nil: no such gauge), and the
+// gauge imagepipe_syncer_build_info: always 1, its labels version, commit
+// and goversion saying which build runs (version.Get), so that a query can
+// join any other series to the build that produced it.
 func NewMetrics(reg prometheus.Registerer, queueDepth func() int) (*Metrics, error) {
+	build := version.Get()
 	m := &Metrics{
 		Events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "imagepipe_syncer_events_total",
@@ -60,7 +65,13 @@ func NewMetrics(reg prometheus.Registerer, queueDepth func() int) (*Metrics, err
 		}, []string{"phase"}),
 		phases: map[types.NamespacedName]v1alpha1.Phase{},
 	}
-	collectors := []prometheus.Collector{m.Events, m.SyncLatency, m.Polls, m.RegistryRequests, m.images}
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "imagepipe_syncer_build_info",
+		Help:        "Always 1; the labels say which build of image-syncer runs.",
+		ConstLabels: prometheus.Labels{"version": build.Version, "commit": build.Commit, "goversion": build.GoVersion},
+	})
+	buildInfo.Set(1)
+	collectors := []prometheus.Collector{m.Events, m.SyncLatency, m.Polls, m.RegistryRequests, m.images, buildInfo}
 	if queueDepth != nil {
 		collectors = append(collectors, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "imagepipe_syncer_queue_depth",

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -89,6 +90,10 @@ type Reconciler struct {
 	// each further one up to 10 min; 0 means DefaultRetryDelay.
 	RetryDelay time.Duration
 	Metrics    *Metrics
+	// Recorder records Kubernetes Events on BaseImages for rejections,
+	// failed import attempts that are retried, and BaseImages turning
+	// Failed (events.go). Nil records none.
+	Recorder record.EventRecorder
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 
@@ -157,6 +162,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		if uerr != nil {
 			return res, errors.Join(err, fmt.Errorf("updating the status of BaseImage %s: %w", req.NamespacedName, uerr))
 		}
+		r.recordEvents(&bi, before)
 	}
 	r.Metrics.phase(req.NamespacedName, bi.Status.Phase)
 	// An error is not logged here: controller-runtime logs it with the

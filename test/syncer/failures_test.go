@@ -58,8 +58,9 @@ func TestSyncerRejectsAnImagePushedByAnotherClient(t *testing.T) {
 }
 
 // pushContainerDisk pushes disk as a containerDisk of the right shape,
-// built with go-containerregistry rather than imagectl.
-func pushContainerDisk(t *testing.T, ref, disk string) {
+// built with go-containerregistry rather than imagectl; opts add to the
+// push (remote.WithAuth for a registry that needs credentials).
+func pushContainerDisk(t *testing.T, ref, disk string, opts ...remote.Option) {
 	t.Helper()
 	data, err := os.ReadFile(disk)
 	if err != nil {
@@ -97,7 +98,7 @@ func pushContainerDisk(t *testing.T, ref, disk string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Write(r, img); err != nil {
+	if err := remote.Write(r, img, opts...); err != nil {
 		t.Fatalf("pushing %s: %v", ref, err)
 	}
 }
