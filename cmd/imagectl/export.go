@@ -2,10 +2,12 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/registry"
 )
 
 type exportOptions struct {
@@ -14,6 +16,7 @@ type exportOptions struct {
 	ref, file string
 	to        string
 	sync      bool
+	platform  *registry.Platform
 }
 
 func newExportCmd(g *globalOptions) *cobra.Command {
@@ -27,9 +30,17 @@ temporary file next to FILE; the disk is then validated like any untrusted
 image. FILE appears only once it is complete: a failure or a rejection
 leaves nothing behind.
 
+When REF names an image index (one tag for several platforms), the disk of
+its image for --platform is written, linux/amd64 by default (the platform
+import builds by default, not this machine's: the disk is for the cluster's
+nodes). An index without exactly one image for it, or whose image's config
+names another platform, is rejected, naming the platforms it holds. With
+--platform, an image outside an index must be built for that platform.
+
 Exit codes: 0 success, 3 the image or its disk is rejected, 1 other errors.`,
 		Example: `  imagectl export registry.example.com/acme/rhel:10 rhel.qcow2
-  imagectl export registry.example.com/acme/rhel@sha256:... rhel.raw --to raw`,
+  imagectl export registry.example.com/acme/rhel@sha256:... rhel.raw --to raw
+  imagectl export --platform linux/arm64 registry.example.com/acme/rhel:10 rhel-arm64.qcow2`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.ref, o.file = args[0], args[1]
@@ -39,6 +50,7 @@ Exit codes: 0 success, 3 the image or its disk is rejected, 1 other errors.`,
 	addRegistryFlags(cmd, &o.registryFlags)
 	cmd.Flags().StringVar(&o.to, "to", "", "format of FILE: qcow2 or raw (default: the disk's own format)")
 	cmd.Flags().BoolVar(&o.sync, "sync", false, "flush FILE to disk before it appears")
+	addPlatformFlag(cmd, &o.platform, "the platform (os/arch[/variant], e.g. linux/arm64) whose disk to take from an image index, and that an image must be built for (default: an index's linux/amd64 image; an image as it is)")
 	return cmd
 }
 
@@ -48,7 +60,7 @@ func runExport(cmd *cobra.Command, o *exportOptions) error {
 	if to != "" && to != convert.FormatQCOW2 && to != convert.FormatRaw {
 		return fmt.Errorf("unknown format %q for --to (qcow2 or raw)", o.to)
 	}
-	client, err := o.registryFlags.client(o.globalOptions)
+	client, err := o.registryFlags.client(o.globalOptions, platformOption(o.platform)...)
 	if err != nil {
 		return err
 	}
@@ -91,8 +103,12 @@ func runExport(cmd *cobra.Command, o *exportOptions) error {
 	if err != nil {
 		return err
 	}
-	return printText(cmd.OutOrStdout(), "%s: %s, virtual size %s, from %s@%s\n",
-		o.file, to, humanBytes(info.VirtualSize), ref.Context(), disk.Digest)
+	from := ""
+	if disk.Index != nil {
+		from = fmt.Sprintf(" (%s, from the index %s@%s of %s)", orDash(disk.Platform), ref.Context(), disk.Index.Digest, strings.Join(disk.Index.Platforms, ", "))
+	}
+	return printText(cmd.OutOrStdout(), "%s: %s, virtual size %s, from %s@%s%s\n",
+		o.file, to, humanBytes(info.VirtualSize), ref.Context(), disk.Digest, from)
 }
 
 // convert writes the disk to FILE in format to.

@@ -38,8 +38,9 @@ func addChunkFlag(cmd *cobra.Command, f *registryFlags) {
 	cmd.Flags().IntVar(&f.chunkSize, "chunk-size", registry.DefaultChunkSize, "bytes per upload request; at most this much is sent again after a broken connection")
 }
 
-// client builds a registry client from the flags.
-func (f *registryFlags) client(g *globalOptions) (*registry.Client, error) {
+// client builds a registry client from the flags, with the command's own
+// options (e.g. --platform's) after them.
+func (f *registryFlags) client(g *globalOptions, extra ...registry.Option) (*registry.Client, error) {
 	opts := []registry.Option{
 		registry.WithLogger(g.logger()),
 		registry.WithInsecure(f.insecure),
@@ -65,7 +66,7 @@ func (f *registryFlags) client(g *globalOptions) (*registry.Client, error) {
 		}
 		opts = append(opts, registry.WithBasicAuth(f.username, password))
 	}
-	return registry.New(opts...)
+	return registry.New(append(opts, extra...)...)
 }
 
 // sourceFlags locate and check a source image (local, http(s), s3, stdin).
