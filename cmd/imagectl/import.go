@@ -84,7 +84,7 @@ the same command again to resume).`,
 	f := cmd.Flags()
 	f.StringVar(&o.diskFormat, "disk-format", "qcow2", "format of disk/disk.img: qcow2 or raw")
 	f.StringVar(&o.compression, "compression", "gzip", "layer compression: gzip, zstd or none")
-	addPlatformFlag(cmd, &o.platform, "platform of the nodes the VM runs on, recorded in the image config: os/arch[/variant] (default linux/amd64)")
+	addPlatformFlag(cmd, &o.platform, "platform of the nodes the VM runs on, recorded in the image config, e.g. linux/arm64 (default linux/amd64)")
 	f.StringVar(&o.arch, "arch", "", "architecture recorded in the image config")
 	_ = f.MarkDeprecated("arch", "use --platform linux/ARCH")
 	cmd.MarkFlagsMutuallyExclusive("arch", "platform")
