@@ -82,6 +82,7 @@ type idxEntry struct {
 	src         string
 	platform    *v1.Platform
 	annotations map[string]string
+	nested      bool // an empty index instead of an image
 }
 
 // pushIndex pushes an OCI index of entries to ref, with annotations, with
@@ -100,7 +101,11 @@ func pushIndex(t *testing.T, ref string, annotations map[string]string, es ...id
 				t.Fatal(err)
 			}
 		}
-		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: img, Descriptor: v1.Descriptor{Platform: e.platform, Annotations: e.annotations}})
+		var add mutate.Appendable = img
+		if e.nested {
+			add = mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+		}
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: add, Descriptor: v1.Descriptor{Platform: e.platform, Annotations: e.annotations}})
 	}
 	if annotations != nil {
 		idx = mutate.Annotations(idx, annotations).(v1.ImageIndex)
@@ -397,6 +402,8 @@ func TestResolveRefusesHostileIndexes(t *testing.T) {
 			reason: "holds no linux/amd64 image (it holds: linux/arm64)"},
 		{name: "two images for one platform", entries: []idxEntry{{src: arm.Pinned, platform: linux("arm64")}, {src: amd.Pinned, platform: &v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"}}}, client: armOnly,
 			reason: "holds 2 linux/arm64 images; it must hold one"},
+		{name: "nested index", entries: []idxEntry{{nested: true, platform: linux("arm64")}, {src: amd.Pinned, platform: linux("amd64")}}, client: armOnly,
+			reason: "linux/arm64 entry sha256:"},
 		{name: "too many entries", entries: many, client: c, reason: "lists 65 manifests", copyRefused: true},
 		{name: "too large", annotations: map[string]string{"padding": strings.Repeat("x", MaxIndexSize)}, entries: []idxEntry{{src: amd.Pinned, platform: linux("amd64")}}, client: c,
 			reason: "imagepipe reads indexes of at most", copyRefused: true},

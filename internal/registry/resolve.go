@@ -85,15 +85,23 @@ func (c *Client) resolve(ctx context.Context, ref name.Reference, want Platform,
 	if err != nil {
 		return res, err
 	}
-	var matches []v1.Descriptor
+	var matches, others []v1.Descriptor
 	for _, m := range im.Manifests {
 		res.index.Platforms = append(res.index.Platforms, platformString(m.Platform))
-		if m.MediaType.IsImage() && want.matches(m.Platform) {
+		switch {
+		case !want.matches(m.Platform):
+		case m.MediaType.IsImage():
 			matches = append(matches, m)
+		default:
+			others = append(others, m)
 		}
 	}
 	switch len(matches) {
 	case 0:
+		if len(others) > 0 {
+			// A nested index, an artifact: nothing imagepipe or CDI pulls.
+			return res, reject.New(reject.PlatformMismatch, "the image index's %s entry %s is a %s, not an image", platformString(others[0].Platform), others[0].Digest, others[0].MediaType)
+		}
 		return res, reject.New(reject.PlatformMismatch, "the image index holds no %s image (it holds: %s)", want, orNone(res.index.Platforms))
 	case 1:
 	default:
