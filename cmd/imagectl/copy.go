@@ -6,6 +6,8 @@ import (
 
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/spf13/cobra"
+
+	"github.com/imagepipe/imagepipe/internal/registry"
 )
 
 type copyOptions struct {
@@ -13,6 +15,7 @@ type copyOptions struct {
 	registryFlags
 	src, dst string
 	out      outputFlags
+	platform *registry.Platform
 }
 
 func newCopyCmd(g *globalOptions) *cobra.Command {
@@ -26,9 +29,21 @@ registry they are mounted rather than copied. When this machine built the
 image, DST is added to its build record, so importing the same source there
 only tags it.
 
-The registry flags apply to both registries. Prints DST@DIGEST.`,
+An image index (one tag for several platforms) is copied whole, every image it
+lists with it, and keeps its digest too. With --platform, only the index's
+image for that platform is copied: DST then holds that image, with the
+image's own digest, not an index. The copy fails, naming the platforms the
+index holds, when it holds no image for the platform or more than one, or
+when that image's config names another platform; an image outside an index
+must be built for the platform.
+
+The registry flags apply to both registries. Prints DST@DIGEST.
+
+Exit codes: 0 copied, 3 --platform found no single image for the platform,
+1 other errors.`,
 		Example: `  imagectl copy registry.example.com/acme/rhel:10 registry.example.com/acme/rhel-stable:10
-  imagectl copy staging.example.com/acme/rhel:10 registry.example.com/acme/rhel:10`,
+  imagectl copy staging.example.com/acme/rhel:10 registry.example.com/acme/rhel:10
+  imagectl copy --platform linux/arm64 registry.example.com/acme/rhel:10 registry.example.com/acme/rhel:10-arm64`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.src, o.dst = args[0], args[1]
@@ -37,6 +52,7 @@ The registry flags apply to both registries. Prints DST@DIGEST.`,
 	}
 	addRegistryFlags(cmd, &o.registryFlags)
 	addOutputFlag(cmd, &o.out, resultFormats...)
+	addPlatformFlag(cmd, &o.platform, "copy only the image for this platform (os/arch[/variant], e.g. linux/arm64) from an index (default: the whole index)")
 	return cmd
 }
 
@@ -56,7 +72,7 @@ func runCopy(cmd *cobra.Command, o *copyOptions) error {
 	if err != nil {
 		return err
 	}
-	pinned, err := client.Copy(cmd.Context(), src, dst)
+	pinned, err := client.Copy(cmd.Context(), src, dst, registry.CopyOptions{Platform: o.platform})
 	if err != nil {
 		return err
 	}

@@ -6,10 +6,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -20,6 +22,7 @@ type exportOptions struct {
 	to        string
 	sync      bool
 	out       outputFlags
+	platform  *registry.Platform
 }
 
 func newExportCmd(g *globalOptions) *cobra.Command {
@@ -34,10 +37,18 @@ image. FILE appears only once it is complete: a failure or a rejection
 leaves nothing behind. FILE "-" writes the disk to standard output, once it
 is validated (it is held in a temporary file in $TMPDIR until then).
 
+When REF names an image index (one tag for several platforms), the disk of
+its image for --platform is written, linux/amd64 by default (the platform
+import builds by default, not this machine's: the disk is for the cluster's
+nodes). An index without exactly one image for it, or whose image's config
+names another platform, is rejected, naming the platforms it holds. With
+--platform, an image outside an index must be built for that platform.
+
 Exit codes: 0 success, 3 the image or its disk is rejected, 1 other errors.`,
 		Example: `  imagectl export registry.example.com/acme/rhel:10 rhel.qcow2
   imagectl export registry.example.com/acme/rhel@sha256:... rhel.raw --to raw
-  imagectl export registry.example.com/acme/rhel:10 - --to raw | dd of=/dev/vdb bs=1M`,
+  imagectl export registry.example.com/acme/rhel:10 - --to raw | dd of=/dev/vdb bs=1M
+  imagectl export --platform linux/arm64 registry.example.com/acme/rhel:10 rhel-arm64.qcow2`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.ref, o.file = args[0], args[1]
@@ -48,6 +59,7 @@ Exit codes: 0 success, 3 the image or its disk is rejected, 1 other errors.`,
 	cmd.Flags().StringVar(&o.to, "to", "", "format of FILE: qcow2 or raw (default: the disk's own format)")
 	cmd.Flags().BoolVar(&o.sync, "sync", false, "flush FILE to disk before it appears")
 	addOutputFlag(cmd, &o.out, resultFormats...)
+	addPlatformFlag(cmd, &o.platform, "the platform (os/arch[/variant], e.g. linux/arm64) whose disk to take from an image index, and that an image must be built for (default: an index's linux/amd64 image; an image as it is)")
 	return cmd
 }
 
@@ -64,7 +76,7 @@ func runExport(cmd *cobra.Command, o *exportOptions) error {
 	if to != "" && to != convert.FormatQCOW2 && to != convert.FormatRaw {
 		return fmt.Errorf("unknown format %q for --to (qcow2 or raw)", o.to)
 	}
-	client, err := o.registryFlags.client(o.globalOptions)
+	client, err := o.registryFlags.client(o.globalOptions, platformOption(o.platform)...)
 	if err != nil {
 		return err
 	}
@@ -121,9 +133,13 @@ func runExport(cmd *cobra.Command, o *exportOptions) error {
 		return err
 	}
 	pinned := ref.Context().Digest(disk.Digest).String()
-	res := api.ExportResult{File: o.file, Format: string(to), VirtualSize: info.VirtualSize, Reference: pinned}
+	res := api.ExportResult{File: o.file, Format: string(to), VirtualSize: info.VirtualSize, Reference: pinned, Platform: disk.Platform}
+	from := ""
+	if disk.Index != nil {
+		from = fmt.Sprintf(" (%s, from the index %s@%s of %s)", orDash(disk.Platform), ref.Context(), disk.Index.Digest, strings.Join(disk.Index.Platforms, ", "))
+	}
 	return o.out.show(cmd.OutOrStdout(), view{data: res, names: []string{o.file}, table: func(w io.Writer, _ bool) error {
-		_, err := fmt.Fprintf(w, "%s: %s, virtual size %s, from %s\n", o.file, to, humanBytes(info.VirtualSize), pinned)
+		_, err := fmt.Fprintf(w, "%s: %s, virtual size %s, from %s%s\n", o.file, to, humanBytes(info.VirtualSize), pinned, from)
 		return err
 	}})
 }

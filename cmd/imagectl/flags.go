@@ -53,8 +53,9 @@ func addChunkFlag(cmd *cobra.Command, f *registryFlags) {
 	cmd.Flags().IntVar(&f.chunkSize, "chunk-size", registry.DefaultChunkSize, "bytes per upload request; at most this much is sent again after a broken connection")
 }
 
-// client builds a registry client from the flags.
-func (f *registryFlags) client(g *globalOptions) (*registry.Client, error) {
+// client builds a registry client from the flags, with the command's own
+// options (e.g. --platform's) after them.
+func (f *registryFlags) client(g *globalOptions, extra ...registry.Option) (*registry.Client, error) {
 	opts := []registry.Option{
 		registry.WithLogger(g.logger()),
 		registry.WithInsecure(f.insecure),
@@ -80,7 +81,7 @@ func (f *registryFlags) client(g *globalOptions) (*registry.Client, error) {
 		}
 		opts = append(opts, registry.WithBasicAuth(f.username, password))
 	}
-	client, err := registry.New(opts...)
+	client, err := registry.New(append(opts, extra...)...)
 	f.built = client
 	return client, err
 }

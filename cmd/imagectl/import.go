@@ -24,7 +24,9 @@ type importOptions struct {
 	src, ref     string
 	diskFormat   string
 	compression  string
-	arch         string
+	arch         string // deprecated: --platform linux/ARCH
+	platform     *registry.Platform
+	append       bool
 	labels       []string
 	instancetype string
 	preference   string
@@ -49,10 +51,24 @@ resumes where the registry left off, also in a later run. An identical
 re-import (same source bytes and options) on the machine that pushed the image
 only tags it, once the registry is found to hold exactly what was pushed.
 
+--platform (default linux/amd64) is the platform of the nodes the VM runs on,
+recorded in the image config; the guest's own OS does not matter. Without
+--append the tag is overwritten, as crane push does (a warning says so when
+it held an image index). With --append the image is pushed by digest and then
+added to the image index at the tag, replacing the entry of its platform and
+keeping the others; an image the tag held becomes the entry of its own
+platform. Run it once per platform to publish one tag for several
+architectures; the tag only ever moves from one complete index to the next.
+Two --append imports to one tag at the same moment can lose one entry (the
+registry protocol has no conditional write): publish one tag's platforms one
+after the other, or run a lost one again, which then only updates the index.
+
 Exit codes: 0 pushed, 3 the image is rejected (nothing is pushed), 1 other
 errors, 130 and 143 interrupted by SIGINT and SIGTERM (the upload is kept: run
 the same command again to resume).`,
 		Example: `  imagectl import ./rhel.qcow2 registry.example.com/acme/rhel:10
+  imagectl import --append --platform linux/amd64 ./fedora-x86_64.qcow2 registry.example.com/acme/fedora:41
+  imagectl import --append --platform linux/arm64 ./fedora-aarch64.qcow2 registry.example.com/acme/fedora:41
   imagectl import s3://images/fedora.raw.zst registry.example.com/acme/fedora:41 --disk-format raw
   curl -sL https://example.com/disk.qcow2 | imagectl import - registry.example.com/acme/disk:1 -o json`,
 		Args: cobra.ExactArgs(2),
@@ -68,7 +84,11 @@ the same command again to resume).`,
 	f := cmd.Flags()
 	f.StringVar(&o.diskFormat, "disk-format", "qcow2", "format of disk/disk.img: qcow2 or raw")
 	f.StringVar(&o.compression, "compression", "gzip", "layer compression: gzip, zstd or none")
-	f.StringVar(&o.arch, "arch", "amd64", "architecture recorded in the image config")
+	addPlatformFlag(cmd, &o.platform, "platform of the nodes the VM runs on, recorded in the image config, e.g. linux/arm64 (default linux/amd64)")
+	f.StringVar(&o.arch, "arch", "", "architecture recorded in the image config")
+	_ = f.MarkDeprecated("arch", "use --platform linux/ARCH")
+	cmd.MarkFlagsMutuallyExclusive("arch", "platform")
+	f.BoolVar(&o.append, "append", false, "add the image to the image index at the tag (made from what the tag holds), replacing its entry for the platform, instead of overwriting the tag")
 	f.StringArrayVar(&o.labels, "label", nil, "label KEY=VALUE for the image config (repeatable)")
 	f.StringVar(&o.instancetype, "default-instancetype", "", "default KubeVirt instancetype for VMs from this image")
 	f.StringVar(&o.preference, "default-preference", "", "default KubeVirt preference for VMs from this image")
@@ -133,7 +153,18 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 		return interrupted(ctx, err, errors.Is(err, registry.ErrResumable))
 	}
 	if result.Reused && !o.quiet && !o.out.machine() {
-		fmt.Fprintln(cmd.ErrOrStderr(), "an identical image was already in the repository; only the tag was written")
+		if o.append {
+			fmt.Fprintln(cmd.ErrOrStderr(), "an identical image was already in the repository; only the index was written")
+		} else {
+			fmt.Fprintln(cmd.ErrOrStderr(), "an identical image was already in the repository; only the tag was written")
+		}
+	}
+	if len(result.ReplacedIndex) > 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s held an image index of %s; it now holds only this %s image (--append adds an image to the index)\n",
+			result.Reference, strings.Join(result.ReplacedIndex, ", "), result.Platform)
+	}
+	if o.append && !o.quiet && !o.out.machine() {
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s image %s is in the index, which holds %s\n", result.Platform, result.ImageDigest, strings.Join(result.Platforms, ", "))
 	}
 	return o.out.show(cmd.OutOrStdout(), view{data: result, names: []string{result.Pinned}, table: func(w io.Writer, _ bool) error {
 		_, err := fmt.Fprintln(w, result.Pinned)
@@ -165,9 +196,21 @@ func (o *importOptions) importOptions() (registry.ImportOptions, containerdisk.O
 			return registry.ImportOptions{}, containerdisk.Options{}, fmt.Errorf("--created: %w", err)
 		}
 	}
+	platform := registry.DefaultPlatform
+	switch {
+	case o.platform != nil:
+		platform = *o.platform
+	case o.arch != "":
+		if platform, err = registry.ParsePlatform("linux/" + o.arch); err != nil {
+			return registry.ImportOptions{}, containerdisk.Options{}, fmt.Errorf("--arch: %w", err)
+		}
+	}
 	dopts := containerdisk.Options{DiskFormat: convert.Format(o.diskFormat), Compression: comp}
 	return registry.ImportOptions{
-		Architecture:        o.arch,
+		OS:                  platform.OS,
+		Architecture:        platform.Architecture,
+		Variant:             platform.Variant,
+		Append:              o.append,
 		Labels:              labels,
 		DefaultInstancetype: o.instancetype,
 		DefaultPreference:   o.preference,

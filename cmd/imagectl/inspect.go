@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -20,8 +21,9 @@ type inspectOptions struct {
 	imageFlags
 	registryFlags
 	sourceFlags
-	source string
-	out    outputFlags
+	source   string
+	out      outputFlags
+	platform *registry.Platform
 }
 
 func newInspectCmd(g *globalOptions) *cobra.Command {
@@ -39,6 +41,13 @@ disk/disk.img, 0444, owned 107:107) and that the disk's header passes
 validation. Only the start of the layer is downloaded, so the disk's tables
 and data are not checked; "imagectl export" reads and validates all of it.
 
+When REF names an image index (one tag for several platforms), the report
+lists the platforms it holds and describes its image for --platform,
+linux/amd64 by default (the platform import builds by default, not this
+machine's). An index without exactly one image for it, or whose image's
+config names another platform than the index says, is rejected. With
+--platform, an image outside an index must be built for that platform.
+
 A downloaded or compressed raw image is read once, through the digest and
 format detection, and never written to disk; a downloaded or compressed
 qcow2 image is copied to a sparse temporary file in --temp-dir first (its
@@ -47,7 +56,8 @@ tables may be anywhere in the file), within --max-spool.
 Exit codes: 0 the image is acceptable, 3 it is rejected, 1 other errors.`,
 		Example: `  imagectl inspect disk.qcow2
   imagectl inspect disk.raw.zst -o json
-  imagectl inspect docker://registry.example.com/acme/rhel:10`,
+  imagectl inspect docker://registry.example.com/acme/rhel:10
+  imagectl inspect --platform linux/arm64 docker://registry.example.com/acme/rhel:10`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.source = args[0]
@@ -58,6 +68,7 @@ Exit codes: 0 the image is acceptable, 3 it is rejected, 1 other errors.`,
 	addSourceFlags(cmd, &o.sourceFlags)
 	addRegistryFlags(cmd, &o.registryFlags)
 	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
+	addPlatformFlag(cmd, &o.platform, "with docker://: the platform (os/arch[/variant], e.g. linux/arm64) whose image to describe from an index, and that an image must be built for (default: an index's linux/amd64 image; an image as it is)")
 	return cmd
 }
 
@@ -73,6 +84,9 @@ func runInspect(cmd *cobra.Command, o *inspectOptions) error {
 	}
 	if ref, ok := strings.CutPrefix(o.source, "docker://"); ok {
 		return runInspectRemote(cmd, o, ref)
+	}
+	if o.platform != nil {
+		return fmt.Errorf("--platform applies to images in a registry (docker://REF); a disk file has no platform")
 	}
 	ctx := cmd.Context()
 	report := api.ImageReport{Source: o.source, Verdict: api.VerdictAccepted}
@@ -166,7 +180,7 @@ func reportRows(tw *tabwriter.Writer, r *api.ImageReport) {
 
 // runInspectRemote describes and checks the containerDisk at ref.
 func runInspectRemote(cmd *cobra.Command, o *inspectOptions, ref string) error {
-	client, err := o.registryFlags.client(o.globalOptions)
+	client, err := o.registryFlags.client(o.globalOptions, platformOption(o.platform)...)
 	if err != nil {
 		return err
 	}
@@ -181,9 +195,15 @@ func runInspectRemote(cmd *cobra.Command, o *inspectOptions, ref string) error {
 	err = o.out.print(cmd.OutOrStdout(), r, table(func(tw *tabwriter.Writer) {
 		row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
 		row("reference", r.Reference)
-		row("digest", r.Digest)
-		row("media type", r.MediaType)
-		row("platform", orDash(r.Platform))
+		if r.Index {
+			row("index", r.IndexDigest)
+			row("platforms", orDash(strings.Join(r.Platforms, ", ")))
+		}
+		if r.Digest != "" {
+			row("digest", r.Digest)
+			row("media type", r.MediaType)
+			row("platform", orDash(r.Platform))
+		}
 		if r.LayerDigest != "" {
 			row("layer", fmt.Sprintf("%s, %s, %s", r.LayerMediaType, humanBytes(r.LayerSize), r.LayerDigest))
 		}

@@ -1,17 +1,13 @@
 package registry
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
-	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -23,17 +19,27 @@ import (
 // tables and data are not read (the report says so in Checked).
 //
 // A rejection is a verdict in the report, not an error; errors are for
-// images that cannot be read at all. An image index resolves to its
-// linux/amd64 image.
+// images that cannot be read at all. An image index resolves to its image
+// for the client's platform (WithPlatform, WithArchitecture; linux/amd64
+// by default), and the report lists the platforms the index holds.
 func (c *Client) CheckContainerDisk(ctx context.Context, ref name.Reference) (*api.ContainerDiskReport, error) {
 	report := &api.ContainerDiskReport{Reference: ref.String(), Verdict: api.VerdictAccepted}
-	img, err := c.platformImage(ctx, ref, report)
-	if containerdisk.AddRejection(report, err) {
-		return report, nil
+	res, err := c.platformImage(ctx, ref)
+	if res != nil && res.index != nil {
+		report.Index = true
+		report.IndexDigest = res.index.Digest
+		report.Platforms = res.index.Platforms
 	}
-	if err != nil {
+	if err != nil && (res == nil || res.image == nil) {
+		if containerdisk.AddRejection(report, err) {
+			return report, nil
+		}
 		return nil, err
 	}
+	// err, if any, is a rejection of the image itself: it is described
+	// first.
+	rejected := err
+	img := res.image
 	digest, err := img.Digest()
 	if err != nil {
 		return nil, err
@@ -56,14 +62,16 @@ func (c *Client) CheckContainerDisk(ctx context.Context, ref name.Reference) (*a
 	if p := cfg.Platform(); p != nil {
 		report.Platform = p.String()
 	}
-	if c.opts.arch != "" && cfg.Architecture != "" && cfg.Architecture != c.opts.arch {
-		containerdisk.AddRejection(report, reject.New(reject.PlatformMismatch, "the image is built for %s; this hub runs %s", report.Platform, c.opts.arch))
-		return report, nil
-	}
 	report.Env = cfg.Config.Env
 	if len(m.Layers) > 0 {
 		l := m.Layers[0]
 		report.LayerMediaType, report.LayerSize, report.LayerDigest = string(l.MediaType), l.Size, l.Digest.String()
+	}
+	if containerdisk.AddRejection(report, rejected) {
+		return report, nil
+	}
+	if rejected != nil {
+		return nil, rejected
 	}
 
 	err = checkLayer(img, m, report)
@@ -76,51 +84,15 @@ func (c *Client) CheckContainerDisk(ctx context.Context, ref name.Reference) (*a
 	return report, nil
 }
 
-// platformImage fetches the image at ref; an image index resolves to its
-// image for the client's architecture (linux/amd64 by default), and one
-// without such an image is a PlatformMismatch rejection.
-func (c *Client) platformImage(ctx context.Context, ref name.Reference, report *api.ContainerDiskReport) (v1.Image, error) {
-	ropts, err := c.remoteOptions(ctx, ref.Context().Registry)
-	if err != nil {
-		return nil, err
+// platformImage resolves ref to its image for the client's platform (see
+// resolve): an index to its image for WithPlatform's or WithArchitecture's
+// platform, else linux/amd64; an image outside an index is checked only
+// against a platform the client was given.
+func (c *Client) platformImage(ctx context.Context, ref name.Reference) (*resolved, error) {
+	if c.opts.platform != nil {
+		return c.resolve(ctx, ref, *c.opts.platform, true, c.opts.platformWhy)
 	}
-	arch := cmp.Or(c.opts.arch, "amd64")
-	ropts = append(ropts, remote.WithPlatform(v1.Platform{OS: "linux", Architecture: arch}))
-	desc, err := remote.Get(ref, ropts...)
-	if err != nil {
-		return nil, fmt.Errorf("fetching %s: %w", ref, err)
-	}
-	if !desc.MediaType.IsIndex() {
-		return desc.Image()
-	}
-	report.Index = true
-	idx, err := desc.ImageIndex()
-	if err != nil {
-		return nil, fmt.Errorf("reading the index %s: %w", ref, err)
-	}
-	im, err := idx.IndexManifest()
-	if err != nil {
-		return nil, fmt.Errorf("reading the index %s: %w", ref, err)
-	}
-	var have []string
-	matches := 0
-	for _, m := range im.Manifests {
-		if p := m.Platform; p != nil {
-			if p.OS == "linux" && p.Architecture == arch {
-				matches++
-			}
-			have = append(have, p.String())
-		}
-	}
-	switch {
-	case matches == 0:
-		return nil, reject.New(reject.PlatformMismatch, "the image index holds no linux/%s image (it holds: %s)", arch, strings.Join(have, ", "))
-	case matches > 1:
-		// Which one an importer picks is up to it: the one checked here
-		// might not be the one imported.
-		return nil, reject.New(reject.PlatformMismatch, "the image index holds %d linux/%s images; it must hold one", matches, arch)
-	}
-	return desc.Image()
+	return c.resolve(ctx, ref, DefaultPlatform, false, "")
 }
 
 // checkLayer streams the single layer up to the disk's head and validates
@@ -145,17 +117,4 @@ func checkLayer(img v1.Image, m *v1.Manifest, report *api.ContainerDiskReport) e
 	}
 	defer lr.Close()
 	return lr.CheckHead(m.Annotations, report)
-}
-
-// remoteImage resolves ref to an image (an index to its linux/amd64 image).
-func (c *Client) remoteImage(ctx context.Context, ref name.Reference) (v1.Image, error) {
-	ropts, err := c.remoteOptions(ctx, ref.Context().Registry)
-	if err != nil {
-		return nil, err
-	}
-	img, err := remote.Image(ref, ropts...)
-	if err != nil {
-		return nil, fmt.Errorf("fetching %s: %w", ref, err)
-	}
-	return img, nil
 }

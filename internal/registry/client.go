@@ -46,7 +46,11 @@ type options struct {
 	backoff   time.Duration
 	userAgent string
 	observer  RequestObserver
-	arch      string
+	// platform is the image an index resolves to (DefaultPlatform when
+	// nil); with it set, images outside an index must be for it too.
+	platform *Platform
+	// platformWhy says who asked for platform, in rejections.
+	platformWhy string
 }
 
 // Option configures a Client.
@@ -80,12 +84,36 @@ func WithInsecure(insecure bool) Option {
 	return func(o *options) error { o.insecure = insecure; return nil }
 }
 
-// WithArchitecture makes image checks platform-aware: an image index
-// resolves to its linux image for arch (else linux/amd64), and an image
-// built for another architecture is rejected (reject.PlatformMismatch).
-// The default, "", checks no architecture.
+// WithArchitecture is the platform option of a hub's syncer: like
+// WithPlatform(linux/arch), its rejections saying "this hub runs arch". An
+// image index resolves to its linux image for arch (of any variant), and
+// an image built for another architecture is rejected
+// (reject.PlatformMismatch). "" sets nothing.
 func WithArchitecture(arch string) Option {
-	return func(o *options) error { o.arch = arch; return nil }
+	return func(o *options) error {
+		if arch != "" {
+			o.platform = &Platform{OS: "linux", Architecture: arch}
+			o.platformWhy = "this hub runs " + arch
+		}
+		return nil
+	}
+}
+
+// WithPlatform makes CheckContainerDisk and ExtractDisk platform-aware:
+// an image index resolves to its one image for p (a p without a variant
+// matching every variant of its architecture), and an image outside an
+// index must be built for p; both are reject.PlatformMismatch otherwise.
+// The default resolves an index to its linux/amd64 image
+// (DefaultPlatform) and takes an image outside an index as it is.
+func WithPlatform(p Platform) Option {
+	return func(o *options) error {
+		if err := p.Validate(); err != nil {
+			return err
+		}
+		o.platform = &p
+		o.platformWhy = p.String() + " was asked for"
+		return nil
+	}
 }
 
 // WithLogger sets the logger; the default discards.

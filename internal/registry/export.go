@@ -20,6 +20,11 @@ type ExtractedDisk struct {
 	Format string
 	// Size is the size of disk/disk.img in bytes.
 	Size int64
+	// Platform is the platform the image's config names, e.g.
+	// "linux/arm64"; empty when it names none.
+	Platform string
+	// Index describes the index the reference named, if it named one.
+	Index *IndexInfo
 }
 
 // ExtractDisk pulls the containerDisk at ref and writes disk/disk.img to w
@@ -30,11 +35,16 @@ type ExtractedDisk struct {
 // compared with the config's diff ID. On an error, w holds a partial disk
 // the caller discards. The disk itself is not validated: open it with
 // convert.Open.
+//
+// An image index resolves as in CheckContainerDisk: to its one image for
+// the client's platform, else linux/amd64; when there is no such image,
+// the rejection names the platforms the index holds.
 func (c *Client) ExtractDisk(ctx context.Context, ref name.Reference, w io.Writer) (*ExtractedDisk, error) {
-	img, err := c.remoteImage(ctx, ref)
+	res, err := c.platformImage(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
+	img := res.image
 	digest, err := img.Digest()
 	if err != nil {
 		return nil, err
@@ -72,9 +82,14 @@ func (c *Client) ExtractDisk(ctx context.Context, ref name.Reference, w io.Write
 	if ids := cfg.RootFS.DiffIDs; len(ids) == 1 && diffID != ids[0].String() {
 		return nil, fmt.Errorf("layer %s uncompresses to %s, but the config's diff ID is %s", desc.Digest, diffID, ids[0])
 	}
-	return &ExtractedDisk{
+	out := &ExtractedDisk{
 		Digest: digest.String(),
 		Format: m.Annotations[api.AnnotationDiskFormat],
 		Size:   lr.DiskSize(),
-	}, nil
+		Index:  res.index,
+	}
+	if p := cfg.Platform(); p != nil {
+		out.Platform = p.String()
+	}
+	return out, nil
 }

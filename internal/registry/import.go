@@ -75,8 +75,13 @@ func (e *resumableError) Is(target error) bool { return target == ErrResumable }
 // ImportOptions describe the image around the disk. The zero value builds
 // an image for linux/amd64 with no labels and no time.
 type ImportOptions struct {
-	// Architecture and OS of the image config; default amd64 and linux.
-	Architecture, OS string
+	// Architecture, OS and Variant of the image config: the platform
+	// (see Platform; default linux/amd64, no variant).
+	Architecture, OS, Variant string
+	// Append adds the image to the image index at the tag, making one
+	// from what the tag holds, instead of replacing what the tag holds;
+	// see Client.Import.
+	Append bool
 	// Labels are added to the image config.
 	Labels map[string]string
 	// DefaultInstancetype and DefaultPreference become the config
@@ -104,6 +109,11 @@ func (o ImportOptions) withDefaults() ImportOptions {
 	return o
 }
 
+// platform is the platform the options build for.
+func (o ImportOptions) platform() Platform {
+	return Platform{OS: o.OS, Architecture: o.Architecture, Variant: o.Variant}
+}
+
 // buildKey identifies an image by everything that determines its bytes.
 func buildKey(sourceDigest string, d containerdisk.Description, o ImportOptions) string {
 	b, _ := json.Marshal(struct {
@@ -112,12 +122,13 @@ func buildKey(sourceDigest string, d containerdisk.Description, o ImportOptions)
 		DiskFormat         string                    `json:"disk"`
 		Compression        containerdisk.Compression `json:"compression"`
 		Arch, OS           string                    `json:",omitempty"`
+		Variant            string                    `json:",omitempty"`
 		Labels             map[string]string         `json:"labels,omitempty"`
 		Instancetype, Pref string                    `json:",omitempty"`
 		OSName, Creator    string                    `json:",omitempty"`
 		Created            string                    `json:",omitempty"`
 		Gzip               string                    `json:",omitempty"` // the compressor decides the bytes
-	}{1, sourceDigest, d.DiskFormat, d.Compression, o.Architecture, o.OS, o.Labels,
+	}{1, sourceDigest, d.DiskFormat, d.Compression, o.Architecture, o.OS, o.Variant, o.Labels,
 		o.DefaultInstancetype, o.DefaultPreference, o.OSName, o.Creator, formatCreated(o.Created), d.Compression.Compressor()})
 	return fmt.Sprintf("sha256:%x", sha256.Sum256(b))
 }
@@ -141,11 +152,40 @@ func formatCreated(t time.Time) string {
 // When src's digest is still being computed (Source.DigestDeferred), the
 // build starts at once and the look-up for an identical image happens as
 // soon as the digest is known; finding one stops the build.
+//
+// With opts.Append the image is pushed by digest, untagged, and then added
+// to the image index at ref (see addToIndex), so that one tag names an
+// image per platform; the tag only ever moves from one complete index to
+// another. Without it, the tag is overwritten like crane push does, and
+// the result's ReplacedIndex says when it held an index before.
 func (c *Client) Import(ctx context.Context, ref name.Tag, disk Disk, src Source, opts ImportOptions) (*api.ImportResult, error) {
 	opts = opts.withDefaults()
+	platform := opts.platform()
+	if err := platform.Validate(); err != nil {
+		return nil, err
+	}
 	if _, err := Tenant(ref.Context()); err != nil {
 		return nil, err
 	}
+	var held []string
+	if !opts.Append {
+		held = c.heldIndex(ctx, ref)
+	}
+	res, err := c.importImage(ctx, ref, disk, src, opts)
+	if err != nil {
+		return nil, err
+	}
+	res.Platform = platform.String()
+	if opts.Append {
+		return c.addToIndex(ctx, ref, platform, res)
+	}
+	res.ReplacedIndex = held
+	return res, nil
+}
+
+// importImage builds the image, or finds an identical one, and writes it
+// to ref, or with opts.Append by digest to ref's repository.
+func (c *Client) importImage(ctx context.Context, ref name.Tag, disk Disk, src Source, opts ImportOptions) (*api.ImportResult, error) {
 	if src.DigestDeferred() {
 		return c.importWhileHashing(ctx, ref, disk, src, opts)
 	}
@@ -155,7 +195,7 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, disk Disk, src Source
 	}
 	desc := disk.Describe()
 	key := buildKey(digest, desc, opts)
-	if res, err := c.findExisting(ctx, ref, key, digest, desc); err != nil || res != nil {
+	if res, err := c.findExisting(ctx, ref, key, digest, desc, opts.Append); err != nil || res != nil {
 		return res, err
 	}
 	upload := knownKey(key)
@@ -194,7 +234,7 @@ func (c *Client) importWhileHashing(ctx context.Context, ref name.Tag, disk Disk
 			return
 		}
 		key := buildKey(d, desc, opts)
-		res, err := c.findExisting(buildCtx, ref, key, d, desc)
+		res, err := c.findExisting(buildCtx, ref, key, d, desc, opts.Append)
 		if res == nil && err == nil && !named {
 			later.set(key) // the upload can now be resumed by a later run
 		}
@@ -240,11 +280,12 @@ var errFoundExisting = errors.New("an identical image exists")
 
 // findExisting returns the result of reusing an image this machine
 // already built with key (see builds.go), or nil when there is none that
-// the registry still fully holds.
-func (c *Client) findExisting(ctx context.Context, ref name.Tag, key, sourceDigest string, desc containerdisk.Description) (*api.ImportResult, error) {
+// the registry still fully holds. byDigest puts it in ref's repository
+// untagged rather than under ref.
+func (c *Client) findExisting(ctx context.Context, ref name.Tag, key, sourceDigest string, desc containerdisk.Description, byDigest bool) (*api.ImportResult, error) {
 	for _, rec := range c.cache.lookupBuilds(key, ref.RegistryStr(), ref.RepositoryStr()) {
 		result := newResult(ref, sourceDigest, desc)
-		found, err := c.reuseBuild(ctx, ref, rec, result)
+		found, err := c.reuseBuild(ctx, ref, rec, result, byDigest)
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
@@ -292,8 +333,8 @@ func (c *Client) build(ctx context.Context, ref name.Tag, key *uploadKey, disk D
 	return built{layer: layer, sent: sent, allocated: allocated}, err
 }
 
-// publish pushes the config and the manifest, which writes the build-key
-// tag and then ref.
+// publish pushes the config and the manifest, which writes ref (with
+// opts.Append, the manifest goes to ref's repository by digest).
 func (c *Client) publish(ctx context.Context, ref name.Tag, key, sourceDigest string, desc containerdisk.Description, opts ImportOptions, b built) (*api.ImportResult, error) {
 	annotations := map[string]string{
 		api.AnnotationSourceDigest:  sourceDigest,
@@ -335,12 +376,17 @@ func (c *Client) publish(ctx context.Context, ref name.Tag, key, sourceDigest st
 		return nil, err
 	}
 	// Blobs are committed; now the manifest, which writes the tag.
-	if err := c.putManifest(ctx, ref, manifest); err != nil {
+	manifestDigest := fmt.Sprintf("sha256:%x", sha256.Sum256(manifest))
+	var where name.Reference = ref
+	if opts.Append {
+		where = ref.Context().Digest(manifestDigest)
+	}
+	if err := c.putManifest(ctx, where, manifest, types.OCIManifestSchema1); err != nil {
 		return nil, err
 	}
 	result := newResult(ref, sourceDigest, desc)
 	result.LayerSize, result.UploadedBytes = b.layer.Size, b.sent
-	result.Digest = fmt.Sprintf("sha256:%x", sha256.Sum256(manifest))
+	result.Digest = manifestDigest
 	result.Pinned = ref.Context().Digest(result.Digest).String()
 	c.cache.rememberBuild(buildRecord{Key: key, Registry: ref.RegistryStr(), Repository: ref.RepositoryStr(), Digest: result.Digest,
 		Config: configDesc.Digest.String(), Layer: b.layer.Digest, LayerSize: b.layer.Size})
@@ -352,10 +398,11 @@ func (c *Client) publish(ctx context.Context, ref name.Tag, key, sourceDigest st
 // the registry holds exactly that manifest (fetched by digest, so its
 // bytes are the ones pushed) with the recorded config and layer, and both
 // blobs in rec's repository. When rec is in another repository of the
-// registry, the image is copied into ref's, mounting the blobs. It
+// registry, the image is copied into ref's, mounting the blobs. byDigest
+// leaves ref alone: the image only has to be in ref's repository. It
 // reports false, forgetting rec, when the registry no longer holds it
 // all; the caller then builds.
-func (c *Client) reuseBuild(ctx context.Context, ref name.Tag, rec buildRecord, result *api.ImportResult) (bool, error) {
+func (c *Client) reuseBuild(ctx context.Context, ref name.Tag, rec buildRecord, result *api.ImportResult, byDigest bool) (bool, error) {
 	from, err := name.NewDigest(rec.Registry+"/"+rec.Repository+"@"+rec.Digest, c.nameOptions()...)
 	if err != nil {
 		return false, err
@@ -367,10 +414,15 @@ func (c *Client) reuseBuild(ctx context.Context, ref name.Tag, rec buildRecord, 
 		}
 		return false, err
 	}
-	if rec.Repository == ref.RepositoryStr() {
-		err = c.putManifest(ctx, ref, manifest)
-	} else {
-		_, err = c.Copy(ctx, from, ref)
+	switch {
+	case rec.Repository == ref.RepositoryStr() && byDigest:
+		// checkBuild found it there.
+	case rec.Repository == ref.RepositoryStr():
+		err = c.putManifest(ctx, ref, manifest, types.OCIManifestSchema1)
+	case byDigest:
+		_, err = c.Copy(ctx, from, ref.Context().Digest(rec.Digest), CopyOptions{})
+	default:
+		_, err = c.Copy(ctx, from, ref, CopyOptions{})
 	}
 	if err != nil {
 		var terr *transport.Error
@@ -479,7 +531,7 @@ func imageConfig(o ImportOptions, annotations map[string]string, layer container
 		env = append(env, api.EnvDefaultPreference+"="+o.DefaultPreference)
 	}
 	cfg := ocispec.Image{
-		Platform: ocispec.Platform{Architecture: o.Architecture, OS: o.OS},
+		Platform: ocispec.Platform{Architecture: o.Architecture, OS: o.OS, Variant: o.Variant},
 		Config:   ocispec.ImageConfig{Labels: labels, Env: env},
 		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{digest.Digest(layer.DiffID)}},
 	}
@@ -491,19 +543,22 @@ func imageConfig(o ImportOptions, annotations map[string]string, layer container
 }
 
 // rawManifest lets go-containerregistry put manifest bytes as they are.
-type rawManifest struct{ b []byte }
-
-func (m rawManifest) RawManifest() ([]byte, error) { return m.b, nil }
-func (m rawManifest) MediaType() (types.MediaType, error) {
-	return types.OCIManifestSchema1, nil
+type rawManifest struct {
+	b  []byte
+	mt types.MediaType
 }
 
-func (c *Client) putManifest(ctx context.Context, ref name.Tag, manifest []byte) error {
-	ropts, err := c.remoteOptions(ctx, ref.Registry)
+func (m rawManifest) RawManifest() ([]byte, error)        { return m.b, nil }
+func (m rawManifest) MediaType() (types.MediaType, error) { return m.mt, nil }
+
+// putManifest puts manifest, of media type mt, at ref: a tag, or a digest
+// (then the manifest's own).
+func (c *Client) putManifest(ctx context.Context, ref name.Reference, manifest []byte, mt types.MediaType) error {
+	ropts, err := c.remoteOptions(ctx, ref.Context().Registry)
 	if err != nil {
 		return err
 	}
-	if err := remote.Put(ref, rawManifest{manifest}, ropts...); err != nil {
+	if err := remote.Put(ref, rawManifest{manifest, mt}, ropts...); err != nil {
 		return fmt.Errorf("pushing the manifest to %s: %w", ref, err)
 	}
 	return nil

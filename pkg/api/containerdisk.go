@@ -49,12 +49,25 @@ const (
 type ImportResult struct {
 	// Reference is the tag that was written, e.g. "registry/acme/rhel:10".
 	Reference string `json:"reference"`
-	// Digest is the manifest digest ("sha256:...").
+	// Digest is the digest of what the tag now holds ("sha256:..."): the
+	// image's manifest, or with --append the index's.
 	Digest string `json:"digest"`
 	// Pinned is Reference's repository with @Digest, for digest-pinned use.
 	Pinned string `json:"pinned"`
-	// Reused is true when an identical image already existed and was only tagged.
+	// Reused is true when an identical image already existed and was only
+	// tagged (with --append: only added to the index).
 	Reused bool `json:"reused"`
+	// Platform is the platform the image was built for, e.g. "linux/arm64".
+	Platform string `json:"platform,omitempty"`
+	// ImageDigest is, with --append, the manifest digest of the image
+	// added to the index (Digest is the index's).
+	ImageDigest string `json:"imageDigest,omitempty"`
+	// Platforms are, with --append, the platforms the index at the tag
+	// now holds, in its order.
+	Platforms []string `json:"platforms,omitempty"`
+	// ReplacedIndex, without --append, lists the platforms of the image
+	// index the tag held before the import replaced it with one image.
+	ReplacedIndex []string `json:"replacedIndex,omitempty"`
 	// LayerSize is the compressed layer size in bytes.
 	LayerSize int64 `json:"layerSize"`
 	// UploadedBytes is how many layer bytes were sent in this run.
@@ -97,6 +110,9 @@ type ExportResult struct {
 	// Reference is the image read, pinned by digest
 	// ("registry/acme/rhel@sha256:...").
 	Reference string `json:"reference"`
+	// Platform is the image's platform (e.g. "linux/arm64"), when it
+	// records one.
+	Platform string `json:"platform,omitempty"`
 }
 
 // CopyResult is what `imagectl copy -o json` prints.

@@ -32,12 +32,22 @@ type ContainerDiskReport struct {
 	Digest string `json:"digest"`
 	// MediaType is the manifest media type.
 	MediaType string `json:"mediaType"`
-	// Platform is the config's OS and architecture, e.g. "linux/amd64".
+	// Platform is the config's OS and architecture (and variant), e.g.
+	// "linux/amd64": the platform of the image the report describes.
 	Platform string `json:"platform"`
 	// Index is true when the reference names an image index (a
 	// multi-platform image); the report describes the index's image for
-	// the checking client's platform.
+	// the platform asked for (imagectl's --platform, image-syncer's hub
+	// architecture), else for linux/amd64. Digest, MediaType and the rest
+	// are then that image's.
 	Index bool `json:"index,omitempty"`
+	// IndexDigest is the digest of the index the reference names, when
+	// Index.
+	IndexDigest string `json:"indexDigest,omitempty"`
+	// Platforms are the platforms the index holds, in its order, e.g.
+	// ["linux/amd64", "linux/arm64"]; "unknown" for an entry without one
+	// (an attestation or another artifact).
+	Platforms []string `json:"platforms,omitempty"`
 	// LayerMediaType, LayerSize and LayerDigest describe the first layer.
 	LayerMediaType string `json:"layerMediaType,omitempty"`
 	LayerSize      int64  `json:"layerSize,omitempty"`

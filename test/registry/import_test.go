@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,11 +85,18 @@ func makeDisk(t *testing.T, dir string, sizeMiB, nMiB int, format string) string
 // the only file there and is owned by 107:107.
 func pullWithSkopeo(t *testing.T, ref string, skopeoArgs ...string) string {
 	t.Helper()
+	return skopeoPull(t, nil, ref, skopeoArgs...)
+}
+
+// skopeoPull is pullWithSkopeo with skopeo's global options (e.g.
+// --override-arch) before "copy".
+func skopeoPull(t *testing.T, global []string, ref string, copyArgs ...string) string {
+	t.Helper()
 	if _, err := exec.LookPath("skopeo"); err != nil {
 		t.Skip("skopeo not installed (make tools installs it)")
 	}
 	out := filepath.Join(t.TempDir(), "pulled")
-	args := append([]string{"copy", "--src-tls-verify=false"}, skopeoArgs...)
+	args := append(append(slices.Clone(global), "copy", "--src-tls-verify=false"), copyArgs...)
 	testenv.Run(t, "skopeo", append(args, "docker://"+ref, "dir:"+out)...)
 	var m struct {
 		MediaType string `json:"mediaType"`
