@@ -84,7 +84,8 @@ type WaitError struct {
 	// reported none, as when its controller does not run.
 	Status string
 	// Conditions are the VM's last conditions that say why it is not
-	// there: Ready and Failure, when KubeVirt set them.
+	// there: Ready, and Failure, PodScheduled and DataVolumesReady when
+	// they report a problem.
 	Conditions []kubevirtv1.VirtualMachineCondition
 	// InstancePhase is the phase of the VM's instance, if it has one.
 	InstancePhase string
@@ -121,8 +122,8 @@ func (e *WaitError) Unwrap() error { return e.Cause }
 
 // WaitReady follows VM ns/name until it is where WaitGoal says, and
 // returns it then. When ctx ends first it returns a *WaitError wrapping
-// ctx's cause; a VM deleted meanwhile, or reads the user may not make,
-// end it at once. Other read errors are retried until ctx ends.
+// ctx's cause; a VM deleted or being deleted meanwhile, or reads the user
+// may not make, end it at once. Other read errors are retried until ctx ends.
 func WaitReady(ctx context.Context, c cdi.Reader, ns, name string, opts WaitOptions) (*VMState, error) {
 	interval := opts.Interval
 	if interval <= 0 {
@@ -134,6 +135,8 @@ func WaitReady(ctx context.Context, c cdi.Reader, ns, name string, opts WaitOpti
 	for {
 		s, err := readState(ctx, c, ns, name)
 		switch {
+		case err == nil && s.VM.DeletionTimestamp != nil:
+			return nil, fmt.Errorf("VM %s/%s is being deleted", ns, name)
 		case err == nil:
 			werr.LastErr = nil
 			werr.note(s, opts.Progress)
@@ -156,6 +159,19 @@ func WaitReady(ctx context.Context, c cdi.Reader, ns, name string, opts WaitOpti
 	}
 }
 
+// telling are the VM conditions that say why a VM is not ready, in the
+// order a WaitError lists them, each when it has the status given (any
+// when empty). KubeVirt copies the instance's conditions to the VM.
+var telling = []struct {
+	typ    kubevirtv1.VirtualMachineConditionType
+	status corev1.ConditionStatus
+}{
+	{kubevirtv1.VirtualMachineReady, ""},
+	{kubevirtv1.VirtualMachineFailure, corev1.ConditionTrue},
+	{kubevirtv1.VirtualMachineConditionType(corev1.PodScheduled), corev1.ConditionFalse},
+	{kubevirtv1.VirtualMachineConditionType(kubevirtv1.VirtualMachineInstanceDataVolumesReady), corev1.ConditionFalse},
+}
+
 // note records s as the last state seen, and reports a new status.
 func (e *WaitError) note(s *VMState, progress func(string)) {
 	e.Goal = WaitGoal(s.VM)
@@ -165,8 +181,8 @@ func (e *WaitError) note(s *VMState, progress func(string)) {
 	}
 	e.Status = status
 	e.Conditions = nil
-	for _, t := range []kubevirtv1.VirtualMachineConditionType{kubevirtv1.VirtualMachineReady, kubevirtv1.VirtualMachineFailure} {
-		if c := vmCondition(s.VM, t); c != nil {
+	for _, w := range telling {
+		if c := vmCondition(s.VM, w.typ); c != nil && (w.status == "" || c.Status == w.status) {
 			e.Conditions = append(e.Conditions, *c)
 		}
 	}
