@@ -375,6 +375,9 @@ type DeleteVolumeOptions struct {
 // A VM may attach the volume between the check and the deletion; nothing
 // on the hub can lock it.
 func DeleteVolume(ctx context.Context, c Cluster, ns, name string, opts DeleteVolumeOptions) (users []string, err error) {
+	if !dns1123Label.MatchString(name) {
+		return nil, fmt.Errorf("volume name %q is not a valid name", name)
+	}
 	var dv cdiv1.DataVolume
 	if err := c.Get(ctx, ns, name, &dv); err != nil {
 		if apierrors.IsNotFound(err) {

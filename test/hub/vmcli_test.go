@@ -113,6 +113,11 @@ func TestVolumeDeleteRefusesAVolumeAVMUses(t *testing.T) {
 	if r := imagectl(t, tenant("volume", "delete", "data2")...); r.Code != 1 || !strings.Contains(r.Stderr, "no volume data2 in namespace acme") {
 		t.Errorf("deleting a volume that is gone: exit %d\n%s", r.Code, r.Stderr)
 	}
+	for _, bad := range []string{"../data1", "Data1", "data1/x"} {
+		if r := imagectl(t, tenant("volume", "delete", bad, "--force")...); r.Code != 1 || !strings.Contains(r.Stderr, "is not a valid name") {
+			t.Errorf("volume delete %q: exit %d\n%s", bad, r.Code, r.Stderr)
+		}
+	}
 	r = imagectl(t, tenant("volume", "delete", imported.Name, "--force")...)
 	if r.Code != 1 || !strings.Contains(r.Stderr, "not a data volume made by imagectl volume create") || h.dataVolumeGone(t, "acme", imported.Name) {
 		t.Errorf("deleting an import's DataVolume: exit %d\n%s", r.Code, r.Stderr)
