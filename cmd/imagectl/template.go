@@ -336,6 +336,11 @@ func completeTemplateArg(o *templateOptions) cobra.CompletionFunc {
 // --catalog (or $IMAGEPIPE_CATALOG) names, with one tag listing.
 func completeTemplateIDs(g *globalOptions, f *catalogFlags) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if f.passwordStdin {
+			// The shell's standard input is not the user's password.
+			cobra.CompErrorln("not completing template IDs with --password-stdin")
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
 		defer cancel()
 		client, repo, err := f.open(g)
