@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/kube"
 	"github.com/imagepipe/imagepipe/internal/version"
+	"github.com/imagepipe/imagepipe/internal/vmlaunch"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
 
@@ -22,6 +26,9 @@ type kubeFlags struct {
 	kubeconfig string
 	context    string
 	namespace  string
+	// requestTimeout, when set, bounds each request to the hub (shell
+	// completion sets it); commands are bounded by their context only.
+	requestTimeout time.Duration
 }
 
 func addKubeFlags(cmd *cobra.Command, f *kubeFlags) {
@@ -31,7 +38,12 @@ func addKubeFlags(cmd *cobra.Command, f *kubeFlags) {
 }
 
 // client connects to the hub and returns the namespace to work in.
-func (f *kubeFlags) client() (*kube.Client, string, error) {
+func (f *kubeFlags) client() (*kube.Client, string, error) { return f.connect(false) }
+
+// connect connects to the hub. With allNamespaces (kubectl's -A) the
+// namespace returned is empty, meaning every namespace, and -n and the
+// context's namespace are ignored, as kubectl ignores them.
+func (f *kubeFlags) connect(allNamespaces bool) (*kube.Client, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if f.kubeconfig != "" {
 		rules.ExplicitPath = f.kubeconfig
@@ -42,13 +54,16 @@ func (f *kubeFlags) client() (*kube.Client, string, error) {
 		return nil, "", fmt.Errorf("loading the kubeconfig: %w", err)
 	}
 	cfg.UserAgent = "imagectl/" + version.Version
+	cfg.Timeout = f.requestTimeout
 	ns := f.namespace
-	if ns == "" {
+	if allNamespaces {
+		ns = ""
+	} else if ns == "" {
 		if ns, _, err = cc.Namespace(); err != nil {
 			return nil, "", fmt.Errorf("reading the context's namespace: %w", err)
 		}
 	}
-	if ns == "" {
+	if ns == "" && !allNamespaces {
 		return nil, "", errors.New("name the namespace with -n")
 	}
 	scheme := runtime.NewScheme()
@@ -63,3 +78,80 @@ func (f *kubeFlags) client() (*kube.Client, string, error) {
 	}
 	return c, ns, nil
 }
+
+// completionTimeout bounds the requests of one shell completion, so that
+// an unreachable hub or registry never hangs the user's shell.
+const completionTimeout = 5 * time.Second
+
+// hubLister lists the candidates of one argument from the hub: kc and ns
+// are what the kube flags select, args the arguments already typed.
+type hubLister func(ctx context.Context, kc *kube.Client, ns string, args []string) ([]string, error)
+
+// completeArgs completes positional arguments from the hub, the i-th with
+// listers[i]; arguments past the listers get nothing. A failure to list
+// completes nothing (and tells cobra's debug output why) rather than
+// offering file names.
+func completeArgs(f *kubeFlags, listers ...hubLister) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) >= len(listers) || listers[len(args)] == nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return completeFromHub(cmd, f, args, toComplete, listers[len(args)])
+	}
+}
+
+// completeFlagFromHub completes a flag's value from the hub.
+func completeFlagFromHub(f *kubeFlags, list hubLister) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		return completeFromHub(cmd, f, args, toComplete, list)
+	}
+}
+
+func completeFromHub(cmd *cobra.Command, f *kubeFlags, args []string, toComplete string, list hubLister) ([]cobra.Completion, cobra.ShellCompDirective) {
+	ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
+	defer cancel()
+	f.requestTimeout = completionTimeout
+	kc, ns, err := f.client()
+	if err == nil {
+		var names []string
+		if names, err = list(ctx, kc, ns, args); err == nil {
+			return withPrefix(names, toComplete), cobra.ShellCompDirectiveNoFileComp
+		}
+	}
+	cobra.CompErrorln(err.Error())
+	return nil, cobra.ShellCompDirectiveNoFileComp
+}
+
+// withPrefix keeps the names that start with what the user typed.
+func withPrefix(names []string, prefix string) []cobra.Completion {
+	var out []cobra.Completion
+	for _, n := range names {
+		if strings.HasPrefix(n, prefix) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// The hub listers of imagectl's arguments.
+var (
+	listVMs hubLister = func(ctx context.Context, kc *kube.Client, ns string, _ []string) ([]string, error) {
+		return vmlaunch.VMNames(ctx, kc, ns)
+	}
+	listVolumes hubLister = func(ctx context.Context, kc *kube.Client, ns string, _ []string) ([]string, error) {
+		vols, err := vmlaunch.Volumes(ctx, kc, ns)
+		names := make([]string, 0, len(vols))
+		for _, v := range vols {
+			names = append(names, v.Name)
+		}
+		return names, err
+	}
+	// listAttachedVolumes lists the volumes attached to the VM named by
+	// the first argument.
+	listAttachedVolumes hubLister = func(ctx context.Context, kc *kube.Client, ns string, args []string) ([]string, error) {
+		return vmlaunch.AttachedVolumes(ctx, kc, ns, args[0])
+	}
+	listImages hubLister = func(ctx context.Context, kc *kube.Client, ns string, _ []string) ([]string, error) {
+		return vmlaunch.ImageRefs(ctx, kc, ns)
+	}
+)

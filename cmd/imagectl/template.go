@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,13 +55,13 @@ func (f *catalogFlags) open(g *globalOptions) (*registry.Client, name.Repository
 func newTemplateCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "template",
-		Short: "Publish, list and show VM templates in the registry's template catalog",
+		Short: "Publish, list, show and delete VM templates in the registry's template catalog",
 		Long: `Providers publish VM templates to a catalog repository in the central registry,
 as OCI artifacts of type ` + api.TemplateArtifactType + `, one tag per template ID.
 Tenants list them and create VMs from them with imagectl vm create.`,
 	}
 	groupCommand(cmd)
-	cmd.AddCommand(newTemplatePublishCmd(g), newTemplateListCmd(g), newTemplateShowCmd(g))
+	cmd.AddCommand(newTemplatePublishCmd(g), newTemplateListCmd(g), newTemplateShowCmd(g), newTemplateDeleteCmd(g))
 	return cmd
 }
 
@@ -212,10 +213,11 @@ func readBounded(path string, limit int64) ([]byte, error) {
 func newTemplateListCmd(g *globalOptions) *cobra.Command {
 	o := &templateOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:   "list --catalog REGISTRY[/REPO]",
-		Short: "List the templates of a catalog",
-		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return runTemplateList(cmd, o) },
+		Use:               "list --catalog REGISTRY[/REPO]",
+		Short:             "List the templates of a catalog",
+		Args:              cobra.NoArgs,
+		ValidArgsFunction: cobra.NoFileCompletions,
+		RunE:              func(cmd *cobra.Command, _ []string) error { return runTemplateList(cmd, o) },
 	}
 	addCatalogFlags(cmd, &o.catalogFlags)
 	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
@@ -254,10 +256,11 @@ func runTemplateList(cmd *cobra.Command, o *templateOptions) error {
 func newTemplateShowCmd(g *globalOptions) *cobra.Command {
 	o := &templateOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:   "show ID --catalog REGISTRY[/REPO]",
-		Short: "Show one template: its parameters, their types, defaults and bounds",
-		Args:  cobra.ExactArgs(1),
-		RunE:  func(cmd *cobra.Command, args []string) error { return runTemplateShow(cmd, o, args[0]) },
+		Use:               "show ID --catalog REGISTRY[/REPO]",
+		Short:             "Show one template: its parameters, their types, defaults and bounds",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeTemplateArg(o),
+		RunE:              func(cmd *cobra.Command, args []string) error { return runTemplateShow(cmd, o, args[0]) },
 	}
 	addCatalogFlags(cmd, &o.catalogFlags)
 	addOutputFlag(cmd, &o.out, outputYAML, outputJSON)
@@ -277,6 +280,79 @@ func runTemplateShow(cmd *cobra.Command, o *templateOptions, id string) error {
 		return err
 	}
 	return o.out.print(cmd.OutOrStdout(), t, nil)
+}
+
+func newTemplateDeleteCmd(g *globalOptions) *cobra.Command {
+	o := &templateOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "delete ID --catalog REGISTRY[/REPO]",
+		Short: "Delete a template from the catalog",
+		Long: `Deletes the template ID from the catalog: its manifest, and with it its tag,
+so that template list no longer names it. VMs created from it are not
+affected. An ID the catalog does not hold, or a tag that is not a template,
+is refused; so is a template whose manifest another tag also names, since the
+registry would remove that tag too.
+
+The registry must allow deletes (distribution: storage.delete.enabled).`,
+		Example:           `  imagectl template delete web_vm --catalog registry.example.com`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeTemplateArg(o),
+		RunE:              func(cmd *cobra.Command, args []string) error { return runTemplateDelete(cmd, o, args[0]) },
+	}
+	addCatalogFlags(cmd, &o.catalogFlags)
+	return cmd
+}
+
+func runTemplateDelete(cmd *cobra.Command, o *templateOptions, id string) error {
+	client, repo, err := o.open(o.globalOptions)
+	if err != nil {
+		return err
+	}
+	dgst, err := client.DeleteTemplate(cmd.Context(), repo, id)
+	var shared *registry.SharedImageError
+	switch {
+	case errors.Is(err, registry.ErrTemplateNotFound):
+		return fmt.Errorf("the catalog %s has no template %q; imagectl template list shows those it has", repo, id)
+	case errors.As(err, &shared):
+		return fmt.Errorf("template %s was not deleted: its manifest %s is also tagged %s, which the registry would remove with it; delete those tags first", id, shared.Digest, strings.Join(shared.Others, ", "))
+	case err != nil:
+		return err
+	}
+	return printText(cmd.OutOrStdout(), "template %s deleted from %s (%s)\n", id, repo, shortDigest(dgst))
+}
+
+// completeTemplateArg completes a template ID as the first argument.
+func completeTemplateArg(o *templateOptions) cobra.CompletionFunc {
+	ids := completeTemplateIDs(o.globalOptions, &o.catalogFlags)
+	return func(cmd *cobra.Command, args []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return ids(cmd, args, toComplete)
+	}
+}
+
+// completeTemplateIDs completes a template ID from the catalog that
+// --catalog (or $IMAGEPIPE_CATALOG) names, with one tag listing.
+func completeTemplateIDs(g *globalOptions, f *catalogFlags) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		if f.passwordStdin {
+			// The shell's standard input is not the user's password.
+			cobra.CompErrorln("not completing template IDs with --password-stdin")
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
+		defer cancel()
+		client, repo, err := f.open(g)
+		if err == nil {
+			var ids []string
+			if ids, err = client.TemplateIDs(ctx, repo); err == nil {
+				return withPrefix(ids, toComplete), cobra.ShellCompDirectiveNoFileComp
+			}
+		}
+		cobra.CompErrorln(err.Error())
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
 }
 
 // fetchTemplate reads and validates one template from the catalog.

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/imagepipe/imagepipe/internal/vmlaunch"
@@ -38,9 +41,14 @@ type vmCreateOptions struct {
 	image, template, templateFile string
 	sets, sshKeys                 []string
 	userData, storageClass        string
-	stopped, dryRun               bool
+	stopped, dryRun, wait         bool
+	timeout                       time.Duration
+	timeoutSet                    bool // --timeout was given
 	out                           outputFlags
 }
+
+// defaultWaitTimeout is vm create --timeout's default.
+const defaultWaitTimeout = 5 * time.Minute
 
 func newVMCreateCmd(g *globalOptions) *cobra.Command {
 	o := &vmCreateOptions{globalOptions: g}
@@ -50,9 +58,14 @@ func newVMCreateCmd(g *globalOptions) *cobra.Command {
 		Long: `Renders the template with the parameters given (--set, validated by type and
 bounds) into a KubeVirt VirtualMachine whose root disk clones the image's
 DataSource, checks whether it can live-migrate (and says why not), and creates
-it with its cloud-init Secrets. With --dry-run it prints what it would create.`,
+it with its cloud-init Secrets. With --dry-run it prints what it would create.
+
+With --wait it then waits until KubeVirt reports the VM Ready (or its instance
+Running); a VM created --stopped, until KubeVirt reports it Stopped, its disk
+provisioned. When --timeout passes first it fails, naming what it waited for
+and the VM's last status and conditions; the VM stays.`,
 		Example: `  imagectl vm create web --image acme/rhel:9 --template simple_vm --set vm_cpu_cores=4 \
-      --ssh-key ~/.ssh/id_ed25519.pub --catalog registry.example.com
+      --ssh-key ~/.ssh/id_ed25519.pub --catalog registry.example.com --wait
   imagectl vm create web --image acme/rhel:9 --template-file simple_vm.yaml --dry-run -o yaml`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return runVMCreate(cmd, o, args[0]) },
@@ -67,6 +80,8 @@ it with its cloud-init Secrets. With --dry-run it prints what it would create.`,
 	f.StringVar(&o.storageClass, "storage-class", "", "StorageClass of the root disk (default: the cluster's default)")
 	f.BoolVar(&o.stopped, "stopped", false, "create the VM stopped (run strategy Halted)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "print the VM and Secrets instead of creating them")
+	f.BoolVar(&o.wait, "wait", false, "wait until the VM is Ready (Stopped with --stopped), then print its state")
+	f.DurationVar(&o.timeout, "timeout", defaultWaitTimeout, "with --wait: how long to wait, e.g. 90s, 10m")
 	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
 	f.Lookup("output").DefValue, o.out.format = "", ""
 	f.Lookup("output").Usage = "with --dry-run: yaml or json; otherwise table, yaml or json"
@@ -78,10 +93,14 @@ it with its cloud-init Secrets. With --dry-run it prints what it would create.`,
 	}
 	addKubeFlags(cmd, &o.kubeFlags)
 	addCatalogFlags(cmd, &o.catalogFlags)
+	cmd.ValidArgsFunction = cobra.NoFileCompletions // a new name
+	_ = cmd.RegisterFlagCompletionFunc("image", completeFlagFromHub(&o.kubeFlags, listImages))
+	_ = cmd.RegisterFlagCompletionFunc("template", completeTemplateIDs(o.globalOptions, &o.catalogFlags))
 	return cmd
 }
 
 func runVMCreate(cmd *cobra.Command, o *vmCreateOptions, name string) error {
+	o.timeoutSet = cmd.Flags().Changed("timeout")
 	if err := o.validate(); err != nil {
 		return err
 	}
@@ -109,11 +128,69 @@ func runVMCreate(cmd *cobra.Command, o *vmCreateOptions, name string) error {
 	if err := vmlaunch.Create(ctx, kc, r); err != nil {
 		return err
 	}
-	return o.out.print(cmd.OutOrStdout(), r.VM, func(w io.Writer) error {
+	created := func(w io.Writer) error {
 		im := r.Image
 		_, err := fmt.Fprintf(w, "virtualmachine %s/%s created from %s:%s (%s) with template %s\n", ns, name, im.Tenant+"/"+im.Name, im.Tag, shortDigest(im.Digest), tmpl.ID)
 		return err
+	}
+	if !o.wait {
+		return o.out.print(cmd.OutOrStdout(), r.VM, created)
+	}
+	if !o.out.machine() {
+		if err := created(cmd.OutOrStdout()); err != nil {
+			return err
+		}
+	}
+	state, err := waitForVM(cmd, kc, r.VM, o.timeout)
+	if err != nil {
+		return err
+	}
+	return o.out.print(cmd.OutOrStdout(), state.VM, func(w io.Writer) error {
+		return printVMState(w, state)
 	})
+}
+
+// waitForVM waits up to timeout for the VM just created to be where
+// vmlaunch.WaitGoal says, telling its status changes on standard error.
+// On timeout the error says that the VM stays, and how to look at it or
+// remove it.
+func waitForVM(cmd *cobra.Command, kc vmlaunch.Cluster, vm *kubevirtv1.VirtualMachine, timeout time.Duration) (*vmlaunch.VMState, error) {
+	stderr := cmd.ErrOrStderr()
+	fmt.Fprintf(stderr, "waiting up to %s for VM %s/%s to be %s\n", timeout, vm.Namespace, vm.Name, vmlaunch.WaitGoal(vm))
+	ctx, cancel := context.WithTimeoutCause(cmd.Context(), timeout, fmt.Errorf("timed out after %s", timeout))
+	defer cancel()
+	state, err := vmlaunch.WaitReady(ctx, kc, vm.Namespace, vm.Name, vmlaunch.WaitOptions{
+		Progress: func(status string) { fmt.Fprintf(stderr, "VM %s: %s\n", vm.Name, status) },
+	})
+	var werr *vmlaunch.WaitError
+	if errors.As(err, &werr) {
+		return nil, fmt.Errorf("%w\nthe VM was created and stays: imagectl vm get %s -n %s shows its state, imagectl vm delete %s -n %s removes it",
+			err, vm.Name, vm.Namespace, vm.Name, vm.Namespace)
+	}
+	return state, err
+}
+
+// printVMState prints the line vm create --wait ends with.
+func printVMState(w io.Writer, s *vmlaunch.VMState) error {
+	vm := s.VM
+	status := string(vm.Status.PrintableStatus)
+	if s.Instance != nil && s.Instance.Status.Phase == kubevirtv1.Running {
+		status = string(kubevirtv1.Running)
+	}
+	line := fmt.Sprintf("virtualmachine %s/%s is %s", vm.Namespace, vm.Name, orDash(status))
+	if vmi := s.Instance; vmi != nil {
+		if vmi.Status.NodeName != "" {
+			line += " on node " + vmi.Status.NodeName
+		}
+		if len(vmi.Status.Interfaces) > 0 && vmi.Status.Interfaces[0].IP != "" {
+			line += ", IP " + vmi.Status.Interfaces[0].IP
+		}
+	}
+	if vm.Status.PrintableStatus == kubevirtv1.VirtualMachineStatusStopped {
+		line += "; imagectl vm start " + vm.Name + " starts it"
+	}
+	_, err := fmt.Fprintln(w, line)
+	return err
 }
 
 // validate checks the flags before anything is read.
@@ -126,6 +203,14 @@ func (o *vmCreateOptions) validate() error {
 	}
 	if (o.template == "") == (o.templateFile == "") {
 		return errors.New("name one template: --template ID (from the catalog) or --template-file FILE")
+	}
+	switch {
+	case o.wait && o.dryRun:
+		return errors.New("--wait has nothing to wait for with --dry-run, which creates nothing")
+	case o.wait && o.timeout <= 0:
+		return fmt.Errorf("--timeout %s: want a positive duration such as 90s or 10m", o.timeout)
+	case !o.wait && o.timeoutSet:
+		return errors.New("--timeout bounds --wait; add --wait")
 	}
 	return nil
 }
@@ -214,6 +299,8 @@ type vmNameOptions struct {
 	*globalOptions
 	kubeFlags
 	out outputFlags
+	// allNamespaces is vm list's -A.
+	allNamespaces bool
 }
 
 func newVMListCmd(g *globalOptions) *cobra.Command {
@@ -221,10 +308,18 @@ func newVMListCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List VMs: state, IP, node, image and whether they can live-migrate",
-		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return runVMSummaries(cmd, o, "") },
+		Long: `Lists the VMs of the namespace, or with -A (--all-namespaces) of every
+namespace, as kubectl does: a NAMESPACE column is added and -n is ignored.
+Listing every namespace needs the right to list VMs cluster-wide, which a
+tenant's account usually does not have.`,
+		Example: `  imagectl vm list -n acme
+  imagectl vm list -A -o json`,
+		Args:              cobra.NoArgs,
+		ValidArgsFunction: cobra.NoFileCompletions,
+		RunE:              func(cmd *cobra.Command, _ []string) error { return runVMSummaries(cmd, o, "") },
 	}
 	addKubeFlags(cmd, &o.kubeFlags)
+	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "list the VMs of every namespace (-n is then ignored)")
 	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
 	return cmd
 }
@@ -232,10 +327,11 @@ func newVMListCmd(g *globalOptions) *cobra.Command {
 func newVMGetCmd(g *globalOptions) *cobra.Command {
 	o := &vmNameOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:   "get NAME",
-		Short: "Show one VM",
-		Args:  cobra.ExactArgs(1),
-		RunE:  func(cmd *cobra.Command, args []string) error { return runVMSummaries(cmd, o, args[0]) },
+		Use:               "get NAME",
+		Short:             "Show one VM",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeArgs(&o.kubeFlags, listVMs),
+		RunE:              func(cmd *cobra.Command, args []string) error { return runVMSummaries(cmd, o, args[0]) },
 	}
 	addKubeFlags(cmd, &o.kubeFlags)
 	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
@@ -246,11 +342,14 @@ func runVMSummaries(cmd *cobra.Command, o *vmNameOptions, name string) error {
 	if err := o.out.validate(); err != nil {
 		return err
 	}
-	kc, ns, err := o.kubeFlags.client()
+	kc, ns, err := o.kubeFlags.connect(o.allNamespaces)
 	if err != nil {
 		return err
 	}
 	vms, err := vmlaunch.Summaries(cmd.Context(), kc, ns, name)
+	if o.allNamespaces && apierrors.IsForbidden(err) {
+		return fmt.Errorf("%w\nyour account may not list VMs in every namespace; drop -A and name one with -n", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -259,8 +358,14 @@ func runVMSummaries(cmd *cobra.Command, o *vmNameOptions, name string) error {
 		v = vms[0]
 	}
 	return o.out.print(cmd.OutOrStdout(), v, table(func(tw *tabwriter.Writer) {
+		if o.allNamespaces {
+			fmt.Fprint(tw, "NAMESPACE\t")
+		}
 		fmt.Fprintln(tw, "NAME\tSTATUS\tIMAGE\tDIGEST\tTEMPLATE\tIP\tNODE\tLIVE-MIGRATABLE")
 		for _, s := range vms {
+			if o.allNamespaces {
+				fmt.Fprintf(tw, "%s\t", s.Namespace)
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Status, orDash(s.Image), orDash(shortDigest(s.Digest)),
 				orDash(s.Template), orDash(s.IP), orDash(s.Node), s.LiveMigratable)
 		}
@@ -269,12 +374,16 @@ func runVMSummaries(cmd *cobra.Command, o *vmNameOptions, name string) error {
 
 // vmLifecycleCmd is a vm subcommand that acts on named objects and prints
 // one line: run gets the client and namespace from the kube flags.
-func vmLifecycleCmd(g *globalOptions, use, short string, nargs int, run func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error) *cobra.Command {
+// The second argument's candidates for shell completion are second's
+// (nil: none); the first is always a VM name.
+func vmLifecycleCmd(g *globalOptions, use, short string, nargs int, second hubLister, run func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error) *cobra.Command {
 	o := &vmNameOptions{globalOptions: g}
+	listers := []hubLister{listVMs, second}[:nargs]
 	cmd := &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  cobra.ExactArgs(nargs),
+		Use:               use,
+		Short:             short,
+		Args:              cobra.ExactArgs(nargs),
+		ValidArgsFunction: completeArgs(&o.kubeFlags, listers...),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			kc, ns, err := o.kubeFlags.client()
 			if err != nil {
@@ -288,7 +397,7 @@ func vmLifecycleCmd(g *globalOptions, use, short string, nargs int, run func(cmd
 }
 
 func newVMRunCmd(g *globalOptions, verb, short string, rs kubevirtv1.VirtualMachineRunStrategy) *cobra.Command {
-	return vmLifecycleCmd(g, verb+" NAME", short, 1, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
+	return vmLifecycleCmd(g, verb+" NAME", short, 1, nil, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
 		changed, err := vmlaunch.SetRunStrategy(cmd.Context(), kc, ns, args[0], rs)
 		if err != nil {
 			return err
@@ -299,7 +408,7 @@ func newVMRunCmd(g *globalOptions, verb, short string, rs kubevirtv1.VirtualMach
 }
 
 func newVMRestartCmd(g *globalOptions) *cobra.Command {
-	return vmLifecycleCmd(g, "restart NAME", "Restart a running VM (its instance is replaced)", 1, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
+	return vmLifecycleCmd(g, "restart NAME", "Restart a running VM (its instance is replaced)", 1, nil, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
 		if err := vmlaunch.Restart(cmd.Context(), kc, ns, args[0]); err != nil {
 			return err
 		}
@@ -308,7 +417,7 @@ func newVMRestartCmd(g *globalOptions) *cobra.Command {
 }
 
 func newVMDeleteCmd(g *globalOptions) *cobra.Command {
-	return vmLifecycleCmd(g, "delete NAME", "Delete a VM and its root disk; attached data volumes stay", 1, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
+	return vmLifecycleCmd(g, "delete NAME", "Delete a VM and its root disk; attached data volumes stay", 1, nil, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
 		kept, err := vmlaunch.Delete(cmd.Context(), kc, ns, args[0])
 		if err != nil {
 			return err
@@ -322,7 +431,7 @@ func newVMDeleteCmd(g *globalOptions) *cobra.Command {
 }
 
 func newVMMigrateCmd(g *globalOptions) *cobra.Command {
-	return vmLifecycleCmd(g, "migrate NAME", "Live-migrate a running VM to another node", 1, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
+	return vmLifecycleCmd(g, "migrate NAME", "Live-migrate a running VM to another node", 1, nil, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
 		m, err := vmlaunch.Migrate(cmd.Context(), kc, ns, args[0])
 		if err != nil {
 			return err
@@ -333,13 +442,13 @@ func newVMMigrateCmd(g *globalOptions) *cobra.Command {
 
 func newVMVolumeCmd(g *globalOptions, attach bool) *cobra.Command {
 	use, short := "attach-volume VM VOLUME", "Attach a data volume to a VM (applied at its next start when it runs)"
-	do, verb := vmlaunch.DetachVolume, "detached from"
+	do, verb, volumes := vmlaunch.DetachVolume, "detached from", listAttachedVolumes
 	if attach {
-		do, verb = vmlaunch.AttachVolume, "attached to"
+		do, verb, volumes = vmlaunch.AttachVolume, "attached to", listVolumes
 	} else {
 		use, short = "detach-volume VM VOLUME", "Detach a data volume from a VM; the volume stays"
 	}
-	return vmLifecycleCmd(g, use, short, 2, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
+	return vmLifecycleCmd(g, use, short, 2, volumes, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
 		change, err := do(cmd.Context(), kc, ns, args[0], args[1])
 		switch {
 		case err != nil:

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -16,7 +18,7 @@ func newVolumeCmd(g *globalOptions) *cobra.Command {
 		Short: "Data volumes whose life is independent of any VM",
 	}
 	groupCommand(cmd)
-	cmd.AddCommand(newVolumeCreateCmd(g), newVolumeListCmd(g))
+	cmd.AddCommand(newVolumeCreateCmd(g), newVolumeListCmd(g), newVolumeDeleteCmd(g))
 	return cmd
 }
 
@@ -33,8 +35,9 @@ func newVolumeCreateCmd(g *globalOptions) *cobra.Command {
 		Short: "Create a blank data volume (ReadWriteMany when the storage allows) to attach to VMs",
 		Example: `  imagectl volume create data1 --size 50Gi
   imagectl vm attach-volume web data1`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return runVolumeCreate(cmd, o, args[0]) },
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: cobra.NoFileCompletions, // a new name
+		RunE:              func(cmd *cobra.Command, args []string) error { return runVolumeCreate(cmd, o, args[0]) },
 	}
 	cmd.Flags().StringVar(&o.size, "size", "", "size, e.g. 50Gi (required)")
 	cmd.Flags().StringVar(&o.storageClass, "storage-class", "", "StorageClass (default: the cluster's default)")
@@ -72,10 +75,11 @@ type volumeListOptions struct {
 func newVolumeListCmd(g *globalOptions) *cobra.Command {
 	o := &volumeListOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:   "list",
-		Short: "List data volumes",
-		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return runVolumeList(cmd, o) },
+		Use:               "list",
+		Short:             "List data volumes",
+		Args:              cobra.NoArgs,
+		ValidArgsFunction: cobra.NoFileCompletions,
+		RunE:              func(cmd *cobra.Command, _ []string) error { return runVolumeList(cmd, o) },
 	}
 	addKubeFlags(cmd, &o.kubeFlags)
 	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
@@ -100,4 +104,53 @@ func runVolumeList(cmd *cobra.Command, o *volumeListOptions) error {
 			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", v.Name, orDash(v.Size), v.AccessModes, orDash(v.Phase))
 		}
 	}))
+}
+
+type volumeDeleteOptions struct {
+	*globalOptions
+	kubeFlags
+	force bool
+}
+
+func newVolumeDeleteCmd(g *globalOptions) *cobra.Command {
+	o := &volumeDeleteOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "delete NAME",
+		Short: "Delete a data volume and its data; refused while a VM uses it",
+		Long: `Deletes a data volume made by imagectl volume create, and the claim holding
+its data. Other DataVolumes (a VM's root disk, image-syncer's imports) are
+refused.
+
+A volume a VM still lists is refused, naming the VMs: detach it first
+(imagectl vm detach-volume VM VOLUME). kubectl would accept the deletion and
+leave the claim Terminating while a running VM holds it, and a stopped VM
+could then not start; --force deletes it anyway, with those consequences.`,
+		Example: `  imagectl vm detach-volume web data1
+  imagectl volume delete data1`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeArgs(&o.kubeFlags, listVolumes),
+		RunE:              func(cmd *cobra.Command, args []string) error { return runVolumeDelete(cmd, o, args[0]) },
+	}
+	cmd.Flags().BoolVar(&o.force, "force", false, "delete the volume even though VMs use it (they cannot start until it is detached)")
+	addKubeFlags(cmd, &o.kubeFlags)
+	return cmd
+}
+
+func runVolumeDelete(cmd *cobra.Command, o *volumeDeleteOptions, name string) error {
+	kc, ns, err := o.kubeFlags.client()
+	if err != nil {
+		return err
+	}
+	users, err := vmlaunch.DeleteVolume(cmd.Context(), kc, ns, name, vmlaunch.DeleteVolumeOptions{Force: o.force})
+	var inUse *vmlaunch.VolumeInUseError
+	if errors.As(err, &inUse) {
+		return fmt.Errorf("%w; detach it first (imagectl vm detach-volume %s %s), or delete it anyway with --force", err, inUse.VMs[0], name)
+	}
+	if err != nil {
+		return err
+	}
+	if len(users) > 0 {
+		fmt.Fprintf(cmd.ErrOrStderr(), "warning: VM %s still lists volume %s: it cannot start until the volume is detached (imagectl vm detach-volume), and a running one keeps the disk until it stops\n", strings.Join(users, ", "), name)
+	}
+	return printText(cmd.OutOrStdout(), "volume %s/%s deleted\n", ns, name)
 }

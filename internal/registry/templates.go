@@ -129,18 +129,54 @@ func (c *Client) FetchTemplate(ctx context.Context, repo name.Repository, id str
 	return c.fetchTemplate(ctx, r, id)
 }
 
+// maxCatalogTags bounds the tags read from a catalog repository.
+const maxCatalogTags = 10000
+
 // ListTemplates reads every template in repo, in tag order. Tags that are
-// not templates are skipped.
+// not templates, and tags listed whose manifest is gone (deleted since the
+// listing), are skipped.
 func (c *Client) ListTemplates(ctx context.Context, repo name.Repository) ([]Template, error) {
 	r, err := c.catalog(ctx, repo)
 	if err != nil {
 		return nil, err
 	}
+	tags, err := catalogTags(ctx, r, repo)
+	if err != nil {
+		return nil, err
+	}
+	var out []Template
+	for _, tag := range tags {
+		t, err := c.fetchTemplate(ctx, r, tag)
+		if errors.Is(err, errNotATemplate) || errors.Is(err, ErrTemplateNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *t)
+	}
+	return out, nil
+}
+
+// TemplateIDs returns the tags of repo, which name its templates, in one
+// listing and without reading any template: for shell completion, where
+// ListTemplates would read every one.
+func (c *Client) TemplateIDs(ctx context.Context, repo name.Repository) ([]string, error) {
+	r, err := c.catalog(ctx, repo)
+	if err != nil {
+		return nil, err
+	}
+	return catalogTags(ctx, r, repo)
+}
+
+// catalogTags lists the tags of a catalog repository; a repository that
+// does not exist yet has none.
+func catalogTags(ctx context.Context, r *remote.Repository, repo name.Repository) ([]string, error) {
 	var tags []string
-	err = r.Tags(ctx, "", func(page []string) error {
+	err := r.Tags(ctx, "", func(page []string) error {
 		tags = append(tags, page...)
-		if len(tags) > 10000 {
-			return errors.New("more than 10000 tags")
+		if len(tags) > maxCatalogTags {
+			return fmt.Errorf("more than %d tags", maxCatalogTags)
 		}
 		return nil
 	})
@@ -150,18 +186,48 @@ func (c *Client) ListTemplates(ctx context.Context, repo name.Repository) ([]Tem
 	if err != nil {
 		return nil, fmt.Errorf("listing templates in %s: %w", repo, err)
 	}
-	var out []Template
-	for _, tag := range tags {
-		t, err := c.fetchTemplate(ctx, r, tag)
-		if errors.Is(err, errNotATemplate) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, *t)
+	return tags, nil
+}
+
+// DeleteTemplate removes the template id from repo and returns the digest
+// of the manifest deleted. It refuses an ID the catalog does not hold
+// (ErrTemplateNotFound) or whose tag is not a template, and, as Delete
+// does for images, a manifest other tags also name (*SharedImageError):
+// registries delete manifests by digest, which would remove those tags
+// too. After the deletion it checks that the tag no longer resolves, so
+// that the catalog's tag list never names a template that is gone.
+func (c *Client) DeleteTemplate(ctx context.Context, repo name.Repository, id string) (string, error) {
+	if err := checkTemplateID(repo, id); err != nil {
+		return "", err
 	}
-	return out, nil
+	r, err := c.catalog(ctx, repo)
+	if err != nil {
+		return "", err
+	}
+	t, err := c.fetchTemplate(ctx, r, id)
+	if errors.Is(err, errNotATemplate) {
+		return "", fmt.Errorf("%s:%s is not a template (artifact type %s); imagectl template delete deletes only templates", repo, id, api.TemplateArtifactType)
+	}
+	if err != nil {
+		return "", err
+	}
+	deleted, err := c.Delete(ctx, repo.Tag(id), DeleteOptions{})
+	if err != nil {
+		return "", err
+	}
+	if deleted.Digest.DigestStr() != t.Digest {
+		// Published again between the read and the deletion: what was
+		// deleted is the newer document, which is gone all the same.
+		c.opts.logger.Info("template changed while deleting", "id", id, "read", t.Digest, "deleted", deleted.Digest.DigestStr())
+	}
+	dgst, found, err := c.Resolve(ctx, repo.Tag(id))
+	if err != nil {
+		return "", fmt.Errorf("checking that template %s is gone: %w", id, err)
+	}
+	if found {
+		return "", fmt.Errorf("deleted manifest %s, but the registry still resolves %s:%s (to %s); it may keep tags of deleted manifests, or the template was published again meanwhile", deleted.Digest.DigestStr(), repo, id, dgst)
+	}
+	return deleted.Digest.DigestStr(), nil
 }
 
 // checkTemplateID checks that id is a tag (the OCI grammar's), so that it

@@ -1,6 +1,7 @@
 package vmlaunch
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -344,6 +345,84 @@ func Volumes(ctx context.Context, c cdi.Reader, ns string) ([]api.VolumeSummary,
 	return out, nil
 }
 
+// VolumeInUseError is DeleteVolume's refusal to delete a data volume that
+// VMs still list among their volumes.
+type VolumeInUseError struct {
+	Namespace, Volume string
+	// VMs are the VMs whose spec uses the volume, sorted.
+	VMs []string
+}
+
+func (e *VolumeInUseError) Error() string {
+	return fmt.Sprintf("volume %s/%s is attached to VM %s", e.Namespace, e.Volume, strings.Join(e.VMs, ", "))
+}
+
+// DeleteVolumeOptions say what DeleteVolume may delete. The zero value
+// refuses a volume that a VM uses.
+type DeleteVolumeOptions struct {
+	// Force deletes a volume that VMs still list. They then cannot start
+	// until it is detached; a running one keeps the disk until it stops
+	// (Kubernetes' PVC protection).
+	Force bool
+}
+
+// DeleteVolume deletes a data volume `imagectl volume create` made, and
+// its PersistentVolumeClaim with it (owned by the DataVolume). It refuses
+// any other DataVolume (a VM's root disk, an image import), and, unless
+// opts.Force, a volume VMs in ns list (*VolumeInUseError). It returns the
+// VMs that list it.
+//
+// A VM may attach the volume between the check and the deletion; nothing
+// on the hub can lock it.
+func DeleteVolume(ctx context.Context, c Cluster, ns, name string, opts DeleteVolumeOptions) (users []string, err error) {
+	if !dns1123Label.MatchString(name) {
+		return nil, fmt.Errorf("volume name %q is not a valid name", name)
+	}
+	var dv cdiv1.DataVolume
+	if err := c.Get(ctx, ns, name, &dv); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Errorf("no volume %s in namespace %s (imagectl volume list lists them)", name, ns)
+		}
+		return nil, fmt.Errorf("reading volume %s/%s: %w", ns, name, err)
+	}
+	if dv.Labels[LabelVolume] == "" {
+		return nil, fmt.Errorf("DataVolume %s/%s is not a data volume made by imagectl volume create (it has no label %s); imagectl does not delete it", ns, name, LabelVolume)
+	}
+	if users, err = volumeUsers(ctx, c, ns, name); err != nil {
+		return nil, err
+	}
+	if len(users) > 0 && !opts.Force {
+		return users, &VolumeInUseError{Namespace: ns, Volume: name, VMs: users}
+	}
+	if err := c.Delete(ctx, &dv, false); err != nil && !apierrors.IsNotFound(err) {
+		return users, fmt.Errorf("deleting volume %s/%s: %w", ns, name, err)
+	}
+	return users, nil
+}
+
+// volumeUsers names the VMs of ns whose template uses the DataVolume or
+// PersistentVolumeClaim vol (a DataVolume's claim has its name).
+func volumeUsers(ctx context.Context, c cdi.Reader, ns, vol string) ([]string, error) {
+	var list kubevirtv1.VirtualMachineList
+	if err := c.List(ctx, ns, "", &list); err != nil {
+		return nil, fmt.Errorf("listing the VMs of %s that may use volume %s: %w", ns, vol, err)
+	}
+	var users []string
+	for _, vm := range list.Items {
+		if vm.Spec.Template == nil {
+			continue
+		}
+		if slices.ContainsFunc(vm.Spec.Template.Spec.Volumes, func(v kubevirtv1.Volume) bool {
+			return (v.DataVolume != nil && v.DataVolume.Name == vol) ||
+				(v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == vol)
+		}) {
+			users = append(users, vm.Name)
+		}
+	}
+	slices.Sort(users)
+	return users, nil
+}
+
 // VolumeChange is what AttachVolume or DetachVolume did.
 type VolumeChange struct {
 	// Changed is false when there was nothing to do.
@@ -417,32 +496,55 @@ func DetachVolume(ctx context.Context, c Cluster, ns, name, vol string) (VolumeC
 	return changed(vm), nil
 }
 
-// Summaries describes the VMs of ns (all when name is empty).
+// Summaries describes the VMs of ns, or the one named name. With name
+// empty and ns empty, it describes the VMs of every namespace (kubectl's
+// --all-namespaces), which needs the right to list VMs cluster-wide.
 func Summaries(ctx context.Context, c cdi.Reader, ns, name string) ([]api.VMSummary, error) {
-	var vms []kubevirtv1.VirtualMachine
 	if name != "" {
 		vm, err := getVM(ctx, c, ns, name)
 		if err != nil {
 			return nil, err
 		}
-		vms = []kubevirtv1.VirtualMachine{*vm}
-	} else {
-		var list kubevirtv1.VirtualMachineList
-		if err := c.List(ctx, ns, "", &list); err != nil {
-			return nil, fmt.Errorf("listing VMs in %s: %w", ns, err)
-		}
-		vms = list.Items
-	}
-	out := []api.VMSummary{}
-	for _, vm := range vms {
-		s := summary(&vm)
+		s := summary(vm)
 		var vmi kubevirtv1.VirtualMachineInstance
-		err := c.Get(ctx, vm.Namespace, vm.Name, &vmi)
+		err = c.Get(ctx, vm.Namespace, vm.Name, &vmi)
 		switch {
 		case err == nil:
 			addInstance(&s, &vmi)
 		case !apierrors.IsNotFound(err):
 			return nil, fmt.Errorf("reading the instance of VM %s: %w", vm.Name, err)
+		}
+		return []api.VMSummary{s}, nil
+	}
+	where := "in " + ns
+	if ns == "" {
+		where = "in all namespaces"
+	}
+	var list kubevirtv1.VirtualMachineList
+	if err := c.List(ctx, ns, "", &list); err != nil {
+		return nil, fmt.Errorf("listing VMs %s: %w", where, err)
+	}
+	// One list of instances, not one read per VM.
+	var vmis kubevirtv1.VirtualMachineInstanceList
+	if len(list.Items) > 0 {
+		if err := c.List(ctx, ns, "", &vmis); err != nil {
+			return nil, fmt.Errorf("listing VM instances %s: %w", where, err)
+		}
+	}
+	instances := map[[2]string]*kubevirtv1.VirtualMachineInstance{}
+	for i := range vmis.Items {
+		vmi := &vmis.Items[i]
+		instances[[2]string{vmi.Namespace, vmi.Name}] = vmi
+	}
+	slices.SortFunc(list.Items, func(a, b kubevirtv1.VirtualMachine) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
+	out := []api.VMSummary{}
+	for i := range list.Items {
+		vm := &list.Items[i]
+		s := summary(vm)
+		if vmi := instances[[2]string{vm.Namespace, vm.Name}]; vmi != nil {
+			addInstance(&s, vmi)
 		}
 		out = append(out, s)
 	}

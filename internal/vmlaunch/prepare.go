@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
 	"github.com/imagepipe/imagepipe/internal/cdi"
 )
 
@@ -32,5 +35,32 @@ func Prepare(ctx context.Context, c cdi.Reader, ns, imageRef, storageClass strin
 	if err != nil {
 		return nil, fmt.Errorf("template %s: %w", req.Template.ID, err)
 	}
+	r.Notes = append(r.Notes, PreferenceNotes(ctx, c, r)...)
 	return r, nil
+}
+
+var clusterPreferenceGVK = schema.GroupVersionKind{Group: "instancetype.kubevirt.io", Version: "v1beta1", Kind: "VirtualMachineClusterPreference"}
+
+// PreferenceNotes reads the cluster preference the rendered VM names, if
+// any, and says what in it KubeVirt weighs in its live-migration verdict
+// beyond what Render checks: Hyper-V reenlightenment (set by KubeVirt's
+// common Windows preferences), with which KubeVirt live-migrates a VM only
+// where the cluster exposes its nodes' TSC frequency. imagectl cannot see
+// that from here, so its verdict stands, with the note. A preference the
+// user may not read, or that does not exist (KubeVirt's admission then
+// refuses the VM), gives no note.
+func PreferenceNotes(ctx context.Context, c cdi.Reader, r *Rendered) []string {
+	p := r.VM.Spec.Preference
+	if p == nil || !r.LiveMigratable || (p.Kind != "" && p.Kind != clusterPreferenceGVK.Kind) {
+		return nil
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(clusterPreferenceGVK)
+	if err := c.Get(ctx, "", p.Name, u); err != nil {
+		return nil
+	}
+	if _, found, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "features", "preferredHyperv", "reenlightenment"); found {
+		return []string{fmt.Sprintf("preference %s enables Hyper-V reenlightenment: KubeVirt live-migrates the VM only on a cluster that exposes its nodes' TSC frequency (KubeVirt's node labeller, invariant TSC); imagectl vm list shows KubeVirt's own verdict once the VM runs", p.Name)}
+	}
+	return nil
 }

@@ -87,6 +87,7 @@ func TestReferencesOutsideTheGrammarSendNothing(t *testing.T) {
 	run(t, []string{"template", "publish", tmpl, "--catalog", host + "/Catalog"}, "upper-case")
 	run(t, []string{"template", "show", "../x", "--catalog", host + "/catalog"}, `template ID "../x" is not a tag`)
 	run(t, []string{"template", "show", digest, "--catalog", host + "/catalog"}, "is not a tag")
+	run(t, []string{"template", "delete", "../x", "--catalog", host + "/catalog"}, `template ID "../x" is not a tag`)
 	// The escape did not happen: globex has nothing.
 	resp, err := http.Get("http://" + reg.Host + "/v2/globex/evil/tags/list")
 	if err != nil {

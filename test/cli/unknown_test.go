@@ -16,7 +16,7 @@ func TestMistypedSubcommandsFail(t *testing.T) {
 		want string
 	}{
 		{[]string{"vm", "delte", "web"}, `unknown command "delte" for "imagectl vm"; did you mean "delete"?`},
-		{[]string{"template", "delete", "x"}, `unknown command "delete" for "imagectl template"`},
+		{[]string{"template", "remove", "x"}, `unknown command "remove" for "imagectl template"`},
 		{[]string{"volume", "lst"}, `unknown command "lst" for "imagectl volume"; did you mean "list"?`},
 		{[]string{"imprt", "a", "b"}, `unknown command "imprt" for "imagectl"; did you mean "import"?`},
 	} {
