@@ -16,13 +16,38 @@ FUZZ_TARGETS := ./internal/convert:FuzzOpen ./internal/convert:FuzzQCOW2Header .
 
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 
-.PHONY: all build test unit integration fuzz bench tools lint generate demo clean
+.PHONY: all build test unit integration fuzz bench tools lint generate demo clean images release-config
 
 all: build
 
 build:
 	$(GO) build -tags "$(TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/imagectl ./cmd/imagectl
 	$(GO) build -tags "$(TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/image-syncer ./cmd/image-syncer
+
+# images builds the image-syncer and imagectl container images without a
+# container runtime (hack/imagebuild): static binaries for linux/amd64 and
+# linux/arm64 on a base of users, /tmp and a CA bundle, running as 65532,
+# with an SPDX SBOM each; and pushes them as OCI indexes to
+# $(IMG_REGISTRY)/image-syncer:$(IMG_TAG) and $(IMG_REGISTRY)/imagectl:$(IMG_TAG),
+# printing each REF@DIGEST. The same commit gives the same digests. Registry
+# credentials come from ~/.docker/config.json; IMG_INSECURE=1 allows plain
+# HTTP (127.0.0.1 and localhost do without it).
+# release-config does the same, then pins the image-syncer index by digest
+# in $(IMG_KUSTOMIZATION) (config/default), for `kubectl apply -k`.
+IMG_REGISTRY      ?=
+IMG_TAG           ?= $(VERSION)
+IMG_INSECURE      ?=
+IMG_KUSTOMIZATION ?= config/default/kustomization.yaml
+IMAGEBUILD = $(GO) run ./hack/imagebuild -registry "$(IMG_REGISTRY)" -tag "$(IMG_TAG)" -version "$(VERSION)" \
+	$(if $(filter 1 true yes,$(IMG_INSECURE)),-insecure)
+
+images:
+	@test -n "$(IMG_REGISTRY)" || { echo "usage: make $@ IMG_REGISTRY=HOST[:PORT]/PATH [IMG_TAG=$(VERSION)] [IMG_INSECURE=1]"; exit 2; }
+	$(IMAGEBUILD)
+
+release-config:
+	@test -n "$(IMG_REGISTRY)" || { echo "usage: make $@ IMG_REGISTRY=HOST[:PORT]/PATH [IMG_TAG=$(VERSION)] [IMG_INSECURE=1]"; exit 2; }
+	$(IMAGEBUILD) -kustomization "$(IMG_KUSTOMIZATION)"
 
 # tools installs the system packages the tests use (qemu-img/qemu-io as the
 # oracle, skopeo, mkfs.ext4, GNU time, zstd, libisal-dev) when they are

@@ -16,6 +16,13 @@ import (
 // leaves it "dev".
 var Version = "dev"
 
+// Commit is the VCS revision, set at link time like Version by builds
+// that record none of their own: the container images are built with
+// -buildvcs=false, so that the same commit gives the same image whether
+// it was checked out as a clone, a worktree or an unpacked tarball. The
+// revision the Go toolchain records, when there is one, wins.
+var Commit = ""
+
 // Info describes the running build. It is api.VersionInfo, the JSON model
 // `imagectl version -o json` prints (convert with api.VersionInfo(info)),
 // with the one-line form String.
@@ -25,6 +32,7 @@ type Info api.VersionInfo
 func Get() Info {
 	info := Info{
 		Version:   Version,
+		Commit:    Commit,
 		GoVersion: runtime.Version(),
 		Platform:  runtime.GOOS + "/" + runtime.GOARCH,
 	}
