@@ -40,29 +40,16 @@ var versionPattern = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,127}$`)
 // buildAndPush builds an index per binary and pushes it to
 // REGISTRY/BINARY:TAG.
 func buildAndPush(ctx context.Context, log *slog.Logger, o options) ([]result, error) {
-	if err := checkModuleRoot(); err != nil {
-		return nil, err
-	}
-	if !versionPattern.MatchString(o.version) {
-		return nil, fmt.Errorf("the version %q has characters a tag cannot have", o.version)
-	}
-	if o.revision != "" && !regexp.MustCompile(`^[0-9a-f]{7,64}$`).MatchString(o.revision) {
-		return nil, fmt.Errorf("the revision %q is not a commit hash", o.revision)
-	}
 	client, err := registry.New(registry.WithInsecure(o.insecure), registry.WithCacheDir(""), registry.WithLogger(log))
 	if err != nil {
 		return nil, err
 	}
-	tags := make([]name.Tag, len(binaries))
-	for i, b := range binaries {
-		repo, err := client.ParseRepository(o.registry + "/" + b)
-		if err != nil {
-			return nil, fmt.Errorf("checking -registry: %w", err)
-		}
-		tags[i], err = name.NewTag(repo.Name()+":"+o.tag, repoOptions(o)...)
-		if err != nil {
-			return nil, fmt.Errorf("checking -tag: %w", err)
-		}
+	tags, err := o.tags(client)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkModuleRoot(); err != nil {
+		return nil, err
 	}
 	created := time.Unix(o.sourceDateEpoch, 0).UTC()
 	log.Info("building", "version", o.version, "revision", o.revision, "created", created.Format(time.RFC3339))
@@ -137,13 +124,34 @@ func buildAndPush(ctx context.Context, log *slog.Logger, o options) ([]result, e
 	return results, nil
 }
 
-// repoOptions are the name options matching -insecure.
-func repoOptions(o options) []name.Option {
-	opts := []name.Option{name.StrictValidation}
-	if o.insecure {
-		opts = append(opts, name.Insecure)
+// revisionPattern is a commit hash (SHA-1 or SHA-256, maybe abbreviated).
+var revisionPattern = regexp.MustCompile(`^[0-9a-f]{7,64}$`)
+
+// tags checks the options that end up in references, -ldflags and labels,
+// and returns the tag each binary's index is pushed to, in the order of
+// binaries.
+func (o options) tags(client *registry.Client) ([]name.Tag, error) {
+	if !versionPattern.MatchString(o.version) {
+		return nil, fmt.Errorf("the version %q is not letters, digits and ._+- (at most 128)", o.version)
 	}
-	return opts
+	if o.revision != "" && !revisionPattern.MatchString(o.revision) {
+		return nil, fmt.Errorf("the revision %q is not a commit hash", o.revision)
+	}
+	nameOpts := []name.Option{name.StrictValidation}
+	if o.insecure {
+		nameOpts = append(nameOpts, name.Insecure)
+	}
+	tags := make([]name.Tag, len(binaries))
+	for i, b := range binaries {
+		repo, err := client.ParseRepository(o.registry + "/" + b)
+		if err != nil {
+			return nil, fmt.Errorf("checking -registry: %w", err)
+		}
+		if tags[i], err = name.NewTag(repo.Name()+":"+o.tag, nameOpts...); err != nil {
+			return nil, fmt.Errorf("checking -tag: %w", err)
+		}
+	}
+	return tags, nil
 }
 
 // platformImage is one binary's image for linux/arch: the base layer,
