@@ -31,15 +31,17 @@ build:
 # $(IMG_REGISTRY)/image-syncer:$(IMG_TAG) and $(IMG_REGISTRY)/imagectl:$(IMG_TAG),
 # printing each REF@DIGEST. The same commit gives the same digests. Registry
 # credentials come from ~/.docker/config.json; IMG_INSECURE=1 allows plain
-# HTTP (127.0.0.1 and localhost do without it).
+# HTTP (127.0.0.1 and localhost do without it); IMG_SBOM=0 skips the SBOMs
+# for a registry that refuses OCI artifacts.
 # release-config does the same, then pins the image-syncer index by digest
 # in $(IMG_KUSTOMIZATION) (config/default), for `kubectl apply -k`.
 IMG_REGISTRY      ?=
 IMG_TAG           ?= $(VERSION)
 IMG_INSECURE      ?=
+IMG_SBOM          ?= 1
 IMG_KUSTOMIZATION ?= config/default/kustomization.yaml
 IMAGEBUILD = $(GO) run ./hack/imagebuild -registry "$(IMG_REGISTRY)" -tag "$(IMG_TAG)" -version "$(VERSION)" \
-	$(if $(filter 1 true yes,$(IMG_INSECURE)),-insecure)
+	$(if $(filter 1 true yes,$(IMG_INSECURE)),-insecure) $(if $(filter 0 false no,$(IMG_SBOM)),-sbom=false)
 
 images:
 	@test -n "$(IMG_REGISTRY)" || { echo "usage: make $@ IMG_REGISTRY=HOST[:PORT]/PATH [IMG_TAG=$(VERSION)] [IMG_INSECURE=1]"; exit 2; }

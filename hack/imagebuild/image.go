@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -53,6 +54,9 @@ func buildAndPush(ctx context.Context, log *slog.Logger, o options) ([]result, e
 	}
 	created := time.Unix(o.sourceDateEpoch, 0).UTC()
 	log.Info("building", "version", o.version, "revision", o.revision, "created", created.Format(time.RFC3339))
+	if strings.HasSuffix(o.version, "-dirty") {
+		log.Warn("the working tree has uncommitted changes: no commit reproduces these images", "version", o.version)
+	}
 
 	dir, err := os.MkdirTemp("", "imagebuild-")
 	if err != nil {
