@@ -79,7 +79,7 @@ bench: tools build
 	IMAGECTL=$(BIN)/imagectl IMAGEPIPE_CACHE=$(CACHE) bash test/bench/bench.sh
 
 lint:
-	@out=$$(gofmt -l cmd internal pkg test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l cmd hack internal pkg test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
 	$(CONTROLLER_GEN) crd paths=./pkg/api/v1alpha1/... output:crd:dir=$$tmp && \
