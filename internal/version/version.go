@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // Version is the release version, set at link time with
@@ -14,26 +16,23 @@ import (
 // leaves it "dev".
 var Version = "dev"
 
-// Info describes the running build. Its JSON form is what
-// `imagectl version -o json` prints.
-type Info struct {
-	// Version is the release version (Version above).
-	Version string `json:"version"`
-	// Commit is the VCS revision the binary was built from, if the build
-	// recorded one.
-	Commit string `json:"commit,omitempty"`
-	// Modified says that the working tree had uncommitted changes.
-	Modified bool `json:"modified"`
-	// GoVersion is the toolchain that built the binary.
-	GoVersion string `json:"goVersion"`
-	// Platform is GOOS/GOARCH of the binary.
-	Platform string `json:"platform"`
-}
+// Commit is the VCS revision, set at link time like Version by builds
+// that record none of their own: the container images are built with
+// -buildvcs=false, so that the same commit gives the same image whether
+// it was checked out as a clone, a worktree or an unpacked tarball. The
+// revision the Go toolchain records, when there is one, wins.
+var Commit = ""
+
+// Info describes the running build. It is api.VersionInfo, the JSON model
+// `imagectl version -o json` prints (convert with api.VersionInfo(info)),
+// with the one-line form String.
+type Info api.VersionInfo
 
 // Get returns the running binary's build information.
 func Get() Info {
 	info := Info{
 		Version:   Version,
+		Commit:    Commit,
 		GoVersion: runtime.Version(),
 		Platform:  runtime.GOOS + "/" + runtime.GOARCH,
 	}
