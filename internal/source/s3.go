@@ -93,6 +93,11 @@ func (o *config) s3Client() (*minio.Core, error) {
 		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 			return nil, fmt.Errorf("the S3 endpoint %q is neither host[:port] nor an http(s) URL", endpoint)
 		}
+		if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+			// minio-go addresses buckets from the host's root; a path would
+			// be dropped without a word.
+			return nil, fmt.Errorf("the S3 endpoint %q has a path, query or user; give scheme://host[:port] only", u.Redacted())
+		}
 		endpoint, secure = u.Host, u.Scheme == "https"
 	}
 	accessKey := firstNonEmpty(s.AccessKey, os.Getenv("AWS_ACCESS_KEY_ID"))
@@ -115,8 +120,19 @@ func (o *config) s3Client() (*minio.Core, error) {
 		Secure: secure,
 		Region: firstNonEmpty(s.Region, os.Getenv("AWS_REGION"), os.Getenv("AWS_DEFAULT_REGION")),
 	}
-	if o.HTTPClient != nil && o.HTTPClient.Transport != nil {
+	switch {
+	case o.HTTPClient != nil && o.HTTPClient.Transport != nil:
 		mo.Transport = o.HTTPClient.Transport
+	case o.tls != nil && secure:
+		// minio-go's own transport, which never asks for gzip (it would
+		// change the bytes of an object stored with Content-Encoding gzip),
+		// with CAFile's roots or InsecureSkipVerify.
+		t, err := minio.DefaultTransport(true)
+		if err != nil {
+			return nil, fmt.Errorf("configuring the S3 transport: %w", err)
+		}
+		t.TLSClientConfig = o.tls.Clone()
+		mo.Transport = t
 	}
 	c, err := minio.NewCore(endpoint, mo)
 	if err != nil {
