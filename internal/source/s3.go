@@ -2,9 +2,11 @@ package source
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -120,19 +122,23 @@ func (o *config) s3Client() (*minio.Core, error) {
 		Secure: secure,
 		Region: firstNonEmpty(s.Region, os.Getenv("AWS_REGION"), os.Getenv("AWS_DEFAULT_REGION")),
 	}
-	switch {
-	case o.HTTPClient != nil && o.HTTPClient.Transport != nil:
+	if o.HTTPClient != nil && o.HTTPClient.Transport != nil {
 		mo.Transport = o.HTTPClient.Transport
-	case o.tls != nil && secure:
+	} else {
 		// minio-go's own transport, which never asks for gzip (it would
 		// change the bytes of an object stored with Content-Encoding gzip),
 		// with CAFile's roots or InsecureSkipVerify.
-		t, err := minio.DefaultTransport(true)
+		t, err := minio.DefaultTransport(secure)
 		if err != nil {
 			return nil, fmt.Errorf("configuring the S3 transport: %w", err)
 		}
-		t.TLSClientConfig = o.tls.Clone()
+		if o.tls != nil && secure {
+			t.TLSClientConfig = o.tls.Clone()
+		}
 		mo.Transport = t
+	}
+	if secure {
+		mo.Transport = unknownCAFailsFast{mo.Transport}
 	}
 	c, err := minio.NewCore(endpoint, mo)
 	if err != nil {
@@ -148,4 +154,20 @@ func firstNonEmpty(vs ...string) string {
 		}
 	}
 	return ""
+}
+
+// unknownCAFailsFast makes a server certificate of an unknown CA fail an
+// S3 request at once. minio-go retries every failed request for seconds
+// except one whose error is an x509.UnknownAuthorityError, which Go has
+// since wrapped in a *tls.CertificateVerificationError: this hands it
+// over unwrapped.
+type unknownCAFailsFast struct{ inner http.RoundTripper }
+
+func (t unknownCAFailsFast) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.inner.RoundTrip(req)
+	var unknown x509.UnknownAuthorityError
+	if err != nil && errors.As(err, &unknown) {
+		return nil, unknown
+	}
+	return resp, err
 }

@@ -2,6 +2,8 @@ package harness
 
 import (
 	"crypto/tls"
+	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -31,6 +33,9 @@ func StartHTTPS(t testing.TB, h http.Handler) *HTTPSServer {
 		t.Fatalf("loading the HTTPS certificate: %v", err)
 	}
 	srv := httptest.NewUnstartedServer(h)
+	// Clients that refuse the certificate are what tests expect, not
+	// news for the log.
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
