@@ -329,7 +329,13 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 		h = sha256.New()
 		src.hash = h
 	}
+	var inner io.ReadCloser
 	fail := func(err error) (*Image, error) {
+		if inner != nil {
+			// An xz program's feeding goroutine reads src: done with
+			// once inner is closed.
+			inner.Close()
+		}
 		// A failure of the source itself (network, stdin) surfaces from
 		// convert as a corrupt stream; report what actually happened.
 		if src.err != nil && !errors.Is(src.err, io.EOF) {
@@ -338,10 +344,11 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 		return nil, err
 	}
 
-	inner, wrapper, err := convert.Unwrap(src)
+	unwrapped, wrapper, err := convert.UnwrapWith(src, convert.UnwrapOptions{XZ: o.xzDecoder()})
 	if err != nil {
 		return fail(err)
 	}
+	inner = &onceCloser{ReadCloser: unwrapped}
 	defer inner.Close()
 	// The head decides between streaming and spooling; reading it costs at
 	// most streamHead bytes of the unwrapped image.
@@ -496,6 +503,34 @@ func drain(src *sourceReader, limit int64) error {
 		}
 	}
 	return nil
+}
+
+// xzDecoder is the xz decoder for convert.UnwrapOptions: the xz program
+// when there is one (startXZ), else nil for the pure-Go decoder.
+func (o *config) xzDecoder() func(io.Reader) io.ReadCloser {
+	path := xzProgram()
+	if path == "" {
+		return nil
+	}
+	return func(r io.Reader) io.ReadCloser {
+		rc := startXZ(path, r)
+		if rc == nil {
+			o.log.Debug("xz did not start; decoding in Go", "program", path)
+		}
+		return rc
+	}
+}
+
+// onceCloser closes its ReadCloser once, however often it is closed.
+type onceCloser struct {
+	io.ReadCloser
+	once sync.Once
+	err  error
+}
+
+func (c *onceCloser) Close() error {
+	c.once.Do(func() { c.err = c.ReadCloser.Close() })
+	return c.err
 }
 
 // sourceReader counts, hashes and reports the original bytes as they are
