@@ -304,6 +304,10 @@ func TestRegistryDiesMidImport(t *testing.T) {
 	if r.Code == 0 {
 		t.Fatal("import succeeded with the registry dead")
 	}
+	// One sentence a person can act on: not the registry's upload URL.
+	if !strings.Contains(r.Stderr, "run the same command again to resume") || strings.Contains(r.Stderr, "_state=") {
+		t.Errorf("the failed import does not say to run it again, or prints the upload URL:\n%s", r.Stderr)
+	}
 	reg.Restart(t)
 	if tags := listTags(t, reg.Host, "acme/dying"); len(tags) != 0 {
 		t.Fatalf("tags after a failed import: %v", tags)
