@@ -183,6 +183,8 @@ func hintFor(r reject.Reason) string {
 		return "publish the disk as qcow2 (--disk-format qcow2, the default; convert --to qcow2), which names its format"
 	case reject.Encrypted:
 		return "decrypt the disk before uploading it"
+	case reject.PlatformMismatch:
+		return "name a platform the image holds with --platform, or publish the disk for this one: imagectl import --platform OS/ARCH --append DISK REF"
 	}
 	return ""
 }

@@ -155,3 +155,66 @@ func TestLoginSavesCredentialsWhereCraneAndSkopeoReadThem(t *testing.T) {
 		t.Errorf("second logout: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
 }
+
+// TestConvertNeverOverwritesItsInput: OUT naming IN, directly or through
+// a link, is refused before anything is written, and IN is unchanged.
+func TestConvertNeverOverwritesItsInput(t *testing.T) {
+	testenv.RequireQEMU(t)
+	dir := t.TempDir()
+	disk := validQCOW2(t, dir, false)
+	before, err := os.ReadFile(disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.qcow2")
+	if err := os.Symlink(disk, link); err != nil {
+		t.Fatal(err)
+	}
+	hard := filepath.Join(dir, "hard.qcow2")
+	if err := os.Link(disk, hard); err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{disk, "./" + filepath.Base(disk), link, hard} {
+		r := testenv.RunCommand(t, testenv.Command{Name: "sh", Args: []string{"-c", `cd "$1" && exec "$2" convert "$3" "$4" --to raw -o json`, "sh", dir, testenv.Imagectl, disk, out}})
+		if r.Code != 1 || !strings.Contains(r.Stderr, "is the input file") {
+			t.Errorf("convert IN %s: exit %d\n%s", out, r.Code, r.Stderr)
+		}
+		if f := failure(t, r); f.Code != "usage" {
+			t.Errorf("convert IN %s: code %q, want usage", out, f.Code)
+		}
+	}
+	after, err := os.ReadFile(disk)
+	if err != nil || string(after) != string(before) {
+		t.Fatalf("the input changed (%v)", err)
+	}
+	if entries := testenv.Entries(t, dir); len(entries) != 4 {
+		t.Errorf("files left behind: %v", entries)
+	}
+}
+
+// TestExportToStandardOutput: export REF - writes the validated disk to
+// standard output, in the format asked for, and nothing else.
+func TestExportToStandardOutput(t *testing.T) {
+	testenv.RequireQEMU(t)
+	dir := t.TempDir()
+	disk := validQCOW2(t, dir, false)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{})
+	ref := reg.Host + "/acme/disk:1"
+	cfg := t.TempDir()
+	if r := imagectl(t, cfg, "", "import", disk, ref); r.Code != 0 {
+		t.Fatalf("import: exit %d\n%s", r.Code, r.Stderr)
+	}
+	for _, to := range []string{"raw", "qcow2"} {
+		out := filepath.Join(dir, "stdout."+to)
+		r := testenv.RunCommand(t, testenv.Command{Name: "sh", Args: []string{"-c", `exec "$1" export "$2" - --to "$3" > "$4"`, "sh", testenv.Imagectl, ref, to, out},
+			Env: []string{"DOCKER_CONFIG=" + cfg, "IMAGEPIPE_CACHE=" + cfg}})
+		if r.Code != 0 {
+			t.Fatalf("export - --to %s: exit %d\n%s", to, r.Code, r.Stderr)
+		}
+		testenv.Run(t, "qemu-img", "compare", "-q", "-f", "qcow2", "-F", to, disk, out)
+	}
+	r := imagectl(t, cfg, "", "export", ref, "-", "-o", "json")
+	if r.Code != 1 || failure(t, r).Code != "usage" {
+		t.Errorf("export - -o json: exit %d\n%s", r.Code, r.Stderr)
+	}
+}
