@@ -97,7 +97,8 @@ func report(cmd *cobra.Command, err error) int {
 	if f.Hint != "" {
 		fmt.Fprintln(os.Stderr, "hint:", f.Hint)
 	}
-	if cmd != nil {
+	var shown *shownError
+	if cmd != nil && !errors.As(err, &shown) {
 		if o := cmd.Flags().Lookup("output"); o != nil && (o.Value.String() == string(outputJSON) || o.Value.String() == string(outputYAML)) {
 			out := &outputFlags{format: outputFormat(o.Value.String())}
 			if perr := out.print(cmd.OutOrStdout(), api.Failure{Error: f}, nil); perr != nil {
@@ -141,6 +142,13 @@ func describe(err error) api.FailureDetail {
 	}
 	return f
 }
+
+// shownError is an error whose command already printed its outcome on
+// standard output (a rejection report), so no error object follows.
+type shownError struct{ err error }
+
+func (e *shownError) Error() string { return e.err.Error() }
+func (e *shownError) Unwrap() error { return e.err }
 
 // hintedError is an error with a suggestion of what to do about it.
 type hintedError struct {

@@ -69,7 +69,7 @@ func (c *Client) Explain(err error, resumable bool) error {
 			if user == "" {
 				return &Failure{ErrUnauthorized, fmt.Sprintf("registry %s wants credentials: run imagectl login %s, or pass --username and --password-stdin", host, host), err}
 			}
-			return &Failure{ErrUnauthorized, fmt.Sprintf("wrong credentials for %s: it refused user %q; run imagectl login %s again", host, user, host), err}
+			return &Failure{ErrUnauthorized, fmt.Sprintf("wrong credentials for %s: the registry refused user %q; run imagectl login %s again", host, user, host), err}
 		case terr.StatusCode == http.StatusForbidden || hasCode(terr, transport.DeniedErrorCode):
 			verb := "pull"
 			if terr.Request != nil {

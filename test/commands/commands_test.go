@@ -242,8 +242,23 @@ func TestList(t *testing.T) {
 		t.Errorf("foreign row %q", lines[3])
 	}
 
-	if r := f.imagectl(t, "", "list", f.reg.Host+"/acme/alpha"); r.Code != 1 || !strings.Contains(r.Stderr, "not a tenant") {
-		t.Errorf("list of a repository: exit %d, %s", r.Code, r.Stderr)
+	// One repository, as crane ls: its tags only, described the same way,
+	// without the catalog; -o name gives references to use as they are.
+	var alphaOnly []api.ImageListing
+	if err := json.Unmarshal([]byte(f.ok(t, "list", f.reg.Host+"/acme/alpha", "-o", "json")), &alphaOnly); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(alphaOnly, ls[:1]) {
+		t.Errorf("list of one repository = %+v, want %+v", alphaOnly, ls[:1])
+	}
+	if names := f.ok(t, "list", f.reg.Host+"/acme", "-o", "name"); names != ls[0].Repository+":1\n"+ls[1].Repository+":1\n"+ls[2].Repository+":latest\n" {
+		t.Errorf("list -o name:\n%s", names)
+	}
+	if wide := f.ok(t, "list", f.reg.Host+"/acme/alpha", "-o", "wide"); !strings.Contains(wide, digestOf(f.alphaPin)) || !strings.Contains(wide, ls[0].SourceDigest) {
+		t.Errorf("list -o wide lacks the full digest or the source digest:\n%s", wide)
+	}
+	if r := f.imagectl(t, "", "list", f.reg.Host+"/acme/alpha:1"); r.Code != 1 || !strings.Contains(r.Stderr, "not a tag or digest") {
+		t.Errorf("list of a tag: exit %d, %s", r.Code, r.Stderr)
 	}
 }
 

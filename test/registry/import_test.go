@@ -218,7 +218,7 @@ func TestImportWithAuthAndTLS(t *testing.T) {
 		Env:   []string{"IMAGEPIPE_CACHE=" + t.TempDir()},
 		Stdin: "wrong\n",
 	})
-	if bad.Code != 1 || !strings.Contains(strings.ToLower(bad.Stderr), "unauthorized") {
+	if bad.Code != 1 || !strings.Contains(bad.Stderr, "wrong credentials for "+reg.Host) {
 		t.Errorf("wrong password: exit %d, %s", bad.Code, bad.Stderr)
 	}
 }
