@@ -367,6 +367,17 @@ func TestExport(t *testing.T) {
 		if left := testenv.Entries(t, dir); len(left) != 0 {
 			t.Errorf("a rejected export left %v", left)
 		}
+
+		// A disk that passes the layer's checks but not the disk's: to
+		// standard output, not one byte of it may go out.
+		backing := filepath.Join(dir, "overlay.qcow2")
+		testenv.Run(t, "qemu-img", "create", "-q", "-f", "qcow2", "-b", "/etc/passwd", "-F", "raw", backing)
+		overlay := f.reg.Host + "/acme/bad:backing-file"
+		pushLayer(t, overlay, []entry{d, {name: "disk/disk.img", uid: 107, gid: 107, mode: 0o444, data: readFile(t, backing)}})
+		r = f.imagectl(t, "", "export", overlay, "-")
+		if r.Code != 3 || !strings.Contains(r.Stderr, string(reject.BackingFile)) || r.Stdout != "" {
+			t.Errorf("export - of a disk with a backing file: exit %d, %d bytes on stdout, stderr %q", r.Code, len(r.Stdout), r.Stderr)
+		}
 	})
 }
 
