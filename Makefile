@@ -21,9 +21,12 @@ CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.2
 
 all: build
 
+# image-syncer is built as its container image builds it (hack/imagebuild:
+# no cgo, -trimpath), so the tests run that binary and make images reuses
+# the compiled packages.
 build:
 	$(GO) build -tags "$(TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/imagectl ./cmd/imagectl
-	$(GO) build -tags "$(TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/image-syncer ./cmd/image-syncer
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags "$(LDFLAGS)" -o $(BIN)/image-syncer ./cmd/image-syncer
 
 # images builds the image-syncer and imagectl container images without a
 # container runtime (hack/imagebuild): static binaries for linux/amd64 and

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/registry"
@@ -122,22 +123,44 @@ func (f *registryFlags) client(g *globalOptions, extra ...registry.Option) (*reg
 		opts = append(opts, registry.WithChunkSize(f.chunkSize))
 	}
 	if f.passwordStdin && f.username == "" {
-		return nil, errors.New("--password-stdin needs --username")
+		return nil, &usageError{errors.New("--password-stdin needs --username")}
 	}
 	if f.username != "" {
-		password := ""
-		if f.passwordStdin {
-			line, err := bufio.NewReader(os.Stdin).ReadString('\n')
-			if err != nil && line == "" {
-				return nil, fmt.Errorf("reading the password from standard input: %w", err)
-			}
-			password = strings.TrimRight(line, "\r\n")
+		password, err := f.password()
+		if err != nil {
+			return nil, err
 		}
 		opts = append(opts, registry.WithBasicAuth(f.username, password))
 	}
 	client, err := registry.New(append(opts, extra...)...)
 	f.built = client
 	return client, err
+}
+
+// password reads the password for --username: the first line of standard
+// input with --password-stdin, else typed at a prompt when standard input
+// is a terminal. Anything else is an error, not an empty password.
+func (f *registryFlags) password() (string, error) {
+	if f.passwordStdin {
+		line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+		if err != nil && line == "" {
+			return "", fmt.Errorf("reading the password from standard input: %w", err)
+		}
+		return strings.TrimRight(line, "\r\n"), nil
+	}
+	if !term.IsTerminal(int(os.Stdin.Fd())) {
+		return "", &usageError{fmt.Errorf("--username %s needs a password: pass it on standard input with --password-stdin, or log in once with imagectl login", f.username)}
+	}
+	fmt.Fprintf(os.Stderr, "Password for %s: ", f.username)
+	b, err := term.ReadPassword(int(os.Stdin.Fd()))
+	fmt.Fprintln(os.Stderr)
+	if err != nil {
+		return "", fmt.Errorf("reading the password: %w", err)
+	}
+	if len(b) == 0 {
+		return "", errors.New("no password typed")
+	}
+	return string(b), nil
 }
 
 // sourceFlags locate and check a source image (local, http(s), s3, stdin).

@@ -173,7 +173,7 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 		fmt.Fprintf(cmd.ErrOrStderr(), "%s image %s is in the index, which holds %s\n", result.Platform, result.ImageDigest, strings.Join(result.Platforms, ", "))
 	}
 	return o.out.show(cmd.OutOrStdout(), view{data: result, names: []string{result.Pinned}, table: func(w io.Writer, _ bool) error {
-		_, err := fmt.Fprintln(w, result.Pinned)
+		_, err := fmt.Fprintf(w, "%s@%s\n", result.Reference, result.Digest)
 		return err
 	}})
 }

@@ -96,16 +96,19 @@ func list(cmd *cobra.Command, client *registry.Client, target string) ([]api.Ima
 	if strings.Contains(target, "@") || strings.Contains(target, "/") && strings.Contains(last, ":") {
 		return nil, &usageError{fmt.Errorf("list takes REGISTRY/TENANT or REGISTRY/TENANT/NAME, not a tag or digest: drop the :TAG or @DIGEST from %q, or use imagectl inspect docker://%s", target, target)}
 	}
-	reg, tenant, err := client.ParseTenant(target)
-	if err != nil {
-		repo, rerr := client.ParseRepository(target)
-		if rerr != nil {
+	if strings.Count(strings.TrimSuffix(target, "/"), "/") > 1 { // REGISTRY/TENANT/NAME...
+		repo, err := client.ParseRepository(target)
+		if err != nil {
 			return nil, err
 		}
-		if _, terr := registry.Tenant(repo); terr != nil {
-			return nil, terr
+		if _, err := registry.Tenant(repo); err != nil {
+			return nil, err
 		}
 		return client.ListRepository(cmd.Context(), repo)
+	}
+	reg, tenant, err := client.ParseTenant(target)
+	if err != nil {
+		return nil, err
 	}
 	listings, err := client.List(cmd.Context(), reg, tenant)
 	var cat *registry.CatalogError

@@ -97,7 +97,8 @@ func report(cmd *cobra.Command, err error) int {
 	if f.Hint != "" {
 		fmt.Fprintln(os.Stderr, "hint:", f.Hint)
 	}
-	if cmd != nil {
+	var shown *shownError
+	if cmd != nil && !errors.As(err, &shown) {
 		if o := cmd.Flags().Lookup("output"); o != nil && (o.Value.String() == string(outputJSON) || o.Value.String() == string(outputYAML)) {
 			out := &outputFlags{format: outputFormat(o.Value.String())}
 			if perr := out.print(cmd.OutOrStdout(), api.Failure{Error: f}, nil); perr != nil {
@@ -142,6 +143,13 @@ func describe(err error) api.FailureDetail {
 	return f
 }
 
+// shownError is an error whose command already printed its outcome on
+// standard output (a rejection report), so no error object follows.
+type shownError struct{ err error }
+
+func (e *shownError) Error() string { return e.err.Error() }
+func (e *shownError) Unwrap() error { return e.err }
+
 // hintedError is an error with a suggestion of what to do about it.
 type hintedError struct {
 	err  error
@@ -183,6 +191,8 @@ func hintFor(r reject.Reason) string {
 		return "publish the disk as qcow2 (--disk-format qcow2, the default; convert --to qcow2), which names its format"
 	case reject.Encrypted:
 		return "decrypt the disk before uploading it"
+	case reject.PlatformMismatch:
+		return "name a platform the image holds with --platform, or publish the disk for this one: imagectl import --platform OS/ARCH --append DISK REF"
 	}
 	return ""
 }

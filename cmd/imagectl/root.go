@@ -40,7 +40,8 @@ Exit codes: 0 success, 1 error, 3 the image was rejected by validation,
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log debug details to stderr")
 	root.AddCommand(newInspectCmd(g), newConvertCmd(g), newImportCmd(g),
 		newListCmd(g), newExportCmd(g), newDeleteCmd(g), newCopyCmd(g),
-		newTemplateCmd(g), newVMCmd(g), newVolumeCmd(g), newVersionCmd())
+		newTemplateCmd(g), newVMCmd(g), newVolumeCmd(g), newVersionCmd(),
+		newLoginCmd(g), newLogoutCmd(g))
 	// cobra's own completion and help commands, which Execute would add,
 	// get the same refusal of unknown subcommands and topics.
 	root.InitDefaultCompletionCmd()

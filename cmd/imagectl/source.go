@@ -96,13 +96,13 @@ func refuseTerminalStdin(cmd *cobra.Command, spec string) error {
 	}
 }
 
-// reportRejection prints a rejection of the source as an inspect-style JSON
-// report on standard output when the output is JSON, so scripts read the
-// reason the same way as from inspect; the error is returned either way
-// (exit 3, the sentence on standard error).
+// reportRejection prints a rejection of the source as an inspect-style
+// report on standard output under -o json or yaml, so scripts read the
+// reason the same way as from inspect, in place of the error object; the
+// error is returned either way (exit 3, the sentence on standard error).
 func reportRejection(cmd *cobra.Command, out *outputFlags, spec string, err error) error {
 	re := reject.As(err)
-	if re == nil || out.format != outputJSON {
+	if re == nil || !out.machine() {
 		return err
 	}
 	report := api.ImageReport{
@@ -114,7 +114,7 @@ func reportRejection(cmd *cobra.Command, out *outputFlags, spec string, err erro
 	if perr := printReport(cmd.OutOrStdout(), out, &report); perr != nil {
 		return perr
 	}
-	return err
+	return &shownError{err}
 }
 
 // rejection is the JSON model of a rejection.

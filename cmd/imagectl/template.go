@@ -336,9 +336,10 @@ func completeTemplateArg(o *templateOptions) cobra.CompletionFunc {
 // --catalog (or $IMAGEPIPE_CATALOG) names, with one tag listing.
 func completeTemplateIDs(g *globalOptions, f *catalogFlags) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
-		if f.passwordStdin {
-			// The shell's standard input is not the user's password.
-			cobra.CompErrorln("not completing template IDs with --password-stdin")
+		if f.passwordStdin || f.username != "" {
+			// The shell's standard input is not the user's password, and
+			// completion must not stop at a password prompt.
+			cobra.CompErrorln("not completing template IDs with --username")
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)

@@ -1,10 +1,12 @@
 package registry
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -67,7 +69,7 @@ func (c *Client) Explain(err error, resumable bool) error {
 			if user == "" {
 				return &Failure{ErrUnauthorized, fmt.Sprintf("registry %s wants credentials: run imagectl login %s, or pass --username and --password-stdin", host, host), err}
 			}
-			return &Failure{ErrUnauthorized, fmt.Sprintf("wrong credentials for %s: it refused user %q; run imagectl login %s again", host, user, host), err}
+			return &Failure{ErrUnauthorized, fmt.Sprintf("wrong credentials for %s: the registry refused user %q; run imagectl login %s again", host, user, host), err}
 		case terr.StatusCode == http.StatusForbidden || hasCode(terr, transport.DeniedErrorCode):
 			verb := "pull"
 			if terr.Request != nil {
@@ -86,6 +88,20 @@ func (c *Client) Explain(err error, resumable bool) error {
 	}
 	if unreachable(err) {
 		host, cause := dialTarget(err)
+		return &Failure{ErrUnreachable, fmt.Sprintf("registry %s unreachable (%s); %s", host, cause, again), err}
+	}
+	// A connection that broke: the URL, an upload's with its state token,
+	// says nothing to a person.
+	var uerr *url.Error
+	if errors.As(err, &uerr) && !errors.Is(err, context.Canceled) {
+		host := uerr.URL
+		if u, perr := url.Parse(uerr.URL); perr == nil {
+			host = u.Host
+		}
+		cause := uerr.Err.Error()
+		if i := strings.LastIndex(cause, ": "); i >= 0 {
+			cause = cause[i+2:]
+		}
 		return &Failure{ErrUnreachable, fmt.Sprintf("registry %s unreachable (%s); %s", host, cause, again), err}
 	}
 	return err

@@ -457,3 +457,21 @@ func Tenant(repo name.Repository) (string, error) {
 	}
 	return r.Tenant(), nil
 }
+
+// ParseRegistry parses a registry host, "HOST[:PORT]", as login and logout
+// take it. A URL's scheme and a trailing slash are dropped, as docker login
+// drops them; a path is refused.
+func (c *Client) ParseRegistry(s string) (name.Registry, error) {
+	host := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(s, "https://"), "http://"), "/")
+	if strings.Contains(host, "/") {
+		return name.Registry{}, &ReferenceError{Input: s, Part: "registry host", Rule: "it names a repository; give only the registry host, e.g. registry.example.com"}
+	}
+	if why := checkHost(host); why != "" {
+		return name.Registry{}, &ReferenceError{Input: s, Part: "registry host", Rule: "the registry host " + why}
+	}
+	reg, err := name.NewRegistry(host, c.nameOptions()...)
+	if err != nil {
+		return name.Registry{}, fmt.Errorf("converting the registry %q: %w", host, err)
+	}
+	return reg, nil
+}

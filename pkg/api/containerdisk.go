@@ -135,3 +135,18 @@ type DeleteResult struct {
 	// Untagged are the tags the registry removed with it.
 	Untagged []string `json:"untagged"`
 }
+
+// LoginResult is what `imagectl login -o json` and `imagectl logout -o
+// json` print.
+type LoginResult struct {
+	// Registry is the registry host.
+	Registry string `json:"registry"`
+	// Username is the user logged in as; empty for logout.
+	Username string `json:"username,omitempty"`
+	// ConfigFile is the docker config that holds (or held) the
+	// credentials.
+	ConfigFile string `json:"configFile"`
+	// Changed is false for a logout from a registry without stored
+	// credentials.
+	Changed bool `json:"changed"`
+}

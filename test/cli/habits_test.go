@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -92,5 +93,128 @@ func TestRegistryErrorsSayWhyAndWhatToDo(t *testing.T) {
 				t.Errorf("error code %q, want %q (%+v)", f.Code, c.code, f)
 			}
 		})
+	}
+}
+
+// TestLoginSavesCredentialsWhereCraneAndSkopeoReadThem: imagectl login
+// checks the credentials with the registry, saves only good ones in the
+// docker config, and crane and skopeo then use them; logout removes them.
+func TestLoginSavesCredentialsWhereCraneAndSkopeoReadThem(t *testing.T) {
+	testenv.RequireQEMU(t)
+	dir := t.TempDir()
+	disk := validQCOW2(t, dir, false)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Username: "tenant", Password: "s3cret"})
+	repo := reg.Host + "/acme/disk"
+	cfg := t.TempDir()
+	configFile := filepath.Join(cfg, "config.json")
+
+	r := imagectl(t, cfg, "wrong\n", "login", reg.Host, "--username", "tenant", "--password-stdin")
+	if r.Code != 1 || !strings.Contains(r.Stderr, "wrong credentials for "+reg.Host) {
+		t.Fatalf("login with a wrong password: exit %d\n%s", r.Code, r.Stderr)
+	}
+	if b, err := os.ReadFile(configFile); err == nil && strings.Contains(string(b), reg.Host) {
+		t.Fatalf("wrong credentials were saved:\n%s", b)
+	}
+	r = imagectl(t, cfg, "", "login", reg.Host, "--username", "tenant")
+	if r.Code != 1 || !strings.Contains(r.Stderr, "needs a password") {
+		t.Fatalf("login with --username, no password and no terminal: exit %d\n%s", r.Code, r.Stderr)
+	}
+	r = imagectl(t, cfg, "", "import", disk, repo+":1", "--username", "tenant")
+	if r.Code != 1 || !strings.Contains(r.Stderr, "needs a password") {
+		t.Fatalf("import with --username and no password: exit %d\n%s", r.Code, r.Stderr)
+	}
+
+	r = imagectl(t, cfg, "s3cret\n", "login", "http://"+reg.Host+"/", "--username", "tenant", "--password-stdin", "-o", "json")
+	if r.Code != 0 {
+		t.Fatalf("login: exit %d\n%s", r.Code, r.Stderr)
+	}
+	var res api.LoginResult
+	if err := json.Unmarshal([]byte(r.Stdout), &res); err != nil || res.Registry != reg.Host || res.Username != "tenant" || res.ConfigFile != configFile || !res.Changed {
+		t.Fatalf("login -o json: %v %+v", err, res)
+	}
+	if r := imagectl(t, cfg, "", "import", disk, repo+":1"); r.Code != 0 {
+		t.Fatalf("import after login: exit %d\n%s", r.Code, r.Stderr)
+	}
+	env := []string{"DOCKER_CONFIG=" + cfg, "XDG_RUNTIME_DIR=" + t.TempDir(), "HOME=" + t.TempDir()}
+	crane := testenv.RunCommand(t, testenv.Command{Name: harness.Binary(t, "crane"), Args: []string{"ls", "--insecure", repo}, Env: env})
+	if crane.Code != 0 || strings.TrimSpace(crane.Stdout) != "1" {
+		t.Errorf("crane ls with imagectl's login: exit %d, %q\n%s", crane.Code, crane.Stdout, crane.Stderr)
+	}
+	skopeo := testenv.RunCommand(t, testenv.Command{Name: "skopeo", Args: []string{"list-tags", "--tls-verify=false", "docker://" + repo}, Env: env})
+	if skopeo.Code != 0 || !strings.Contains(skopeo.Stdout, `"1"`) {
+		t.Errorf("skopeo list-tags with imagectl's login: exit %d, %q\n%s", skopeo.Code, skopeo.Stdout, skopeo.Stderr)
+	}
+
+	if r := imagectl(t, cfg, "", "logout", reg.Host); r.Code != 0 || !strings.Contains(r.Stdout, "Removed") {
+		t.Fatalf("logout: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := imagectl(t, cfg, "", "list", repo); r.Code != 1 || !strings.Contains(r.Stderr, "wants credentials") {
+		t.Errorf("list after logout: exit %d\n%s", r.Code, r.Stderr)
+	}
+	if r := imagectl(t, cfg, "", "logout", reg.Host, "-o", "json"); r.Code != 0 || !strings.Contains(r.Stdout, `"changed": false`) {
+		t.Errorf("second logout: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+}
+
+// TestConvertNeverOverwritesItsInput: OUT naming IN, directly or through
+// a link, is refused before anything is written, and IN is unchanged.
+func TestConvertNeverOverwritesItsInput(t *testing.T) {
+	testenv.RequireQEMU(t)
+	dir := t.TempDir()
+	disk := validQCOW2(t, dir, false)
+	before, err := os.ReadFile(disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link.qcow2")
+	if err := os.Symlink(disk, link); err != nil {
+		t.Fatal(err)
+	}
+	hard := filepath.Join(dir, "hard.qcow2")
+	if err := os.Link(disk, hard); err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{disk, "./" + filepath.Base(disk), link, hard} {
+		r := testenv.RunCommand(t, testenv.Command{Name: "sh", Args: []string{"-c", `cd "$1" && exec "$2" convert "$3" "$4" --to raw -o json`, "sh", dir, testenv.Imagectl, disk, out}})
+		if r.Code != 1 || !strings.Contains(r.Stderr, "is the input file") {
+			t.Errorf("convert IN %s: exit %d\n%s", out, r.Code, r.Stderr)
+		}
+		if f := failure(t, r); f.Code != "usage" {
+			t.Errorf("convert IN %s: code %q, want usage", out, f.Code)
+		}
+	}
+	after, err := os.ReadFile(disk)
+	if err != nil || string(after) != string(before) {
+		t.Fatalf("the input changed (%v)", err)
+	}
+	if entries := testenv.Entries(t, dir); len(entries) != 4 {
+		t.Errorf("files left behind: %v", entries)
+	}
+}
+
+// TestExportToStandardOutput: export REF - writes the validated disk to
+// standard output, in the format asked for, and nothing else.
+func TestExportToStandardOutput(t *testing.T) {
+	testenv.RequireQEMU(t)
+	dir := t.TempDir()
+	disk := validQCOW2(t, dir, false)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{})
+	ref := reg.Host + "/acme/disk:1"
+	cfg := t.TempDir()
+	if r := imagectl(t, cfg, "", "import", disk, ref); r.Code != 0 {
+		t.Fatalf("import: exit %d\n%s", r.Code, r.Stderr)
+	}
+	for _, to := range []string{"raw", "qcow2"} {
+		out := filepath.Join(dir, "stdout."+to)
+		r := testenv.RunCommand(t, testenv.Command{Name: "sh", Args: []string{"-c", `exec "$1" export "$2" - --to "$3" > "$4"`, "sh", testenv.Imagectl, ref, to, out},
+			Env: []string{"DOCKER_CONFIG=" + cfg, "IMAGEPIPE_CACHE=" + cfg}})
+		if r.Code != 0 {
+			t.Fatalf("export - --to %s: exit %d\n%s", to, r.Code, r.Stderr)
+		}
+		testenv.Run(t, "qemu-img", "compare", "-q", "-f", "qcow2", "-F", to, disk, out)
+	}
+	r := imagectl(t, cfg, "", "export", ref, "-", "-o", "json")
+	if r.Code != 1 || failure(t, r).Code != "usage" {
+		t.Errorf("export - -o json: exit %d\n%s", r.Code, r.Stderr)
 	}
 }

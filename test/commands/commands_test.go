@@ -242,8 +242,23 @@ func TestList(t *testing.T) {
 		t.Errorf("foreign row %q", lines[3])
 	}
 
-	if r := f.imagectl(t, "", "list", f.reg.Host+"/acme/alpha"); r.Code != 1 || !strings.Contains(r.Stderr, "not a tenant") {
-		t.Errorf("list of a repository: exit %d, %s", r.Code, r.Stderr)
+	// One repository, as crane ls: its tags only, described the same way,
+	// without the catalog; -o name gives references to use as they are.
+	var alphaOnly []api.ImageListing
+	if err := json.Unmarshal([]byte(f.ok(t, "list", f.reg.Host+"/acme/alpha", "-o", "json")), &alphaOnly); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(alphaOnly, ls[:1]) {
+		t.Errorf("list of one repository = %+v, want %+v", alphaOnly, ls[:1])
+	}
+	if names := f.ok(t, "list", f.reg.Host+"/acme", "-o", "name"); names != ls[0].Repository+":1\n"+ls[1].Repository+":1\n"+ls[2].Repository+":latest\n" {
+		t.Errorf("list -o name:\n%s", names)
+	}
+	if wide := f.ok(t, "list", f.reg.Host+"/acme/alpha", "-o", "wide"); !strings.Contains(wide, digestOf(f.alphaPin)) || !strings.Contains(wide, ls[0].SourceDigest) {
+		t.Errorf("list -o wide lacks the full digest or the source digest:\n%s", wide)
+	}
+	if r := f.imagectl(t, "", "list", f.reg.Host+"/acme/alpha:1"); r.Code != 1 || !strings.Contains(r.Stderr, "not a tag or digest") {
+		t.Errorf("list of a tag: exit %d, %s", r.Code, r.Stderr)
 	}
 }
 
@@ -351,6 +366,17 @@ func TestExport(t *testing.T) {
 		}
 		if left := testenv.Entries(t, dir); len(left) != 0 {
 			t.Errorf("a rejected export left %v", left)
+		}
+
+		// A disk that passes the layer's checks but not the disk's: to
+		// standard output, not one byte of it may go out.
+		backing := filepath.Join(dir, "overlay.qcow2")
+		testenv.Run(t, "qemu-img", "create", "-q", "-f", "qcow2", "-b", "/etc/passwd", "-F", "raw", backing)
+		overlay := f.reg.Host + "/acme/bad:backing-file"
+		pushLayer(t, overlay, []entry{d, {name: "disk/disk.img", uid: 107, gid: 107, mode: 0o444, data: readFile(t, backing)}})
+		r = f.imagectl(t, "", "export", overlay, "-")
+		if r.Code != 3 || !strings.Contains(r.Stderr, string(reject.BackingFile)) || r.Stdout != "" {
+			t.Errorf("export - of a disk with a backing file: exit %d, %d bytes on stdout, stderr %q", r.Code, len(r.Stdout), r.Stderr)
 		}
 	})
 }

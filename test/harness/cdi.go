@@ -186,8 +186,11 @@ func (cdi *CDI) startController(t testing.TB, bin, dir string) {
 		`mkdir /run/api && mount --bind "$(dirname "$3")" /run/api`,
 		`socat "TCP-LISTEN:$4,bind=127.0.0.1,fork,reuseaddr" "UNIX-CONNECT:/run/api/$(basename "$3")" &`,
 		`until ss -Hltn "sport = :$4" | grep -q .; do sleep 0.05; done`,
+		// The binary may live under /tmp too (a cache in $HOME=/tmp/...):
+		// keep it in view before the private /tmp hides it.
+		`touch /run/cdi-controller && mount --bind "$5" /run/cdi-controller`,
 		"mount -t tmpfs -o mode=1777 cdi-tmp /tmp",
-		`exec "$5" -kubeconfig /run/kubeconfig -v=1`,
+		`exec /run/cdi-controller -kubeconfig /run/kubeconfig -v=1`,
 	}, "\n")
 	env := []string{
 		"IMPORTER_IMAGE=" + CDIImporterImage,

@@ -120,7 +120,7 @@ func StartSyncerHub(t testing.TB, name string, opts SyncerHubOptions) *SyncerHub
 		h.Create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})
 	}
 	user := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "syncer"}}
-	for _, obj := range h.readManifests(t, filepath.Join(root, "config", "syncer", "rbac.yaml")) {
+	for _, obj := range ReadManifests(t, filepath.Join(root, "config", "syncer", "rbac.yaml")) {
 		switch o := obj.(type) {
 		case *rbacv1.ClusterRoleBinding:
 			o.Subjects = user
@@ -156,7 +156,7 @@ func (h *SyncerHub) Create(t testing.TB, obj client.Object) {
 // imagepipe-tenant-storage cluster-wide. It may be called for several users and namespaces.
 func (h *SyncerHub) BindTenant(t testing.TB, user, ns string) {
 	t.Helper()
-	for _, obj := range h.readManifests(t, filepath.Join(RepoRoot(t), "config", "tenant", "rbac.yaml")) {
+	for _, obj := range ReadManifests(t, filepath.Join(RepoRoot(t), "config", "tenant", "rbac.yaml")) {
 		if err := h.Client.Create(t.Context(), obj); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatalf("hub %s: creating %T %s: %v", h.Name, obj, obj.GetName(), err)
 		}
@@ -200,8 +200,8 @@ func (h *SyncerHub) waitAuthorized(t testing.TB, user string, attrs authorizatio
 	}
 }
 
-// readManifests decodes the Kubernetes objects of a multi-document YAML file.
-func (h *SyncerHub) readManifests(t testing.TB, path string) []client.Object {
+// ReadManifests decodes the Kubernetes objects of a multi-document YAML file.
+func ReadManifests(t testing.TB, path string) []client.Object {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {

@@ -1,10 +1,6 @@
 package hub
 
 import (
-	"bytes"
-	"errors"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,9 +12,6 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -94,29 +87,7 @@ func startTenantHub(t *testing.T, name string) *tenantHub {
 // tenantRBAC reads the ClusterRoles of config/tenant/rbac.yaml.
 func tenantRBAC(t *testing.T) []client.Object {
 	t.Helper()
-	path := filepath.Join(harness.RepoRoot(t), "config", "tenant", "rbac.yaml")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var objs []client.Object
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	for {
-		var raw runtime.RawExtension
-		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
-			return objs
-		} else if err != nil {
-			t.Fatalf("decoding %s: %v", path, err)
-		}
-		if len(bytes.TrimSpace(raw.Raw)) == 0 {
-			continue
-		}
-		obj, _, err := clientgoscheme.Codecs.UniversalDeserializer().Decode(raw.Raw, nil, nil)
-		if err != nil {
-			t.Fatalf("decoding %s: %v", path, err)
-		}
-		objs = append(objs, obj.(client.Object))
-	}
+	return harness.ReadManifests(t, filepath.Join(harness.RepoRoot(t), "config", "tenant", "rbac.yaml"))
 }
 
 // waitAuthorized waits until the apiserver's RBAC authorizer, which reads

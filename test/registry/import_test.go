@@ -218,7 +218,7 @@ func TestImportWithAuthAndTLS(t *testing.T) {
 		Env:   []string{"IMAGEPIPE_CACHE=" + t.TempDir()},
 		Stdin: "wrong\n",
 	})
-	if bad.Code != 1 || !strings.Contains(strings.ToLower(bad.Stderr), "unauthorized") {
+	if bad.Code != 1 || !strings.Contains(bad.Stderr, "wrong credentials for "+reg.Host) {
 		t.Errorf("wrong password: exit %d, %s", bad.Code, bad.Stderr)
 	}
 }
@@ -303,6 +303,10 @@ func TestRegistryDiesMidImport(t *testing.T) {
 	r := <-done
 	if r.Code == 0 {
 		t.Fatal("import succeeded with the registry dead")
+	}
+	// One sentence a person can act on: not the registry's upload URL.
+	if !strings.Contains(r.Stderr, "run the same command again to resume") || strings.Contains(r.Stderr, "_state=") {
+		t.Errorf("the failed import does not say to run it again, or prints the upload URL:\n%s", r.Stderr)
 	}
 	reg.Restart(t)
 	if tags := listTags(t, reg.Host, "acme/dying"); len(tags) != 0 {

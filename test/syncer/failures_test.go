@@ -150,18 +150,7 @@ func TestSyncerNeverDeletesWhileTheRegistryIsDown(t *testing.T) {
 // DataVolume behind for CDI to retry forever.
 func TestSyncerStopsRetryingAFailingImport(t *testing.T) {
 	testenv.RequireQEMU(t)
-	hub := startTestHub(t, "hub-a")
-	s := harness.ReserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{Username: "robot", Password: "pull-only", NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
-	dir := t.TempDir()
-	syncerConfig, tenantDir := filepath.Join(dir, "config.json"), filepath.Join(dir, "tenants")
-	writeDockerConfig(t, syncerConfig, reg.Host, "robot", "pull-only")
-	if err := os.Mkdir(tenantDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	writeDockerConfig(t, filepath.Join(tenantDir, "acme"), reg.Host, "robot", "revoked")
-	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h", "--max-attempts", "2", "--retry-delay", "1s",
-		"--docker-config", syncerConfig, "--tenant-credentials-dir", tenantDir)
+	hub, reg := startSyncerWithRevokedTenantCredential(t)
 
 	v1 := importImageWith(t, "pull-only", rawDisk(t, "never imports"), reg.Host+"/acme/rhel:9", "--username", "robot", "--password-stdin")
 	dv := dvName(v1.Digest)
@@ -252,4 +241,25 @@ func TestSyncerTakesHarborQuayAndZotWebhooks(t *testing.T) {
 	if got := s.Metric(t, "imagepipe_syncer_events_total", `source="quay"`, `result="received"`); got != 1 {
 		t.Errorf("quay events received: %v, want 1", got)
 	}
+}
+
+// startSyncerWithRevokedTenantCredential starts a hub, a registry with one
+// user, robot, and a syncer (at most 2 attempts a digest, 1 s apart) that
+// checks images with robot's credential but hands CDI's importer acme's
+// own, which the registry refuses: every import of acme's images fails.
+func startSyncerWithRevokedTenantCredential(t *testing.T) (*testHub, *harness.Registry) {
+	t.Helper()
+	hub := startTestHub(t, "hub-a")
+	s := harness.ReserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Username: "robot", Password: "pull-only", NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	dir := t.TempDir()
+	syncerConfig, tenantDir := filepath.Join(dir, "config.json"), filepath.Join(dir, "tenants")
+	writeDockerConfig(t, syncerConfig, reg.Host, "robot", "pull-only")
+	if err := os.Mkdir(tenantDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	writeDockerConfig(t, filepath.Join(tenantDir, "acme"), reg.Host, "robot", "revoked")
+	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h", "--max-attempts", "2", "--retry-delay", "1s",
+		"--docker-config", syncerConfig, "--tenant-credentials-dir", tenantDir)
+	return hub, reg
 }

@@ -120,19 +120,9 @@ func TestSyncerLogsInOneFormatAndSaysWhichBuild(t *testing.T) {
 // attempts over. Reconciling the same state again records nothing more.
 func TestSyncerRecordsEventsOnBaseImages(t *testing.T) {
 	testenv.RequireQEMU(t)
-	hub := startTestHub(t, "hub-a")
-	s := harness.ReserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{Username: "robot", Password: "pull-only", NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
-	dir := t.TempDir()
-	syncerConfig, tenantDir := filepath.Join(dir, "config.json"), filepath.Join(dir, "tenants")
-	writeDockerConfig(t, syncerConfig, reg.Host, "robot", "pull-only")
-	if err := os.Mkdir(tenantDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
 	// acme's own credential is refused: CDI's importer fails, every attempt.
-	writeDockerConfig(t, filepath.Join(tenantDir, "acme"), reg.Host, "robot", "revoked")
-	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h", "--max-attempts", "2", "--retry-delay", "1s",
-		"--docker-config", syncerConfig, "--tenant-credentials-dir", tenantDir)
+	hub, reg := startSyncerWithRevokedTenantCredential(t)
+	dir := t.TempDir()
 
 	good := importImageWith(t, "pull-only", rawDisk(t, "never imports"), reg.Host+"/acme/rhel:9", "--username", "robot", "--password-stdin")
 	base, top := filepath.Join(dir, "base.qcow2"), filepath.Join(dir, "top.qcow2")
