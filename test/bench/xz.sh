@@ -109,11 +109,12 @@ maximum() { printf '%s\n' "$@" | sort -g | tail -n 1; }
 ROWS=()
 COMMANDS=()
 
-# run_case LABEL TARGET OURS_CMD -- PEER_CMD: one warm-up of each, then REPS measured runs of
-# each, alternating which goes first; OUT (if any) is removed before every run.
+# run_case LABEL TARGET PEER_TEXT OURS_CMD -- PEER_CMD: one warm-up of each, then REPS measured
+# runs of each, alternating which goes first; OUT (if any) is removed before every run. PEER_TEXT
+# is how the report shows PEER_CMD.
 run_case() {
-	local label=$1 target=$2
-	shift 2
+	local label=$1 target=$2 peer_text=$3
+	shift 3
 	local ours=() peer=()
 	while [[ $1 != -- ]]; do
 		ours+=("$1")
@@ -121,7 +122,7 @@ run_case() {
 	done
 	shift
 	peer=("$@")
-	COMMANDS+=("$label: \`${ours[*]}\`" "$label, peer: \`${peer[*]}\`")
+	COMMANDS+=("$label: \`${ours[*]}\`" "$label, peer: \`$peer_text\`")
 	log "case $label: warm-up"
 	rm -f "$OUT"
 	timed ours "${ours[@]}"
@@ -170,11 +171,11 @@ main() {
 	# A PATH without xz, for imagectl's pure-Go decoder.
 	mkdir -p "$RUN_DIR/nopath"
 
-	run_case "xz source: imagectl inspect vs xz -dc" "$TARGET" \
+	run_case "xz source: imagectl inspect vs xz -dc" "$TARGET" "$XZ -dc $INPUT > /dev/null" \
 		"$IMAGECTL" inspect "$INPUT" -- sh -c '"$0" -dc "$1" >/dev/null' "$XZ" "$INPUT"
-	run_case "xz source: imagectl convert --to raw vs xz -dc > file" "$TARGET" \
+	run_case "xz source: imagectl convert --to raw vs xz -dc > file" "$TARGET" "$XZ -dc $INPUT > $OUT" \
 		"$IMAGECTL" convert --quiet "$INPUT" "$OUT" --to raw -- sh -c '"$0" -dc "$1" >"$2"' "$XZ" "$INPUT" "$OUT"
-	run_case "xz source, pure-Go decoder: imagectl inspect vs xz -dc" "" \
+	run_case "xz source, pure-Go decoder: imagectl inspect vs xz -dc" "" "$XZ -dc $INPUT > /dev/null" \
 		env PATH="$RUN_DIR/nopath" "$IMAGECTL" inspect "$INPUT" -- sh -c '"$0" -dc "$1" >/dev/null' "$XZ" "$INPUT"
 
 	printf '\n## xz sources: imagectl vs xz -dc\n\n'
