@@ -39,3 +39,6 @@ func SetXZProgram(t testing.TB, path string) {
 	xzProgram = func() string { return path }
 	t.Cleanup(func() { xzProgram = old })
 }
+
+// XZUtilsVersionOK exposes xzUtilsVersionOK.
+var XZUtilsVersionOK = xzUtilsVersionOK

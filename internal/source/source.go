@@ -332,21 +332,26 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 		src.hash = h
 	}
 	var inner io.ReadCloser
+	var xz *xzReader // the xz program decoding src, if one is
 	fail := func(err error) (*Image, error) {
 		if inner != nil {
 			// An xz program's feeding goroutine reads src: done with
 			// once inner is closed.
 			inner.Close()
 		}
-		// A failure of the source itself (network, stdin) surfaces from
-		// convert as a corrupt stream; report what actually happened.
+		// A failure of the source itself (network, stdin) or of the xz
+		// program surfaces from convert as a corrupt stream; report what
+		// actually happened.
 		if src.err != nil && !errors.Is(src.err, io.EOF) {
 			return nil, fmt.Errorf("reading: %w", src.err)
+		}
+		if xz != nil && xz.toolErr != nil {
+			return nil, xz.toolErr
 		}
 		return nil, err
 	}
 
-	unwrapped, wrapper, err := convert.UnwrapWith(src, convert.UnwrapOptions{XZ: o.xzDecoder()})
+	unwrapped, wrapper, err := convert.UnwrapWith(src, convert.UnwrapOptions{XZ: o.xzDecoder(&xz)})
 	if err != nil {
 		return fail(err)
 	}
@@ -357,7 +362,7 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 	ib := bufio.NewReaderSize(inner, streamHead)
 	head, err := ib.Peek(streamHead)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
-		if src.err == nil {
+		if src.err == nil || errors.Is(src.err, io.EOF) { // not a failure of the source itself
 			err = &reject.Error{Reason: reject.Wrapper, Detail: fmt.Sprintf("the %s stream is corrupt: %v", wrapper, err)}
 		}
 		return fail(err)
@@ -508,18 +513,21 @@ func drain(src *sourceReader, limit int64) error {
 }
 
 // xzDecoder is the xz decoder for convert.UnwrapOptions: the xz program
-// when there is one (startXZ), else nil for the pure-Go decoder.
-func (o *config) xzDecoder() func(io.Reader) io.ReadCloser {
+// when there is one (startXZ), else nil for the pure-Go decoder. *started
+// is set to the program's reader when it starts.
+func (o *config) xzDecoder(started **xzReader) func(io.Reader) io.ReadCloser {
 	path := xzProgram()
 	if path == "" {
 		return nil
 	}
 	return func(r io.Reader) io.ReadCloser {
-		rc := startXZ(path, r)
-		if rc == nil {
+		x := startXZ(path, r)
+		if x == nil {
 			o.log.Debug("xz did not start; decoding in Go", "program", path)
+			return nil
 		}
-		return rc
+		*started = x
+		return x
 	}
 }
 

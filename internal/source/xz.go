@@ -2,28 +2,57 @@ package source
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// xzProgram finds the xz program that decodes xz sources: "xz" in PATH,
-// or "" when there is none and the pure-Go decoder serves. Tests replace
-// it.
+// xzProgram finds the xz program that decodes xz sources: "xz" in PATH
+// when it is XZ Utils 5.2 or later, or "" when there is none and the
+// pure-Go decoder serves. (Another xz, e.g. busybox's, may not take the
+// options startXZ gives, and its failures would read as broken images.)
+// Tests replace it.
 var xzProgram = sync.OnceValue(func() string {
 	path, err := exec.LookPath("xz")
 	if err != nil {
 		return ""
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, "--version")
+	cmd.Env = xzEnv(os.Environ())
+	out, err := cmd.Output()
+	if err != nil || !xzUtilsVersionOK(string(out)) {
+		return ""
+	}
 	return path
 })
+
+// xzVersionRE matches the first line of `xz --version` of XZ Utils.
+var xzVersionRE = regexp.MustCompile(`^xz \(XZ Utils\) (\d+)\.(\d+)`)
+
+// xzUtilsVersionOK says whether `xz --version` printed out, naming XZ Utils
+// 5.2 or later.
+func xzUtilsVersionOK(out string) bool {
+	m := xzVersionRE.FindStringSubmatch(out)
+	if m == nil {
+		return false
+	}
+	major, _ := strconv.Atoi(m[1])
+	minor, _ := strconv.Atoi(m[2])
+	return major > 5 || major == 5 && minor >= 2
+}
 
 // xzStderrMax is how much of xz's standard error is kept for the message of
 // a failure: its first lines say what went wrong.
@@ -44,7 +73,7 @@ const xzStderrMax = 4 << 10
 // multi-threaded decoder falls back to one thread rather than pass xz's
 // default memory limit for threads. XZ_DEFAULTS and XZ_OPT are cleared, so
 // the user's settings for compression cannot change decoding.
-func startXZ(path string, compressed io.Reader) io.ReadCloser {
+func startXZ(path string, compressed io.Reader) *xzReader {
 	cmd := exec.Command(path, "--decompress", "--stdout", "--threads=0")
 	cmd.Env = xzEnv(os.Environ())
 	stdin, err := cmd.StdinPipe()
@@ -69,7 +98,11 @@ func startXZ(path string, compressed io.Reader) io.ReadCloser {
 	}
 	go func() {
 		defer close(x.fed)
-		_, x.feedErr = io.Copy(stdin, compressed)
+		// A failed write means the program has gone, which Wait tells
+		// about; only a failure to read the source is the feed's own.
+		src := &readErrReader{r: compressed}
+		_, _ = io.Copy(stdin, src)
+		x.feedErr = src.err
 		stdin.Close()
 	}()
 	return x
@@ -117,13 +150,17 @@ type xzReader struct {
 	stdout io.ReadCloser
 	stderr cappedBuffer
 	fed    chan struct{} // closed when the feeding goroutine is done
-	// feedErr is the feeding goroutine's error; read it after fed is
-	// closed.
+	// feedErr is the error reading the compressed stream, if any; read it
+	// after fed is closed.
 	feedErr error
 
 	err       error // the sticky result of Read once the output ended
 	closeOnce sync.Once
 	waited    bool
+	// toolErr is set when the program failed for a reason of its own (it
+	// was killed, e.g. by the OOM killer), not because of the stream: no
+	// verdict on the image. Read it after Read returned an error.
+	toolErr error
 }
 
 func (x *xzReader) Read(p []byte) (int, error) {
@@ -157,6 +194,12 @@ func (x *xzReader) Read(p []byte) (int, error) {
 
 // failure is the error of an xz run that ended with werr.
 func (x *xzReader) failure(werr error) error {
+	var ee *exec.ExitError
+	if errors.As(werr, &ee) && ee.ExitCode() < 0 {
+		// Ended by a signal, which this process did not send.
+		x.toolErr = fmt.Errorf("the xz program stopped: %w", werr)
+		return x.toolErr
+	}
 	line, _, _ := strings.Cut(strings.TrimSpace(x.stderr.String()), "\n")
 	// "/usr/bin/xz: (stdin): Compressed data is corrupt"
 	msg := line
@@ -182,6 +225,20 @@ func (x *xzReader) Close() error {
 		}
 	})
 	return nil
+}
+
+// readErrReader remembers the first error of r other than io.EOF.
+type readErrReader struct {
+	r   io.Reader
+	err error
+}
+
+func (e *readErrReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) && e.err == nil {
+		e.err = err
+	}
+	return n, err
 }
 
 // cappedBuffer keeps the first xzStderrMax bytes written to it. exec

@@ -182,3 +182,62 @@ func TestXZProgramSourceFails(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestXZProgramKilled: an xz program that dies of a signal (as the OOM
+// killer would end it) says nothing about the image: the error is no
+// rejection. The program here is a stand-in that kills itself.
+func TestXZProgramKilled(t *testing.T) {
+	if _, err := exec.LookPath("xz"); err != nil {
+		t.Skip("xz is not installed")
+	}
+	isolateCache(t)
+	dir := t.TempDir()
+	killed := writeFile(t, dir, "xz", []byte("#!/bin/sh\nkill -KILL $$\n"))
+	if err := os.Chmod(killed, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	source.SetXZProgram(t, killed)
+	path := writeFile(t, dir, "disk.xz", xzBytes(t, imageBytes(1<<20)))
+	_, err := source.Open(t.Context(), path, source.Options{TempDir: t.TempDir()})
+	if err == nil || reject.As(err) != nil || !strings.Contains(err.Error(), "the xz program stopped") {
+		t.Errorf("err = %v, want a failure of the program that is no rejection", err)
+	}
+}
+
+func TestXZUtilsVersion(t *testing.T) {
+	for out, ok := range map[string]bool{
+		"xz (XZ Utils) 5.4.1\nliblzma 5.4.1\n": true,
+		"xz (XZ Utils) 5.2.5\n":                true,
+		"xz (XZ Utils) 6.0.0\n":                true,
+		"xz (XZ Utils) 5.0.8\n":                false,
+		"BusyBox v1.36.1 multi-call binary.\n": false,
+		"":                                     false,
+	} {
+		if got := source.XZUtilsVersionOK(out); got != ok {
+			t.Errorf("%q: %v, want %v", out, got, ok)
+		}
+	}
+}
+
+// TestOpenTruncatedWrapped: a compressed file cut short is rejected as a
+// broken wrapper, whether the cut shows in the first MiB or later.
+func TestOpenTruncatedWrapped(t *testing.T) {
+	isolateCache(t)
+	dir := t.TempDir()
+	raw := writeFile(t, dir, "disk.raw", imageBytes(6<<20))
+	for _, tool := range []string{"gzip", "zstd", "xz"} {
+		whole, err := os.ReadFile(compress(t, tool, raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, keep := range []int{len(whole) / 8, len(whole) * 3 / 4} {
+			t.Run(tool+"/"+strconv.Itoa(keep), func(t *testing.T) {
+				path := writeFile(t, t.TempDir(), "cut."+tool, whole[:keep])
+				out, err := openOutcome(t, path, source.Options{})
+				if out.reason != reject.Wrapper {
+					t.Errorf("err = %v, want a %s rejection", err, reject.Wrapper)
+				}
+			})
+		}
+	}
+}

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -95,6 +97,46 @@ func TestS3EndpointSchemeAndTLS(t *testing.T) {
 			}
 			if tc.ok && !strings.Contains(r.Stdout, "accepted") {
 				t.Errorf("no verdict:\n%s", r.Stdout)
+			}
+		})
+	}
+}
+
+// TestCompressedSourcesWholeOrRejected: gzip-, zstd- and xz-compressed
+// files convert to the disk they hold (qemu-img compares), and the same
+// files cut short are rejected with exit 3, leaving no output.
+func TestCompressedSourcesWholeOrRejected(t *testing.T) {
+	testenv.RequireQEMU(t)
+	dir := t.TempDir()
+	disk := validQCOW2(t, dir, false)
+	for _, tool := range []string{"gzip", "zstd", "xz"} {
+		t.Run(tool, func(t *testing.T) {
+			if _, err := exec.LookPath(tool); err != nil {
+				t.Skipf("%s is not installed", tool)
+			}
+			packed := filepath.Join(dir, "disk.qcow2."+tool)
+			testenv.Run(t, "sh", "-c", tool+" -c "+disk+" > "+packed)
+			out := filepath.Join(dir, tool+".qcow2")
+			if code, _, stderr := testenv.Exit(t, testenv.Imagectl, "convert", packed, out); code != 0 {
+				t.Fatalf("convert: exit %d\n%s", code, stderr)
+			}
+			testenv.Run(t, "qemu-img", "compare", "-q", disk, out)
+
+			data, err := os.ReadFile(packed)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cut := filepath.Join(dir, "cut."+tool)
+			if err := os.WriteFile(cut, data[:len(data)*3/4], 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cutOut := filepath.Join(dir, "cut-"+tool+".qcow2")
+			code, _, stderr := testenv.Exit(t, testenv.Imagectl, "convert", cut, cutOut)
+			if code != 3 || !strings.Contains(stderr, "invalid-wrapper") {
+				t.Errorf("a truncated %s file: exit %d, want 3 (invalid-wrapper)\n%s", tool, code, stderr)
+			}
+			if _, err := os.Stat(cutOut); !os.IsNotExist(err) {
+				t.Errorf("output left behind: %v", err)
 			}
 		})
 	}
