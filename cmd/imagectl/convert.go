@@ -22,6 +22,7 @@ type convertOptions struct {
 	clusterSize int64
 	sync        bool
 	output      outputFlags
+	quiet       bool
 }
 
 func newConvertCmd(g *globalOptions) *cobra.Command {
@@ -48,6 +49,7 @@ Exit codes: 0 success, 3 the image is rejected, 1 other errors.`,
 	cmd.Flags().BoolVar(&o.sync, "sync", false, "flush OUT to disk before it appears (like qemu-img, the default leaves that to the kernel)")
 	addOutputFlag(cmd, &o.output, outputTable, outputJSON, outputYAML)
 	cmd.Flags().Int64Var(&o.clusterSize, "cluster-size", convert.DefaultClusterSize, "qcow2 output cluster size in bytes (512 to 2097152, a power of two)")
+	cmd.Flags().BoolVarP(&o.quiet, "quiet", "q", false, "no progress bars")
 	return cmd
 }
 
@@ -62,9 +64,16 @@ func runConvert(cmd *cobra.Command, o *convertOptions) error {
 	if err := refuseSameFile(o.in, o.out); err != nil {
 		return err
 	}
+	if err := refuseTerminalStdin(cmd, o.in); err != nil {
+		return err
+	}
 	log := o.logger()
 	start := time.Now()
-	src, err := openSource(ctx, o.globalOptions, &o.sourceFlags, o.in, o.maxVirtualSize, false)
+	// A download or a compressed file is read (and spooled) first; a
+	// local uncompressed file is not read until the conversion.
+	readBar := newProgressBar("reading   ", o.quiet)
+	src, err := openSource(ctx, o.globalOptions, &o.sourceFlags, o.in, o.maxVirtualSize, false, readBar.update)
+	readBar.finish()
 	if err != nil {
 		return err
 	}
@@ -73,10 +82,13 @@ func runConvert(cmd *cobra.Command, o *convertOptions) error {
 	if err != nil {
 		return err
 	}
+	convertBar := newProgressBar("converting", o.quiet)
+	defer convertBar.finish()
 	copts := convert.Options{
 		To:          convert.Format(o.to),
 		ClusterSize: o.clusterSize,
 		Logger:      log,
+		Progress:    convertBar.update,
 	}
 	// Both ways give Verify's verdict, the one inspect and import give: Plan
 	// runs it before anything is written; WriteFile decompresses while it
@@ -95,6 +107,7 @@ func runConvert(cmd *cobra.Command, o *convertOptions) error {
 		size, err = img.WriteFile(ctx, f.File, copts)
 		return err
 	})
+	convertBar.finish()
 	if err != nil {
 		return err
 	}

@@ -16,6 +16,7 @@ type copyOptions struct {
 	src, dst string
 	out      outputFlags
 	platform *registry.Platform
+	quiet    bool
 }
 
 func newCopyCmd(g *globalOptions) *cobra.Command {
@@ -53,6 +54,7 @@ Exit codes: 0 copied, 3 --platform found no single image for the platform,
 	addRegistryFlags(cmd, &o.registryFlags)
 	addOutputFlag(cmd, &o.out, resultFormats...)
 	addPlatformFlag(cmd, &o.platform, "copy only the image for this platform (os/arch[/variant], e.g. linux/arm64) from an index (default: the whole index)")
+	cmd.Flags().BoolVarP(&o.quiet, "quiet", "q", false, "no progress bar")
 	return cmd
 }
 
@@ -72,7 +74,9 @@ func runCopy(cmd *cobra.Command, o *copyOptions) error {
 	if err != nil {
 		return err
 	}
-	pinned, err := client.Copy(cmd.Context(), src, dst, registry.CopyOptions{Platform: o.platform})
+	bar := newProgressBar("copying", o.quiet)
+	pinned, err := client.Copy(cmd.Context(), src, dst, registry.CopyOptions{Platform: o.platform, Progress: bar.update})
+	bar.finish()
 	if err != nil {
 		return err
 	}

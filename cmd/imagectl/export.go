@@ -23,6 +23,7 @@ type exportOptions struct {
 	sync      bool
 	out       outputFlags
 	platform  *registry.Platform
+	quiet     bool
 }
 
 func newExportCmd(g *globalOptions) *cobra.Command {
@@ -60,6 +61,7 @@ Exit codes: 0 success, 3 the image or its disk is rejected, 1 other errors.`,
 	cmd.Flags().BoolVar(&o.sync, "sync", false, "flush FILE to disk before it appears")
 	addOutputFlag(cmd, &o.out, resultFormats...)
 	addPlatformFlag(cmd, &o.platform, "the platform (os/arch[/variant], e.g. linux/arm64) whose disk to take from an image index, and that an image must be built for (default: an index's linux/amd64 image; an image as it is)")
+	cmd.Flags().BoolVarP(&o.quiet, "quiet", "q", false, "no progress bars")
 	return cmd
 }
 
@@ -101,7 +103,9 @@ func runExport(cmd *cobra.Command, o *exportOptions) error {
 		return err
 	}
 	defer out.Discard()
-	disk, err := client.ExtractDisk(ctx, ref, out)
+	pullBar := newProgressBar("pulling   ", o.quiet)
+	disk, err := client.ExtractDisk(ctx, ref, out, registry.ExtractOptions{Progress: pullBar.update})
+	pullBar.finish()
 	if err != nil {
 		return err
 	}
@@ -122,7 +126,7 @@ func runExport(cmd *cobra.Command, o *exportOptions) error {
 		to = info.Format
 	}
 	if toStdout {
-		return writeStdout(cmd, img, out.File, disk.Size, to, info.Format)
+		return writeStdout(cmd, img, out.File, disk.Size, to, info.Format, o.quiet)
 	}
 	if to == info.Format {
 		err = out.Commit()
@@ -146,13 +150,15 @@ func runExport(cmd *cobra.Command, o *exportOptions) error {
 
 // writeStdout writes the validated disk in file (size bytes, format from)
 // to standard output in format to.
-func writeStdout(cmd *cobra.Command, img *convert.Image, file *os.File, size int64, to, from convert.Format) error {
+func writeStdout(cmd *cobra.Command, img *convert.Image, file *os.File, size int64, to, from convert.Format, quiet bool) error {
 	w := cmd.OutOrStdout()
 	if to == from {
 		_, err := io.Copy(w, io.NewSectionReader(file, 0, size))
 		return err
 	}
-	plan, err := img.Plan(cmd.Context(), convert.Options{To: to})
+	bar := newProgressBar("converting", quiet)
+	defer bar.finish()
+	plan, err := img.Plan(cmd.Context(), convert.Options{To: to, Progress: bar.update})
 	if err != nil {
 		return err
 	}
@@ -161,7 +167,9 @@ func writeStdout(cmd *cobra.Command, img *convert.Image, file *os.File, size int
 
 // convert writes the disk to FILE in format to.
 func (o *exportOptions) convert(cmd *cobra.Command, img *convert.Image, to convert.Format) error {
-	plan, err := img.Plan(cmd.Context(), convert.Options{To: to, Logger: o.logger()})
+	bar := newProgressBar("converting", o.quiet)
+	defer bar.finish()
+	plan, err := img.Plan(cmd.Context(), convert.Options{To: to, Logger: o.logger(), Progress: bar.update})
 	if err != nil {
 		return err
 	}

@@ -22,9 +22,10 @@ import (
 type registryFlags struct {
 	username      string
 	passwordStdin bool
-	caFile        string
-	insecure      bool
 	chunkSize     int
+	// tls are --ca-file and --insecure, shared with the source flags of
+	// the same command.
+	tls *tlsFlags
 	// built is the client made from the flags, kept to explain the
 	// command's registry errors.
 	built *registry.Client
@@ -45,8 +46,61 @@ func addRegistryFlags(cmd *cobra.Command, f *registryFlags) {
 	}
 	cmd.Flags().StringVar(&f.username, "username", "", "registry username (default: ~/.docker/config.json and credential helpers)")
 	cmd.Flags().BoolVar(&f.passwordStdin, "password-stdin", false, "read the registry password from standard input")
-	cmd.Flags().StringVar(&f.caFile, "ca-file", "", "PEM file of extra CA certificates to trust")
-	cmd.Flags().BoolVar(&f.insecure, "insecure", false, "allow plain HTTP and skip TLS verification (127.0.0.1 and localhost never need it for HTTP)")
+	f.tls = addTLSFlags(cmd, tlsForRegistry)
+}
+
+// tlsFlags are --ca-file and --insecure. A command has one of each, which
+// applies to every TLS connection it makes: to registries and to https://
+// and S3 sources alike.
+type tlsFlags struct {
+	caFile   string
+	insecure bool
+	// users says which flag groups share the flags, for their help.
+	users tlsUsers
+}
+
+// tlsUsers are the flag groups that use the TLS flags of a command.
+type tlsUsers int
+
+const (
+	tlsForRegistry tlsUsers = 1 << iota
+	tlsForSource
+)
+
+// caFileValue is the value of --ca-file, through which a second flag
+// group of the same command finds the tlsFlags the first one added.
+type caFileValue struct{ f *tlsFlags }
+
+func (v caFileValue) String() string     { return v.f.caFile }
+func (v caFileValue) Set(s string) error { v.f.caFile = s; return nil }
+func (v caFileValue) Type() string       { return "string" }
+
+// addTLSFlags adds --ca-file and --insecure to cmd for the flag group
+// user, or, when another group of cmd added them already, returns that
+// group's and words their help for both.
+func addTLSFlags(cmd *cobra.Command, user tlsUsers) *tlsFlags {
+	var f *tlsFlags
+	if fl := cmd.Flags().Lookup("ca-file"); fl != nil {
+		f = fl.Value.(caFileValue).f
+	} else {
+		f = &tlsFlags{}
+		cmd.Flags().Var(caFileValue{f}, "ca-file", "")
+		cmd.Flags().BoolVar(&f.insecure, "insecure", false, "")
+	}
+	f.users |= user
+	caFile, insecure := cmd.Flags().Lookup("ca-file"), cmd.Flags().Lookup("insecure")
+	switch f.users {
+	case tlsForRegistry:
+		caFile.Usage = "PEM file of extra CA certificates to trust"
+		insecure.Usage = "allow plain HTTP and skip TLS verification (127.0.0.1 and localhost never need it for HTTP)"
+	case tlsForSource:
+		caFile.Usage = "PEM file of extra CA certificates to trust for https:// and S3 sources"
+		insecure.Usage = "skip TLS verification of https:// and S3 sources"
+	default:
+		caFile.Usage = "PEM file of extra CA certificates to trust, for the registry and for https:// and S3 sources"
+		insecure.Usage = "skip TLS verification of the registry and of https:// and S3 sources, and allow plain HTTP to the registry (127.0.0.1 and localhost never need it for HTTP)"
+	}
+	return f
 }
 
 // addChunkFlag adds --chunk-size to commands that upload layers.
@@ -59,11 +113,11 @@ func addChunkFlag(cmd *cobra.Command, f *registryFlags) {
 func (f *registryFlags) client(g *globalOptions, extra ...registry.Option) (*registry.Client, error) {
 	opts := []registry.Option{
 		registry.WithLogger(g.logger()),
-		registry.WithInsecure(f.insecure),
+		registry.WithInsecure(f.tls.insecure),
 		registry.WithUserAgent("imagectl/" + version.Version),
 	}
-	if f.caFile != "" {
-		opts = append(opts, registry.WithCAFile(f.caFile))
+	if f.tls.caFile != "" {
+		opts = append(opts, registry.WithCAFile(f.tls.caFile))
 	}
 	if f.chunkSize != 0 {
 		opts = append(opts, registry.WithChunkSize(f.chunkSize))
@@ -117,16 +171,20 @@ type sourceFlags struct {
 	s3Insecure bool
 	tempDir    string
 	maxSpool   int64
+	// tls are --ca-file and --insecure, shared with the registry flags of
+	// the same command.
+	tls *tlsFlags
 }
 
 func addSourceFlags(cmd *cobra.Command, f *sourceFlags) {
 	cmd.Flags().StringVar(&f.checksum, "checksum", "", "expected sha256 of the source as given (sha256:HEX); the import fails on a mismatch")
 	cmd.Flags().StringVar(&f.s3Endpoint, "s3-endpoint", "", "S3 endpoint host:port or URL (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL)")
 	cmd.Flags().StringVar(&f.s3Region, "s3-region", "", "S3 region (default: AWS_REGION)")
-	cmd.Flags().BoolVar(&f.s3Insecure, "s3-insecure", false, "use plain HTTP for an S3 endpoint given without a scheme")
+	cmd.Flags().BoolVar(&f.s3Insecure, "s3-insecure", false, "use plain HTTP for an --s3-endpoint given without a scheme (http:// and https:// endpoints say it themselves)")
 	cmd.Flags().StringVar(&f.tempDir, "temp-dir", "", "where downloaded or decompressed sources are spooled (default: $TMPDIR); at least 64 MiB are always left free")
 	f.maxSpool = source.DefaultMaxSpool
 	cmd.Flags().Var(sizeFlag{&f.maxSpool}, "max-spool", "most temporary space one downloaded or decompressed source may take in --temp-dir (e.g. 200GiB); a local uncompressed file is never copied")
+	f.tls = addTLSFlags(cmd, tlsForSource)
 }
 
 func (f *sourceFlags) options(g *globalOptions, maxVirtual int64, progress func(done, total int64)) source.Options {
@@ -140,7 +198,9 @@ func (f *sourceFlags) options(g *globalOptions, maxVirtual int64, progress func(
 			Region:   f.s3Region,
 			Insecure: f.s3Insecure,
 		},
-		Logger:   g.logger(),
-		Progress: progress,
+		CAFile:             f.tls.caFile,
+		InsecureSkipVerify: f.tls.insecure,
+		Logger:             g.logger(),
+		Progress:           progress,
 	}
 }

@@ -104,6 +104,12 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	if err := o.out.validate(); err != nil {
 		return err
 	}
+	if o.src == "-" && o.passwordStdin {
+		return &usageError{errors.New(`SOURCE "-" and --password-stdin both read standard input; give the source as a file or URL, or log in first with imagectl login`)}
+	}
+	if err := refuseTerminalStdin(cmd, o.src); err != nil {
+		return err
+	}
 	iopts, dopts, err := o.importOptions()
 	if err != nil {
 		return err
@@ -129,7 +135,7 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	src, err := source.Open(ctx, o.src, sopts)
 	readBar.finish()
 	if err != nil {
-		return reportRejection(cmd, &o.out, o.src, explainSpool(err))
+		return reportRejection(cmd, &o.out, o.src, explainSource(err))
 	}
 	defer src.Close()
 	img, err := convert.Open(src.ReaderAt, src.Size, o.openOptions())

@@ -88,9 +88,12 @@ func runInspect(cmd *cobra.Command, o *inspectOptions) error {
 	if o.platform != nil {
 		return fmt.Errorf("--platform applies to images in a registry (docker://REF); a disk file has no platform")
 	}
+	if err := refuseTerminalStdin(cmd, o.source); err != nil {
+		return err
+	}
 	ctx := cmd.Context()
 	report := api.ImageReport{Source: o.source, Verdict: api.VerdictAccepted}
-	img, err := openSource(ctx, o.globalOptions, &o.sourceFlags, o.source, o.maxVirtualSize, true)
+	img, err := openSource(ctx, o.globalOptions, &o.sourceFlags, o.source, o.maxVirtualSize, true, nil)
 	if err != nil {
 		if reject.As(err) == nil {
 			return err

@@ -11,8 +11,12 @@ import (
 	"golang.org/x/term"
 )
 
+// progressInterval is the least time between two draws of a bar.
+const progressInterval = 100 * time.Millisecond
+
 // progressBar draws "label [=====>    ] 45% 1.2 GiB/2.6 GiB 350 MiB/s ETA 4s"
-// on a terminal, at most ten times a second. On anything else it is silent.
+// on a terminal, at most ten times a second, and its last figures when it
+// finishes. On anything else it is silent.
 type progressBar struct {
 	w       io.Writer
 	label   string
@@ -22,6 +26,10 @@ type progressBar struct {
 	start time.Time
 	last  time.Time
 	drawn bool
+	// done and total are the last figures reported; stale says they
+	// were not drawn (throttled), so that finish draws them.
+	done, total int64
+	stale       bool
 }
 
 // newProgressBar draws to stderr when it is a terminal and quiet is false.
@@ -44,18 +52,30 @@ func (p *progressBar) update(done, total int64) {
 	if p.start.IsZero() {
 		p.start = now
 	}
-	if now.Sub(p.last) < 100*time.Millisecond && done != total {
+	p.done, p.total = done, total
+	if now.Sub(p.last) < progressInterval {
+		p.stale = true // finish draws it, if nothing later does
 		return
 	}
-	p.last = now
-	p.drawn = true
-	fmt.Fprint(p.w, "\r"+renderProgress(p.label, done, total, now.Sub(p.start))+"\033[K")
+	p.draw(now)
 }
 
-// finish ends the line the bar was drawn on.
+// draw writes the bar with the last figures; p.mu is held.
+func (p *progressBar) draw(now time.Time) {
+	p.last = now
+	p.drawn = true
+	p.stale = false
+	fmt.Fprint(p.w, "\r"+renderProgress(p.label, p.done, p.total, now.Sub(p.start))+"\033[K")
+}
+
+// finish draws the last figures, if they were not drawn, and ends the
+// line the bar was drawn on.
 func (p *progressBar) finish() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.stale {
+		p.draw(time.Now())
+	}
 	if p.drawn {
 		fmt.Fprintln(p.w)
 		p.drawn = false

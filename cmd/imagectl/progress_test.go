@@ -17,3 +17,35 @@ func TestRenderProgress(t *testing.T) {
 		t.Errorf("unknown total: %q", got)
 	}
 }
+
+// TestProgressBarThrottlesAndFinishes: however often it is told, a bar
+// draws at most once per progressInterval, and finish draws the last
+// figures it was told and ends the line.
+func TestProgressBarThrottlesAndFinishes(t *testing.T) {
+	var buf strings.Builder
+	bar := &progressBar{w: &buf, label: "copying", enabled: true}
+	start := time.Now()
+	const total = 200000
+	for i := int64(1); i <= total; i++ {
+		bar.update(i*1000, total*1000)
+	}
+	elapsed := time.Since(start)
+	bar.finish()
+	draws := strings.Count(buf.String(), "\r")
+	if most := 1 + int(elapsed/progressInterval) + 1; draws > most {
+		t.Errorf("%d draws in %s, want at most %d", draws, elapsed, most)
+	}
+	out := buf.String()
+	last := out[strings.LastIndex(out, "\r"):]
+	if !strings.Contains(last, "100%") || !strings.HasSuffix(out, "\n") {
+		t.Errorf("the last draw %q does not say 100%% and end the line", last)
+	}
+
+	var quiet strings.Builder
+	off := &progressBar{w: &quiet, label: "copying"}
+	off.update(1, 2)
+	off.finish()
+	if quiet.Len() != 0 {
+		t.Errorf("a disabled bar wrote %q", quiet.String())
+	}
+}

@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+	"github.com/ulikunitz/xz"
 	"golang.org/x/sys/unix"
 
 	"github.com/imagepipe/imagepipe/internal/reject"
@@ -335,5 +338,56 @@ func TestDataBytesDependsOnContentOnly(t *testing.T) {
 	p := rawPlan(t, content)
 	if _, ok := p.DataBytes(); ok {
 		t.Error("raw output claims a data figure")
+	}
+}
+
+// TestSpoolRejectsTruncatedStreams: a gzip, zstd or xz stream cut short is
+// rejected, not spooled as a shorter image (the decoders report the cut
+// as io.ErrUnexpectedEOF, which io.ReadFull also returns at an ordinary
+// end).
+func TestSpoolRejectsTruncatedStreams(t *testing.T) {
+	data := sparseRaw(4<<20, 0, 1<<20, 3<<20)
+	for i := range data { // data that compresses, but not to nothing
+		data[i] |= byte(i % 7)
+	}
+	var gz, xzb bytes.Buffer
+	gw := gzip.NewWriter(&gz)
+	gw.Write(data)
+	gw.Close()
+	xw, err := xz.NewWriter(&xzb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	xw.Write(data)
+	xw.Close()
+	enc, err := zstd.NewWriter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for w, whole := range map[Wrapper][]byte{WrapperGzip: gz.Bytes(), WrapperZstd: enc.EncodeAll(data, nil), WrapperXZ: xzb.Bytes()} {
+		for _, cut := range []int{len(whole) / 2, len(whole) - 4} {
+			t.Run(fmt.Sprintf("%s/%d of %d", w, cut, len(whole)), func(t *testing.T) {
+				r, got, err := Unwrap(bytes.NewReader(whole[:cut]))
+				if got != w {
+					t.Fatalf("Unwrap = %v, %v", got, err)
+				}
+				if err != nil { // the cut shows in the head already
+					if re := reject.As(err); re == nil || re.Reason != reject.Wrapper {
+						t.Fatalf("Unwrap: %v, want a %s rejection", err, reject.Wrapper)
+					}
+					return
+				}
+				defer r.Close()
+				f, err := os.Create(filepath.Join(t.TempDir(), "spool"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				n, err := Spool(t.Context(), r, f, 64<<20)
+				if re := reject.As(err); re == nil || re.Reason != reject.Wrapper {
+					t.Fatalf("spooled %d bytes with err %v, want a %s rejection", n, err, reject.Wrapper)
+				}
+			})
+		}
 	}
 }

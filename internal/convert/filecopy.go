@@ -74,14 +74,17 @@ func (p *Plan) writeFile(ctx context.Context, out *os.File) error {
 	// waiters spin; taking turns here instead leaves the CPU to readers and
 	// decompressors.
 	var writeMu sync.Mutex
+	progress := newProgressCounter(p.opts.Progress, vsize)
 	for off := int64(0); off < vsize; off += batch {
 		if err := ctx.Err(); err != nil {
 			break
 		}
 		if ranks != nil && !p.nonzero.anyIn(off/cs, batch/cs) {
+			progress.add(min(batch, vsize-off))
 			continue
 		}
 		g.Go(func() error {
+			defer func() { progress.add(min(batch, vsize-off)) }()
 			sc := scratches.get()
 			defer scratches.put(sc)
 			pending := &rangeCopier{in: p.img.file, out: out, sc: sc, mu: &writeMu}

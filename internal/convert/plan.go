@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/bits"
 	"runtime"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
@@ -40,6 +41,40 @@ type Options struct {
 	Concurrency int
 	// Logger receives debug records; nil discards them.
 	Logger *slog.Logger
+	// Progress, when set, is told how far Write and WriteFile have got
+	// through the guest disk: the bytes done, holes included, and the
+	// virtual size. It is called from one goroutine at a time, with done
+	// growing, and with done equal to the total at the end; Plan's scan
+	// does not report. nil reports nothing.
+	Progress func(done, total int64)
+}
+
+// progressCounter adds up the guest bytes done for Options.Progress. A nil
+// counter reports nothing.
+type progressCounter struct {
+	fn    func(done, total int64)
+	total int64
+
+	mu   sync.Mutex
+	done int64
+}
+
+func newProgressCounter(fn func(done, total int64), total int64) *progressCounter {
+	if fn == nil {
+		return nil
+	}
+	return &progressCounter{fn: fn, total: total}
+}
+
+// add counts n more bytes done.
+func (c *progressCounter) add(n int64) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.done += n
+	c.fn(c.done, c.total)
 }
 
 // Plan is a conversion whose output size is known. It is produced by
@@ -314,6 +349,7 @@ func (p *Plan) readBatches(ctx context.Context, fn func(off int64, buf []byte, n
 		free <- nil // buffers are allocated lazily
 	}
 	queue := make(chan *result, depth)
+	progress := newProgressCounter(p.opts.Progress, vsize)
 	scratches := newScratchPool(p.opts.Concurrency)
 	defer scratches.close()
 	g, ctx := errgroup.WithContext(ctx)
@@ -360,6 +396,7 @@ func (p *Plan) readBatches(ctx context.Context, fn func(off int64, buf []byte, n
 		}
 		return nil
 	})
+	var done int64      // guest bytes handed to fn, or skipped before them
 	g.Go(func() error { // consumer: hands batches to fn in order
 		var err error
 		for r := range queue {
@@ -375,11 +412,20 @@ func (p *Plan) readBatches(ctx context.Context, fn func(off int64, buf []byte, n
 			if err != nil {
 				return err
 			}
+			end := min(r.off+batch, vsize)
+			progress.add(end - done)
+			done = end
 			free <- r.buf[:cap(r.buf)]
 		}
 		return nil
 	})
-	return g.Wait()
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if done < vsize { // batches of holes at the end were skipped
+		progress.add(vsize - done)
+	}
+	return nil
 }
 
 // readBatch fills buf with the guest data at off. A batch that is one hole

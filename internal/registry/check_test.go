@@ -125,7 +125,7 @@ func TestCheckAndExtractImportedImages(t *testing.T) {
 
 			_, _, _, want := pullDisk(t, res.Pinned)
 			var got bytes.Buffer
-			ext, err := c.ExtractDisk(t.Context(), ref, &got)
+			ext, err := c.ExtractDisk(t.Context(), ref, &got, ExtractOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -182,7 +182,7 @@ func TestCheckAndExtractRejectBadShapes(t *testing.T) {
 				t.Errorf("check: verdict %s, reasons %+v; want %s", rep.Verdict, rep.Reasons, tc.reason)
 			}
 
-			_, err = c.ExtractDisk(t.Context(), ref, &bytes.Buffer{})
+			_, err = c.ExtractDisk(t.Context(), ref, &bytes.Buffer{}, ExtractOptions{})
 			if tc.reason == reject.VirtualSize || tc.reason == reject.FormatMismatch || tc.reason == reject.AnnotationMismatch {
 				if err != nil { // the caller validates the disk itself
 					t.Errorf("extract: %v", err)
@@ -205,7 +205,7 @@ func TestExtractChecksTheDiffID(t *testing.T) {
 	if rep, err := c.CheckContainerDisk(t.Context(), ref); err != nil || rep.Verdict != api.VerdictAccepted {
 		t.Fatalf("check: %+v, %v", rep, err)
 	}
-	_, err := c.ExtractDisk(t.Context(), ref, &bytes.Buffer{})
+	_, err := c.ExtractDisk(t.Context(), ref, &bytes.Buffer{}, ExtractOptions{})
 	if err == nil || !strings.Contains(err.Error(), "diff ID") || reject.As(err) != nil {
 		t.Errorf("extract: %v; want a diff ID mismatch", err)
 	}

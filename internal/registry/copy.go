@@ -3,8 +3,10 @@ package registry
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
@@ -17,6 +19,12 @@ type CopyOptions struct {
 	// reject.PlatformMismatch); an image outside an index must be built
 	// for it. dst then holds that image, not an index.
 	Platform *Platform
+	// Progress, when set, is called as blobs are copied, with the bytes
+	// of the blobs (and manifests) dst has so far and the bytes of those
+	// the copy has reached, as go-containerregistry counts them: the total
+	// grows as the copy finds more to send, and blobs dst already holds
+	// count as done at once. It is called from one goroutine at a time.
+	Progress func(done, total int64)
 }
 
 // Copy copies the image (or image index, within MaxIndexSize and
@@ -52,25 +60,8 @@ func (c *Client) Copy(ctx context.Context, src, dst name.Reference, opts CopyOpt
 	if d, ok := dst.(name.Digest); ok && d.DigestStr() != desc.Digest.String() {
 		return name.Digest{}, fmt.Errorf("%s is %s, not the digest %s names", src, desc.Digest, dst)
 	}
-	if desc.MediaType.IsIndex() {
-		if _, err := parseIndex(desc.Manifest); err != nil {
-			return name.Digest{}, fmt.Errorf("copying %s: %w", src, err)
-		}
-		idx, err := desc.ImageIndex()
-		if err != nil {
-			return name.Digest{}, err
-		}
-		if err := remote.WriteIndex(dst, idx, dstOpts...); err != nil {
-			return name.Digest{}, fmt.Errorf("copying %s to %s: %w", src, dst, err)
-		}
-	} else {
-		img, err := desc.Image()
-		if err != nil {
-			return name.Digest{}, err
-		}
-		if err := remote.Write(dst, img, dstOpts...); err != nil {
-			return name.Digest{}, fmt.Errorf("copying %s to %s: %w", src, dst, err)
-		}
+	if err := c.write(src, dst, desc, opts.Progress, dstOpts); err != nil {
+		return name.Digest{}, err
 	}
 	got, err := remote.Head(dst, dstOpts...)
 	if err != nil {
@@ -86,4 +77,89 @@ func (c *Client) Copy(ctx context.Context, src, dst name.Reference, opts CopyOpt
 	pinned := dst.Context().Digest(desc.Digest.String())
 	c.opts.logger.Info("copied", "from", src.String(), "to", pinned.String())
 	return pinned, nil
+}
+
+// write writes the image or index desc describes to dst, reporting to
+// progress (when not nil) as go-containerregistry sends.
+func (c *Client) write(src, dst name.Reference, desc *remote.Descriptor, progress func(done, total int64), dstOpts []remote.Option) error {
+	var push func(opts ...remote.Option) error
+	if desc.MediaType.IsIndex() {
+		if _, err := parseIndex(desc.Manifest); err != nil {
+			return fmt.Errorf("copying %s: %w", src, err)
+		}
+		idx, err := desc.ImageIndex()
+		if err != nil {
+			return err
+		}
+		push = func(opts ...remote.Option) error { return remote.WriteIndex(dst, idx, opts...) }
+	} else {
+		img, err := desc.Image()
+		if err != nil {
+			return err
+		}
+		push = func(opts ...remote.Option) error { return remote.Write(dst, img, opts...) }
+	}
+	stop := func(bool) {}
+	if progress != nil {
+		stop = reportUpdates(progress, &dstOpts)
+	}
+	err := push(dstOpts...)
+	stop(err == nil)
+	if err != nil {
+		return fmt.Errorf("copying %s to %s: %w", src, dst, err)
+	}
+	return nil
+}
+
+// reportUpdates adds remote.WithProgress to *opts and passes its updates
+// to progress from a goroutine of its own, until stop, called once the
+// write has returned, has passed the last of them. go-containerregistry's
+// count of bytes done may end short of its total (a blob can be sent in
+// fewer bytes than its size counts), so stop(true), after a write that
+// succeeded, reports the total as done.
+func reportUpdates(progress func(done, total int64), opts *[]remote.Option) (stop func(ok bool)) {
+	updates := make(chan v1.Update, 64)
+	*opts = append(slices.Clip(*opts), remote.WithProgress(updates))
+	quit, done := make(chan struct{}), make(chan struct{})
+	var last v1.Update // written by the goroutine, read after done
+	report := func(u v1.Update) {
+		if u.Error == nil {
+			last = u
+			progress(u.Complete, u.Total)
+		}
+	}
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case u, ok := <-updates:
+				if !ok {
+					return
+				}
+				report(u)
+			case <-quit:
+				// The write has returned, so every update was sent (a
+				// write may return without closing updates, when its
+				// options fail): pass on those still buffered.
+				for {
+					select {
+					case u, ok := <-updates:
+						if !ok {
+							return
+						}
+						report(u)
+					default:
+						return
+					}
+				}
+			}
+		}
+	}()
+	return func(ok bool) {
+		close(quit)
+		<-done
+		if ok && last.Total > 0 && last.Complete != last.Total {
+			progress(last.Total, last.Total)
+		}
+	}
 }

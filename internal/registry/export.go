@@ -27,6 +27,14 @@ type ExtractedDisk struct {
 	Index *IndexInfo
 }
 
+// ExtractOptions tune ExtractDisk. The zero value reports nothing.
+type ExtractOptions struct {
+	// Progress, when set, is called as the layer is pulled, with its
+	// bytes read so far as stored in the registry (compressed) and its
+	// size from the manifest. It is called from ExtractDisk's goroutine.
+	Progress func(done, total int64)
+}
+
 // ExtractDisk pulls the containerDisk at ref and writes disk/disk.img to w
 // as the layer streams in; nothing else of the layer is kept. The layer
 // must have the shape CheckContainerDisk checks, and nothing may follow the
@@ -39,7 +47,7 @@ type ExtractedDisk struct {
 // An image index resolves as in CheckContainerDisk: to its one image for
 // the client's platform, else linux/amd64; when there is no such image,
 // the rejection names the platforms the index holds.
-func (c *Client) ExtractDisk(ctx context.Context, ref name.Reference, w io.Writer) (*ExtractedDisk, error) {
+func (c *Client) ExtractDisk(ctx context.Context, ref name.Reference, w io.Writer, opts ExtractOptions) (*ExtractedDisk, error) {
 	res, err := c.platformImage(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -70,7 +78,11 @@ func (c *Client) ExtractDisk(ctx context.Context, ref name.Reference, w io.Write
 		return nil, fmt.Errorf("fetching layer %s: %w", desc.Digest, err)
 	}
 	defer rc.Close()
-	lr, err := containerdisk.OpenLayer(string(desc.MediaType), rc)
+	var layerBytes io.Reader = rc
+	if opts.Progress != nil {
+		layerBytes = &progressReader{r: rc, total: desc.Size, progress: opts.Progress}
+	}
+	lr, err := containerdisk.OpenLayer(string(desc.MediaType), layerBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -92,4 +104,21 @@ func (c *Client) ExtractDisk(ctx context.Context, ref name.Reference, w io.Write
 		out.Platform = p.String()
 	}
 	return out, nil
+}
+
+// progressReader reports the bytes read through it.
+type progressReader struct {
+	r        io.Reader
+	done     int64
+	total    int64
+	progress func(done, total int64)
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.done += int64(n)
+		p.progress(p.done, p.total)
+	}
+	return n, err
 }

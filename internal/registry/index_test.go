@@ -176,7 +176,7 @@ func TestAppendPublishesOneTagForSeveralPlatforms(t *testing.T) {
 			t.Errorf("check: %+v; want %s from index %s", rep, tc.image, d)
 		}
 		var got bytes.Buffer
-		ext, err := tc.client.ExtractDisk(t.Context(), tag, &got)
+		ext, err := tc.client.ExtractDisk(t.Context(), tag, &got, ExtractOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -419,7 +419,7 @@ func TestResolveRefusesHostileIndexes(t *testing.T) {
 				!strings.Contains(rep.Reasons[0].Message, tc.reason) || !rep.Index || rep.Digest != tc.describes {
 				t.Errorf("check: %+v; want a platform-mismatch saying %q describing %q", rep, tc.reason, tc.describes)
 			}
-			if _, err := tc.client.ExtractDisk(t.Context(), ref, &bytes.Buffer{}); reject.As(err) == nil || !strings.Contains(err.Error(), tc.reason) {
+			if _, err := tc.client.ExtractDisk(t.Context(), ref, &bytes.Buffer{}, ExtractOptions{}); reject.As(err) == nil || !strings.Contains(err.Error(), tc.reason) {
 				t.Errorf("extract: %v", err)
 			}
 			p := tc.client.opts.platform

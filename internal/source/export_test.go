@@ -31,3 +31,11 @@ func SetFreeSpace(t testing.TB, avail int64) {
 	freeSpaceHook = func(string) (int64, error) { return avail, nil }
 	t.Cleanup(func() { freeSpaceHook = old })
 }
+
+// SetXZProgram makes xz sources decode with the program at path until the
+// test ends; "" decodes them in Go.
+func SetXZProgram(t testing.TB, path string) {
+	old := xzProgram
+	xzProgram = func() string { return path }
+	t.Cleanup(func() { xzProgram = old })
+}

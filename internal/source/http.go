@@ -2,12 +2,15 @@ package source
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -18,14 +21,44 @@ const maxRedirects = 5
 
 // defaultHTTPClient has timeouts for every step before the body, and none
 // on the body itself: a large image may take hours on a slow link, and a
-// dead peer is found by TCP keep-alives.
-func defaultHTTPClient() *http.Client {
+// dead peer is found by TCP keep-alives. tlsConf, when not nil, replaces
+// Go's default TLS settings.
+func defaultHTTPClient(tlsConf *tls.Config) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	t.TLSHandshakeTimeout = 15 * time.Second
 	t.ResponseHeaderTimeout = time.Minute
 	t.ExpectContinueTimeout = time.Second
+	if tlsConf != nil {
+		t.TLSClientConfig = tlsConf.Clone()
+	}
 	return &http.Client{Transport: t, CheckRedirect: checkRedirect}
+}
+
+// tlsConfig is the TLS configuration that Options.CAFile and
+// Options.InsecureSkipVerify ask for: the system's roots plus the file's
+// certificates, or no verification at all. It is nil when neither is set,
+// which keeps Go's defaults.
+func tlsConfig(caFile string, insecure bool) (*tls.Config, error) {
+	if caFile == "" && !insecure {
+		return nil, nil
+	}
+	conf := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: insecure}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading the CA file: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("no PEM certificates in the CA file %s", caFile)
+		}
+		conf.RootCAs = pool
+	}
+	return conf, nil
 }
 
 func checkRedirect(_ *http.Request, via []*http.Request) error {
@@ -39,7 +72,7 @@ func checkRedirect(_ *http.Request, via []*http.Request) error {
 // has no redirect policy of its own, or the default client.
 func (o *config) httpClient() *http.Client {
 	if o.HTTPClient == nil {
-		return defaultHTTPClient()
+		return defaultHTTPClient(o.tls)
 	}
 	if o.HTTPClient.CheckRedirect != nil {
 		return o.HTTPClient

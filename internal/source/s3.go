@@ -2,9 +2,11 @@ package source
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -93,6 +95,11 @@ func (o *config) s3Client() (*minio.Core, error) {
 		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 			return nil, fmt.Errorf("the S3 endpoint %q is neither host[:port] nor an http(s) URL", endpoint)
 		}
+		if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+			// minio-go addresses buckets from the host's root; a path would
+			// be dropped without a word.
+			return nil, fmt.Errorf("the S3 endpoint %q has a path, query or user; give scheme://host[:port] only", u.Redacted())
+		}
 		endpoint, secure = u.Host, u.Scheme == "https"
 	}
 	accessKey := firstNonEmpty(s.AccessKey, os.Getenv("AWS_ACCESS_KEY_ID"))
@@ -117,6 +124,21 @@ func (o *config) s3Client() (*minio.Core, error) {
 	}
 	if o.HTTPClient != nil && o.HTTPClient.Transport != nil {
 		mo.Transport = o.HTTPClient.Transport
+	} else {
+		// minio-go's own transport, which never asks for gzip (it would
+		// change the bytes of an object stored with Content-Encoding gzip),
+		// with CAFile's roots or InsecureSkipVerify.
+		t, err := minio.DefaultTransport(secure)
+		if err != nil {
+			return nil, fmt.Errorf("configuring the S3 transport: %w", err)
+		}
+		if o.tls != nil && secure {
+			t.TLSClientConfig = o.tls.Clone()
+		}
+		mo.Transport = t
+	}
+	if secure {
+		mo.Transport = unknownCAFailsFast{mo.Transport}
 	}
 	c, err := minio.NewCore(endpoint, mo)
 	if err != nil {
@@ -132,4 +154,20 @@ func firstNonEmpty(vs ...string) string {
 		}
 	}
 	return ""
+}
+
+// unknownCAFailsFast makes a server certificate of an unknown CA fail an
+// S3 request at once. minio-go retries every failed request for seconds
+// except one whose error is an x509.UnknownAuthorityError, which Go has
+// since wrapped in a *tls.CertificateVerificationError: this hands it
+// over unwrapped.
+type unknownCAFailsFast struct{ inner http.RoundTripper }
+
+func (t unknownCAFailsFast) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.inner.RoundTrip(req)
+	var unknown x509.UnknownAuthorityError
+	if err != nil && errors.As(err, &unknown) {
+		return nil, unknown
+	}
+	return resp, err
 }

@@ -2,6 +2,9 @@ package source_test
 
 import (
 	"bytes"
+	"crypto/x509"
+	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -90,4 +93,69 @@ func TestOpenS3(t *testing.T) {
 			t.Errorf("opened with a wrong secret key")
 		}
 	})
+}
+
+// TestS3EndpointScheme: an endpoint URL's scheme decides between HTTP and
+// HTTPS whatever S3Options.Insecure says, and a bare host:port follows
+// Insecure.
+func TestS3EndpointScheme(t *testing.T) {
+	m := harness.StartMinIO(t)
+	data := imageBytes(64 << 10)
+	m.PutFile(t, "images", "disk.raw", writeFile(t, t.TempDir(), "disk.raw", data))
+	for _, tc := range []struct {
+		endpoint string
+		insecure bool
+		ok       bool
+	}{
+		{"http://" + m.Endpoint, false, true},
+		{"HTTP://" + m.Endpoint + "/", false, true},
+		{"https://" + m.Endpoint, true, false}, // MinIO speaks plain HTTP here
+		{m.Endpoint, true, true},
+		{m.Endpoint, false, false},
+	} {
+		t.Run(tc.endpoint+"/insecure="+fmt.Sprint(tc.insecure), func(t *testing.T) {
+			s3 := source.S3Options{Endpoint: tc.endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, Region: "us-east-1", Insecure: tc.insecure}
+			img, err := source.Open(t.Context(), "s3://images/disk.raw", source.Options{S3: s3})
+			if tc.ok != (err == nil) {
+				t.Fatalf("err = %v, want success %v", err, tc.ok)
+			}
+			if err == nil {
+				defer img.Close()
+				if img.Digest != digestOf(data) {
+					t.Errorf("digest %s, want %s", img.Digest, digestOf(data))
+				}
+			}
+		})
+	}
+	_, err := source.Open(t.Context(), "s3://images/disk.raw", source.Options{S3: source.S3Options{Endpoint: "http://" + m.Endpoint + "/bucket-prefix"}})
+	if err == nil || !strings.Contains(err.Error(), "has a path") {
+		t.Errorf("endpoint with a path: err = %v, want a refusal", err)
+	}
+}
+
+// TestS3OverTLS: MinIO serving HTTPS with a private CA is refused without
+// CAFile and read with it, or with InsecureSkipVerify.
+func TestS3OverTLS(t *testing.T) {
+	m := harness.StartMinIOWith(t, harness.MinIOOptions{TLS: true})
+	data := imageBytes(64 << 10)
+	m.PutFile(t, "images", "disk.raw", writeFile(t, t.TempDir(), "disk.raw", data))
+	s3 := source.S3Options{Endpoint: "https://" + m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, Region: "us-east-1"}
+
+	_, err := source.Open(t.Context(), "s3://images/disk.raw", source.Options{S3: s3})
+	var unknown x509.UnknownAuthorityError
+	if !errors.As(err, &unknown) {
+		t.Errorf("without CAFile: err = %v, want an x509.UnknownAuthorityError", err)
+	}
+	for name, opts := range map[string]source.Options{
+		"CAFile":             {S3: s3, CAFile: m.CAFile},
+		"InsecureSkipVerify": {S3: s3, InsecureSkipVerify: true},
+		"bare host:port":     {S3: source.S3Options{Endpoint: m.Endpoint, AccessKey: m.AccessKey, SecretKey: m.SecretKey, Region: "us-east-1"}, CAFile: m.CAFile},
+	} {
+		t.Run(name, func(t *testing.T) {
+			img := mustOpen(t, "s3://images/disk.raw", opts)
+			if img.Digest != digestOf(data) {
+				t.Errorf("digest %s, want %s", img.Digest, digestOf(data))
+			}
+		})
+	}
 }

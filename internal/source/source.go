@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -60,6 +61,17 @@ type Options struct {
 	// header timeouts but no overall timeout, since images are large. At most
 	// 5 redirects are followed unless the client sets its own CheckRedirect.
 	HTTPClient *http.Client
+	// CAFile names a PEM file of CA certificates to trust, besides the
+	// system's, for https:// sources and S3 endpoints reached over HTTPS.
+	// It configures the default client: setting it with HTTPClient is an
+	// error, since that client's TLS settings are its own.
+	CAFile string
+	// InsecureSkipVerify accepts any certificate from an https:// source or
+	// an S3 endpoint reached over HTTPS: the transfer is encrypted, but
+	// not to a server known to be the right one. The digest and
+	// Checksum still hold the bytes to what was expected. Like CAFile, it
+	// configures the default client and is an error with HTTPClient.
+	InsecureSkipVerify bool
 	// Logger receives debug messages and one info message per resumed
 	// download; nil discards them.
 	Logger *slog.Logger
@@ -260,6 +272,9 @@ type config struct {
 	log      *slog.Logger
 	maxSize  int64
 	maxSpool int64
+	// tls is the TLS configuration of the default HTTP and S3 clients; nil
+	// keeps Go's defaults.
+	tls *tls.Config
 	// freeSpace returns the free bytes of a directory's file system; tests
 	// replace it.
 	freeSpace func(dir string) (int64, error)
@@ -282,6 +297,12 @@ func newConfig(opts Options) (*config, error) {
 		o.maxSpool = DefaultMaxSpool
 	case o.maxSpool < 0:
 		o.maxSpool = 0 // nothing may be spooled
+	}
+	if opts.HTTPClient != nil && (opts.CAFile != "" || opts.InsecureSkipVerify) {
+		return nil, errors.New("CAFile and InsecureSkipVerify configure the default HTTP client; set them on Options.HTTPClient instead")
+	}
+	if o.tls, err = tlsConfig(opts.CAFile, opts.InsecureSkipVerify); err != nil {
+		return nil, err
 	}
 	o.freeSpace = freeSpaceHook
 	return o, nil
@@ -308,7 +329,13 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 		h = sha256.New()
 		src.hash = h
 	}
+	var inner io.ReadCloser
 	fail := func(err error) (*Image, error) {
+		if inner != nil {
+			// An xz program's feeding goroutine reads src: done with
+			// once inner is closed.
+			inner.Close()
+		}
 		// A failure of the source itself (network, stdin) surfaces from
 		// convert as a corrupt stream; report what actually happened.
 		if src.err != nil && !errors.Is(src.err, io.EOF) {
@@ -317,10 +344,11 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 		return nil, err
 	}
 
-	inner, wrapper, err := convert.Unwrap(src)
+	unwrapped, wrapper, err := convert.UnwrapWith(src, convert.UnwrapOptions{XZ: o.xzDecoder()})
 	if err != nil {
 		return fail(err)
 	}
+	inner = &onceCloser{ReadCloser: unwrapped}
 	defer inner.Close()
 	// The head decides between streaming and spooling; reading it costs at
 	// most streamHead bytes of the unwrapped image.
@@ -475,6 +503,34 @@ func drain(src *sourceReader, limit int64) error {
 		}
 	}
 	return nil
+}
+
+// xzDecoder is the xz decoder for convert.UnwrapOptions: the xz program
+// when there is one (startXZ), else nil for the pure-Go decoder.
+func (o *config) xzDecoder() func(io.Reader) io.ReadCloser {
+	path := xzProgram()
+	if path == "" {
+		return nil
+	}
+	return func(r io.Reader) io.ReadCloser {
+		rc := startXZ(path, r)
+		if rc == nil {
+			o.log.Debug("xz did not start; decoding in Go", "program", path)
+		}
+		return rc
+	}
+}
+
+// onceCloser closes its ReadCloser once, however often it is closed.
+type onceCloser struct {
+	io.ReadCloser
+	once sync.Once
+	err  error
+}
+
+func (c *onceCloser) Close() error {
+	c.once.Do(func() { c.err = c.ReadCloser.Close() })
+	return c.err
 }
 
 // sourceReader counts, hashes and reports the original bytes as they are
