@@ -130,6 +130,8 @@ func TestEveryCommandThatPrintsDataSpeaksJSON(t *testing.T) {
 		"delete":           {reg + "/acme/disk:1"},
 		"copy":             {reg + "/acme/disk:1", reg + "/acme/disk:2"},
 		"version":          {},
+		"login":            {reg, "--username", "alice", "--password-stdin"},
+		"logout":           {reg},
 		"template publish": {filepath.Join(dir, "no-templates"), "--catalog", reg},
 		"template list":    {"--catalog", reg},
 		"template show":    {"simple_vm", "--catalog", reg},
