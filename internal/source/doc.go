@@ -41,6 +41,23 @@
 // the hash stays one continuous pass. A Content-Length or S3 object size over
 // MaxSize fails before the body is read.
 //
+// # TLS and S3 endpoints
+//
+// Options.CAFile adds CA certificates to the system's for https:// sources
+// and S3 endpoints reached over HTTPS; Options.InsecureSkipVerify accepts any
+// certificate there. An S3 endpoint given as a URL says itself whether it is
+// HTTP or HTTPS; a bare host:port is HTTPS unless S3Options.Insecure. A
+// certificate of an unknown CA fails an S3 request at once (minio-go would
+// retry it for seconds).
+//
+// # xz
+//
+// An xz stream is decoded by the system's xz program when there is one in
+// PATH, several times faster than the pure-Go decoder used otherwise (see
+// startXZ): the original bytes still pass through the hasher on their way
+// to it, and its output is counted and capped like any decoder's. Both
+// decoders reject a truncated or corrupt stream, and garbage after it.
+//
 // # What is spooled, when
 //
 // The first 1 MiB of the unwrapped stream decides. A qcow2 image needs random

@@ -83,10 +83,12 @@ type Options struct {
 	// file, which is then not read at all (inspect and convert do not need
 	// the digest). Other sources are read once anyway and get a digest.
 	SkipDigest bool
-	// Progress, when set, is called from Open's goroutine as source bytes
-	// are read during its sequential pass, with the bytes read so far and the
-	// total (-1 when unknown). It is not called when the digest of an
-	// unwrapped local file comes from the cache, since nothing is read.
+	// Progress, when set, is called as source bytes are read during Open's
+	// sequential pass, with the bytes read so far and the total (-1 when
+	// unknown), from one goroutine at a time (not always Open's: an xz
+	// source is fed to the xz program from a goroutine of its own). It is
+	// not called when the digest of an unwrapped local file comes from the
+	// cache, since nothing is read.
 	Progress func(done, total int64)
 }
 

@@ -5,9 +5,10 @@
 # prints a Markdown table: median wall time of each, the ratio imagectl/qemu-img next to its
 # target, and peak RSS of each. Ratios measured in one run are what to quote; absolute times are
 # one machine's. Then runs test/bench/import.sh (imagectl import vs qemu-img convert + tar +
-# crane append, against a local distribution registry) and test/bench/syncer.sh (image-syncer:
-# webhook → DataVolume latency on two hubs, no-change resync of 5,000 images; about 5 minutes) and
-# appends their tables to the report.
+# crane append, against a local distribution registry), test/bench/xz.sh (xz sources: imagectl
+# inspect and convert vs xz -dc) and test/bench/syncer.sh (image-syncer: webhook → DataVolume
+# latency on two hubs, no-change resync of 5,000 images; about 5 minutes) and appends their tables
+# to the report.
 #
 # Inputs are built once and cached under ${IMAGEPIPE_CACHE:-$HOME/.cache/imagepipe}/bench/
 # (delete that directory to rebuild them): a sparse 4 GiB ext4 raw image filled from ~1 GB of the
@@ -266,6 +267,7 @@ main() {
 	resolve_imagectl
 	[[ $REPS =~ ^[1-9][0-9]*$ ]] || die "BENCH_REPS must be a positive integer, got '$REPS'"
 	IMAGECTL=$IMAGECTL IMAGEPIPE_CACHE=$CACHE bash "$REPO_ROOT/test/bench/import.sh" --check
+	IMAGECTL=$IMAGECTL IMAGEPIPE_CACHE=$CACHE bash "$REPO_ROOT/test/bench/xz.sh" --check
 	IMAGECTL=$IMAGECTL IMAGEPIPE_CACHE=$CACHE bash "$REPO_ROOT/test/bench/syncer.sh" --check
 
 	mkdir -p "$BENCH_DIR"
@@ -327,6 +329,12 @@ main() {
 	IMAGECTL=$IMAGECTL IMAGEPIPE_CACHE=$CACHE bash "$REPO_ROOT/test/bench/import.sh" >"$import_md"
 	cat "$import_md" >>"$report"
 	cat "$import_md"
+
+	# xz sources (its own input, built once and cached).
+	local xz_md=$RUN_DIR/xz.md
+	IMAGECTL=$IMAGECTL IMAGEPIPE_CACHE=$CACHE bash "$REPO_ROOT/test/bench/xz.sh" >"$xz_md"
+	cat "$xz_md" >>"$report"
+	cat "$xz_md"
 
 	# The image-syncer benchmark (real hubs, registry and syncer; no inputs from above) last.
 	local syncer_md=$RUN_DIR/syncer.md
