@@ -15,6 +15,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // Exit codes, documented in the README. An interrupted command exits with
@@ -129,6 +130,13 @@ func describe(err error) api.FailureDetail {
 		f.Code = "not-found"
 	case errors.Is(err, registry.ErrUnreachable):
 		f.Code = "unreachable"
+	// The hub's answers (vm, volume).
+	case apierrors.IsNotFound(err):
+		f.Code = "not-found"
+	case apierrors.IsForbidden(err):
+		f.Code = "denied"
+	case apierrors.IsUnauthorized(err):
+		f.Code = "unauthorized"
 	}
 	var hinted *hintedError
 	if errors.As(err, &hinted) {

@@ -80,7 +80,7 @@ func (o *outputFlags) validate() error {
 	if slices.Contains(o.allowed, o.format) {
 		return nil
 	}
-	return fmt.Errorf("unknown output format %q (%s)", o.format, formatList(o.allowed))
+	return &usageError{fmt.Errorf("unknown output format %q (%s)", o.format, formatList(o.allowed))}
 }
 
 // machine reports whether the output is for programs (json or yaml).

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -35,7 +36,7 @@ func addCatalogFlags(cmd *cobra.Command, f *catalogFlags) {
 // open returns the registry client and the catalog repository.
 func (f *catalogFlags) open(g *globalOptions) (*registry.Client, name.Repository, error) {
 	if f.catalog == "" {
-		return nil, name.Repository{}, errors.New("name the template catalog with --catalog REGISTRY[/REPO] or $IMAGEPIPE_CATALOG")
+		return nil, name.Repository{}, &usageError{errors.New("name the template catalog with --catalog REGISTRY[/REPO] or $IMAGEPIPE_CATALOG")}
 	}
 	s := f.catalog
 	if !strings.Contains(s, "/") {
@@ -52,13 +53,20 @@ func (f *catalogFlags) open(g *globalOptions) (*registry.Client, name.Repository
 	return c, repo, nil
 }
 
+// templateRef is a template's catalog entry, REGISTRY/REPO:ID, as the
+// template commands print it for -o name.
+func templateRef(repo name.Repository, id string) string { return repo.Tag(id).String() }
+
 func newTemplateCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "template",
 		Short: "Publish, list, show and delete VM templates in the registry's template catalog",
 		Long: `Providers publish VM templates to a catalog repository in the central registry,
 as OCI artifacts of type ` + api.TemplateArtifactType + `, one tag per template ID.
-Tenants list them and create VMs from them with imagectl vm create.`,
+Tenants list them and create VMs from them with imagectl vm create.
+
+Under -o name the template commands print each template's catalog entry,
+REGISTRY/REPO:ID.`,
 	}
 	groupCommand(cmd)
 	cmd.AddCommand(newTemplatePublishCmd(g), newTemplateListCmd(g), newTemplateShowCmd(g), newTemplateDeleteCmd(g))
@@ -87,7 +95,7 @@ document is left as it is.`,
 		RunE: func(cmd *cobra.Command, args []string) error { return runTemplatePublish(cmd, o, args) },
 	}
 	addCatalogFlags(cmd, &o.catalogFlags)
-	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
+	addOutputFlag(cmd, &o.out, listFormats...)
 	return cmd
 }
 
@@ -184,18 +192,32 @@ func runTemplatePublish(cmd *cobra.Command, o *templateOptions, args []string) e
 		if err != nil {
 			return err
 		}
-		results = append(results, api.PublishResult{ID: d.t.ID, File: d.file, Digest: dgst, Unchanged: unchanged})
+		results = append(results, api.PublishResult{ID: d.t.ID, File: d.file, Digest: dgst, Unchanged: unchanged, Reference: templateRef(repo, d.t.ID)})
 	}
-	return o.out.print(cmd.OutOrStdout(), results, table(func(tw *tabwriter.Writer) {
-		fmt.Fprintln(tw, "ID\tFILE\tDIGEST\tSTATUS")
-		for _, r := range results {
-			status := "published"
-			if r.Unchanged {
-				status = "unchanged"
+	names := make([]string, len(results))
+	for i, r := range results {
+		names[i] = r.Reference
+	}
+	return o.out.show(cmd.OutOrStdout(), view{data: results, names: names, table: func(w io.Writer, wide bool) error {
+		return table(func(tw *tabwriter.Writer) {
+			fmt.Fprintln(tw, "ID\tFILE\tDIGEST\tSTATUS")
+			for _, r := range results {
+				status := "published"
+				if r.Unchanged {
+					status = "unchanged"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.ID, r.File, digestColumn(r.Digest, wide), status)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.ID, r.File, shortDigest(r.Digest), status)
-		}
-	}))
+		})(w)
+	}})
+}
+
+// digestColumn shows a digest in full in a wide table, else shortened.
+func digestColumn(d string, wide bool) string {
+	if wide {
+		return d
+	}
+	return shortDigest(d)
 }
 
 // readBounded reads a file of at most limit bytes.
@@ -213,14 +235,17 @@ func readBounded(path string, limit int64) ([]byte, error) {
 func newTemplateListCmd(g *globalOptions) *cobra.Command {
 	o := &templateOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:               "list --catalog REGISTRY[/REPO]",
-		Short:             "List the templates of a catalog",
+		Use:   "list --catalog REGISTRY[/REPO]",
+		Short: "List the templates of a catalog",
+		Long: `Lists the templates of a catalog: ID, title, number of parameters and digest.
+-o wide adds the description and the full digest; -o name prints each
+template's catalog entry, REGISTRY/REPO:ID.`,
 		Args:              cobra.NoArgs,
 		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE:              func(cmd *cobra.Command, _ []string) error { return runTemplateList(cmd, o) },
 	}
 	addCatalogFlags(cmd, &o.catalogFlags)
-	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
+	addOutputFlag(cmd, &o.out, listFormats...)
 	return cmd
 }
 
@@ -243,15 +268,32 @@ func runTemplateList(cmd *cobra.Command, o *templateOptions) error {
 			fmt.Fprintf(cmd.ErrOrStderr(), "imagectl: skipping catalog entry %s: %v\n", e.ID, err)
 			continue
 		}
-		out = append(out, api.TemplateSummary{ID: t.ID, Title: t.Title, Description: t.Description, Parameters: len(t.Parameters), Digest: e.Digest})
+		out = append(out, api.TemplateSummary{ID: t.ID, Title: t.Title, Description: t.Description, Parameters: len(t.Parameters), Digest: e.Digest, Reference: templateRef(repo, t.ID)})
 	}
-	return o.out.print(cmd.OutOrStdout(), out, table(func(tw *tabwriter.Writer) {
-		fmt.Fprintln(tw, "ID\tTITLE\tPARAMETERS\tDIGEST")
-		for _, s := range out {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", s.ID, s.Title, s.Parameters, shortDigest(s.Digest))
-		}
-	}))
+	names := make([]string, len(out))
+	for i, s := range out {
+		names[i] = s.Reference
+	}
+	return o.out.show(cmd.OutOrStdout(), view{data: out, names: names, table: func(w io.Writer, wide bool) error {
+		return table(func(tw *tabwriter.Writer) {
+			fmt.Fprint(tw, "ID\tTITLE\tPARAMETERS\tDIGEST")
+			if wide {
+				fmt.Fprint(tw, "\tDESCRIPTION")
+			}
+			fmt.Fprintln(tw)
+			for _, s := range out {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s", s.ID, s.Title, s.Parameters, digestColumn(s.Digest, wide))
+				if wide {
+					fmt.Fprintf(tw, "\t%s", orDash(oneLine(s.Description)))
+				}
+				fmt.Fprintln(tw)
+			}
+		})(w)
+	}})
 }
+
+// oneLine joins the lines of s with spaces, for a table cell.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func newTemplateShowCmd(g *globalOptions) *cobra.Command {
 	o := &templateOptions{globalOptions: g}
@@ -263,7 +305,7 @@ func newTemplateShowCmd(g *globalOptions) *cobra.Command {
 		RunE:              func(cmd *cobra.Command, args []string) error { return runTemplateShow(cmd, o, args[0]) },
 	}
 	addCatalogFlags(cmd, &o.catalogFlags)
-	addOutputFlag(cmd, &o.out, outputYAML, outputJSON)
+	addOutputFlag(cmd, &o.out, outputYAML, outputJSON, outputName)
 	return cmd
 }
 
@@ -279,7 +321,7 @@ func runTemplateShow(cmd *cobra.Command, o *templateOptions, id string) error {
 	if err != nil {
 		return err
 	}
-	return o.out.print(cmd.OutOrStdout(), t, nil)
+	return o.out.show(cmd.OutOrStdout(), view{data: t, names: []string{templateRef(repo, t.ID)}})
 }
 
 func newTemplateDeleteCmd(g *globalOptions) *cobra.Command {
@@ -300,10 +342,14 @@ The registry must allow deletes (distribution: storage.delete.enabled).`,
 		RunE:              func(cmd *cobra.Command, args []string) error { return runTemplateDelete(cmd, o, args[0]) },
 	}
 	addCatalogFlags(cmd, &o.catalogFlags)
+	addOutputFlag(cmd, &o.out, resultFormats...)
 	return cmd
 }
 
 func runTemplateDelete(cmd *cobra.Command, o *templateOptions, id string) error {
+	if err := o.out.validate(); err != nil {
+		return err
+	}
 	client, repo, err := o.open(o.globalOptions)
 	if err != nil {
 		return err
@@ -312,14 +358,33 @@ func runTemplateDelete(cmd *cobra.Command, o *templateOptions, id string) error 
 	var shared *registry.SharedImageError
 	switch {
 	case errors.Is(err, registry.ErrTemplateNotFound):
-		return fmt.Errorf("the catalog %s has no template %q; imagectl template list shows those it has", repo, id)
+		return noTemplateError(repo, id, err)
 	case errors.As(err, &shared):
 		return fmt.Errorf("template %s was not deleted: its manifest %s is also tagged %s, which the registry would remove with it; delete those tags first", id, shared.Digest, strings.Join(shared.Others, ", "))
 	case err != nil:
 		return err
 	}
-	return printText(cmd.OutOrStdout(), "template %s deleted from %s (%s)\n", id, repo, shortDigest(dgst))
+	res := api.TemplateDeleteResult{ID: id, Reference: templateRef(repo, id), Digest: dgst}
+	return o.out.show(cmd.OutOrStdout(), view{data: res, names: []string{res.Reference}, table: func(w io.Writer, _ bool) error {
+		_, err := fmt.Fprintf(w, "template %s deleted from %s (%s)\n", id, repo, shortDigest(dgst))
+		return err
+	}})
 }
+
+// noTemplateError says that the catalog has no template id; err, the
+// registry's, stays underneath for the reason code (not-found).
+func noTemplateError(repo name.Repository, id string, err error) error {
+	return &messageError{fmt.Sprintf("the catalog %s has no template %q; imagectl template list shows those it has", repo, id), err}
+}
+
+// messageError is err said in other words.
+type messageError struct {
+	msg string
+	err error
+}
+
+func (e *messageError) Error() string { return e.msg }
+func (e *messageError) Unwrap() error { return e.err }
 
 // completeTemplateArg completes a template ID as the first argument.
 func completeTemplateArg(o *templateOptions) cobra.CompletionFunc {
@@ -361,7 +426,7 @@ func fetchTemplate(cmd *cobra.Command, client *registry.Client, repo name.Reposi
 	e, err := client.FetchTemplate(cmd.Context(), repo, id)
 	if err != nil {
 		if errors.Is(err, registry.ErrTemplateNotFound) {
-			return nil, fmt.Errorf("the catalog %s has no template %q; imagectl template list shows those it has", repo, id)
+			return nil, noTemplateError(repo, id, err)
 		}
 		return nil, err
 	}

@@ -82,9 +82,9 @@ and the VM's last status and conditions; the VM stays.`,
 	f.BoolVar(&o.dryRun, "dry-run", false, "print the VM and Secrets instead of creating them")
 	f.BoolVar(&o.wait, "wait", false, "wait until the VM is Ready (Stopped with --stopped), then print its state")
 	f.DurationVar(&o.timeout, "timeout", defaultWaitTimeout, "with --wait: how long to wait, e.g. 90s, 10m")
-	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
+	addOutputFlag(cmd, &o.out, resultFormats...)
 	f.Lookup("output").DefValue, o.out.format = "", ""
-	f.Lookup("output").Usage = "with --dry-run: yaml or json; otherwise table, yaml or json"
+	f.Lookup("output").Usage = "output format: table (the default), json, yaml or name; with --dry-run yaml (the default), json or name"
 	o.out.defaultFor = func() outputFormat {
 		if o.dryRun {
 			return outputYAML
@@ -128,16 +128,17 @@ func runVMCreate(cmd *cobra.Command, o *vmCreateOptions, name string) error {
 	if err := vmlaunch.Create(ctx, kc, r); err != nil {
 		return err
 	}
-	created := func(w io.Writer) error {
+	created := func(w io.Writer, _ bool) error {
 		im := r.Image
 		_, err := fmt.Fprintf(w, "virtualmachine %s/%s created from %s:%s (%s) with template %s\n", ns, name, im.Tenant+"/"+im.Name, im.Tag, shortDigest(im.Digest), tmpl.ID)
 		return err
 	}
+	names := []string{vmName(name)}
 	if !o.wait {
-		return o.out.print(cmd.OutOrStdout(), r.VM, created)
+		return o.out.show(cmd.OutOrStdout(), view{data: r.VM, names: names, table: created})
 	}
-	if !o.out.machine() {
-		if err := created(cmd.OutOrStdout()); err != nil {
+	if o.out.format == outputTable {
+		if err := created(cmd.OutOrStdout(), false); err != nil {
 			return err
 		}
 	}
@@ -145,10 +146,13 @@ func runVMCreate(cmd *cobra.Command, o *vmCreateOptions, name string) error {
 	if err != nil {
 		return err
 	}
-	return o.out.print(cmd.OutOrStdout(), state.VM, func(w io.Writer) error {
+	return o.out.show(cmd.OutOrStdout(), view{data: state.VM, names: names, table: func(w io.Writer, _ bool) error {
 		return printVMState(w, state)
-	})
+	}})
 }
+
+// vmName is a VM's name as -o name prints it, as kubectl's would.
+func vmName(name string) string { return "virtualmachine/" + name }
 
 // waitForVM waits up to timeout for the VM just created to be where
 // vmlaunch.WaitGoal says, telling its status changes on standard error.
@@ -199,18 +203,18 @@ func (o *vmCreateOptions) validate() error {
 		return err
 	}
 	if o.image == "" {
-		return errors.New("name the image with --image TENANT/IMAGE[:TAG]")
+		return &usageError{errors.New("name the image with --image TENANT/IMAGE[:TAG]")}
 	}
 	if (o.template == "") == (o.templateFile == "") {
-		return errors.New("name one template: --template ID (from the catalog) or --template-file FILE")
+		return &usageError{errors.New("name one template: --template ID (from the catalog) or --template-file FILE")}
 	}
 	switch {
 	case o.wait && o.dryRun:
-		return errors.New("--wait has nothing to wait for with --dry-run, which creates nothing")
+		return &usageError{errors.New("--wait has nothing to wait for with --dry-run, which creates nothing")}
 	case o.wait && o.timeout <= 0:
-		return fmt.Errorf("--timeout %s: want a positive duration such as 90s or 10m", o.timeout)
+		return &usageError{fmt.Errorf("--timeout %s: want a positive duration such as 90s or 10m", o.timeout)}
 	case !o.wait && o.timeoutSet:
-		return errors.New("--timeout bounds --wait; add --wait")
+		return &usageError{errors.New("--timeout bounds --wait; add --wait")}
 	}
 	return nil
 }
@@ -282,17 +286,19 @@ func reportMigratability(stderr io.Writer, name string, r *vmlaunch.Rendered) {
 }
 
 // printRendered prints the VM and its Secrets as one List, as kubectl
-// would take it (YAML unless JSON is asked for).
+// would take it (YAML unless JSON is asked for), or with -o name their
+// kind/name, one a line.
 func printRendered(w io.Writer, out *outputFlags, r *vmlaunch.Rendered) error {
 	items := []any{r.VM}
+	names := []string{vmName(r.VM.Name)}
 	for _, s := range r.Secrets {
 		items = append(items, s)
+		names = append(names, "secret/"+s.Name)
 	}
-	var p printer = out
 	if out.format == outputTable {
-		p = &outputFlags{format: outputYAML} // a List has no table form
+		out = &outputFlags{format: outputYAML} // a List has no table form
 	}
-	return p.print(w, map[string]any{"apiVersion": "v1", "kind": "List", "items": items}, nil)
+	return out.show(w, view{data: map[string]any{"apiVersion": "v1", "kind": "List", "items": items}, names: names})
 }
 
 type vmNameOptions struct {
@@ -311,8 +317,14 @@ func newVMListCmd(g *globalOptions) *cobra.Command {
 		Long: `Lists the VMs of the namespace, or with -A (--all-namespaces) of every
 namespace, as kubectl does: a NAMESPACE column is added and -n is ignored.
 Listing every namespace needs the right to list VMs cluster-wide, which a
-tenant's account usually does not have.`,
+tenant's account usually does not have.
+
+-o wide adds the full image digest, the attached data volumes and why a VM
+cannot live-migrate; -o name prints virtualmachine/NAME, one a line.
+Under -o json and yaml, liveMigratable is true, false, or null when
+neither KubeVirt nor vm create said.`,
 		Example: `  imagectl vm list -n acme
+  imagectl vm list -n acme -o wide
   imagectl vm list -A -o json`,
 		Args:              cobra.NoArgs,
 		ValidArgsFunction: cobra.NoFileCompletions,
@@ -320,21 +332,23 @@ tenant's account usually does not have.`,
 	}
 	addKubeFlags(cmd, &o.kubeFlags)
 	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "list the VMs of every namespace (-n is then ignored)")
-	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
+	addOutputFlag(cmd, &o.out, listFormats...)
 	return cmd
 }
 
 func newVMGetCmd(g *globalOptions) *cobra.Command {
 	o := &vmNameOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:               "get NAME",
-		Short:             "Show one VM",
+		Use:   "get NAME",
+		Short: "Show one VM",
+		Long: `Shows one VM as vm list does (-o wide for more columns); -o json and
+yaml print one object, not a list.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeArgs(&o.kubeFlags, listVMs),
 		RunE:              func(cmd *cobra.Command, args []string) error { return runVMSummaries(cmd, o, args[0]) },
 	}
 	addKubeFlags(cmd, &o.kubeFlags)
-	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
+	addOutputFlag(cmd, &o.out, listFormats...)
 	return cmd
 }
 
@@ -357,26 +371,61 @@ func runVMSummaries(cmd *cobra.Command, o *vmNameOptions, name string) error {
 	if name != "" {
 		v = vms[0]
 	}
-	return o.out.print(cmd.OutOrStdout(), v, table(func(tw *tabwriter.Writer) {
-		if o.allNamespaces {
-			fmt.Fprint(tw, "NAMESPACE\t")
-		}
-		fmt.Fprintln(tw, "NAME\tSTATUS\tIMAGE\tDIGEST\tTEMPLATE\tIP\tNODE\tLIVE-MIGRATABLE")
-		for _, s := range vms {
+	names := make([]string, len(vms))
+	for i, s := range vms {
+		names[i] = vmName(s.Name)
+	}
+	return o.out.show(cmd.OutOrStdout(), view{data: v, names: names, table: func(w io.Writer, wide bool) error {
+		return table(func(tw *tabwriter.Writer) {
 			if o.allNamespaces {
-				fmt.Fprintf(tw, "%s\t", s.Namespace)
+				fmt.Fprint(tw, "NAMESPACE\t")
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, s.Status, orDash(s.Image), orDash(shortDigest(s.Digest)),
-				orDash(s.Template), orDash(s.IP), orDash(s.Node), s.LiveMigratable)
-		}
-	}))
+			fmt.Fprint(tw, "NAME\tSTATUS\tIMAGE\tDIGEST\tTEMPLATE\tIP\tNODE\tLIVE-MIGRATABLE")
+			if wide {
+				fmt.Fprint(tw, "\tVOLUMES\tNOT MIGRATABLE BECAUSE")
+			}
+			fmt.Fprintln(tw)
+			for _, s := range vms {
+				if o.allNamespaces {
+					fmt.Fprintf(tw, "%s\t", s.Namespace)
+				}
+				digest := shortDigest(s.Digest)
+				if wide {
+					digest = s.Digest
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", s.Name, s.Status, orDash(s.Image), orDash(digest),
+					orDash(s.Template), orDash(s.IP), orDash(s.Node), yesNoUnknown(s.LiveMigratable))
+				if wide {
+					reasons := ""
+					if s.LiveMigratable != nil && !*s.LiveMigratable {
+						reasons = strings.Join(s.Reasons, "; ")
+					}
+					fmt.Fprintf(tw, "\t%s\t%s", orDash(strings.Join(s.Volumes, ",")), orDash(reasons))
+				}
+				fmt.Fprintln(tw)
+			}
+		})(w)
+	}})
 }
 
-// vmLifecycleCmd is a vm subcommand that acts on named objects and prints
-// one line: run gets the client and namespace from the kube flags.
+// yesNoUnknown shows a verdict that may be unknown (nil) in a table.
+func yesNoUnknown(b *bool) string {
+	switch {
+	case b == nil:
+		return "unknown"
+	case *b:
+		return "true"
+	}
+	return "false"
+}
+
+// vmLifecycleCmd is a vm subcommand that acts on named objects: run gets
+// the client and namespace from the kube flags and returns what it did,
+// which is printed as a line for people, as api.VMResult under -o json or
+// yaml, or as the object's kind/name under -o name.
 // The second argument's candidates for shell completion are second's
 // (nil: none); the first is always a VM name.
-func vmLifecycleCmd(g *globalOptions, use, short string, nargs int, second hubLister, run func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error) *cobra.Command {
+func vmLifecycleCmd(g *globalOptions, use, short string, nargs int, second hubLister, run func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) (*vmOutcome, error)) *cobra.Command {
 	o := &vmNameOptions{globalOptions: g}
 	listers := []hubLister{listVMs, second}[:nargs]
 	cmd := &cobra.Command{
@@ -385,79 +434,114 @@ func vmLifecycleCmd(g *globalOptions, use, short string, nargs int, second hubLi
 		Args:              cobra.ExactArgs(nargs),
 		ValidArgsFunction: completeArgs(&o.kubeFlags, listers...),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.out.validate(); err != nil {
+				return err
+			}
 			kc, ns, err := o.kubeFlags.client()
 			if err != nil {
 				return err
 			}
-			return run(cmd, kc, ns, args)
+			done, err := run(cmd, kc, ns, args)
+			if err != nil {
+				return err
+			}
+			name := vmName(done.result.Name)
+			if done.result.Migration != "" {
+				name = "virtualmachineinstancemigration/" + done.result.Migration
+			}
+			return o.out.show(cmd.OutOrStdout(), view{data: done.result, names: []string{name}, table: func(w io.Writer, _ bool) error {
+				_, err := io.WriteString(w, done.text)
+				return err
+			}})
 		},
 	}
 	addKubeFlags(cmd, &o.kubeFlags)
+	addOutputFlag(cmd, &o.out, resultFormats...)
 	return cmd
 }
 
+// vmOutcome is what a vm lifecycle command did: its result and the text
+// people read.
+type vmOutcome struct {
+	result api.VMResult
+	text   string
+}
+
 func newVMRunCmd(g *globalOptions, verb, short string, rs kubevirtv1.VirtualMachineRunStrategy) *cobra.Command {
-	return vmLifecycleCmd(g, verb+" NAME", short, 1, nil, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
+	return vmLifecycleCmd(g, verb+" NAME", short, 1, nil, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) (*vmOutcome, error) {
 		changed, err := vmlaunch.SetRunStrategy(cmd.Context(), kc, ns, args[0], rs)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		state := map[bool]string{true: "set to " + string(rs), false: "already " + string(rs)}[changed]
-		return printText(cmd.OutOrStdout(), "virtualmachine %s/%s %s\n", ns, args[0], state)
+		return &vmOutcome{
+			api.VMResult{Name: args[0], Namespace: ns, Action: verb, Changed: changed, RunStrategy: string(rs)},
+			fmt.Sprintf("virtualmachine %s/%s %s\n", ns, args[0], state),
+		}, nil
 	})
 }
 
 func newVMRestartCmd(g *globalOptions) *cobra.Command {
-	return vmLifecycleCmd(g, "restart NAME", "Restart a running VM (its instance is replaced)", 1, nil, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
+	return vmLifecycleCmd(g, "restart NAME", "Restart a running VM (its instance is replaced)", 1, nil, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) (*vmOutcome, error) {
 		if err := vmlaunch.Restart(cmd.Context(), kc, ns, args[0]); err != nil {
-			return err
+			return nil, err
 		}
-		return printText(cmd.OutOrStdout(), "virtualmachine %s/%s restarting\n", ns, args[0])
+		return &vmOutcome{
+			api.VMResult{Name: args[0], Namespace: ns, Action: api.VMActionRestart, Changed: true},
+			fmt.Sprintf("virtualmachine %s/%s restarting\n", ns, args[0]),
+		}, nil
 	})
 }
 
 func newVMDeleteCmd(g *globalOptions) *cobra.Command {
-	return vmLifecycleCmd(g, "delete NAME", "Delete a VM and its root disk; attached data volumes stay", 1, nil, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
+	return vmLifecycleCmd(g, "delete NAME", "Delete a VM and its root disk; attached data volumes stay", 1, nil, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) (*vmOutcome, error) {
 		kept, err := vmlaunch.Delete(cmd.Context(), kc, ns, args[0])
 		if err != nil {
-			return err
+			return nil, err
 		}
 		msg := fmt.Sprintf("virtualmachine %s/%s deleted\n", ns, args[0])
 		if len(kept) > 0 {
 			msg += fmt.Sprintf("data volumes kept: %s\n", strings.Join(kept, ", "))
 		}
-		return printText(cmd.OutOrStdout(), "%s", msg)
+		return &vmOutcome{api.VMResult{Name: args[0], Namespace: ns, Action: api.VMActionDelete, Changed: true, KeptVolumes: kept}, msg}, nil
 	})
 }
 
 func newVMMigrateCmd(g *globalOptions) *cobra.Command {
-	return vmLifecycleCmd(g, "migrate NAME", "Live-migrate a running VM to another node", 1, nil, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
+	return vmLifecycleCmd(g, "migrate NAME", "Live-migrate a running VM to another node", 1, nil, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) (*vmOutcome, error) {
 		m, err := vmlaunch.Migrate(cmd.Context(), kc, ns, args[0])
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return printText(cmd.OutOrStdout(), "virtualmachineinstancemigration %s/%s created\n", ns, m.Name)
+		return &vmOutcome{
+			api.VMResult{Name: args[0], Namespace: ns, Action: api.VMActionMigrate, Changed: true, Migration: m.Name},
+			fmt.Sprintf("virtualmachineinstancemigration %s/%s created\n", ns, m.Name),
+		}, nil
 	})
 }
 
 func newVMVolumeCmd(g *globalOptions, attach bool) *cobra.Command {
 	use, short := "attach-volume VM VOLUME", "Attach a data volume to a VM (applied at its next start when it runs)"
-	do, verb, volumes := vmlaunch.DetachVolume, "detached from", listAttachedVolumes
+	do, verb, volumes, action := vmlaunch.DetachVolume, "detached from", listAttachedVolumes, api.VMActionDetachVolume
 	if attach {
-		do, verb, volumes = vmlaunch.AttachVolume, "attached to", listVolumes
+		do, verb, volumes, action = vmlaunch.AttachVolume, "attached to", listVolumes, api.VMActionAttachVolume
 	} else {
 		use, short = "detach-volume VM VOLUME", "Detach a data volume from a VM; the volume stays"
 	}
-	return vmLifecycleCmd(g, use, short, 2, volumes, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) error {
+	return vmLifecycleCmd(g, use, short, 2, volumes, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) (*vmOutcome, error) {
 		change, err := do(cmd.Context(), kc, ns, args[0], args[1])
-		switch {
-		case err != nil:
-			return err
-		case !change.Changed:
-			return printText(cmd.OutOrStdout(), "volume %s: nothing to do\n", args[1])
-		case change.Pending:
-			return printText(cmd.OutOrStdout(), "volume %s %s virtualmachine %s/%s; it takes effect when the VM next starts (imagectl vm restart)\n", args[1], verb, ns, args[0])
+		if err != nil {
+			return nil, err
 		}
-		return printText(cmd.OutOrStdout(), "volume %s %s virtualmachine %s/%s\n", args[1], verb, ns, args[0])
+		done := &vmOutcome{result: api.VMResult{Name: args[0], Namespace: ns, Action: action, Changed: change.Changed, Volume: args[1], Pending: change.Pending}}
+		switch {
+		case !change.Changed:
+			done.text = fmt.Sprintf("volume %s: nothing to do\n", args[1])
+		case change.Pending:
+			done.text = fmt.Sprintf("volume %s %s virtualmachine %s/%s; it takes effect when the VM next starts (imagectl vm restart)\n", args[1], verb, ns, args[0])
+		default:
+			done.text = fmt.Sprintf("volume %s %s virtualmachine %s/%s\n", args[1], verb, ns, args[0])
+		}
+		return done, nil
 	})
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/imagepipe/imagepipe/internal/vmlaunch"
+	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 func newVolumeCmd(g *globalOptions) *cobra.Command {
@@ -26,6 +28,7 @@ type volumeCreateOptions struct {
 	*globalOptions
 	kubeFlags
 	size, storageClass string
+	out                outputFlags
 }
 
 func newVolumeCreateCmd(g *globalOptions) *cobra.Command {
@@ -43,13 +46,21 @@ func newVolumeCreateCmd(g *globalOptions) *cobra.Command {
 	cmd.Flags().StringVar(&o.storageClass, "storage-class", "", "StorageClass (default: the cluster's default)")
 	_ = cmd.MarkFlagRequired("size")
 	addKubeFlags(cmd, &o.kubeFlags)
+	addOutputFlag(cmd, &o.out, resultFormats...)
 	return cmd
 }
 
+// volumeName is a data volume's name as -o name prints it, as kubectl's
+// would.
+func volumeName(name string) string { return "datavolume/" + name }
+
 func runVolumeCreate(cmd *cobra.Command, o *volumeCreateOptions, name string) error {
+	if err := o.out.validate(); err != nil {
+		return err
+	}
 	size, err := resource.ParseQuantity(o.size)
 	if err != nil {
-		return fmt.Errorf("--size %q: want a quantity such as 50Gi", o.size)
+		return &usageError{fmt.Errorf("--size %q: want a quantity such as 50Gi", o.size)}
 	}
 	kc, ns, err := o.kubeFlags.client()
 	if err != nil {
@@ -63,7 +74,10 @@ func runVolumeCreate(cmd *cobra.Command, o *volumeCreateOptions, name string) er
 		fmt.Fprintln(cmd.ErrOrStderr(), "note:", v.Note)
 	}
 	st := v.Storage
-	return printText(cmd.OutOrStdout(), "volume %s/%s created (%s, %s %s)\n", ns, name, size.String(), st.AccessMode, st.VolumeMode)
+	return o.out.show(cmd.OutOrStdout(), view{data: vmlaunch.VolumeSummary(v.DataVolume), names: []string{volumeName(name)}, table: func(w io.Writer, _ bool) error {
+		_, err := fmt.Fprintf(w, "volume %s/%s created (%s, %s %s)\n", ns, name, size.String(), st.AccessMode, st.VolumeMode)
+		return err
+	}})
 }
 
 type volumeListOptions struct {
@@ -75,14 +89,17 @@ type volumeListOptions struct {
 func newVolumeListCmd(g *globalOptions) *cobra.Command {
 	o := &volumeListOptions{globalOptions: g}
 	cmd := &cobra.Command{
-		Use:               "list",
-		Short:             "List data volumes",
+		Use:   "list",
+		Short: "List data volumes",
+		Long: `Lists the data volumes imagectl volume create made in the namespace. -o wide
+adds their volume mode and StorageClass; -o name prints datavolume/NAME, one
+a line.`,
 		Args:              cobra.NoArgs,
 		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE:              func(cmd *cobra.Command, _ []string) error { return runVolumeList(cmd, o) },
 	}
 	addKubeFlags(cmd, &o.kubeFlags)
-	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
+	addOutputFlag(cmd, &o.out, listFormats...)
 	return cmd
 }
 
@@ -98,18 +115,33 @@ func runVolumeList(cmd *cobra.Command, o *volumeListOptions) error {
 	if err != nil {
 		return err
 	}
-	return o.out.print(cmd.OutOrStdout(), vols, table(func(tw *tabwriter.Writer) {
-		fmt.Fprintln(tw, "NAME\tSIZE\tACCESS\tPHASE")
-		for _, v := range vols {
-			fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", v.Name, orDash(v.Size), v.AccessModes, orDash(v.Phase))
-		}
-	}))
+	names := make([]string, len(vols))
+	for i, v := range vols {
+		names[i] = volumeName(v.Name)
+	}
+	return o.out.show(cmd.OutOrStdout(), view{data: vols, names: names, table: func(w io.Writer, wide bool) error {
+		return table(func(tw *tabwriter.Writer) {
+			if wide {
+				fmt.Fprintln(tw, "NAME\tSIZE\tACCESS\tPHASE\tVOLUME MODE\tSTORAGE CLASS")
+			} else {
+				fmt.Fprintln(tw, "NAME\tSIZE\tACCESS\tPHASE")
+			}
+			for _, v := range vols {
+				fmt.Fprintf(tw, "%s\t%s\t%v\t%s", v.Name, orDash(v.Size), v.AccessModes, orDash(v.Phase))
+				if wide {
+					fmt.Fprintf(tw, "\t%s\t%s", orDash(v.VolumeMode), orDash(v.StorageClass))
+				}
+				fmt.Fprintln(tw)
+			}
+		})(w)
+	}})
 }
 
 type volumeDeleteOptions struct {
 	*globalOptions
 	kubeFlags
 	force bool
+	out   outputFlags
 }
 
 func newVolumeDeleteCmd(g *globalOptions) *cobra.Command {
@@ -133,10 +165,14 @@ could then not start; --force deletes it anyway, with those consequences.`,
 	}
 	cmd.Flags().BoolVar(&o.force, "force", false, "delete the volume even though VMs use it (they cannot start until it is detached)")
 	addKubeFlags(cmd, &o.kubeFlags)
+	addOutputFlag(cmd, &o.out, resultFormats...)
 	return cmd
 }
 
 func runVolumeDelete(cmd *cobra.Command, o *volumeDeleteOptions, name string) error {
+	if err := o.out.validate(); err != nil {
+		return err
+	}
 	kc, ns, err := o.kubeFlags.client()
 	if err != nil {
 		return err
@@ -152,5 +188,9 @@ func runVolumeDelete(cmd *cobra.Command, o *volumeDeleteOptions, name string) er
 	if len(users) > 0 {
 		fmt.Fprintf(cmd.ErrOrStderr(), "warning: VM %s still lists volume %s: it cannot start until the volume is detached (imagectl vm detach-volume), and a running one keeps the disk until it stops\n", strings.Join(users, ", "), name)
 	}
-	return printText(cmd.OutOrStdout(), "volume %s/%s deleted\n", ns, name)
+	res := api.VolumeDeleteResult{Name: name, Namespace: ns, AttachedTo: users}
+	return o.out.show(cmd.OutOrStdout(), view{data: res, names: []string{volumeName(name)}, table: func(w io.Writer, _ bool) error {
+		_, err := fmt.Fprintf(w, "volume %s/%s deleted\n", ns, name)
+		return err
+	}})
 }

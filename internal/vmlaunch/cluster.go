@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -174,12 +175,23 @@ func Create(ctx context.Context, c Cluster, r *Rendered) error {
 	return nil
 }
 
+// notFoundError is an object that does not exist, said in a sentence;
+// the API server's NotFound error stays underneath, so that
+// apierrors.IsNotFound and errors.As still see it.
+type notFoundError struct {
+	msg string
+	err error
+}
+
+func (e *notFoundError) Error() string { return e.msg }
+func (e *notFoundError) Unwrap() error { return e.err }
+
 // getVM reads a VM, with a clear error when it does not exist.
 func getVM(ctx context.Context, c cdi.Reader, ns, name string) (*kubevirtv1.VirtualMachine, error) {
 	var vm kubevirtv1.VirtualMachine
 	if err := c.Get(ctx, ns, name, &vm); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("no VM %s in namespace %s", name, ns)
+			return nil, &notFoundError{fmt.Sprintf("no VM %s in namespace %s", name, ns), err}
 		}
 		return nil, fmt.Errorf("reading VM %s/%s: %w", ns, name, err)
 	}
@@ -332,17 +344,29 @@ func Volumes(ctx context.Context, c cdi.Reader, ns string) ([]api.VolumeSummary,
 		return nil, fmt.Errorf("listing volumes: %w", err)
 	}
 	out := []api.VolumeSummary{}
-	for _, dv := range list.Items {
-		v := api.VolumeSummary{Name: dv.Name, Namespace: dv.Namespace, Phase: string(dv.Status.Phase)}
-		if st := dv.Spec.Storage; st != nil {
-			v.Size = st.Resources.Requests.Storage().String()
-			for _, m := range st.AccessModes {
-				v.AccessModes = append(v.AccessModes, string(m))
-			}
-		}
-		out = append(out, v)
+	for i := range list.Items {
+		out = append(out, VolumeSummary(&list.Items[i]))
 	}
 	return out, nil
+}
+
+// VolumeSummary describes a data volume as volume list and volume create
+// print it.
+func VolumeSummary(dv *cdiv1.DataVolume) api.VolumeSummary {
+	v := api.VolumeSummary{Name: dv.Name, Namespace: dv.Namespace, Phase: string(dv.Status.Phase)}
+	if st := dv.Spec.Storage; st != nil {
+		v.Size = st.Resources.Requests.Storage().String()
+		for _, m := range st.AccessModes {
+			v.AccessModes = append(v.AccessModes, string(m))
+		}
+		if st.VolumeMode != nil {
+			v.VolumeMode = string(*st.VolumeMode)
+		}
+		if st.StorageClassName != nil {
+			v.StorageClass = *st.StorageClassName
+		}
+	}
+	return v
 }
 
 // VolumeInUseError is DeleteVolume's refusal to delete a data volume that
@@ -381,7 +405,7 @@ func DeleteVolume(ctx context.Context, c Cluster, ns, name string, opts DeleteVo
 	var dv cdiv1.DataVolume
 	if err := c.Get(ctx, ns, name, &dv); err != nil {
 		if apierrors.IsNotFound(err) {
-			return nil, fmt.Errorf("no volume %s in namespace %s (imagectl volume list lists them)", name, ns)
+			return nil, &notFoundError{fmt.Sprintf("no volume %s in namespace %s (imagectl volume list lists them)", name, ns), err}
 		}
 		return nil, fmt.Errorf("reading volume %s/%s: %w", ns, name, err)
 	}
@@ -444,7 +468,7 @@ func AttachVolume(ctx context.Context, c Cluster, ns, name, vol string) (VolumeC
 	var dv cdiv1.DataVolume
 	if err := c.Get(ctx, ns, vol, &dv); err != nil {
 		if apierrors.IsNotFound(err) {
-			return VolumeChange{}, fmt.Errorf("no volume %s in namespace %s; create it with imagectl volume create", vol, ns)
+			return VolumeChange{}, &notFoundError{fmt.Sprintf("no volume %s in namespace %s; create it with imagectl volume create", vol, ns), err}
 		}
 		return VolumeChange{}, fmt.Errorf("reading volume %s/%s: %w", ns, vol, err)
 	}
@@ -557,8 +581,8 @@ func summary(vm *kubevirtv1.VirtualMachine) api.VMSummary {
 	s := api.VMSummary{
 		Name: vm.Name, Namespace: vm.Namespace, Status: string(vm.Status.PrintableStatus),
 		Image: vm.Labels[cdi.LabelTenant] + "/" + vm.Labels[cdi.LabelImage], Digest: vm.Annotations[AnnotationDigest],
-		Template: vm.Labels[LabelTemplate], LiveMigratable: "unknown",
-		Volumes: dataVolumes(vm),
+		Template: vm.Labels[LabelTemplate],
+		Volumes:  dataVolumes(vm),
 	}
 	if vm.Labels[cdi.LabelImage] == "" {
 		s.Image = ""
@@ -566,8 +590,8 @@ func summary(vm *kubevirtv1.VirtualMachine) api.VMSummary {
 	if s.Status == "" {
 		s.Status = "Unknown"
 	}
-	if v, ok := vm.Annotations[AnnotationLiveMigratable]; ok {
-		s.LiveMigratable = v
+	if v, err := strconv.ParseBool(vm.Annotations[AnnotationLiveMigratable]); err == nil {
+		s.LiveMigratable = &v
 		if r := vm.Annotations[AnnotationNotMigratable]; r != "" {
 			s.Reasons = strings.Split(r, "; ")
 		}
@@ -577,7 +601,7 @@ func summary(vm *kubevirtv1.VirtualMachine) api.VMSummary {
 
 // addInstance completes s from the VM's running instance: its node, its
 // address and KubeVirt's own live-migration verdict, which wins over the
-// one vm create recorded.
+// one vm create recorded (an Unknown one leaves it unknown).
 func addInstance(s *api.VMSummary, vmi *kubevirtv1.VirtualMachineInstance) {
 	s.Node = vmi.Status.NodeName
 	if len(vmi.Status.Interfaces) > 0 {
@@ -585,10 +609,18 @@ func addInstance(s *api.VMSummary, vmi *kubevirtv1.VirtualMachineInstance) {
 	}
 	for _, cond := range vmi.Status.Conditions {
 		if cond.Type == kubevirtv1.VirtualMachineInstanceIsMigratable {
-			s.LiveMigratable = strings.ToLower(string(cond.Status))
-			if cond.Status == corev1.ConditionFalse && cond.Message != "" {
-				s.Reasons = []string{cond.Message}
+			s.LiveMigratable, s.Reasons = nil, nil
+			switch cond.Status {
+			case corev1.ConditionTrue:
+				s.LiveMigratable = ptr(true)
+			case corev1.ConditionFalse:
+				s.LiveMigratable = ptr(false)
+				if cond.Message != "" {
+					s.Reasons = []string{cond.Message}
+				}
 			}
 		}
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

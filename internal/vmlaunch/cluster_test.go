@@ -1,9 +1,11 @@
 package vmlaunch
 
 import (
+	"encoding/json"
 	"slices"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
@@ -57,5 +59,62 @@ func TestVolumeChangeWaitsForTheNextStart(t *testing.T) {
 		if got := changed(attachedVM(status)); !got.Changed || got.Pending != pending {
 			t.Errorf("status %q: %+v, want changed and pending %v", status, got, pending)
 		}
+	}
+}
+
+// TestLiveMigratableIsABooleanOrNull: a VM's live-migration verdict is
+// KubeVirt's condition on its instance when there is one, else what vm
+// create recorded; in JSON it is true, false, or null when neither says,
+// never a string.
+func TestLiveMigratableIsABooleanOrNull(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		annotation string // "" means none
+		condition  corev1.ConditionStatus
+		message    string
+		want       string
+		reasons    []string
+	}{
+		{"recorded true", "true", "", "", "true", nil},
+		{"recorded false", "false", "", "", "false", []string{"GPU gpu1 is passed through"}},
+		{"nothing recorded", "", "", "", "null", nil},
+		{"garbage recorded", "maybe", "", "", "null", nil},
+		{"KubeVirt says true over a recorded false", "false", corev1.ConditionTrue, "", "true", nil},
+		{"KubeVirt says false", "true", corev1.ConditionFalse, "cannot migrate VMI: PVC web-rootdisk is not shared", "false", []string{"cannot migrate VMI: PVC web-rootdisk is not shared"}},
+		{"KubeVirt says unknown", "true", corev1.ConditionUnknown, "", "null", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vm := attachedVM(kubevirtv1.VirtualMachineStatusRunning)
+			if tc.annotation != "" {
+				vm.Annotations = map[string]string{AnnotationLiveMigratable: tc.annotation}
+				if tc.annotation == "false" {
+					vm.Annotations[AnnotationNotMigratable] = "GPU gpu1 is passed through"
+				}
+			}
+			s := summary(vm)
+			if tc.condition != "" {
+				addInstance(&s, &kubevirtv1.VirtualMachineInstance{Status: kubevirtv1.VirtualMachineInstanceStatus{
+					Conditions: []kubevirtv1.VirtualMachineInstanceCondition{{Type: kubevirtv1.VirtualMachineInstanceIsMigratable, Status: tc.condition, Message: tc.message}},
+				}})
+			}
+			b, err := json.Marshal(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc map[string]any
+			if err := json.Unmarshal(b, &doc); err != nil {
+				t.Fatal(err)
+			}
+			got, present := doc["liveMigratable"]
+			if !present {
+				t.Fatalf("liveMigratable missing from %s", b)
+			}
+			if g, _ := json.Marshal(got); string(g) != tc.want {
+				t.Errorf("liveMigratable = %s, want %s (%s)", g, tc.want, b)
+			}
+			if !slices.Equal(s.Reasons, tc.reasons) {
+				t.Errorf("reasons = %q, want %q", s.Reasons, tc.reasons)
+			}
+		})
 	}
 }

@@ -110,6 +110,8 @@ type TemplateSummary struct {
 	Description string `json:"description,omitempty"`
 	Parameters  int    `json:"parameters"`
 	Digest      string `json:"digest"`
+	// Reference is the template's catalog entry, REGISTRY/REPO:ID.
+	Reference string `json:"reference,omitempty"`
 }
 
 // PublishResult is one template of `imagectl template publish -o json`.
@@ -119,6 +121,18 @@ type PublishResult struct {
 	Digest string `json:"digest"`
 	// Unchanged is true when the catalog already held this exact template.
 	Unchanged bool `json:"unchanged"`
+	// Reference is the template's catalog entry, REGISTRY/REPO:ID.
+	Reference string `json:"reference,omitempty"`
+}
+
+// TemplateDeleteResult is what `imagectl template delete -o json` prints.
+type TemplateDeleteResult struct {
+	ID string `json:"id"`
+	// Reference is the catalog entry deleted, REGISTRY/REPO:ID.
+	Reference string `json:"reference"`
+	// Digest is the digest of the template's manifest, which the registry
+	// deleted.
+	Digest string `json:"digest"`
 }
 
 // VMSummary is one VM in `imagectl vm list -o json` and `vm get -o json`.
@@ -134,14 +148,57 @@ type VMSummary struct {
 	IP   string `json:"ip,omitempty"`
 	Node string `json:"node,omitempty"`
 	// LiveMigratable is KubeVirt's verdict on the running instance, else
-	// the one vm create made: "true", "false" or "unknown".
-	LiveMigratable string   `json:"liveMigratable"`
+	// the one vm create made: true or false, and null (the key is always
+	// there) when neither is known, e.g. for a VM made by another tool
+	// that has no running instance, or while KubeVirt's own verdict is
+	// Unknown.
+	LiveMigratable *bool    `json:"liveMigratable"`
 	Reasons        []string `json:"reasons,omitempty"`
 	// Volumes are the attached data volumes (root disk excluded).
 	Volumes []string `json:"volumes,omitempty"`
 }
 
-// VolumeSummary is one data volume in `imagectl volume list -o json`.
+// VM actions, the values of VMResult.Action.
+const (
+	VMActionStart        = "start"
+	VMActionStop         = "stop"
+	VMActionRestart      = "restart"
+	VMActionDelete       = "delete"
+	VMActionMigrate      = "migrate"
+	VMActionAttachVolume = "attach-volume"
+	VMActionDetachVolume = "detach-volume"
+)
+
+// VMResult is what the vm commands that act on one VM print under -o json
+// or yaml: vm start, stop, restart, delete, migrate, attach-volume and
+// detach-volume. The fields after Changed are set by the commands they
+// name.
+type VMResult struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	// Action is the command, one of the VMAction constants.
+	Action string `json:"action"`
+	// Changed is false when the VM already was as asked and nothing was
+	// written: vm start of a VM set to run, vm stop of one halted,
+	// attaching a volume already attached or detaching one that is not.
+	Changed bool `json:"changed"`
+	// RunStrategy is the VM's run strategy after vm start or vm stop
+	// (Always or Halted).
+	RunStrategy string `json:"runStrategy,omitempty"`
+	// Volume is the data volume attach-volume or detach-volume named.
+	Volume string `json:"volume,omitempty"`
+	// Pending is true when a volume change takes effect only when the VM
+	// next starts, because it may be running.
+	Pending bool `json:"pending,omitempty"`
+	// Migration is the VirtualMachineInstanceMigration vm migrate created.
+	Migration string `json:"migration,omitempty"`
+	// KeptVolumes are the data volumes attached to a VM vm delete deleted;
+	// they stay.
+	KeptVolumes []string `json:"keptVolumes,omitempty"`
+}
+
+// VolumeSummary is one data volume in `imagectl volume list -o json`, and
+// what `imagectl volume create -o json` prints.
 type VolumeSummary struct {
 	Name      string `json:"name"`
 	Namespace string `json:"namespace"`
@@ -150,4 +207,17 @@ type VolumeSummary struct {
 	AccessModes []string `json:"accessModes,omitempty"`
 	// Phase is CDI's phase of the volume (empty until CDI reports one).
 	Phase string `json:"phase,omitempty"`
+	// VolumeMode is Block or Filesystem, when the volume names one.
+	VolumeMode string `json:"volumeMode,omitempty"`
+	// StorageClass is the volume's StorageClass, when it names one.
+	StorageClass string `json:"storageClass,omitempty"`
+}
+
+// VolumeDeleteResult is what `imagectl volume delete -o json` prints.
+type VolumeDeleteResult struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	// AttachedTo are the VMs that still list the volume, which --force
+	// deleted anyway: they cannot start until it is detached.
+	AttachedTo []string `json:"attachedTo,omitempty"`
 }

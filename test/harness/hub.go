@@ -350,17 +350,41 @@ func (h *Hub) installCRDs(ctx context.Context, crds []*apiextensionsv1.CustomRes
 			if err != nil {
 				return fmt.Errorf("waiting for %s: %w", crd.Name, err)
 			}
-			if crdCondition(got, apiextensionsv1.Established) && crdCondition(got, apiextensionsv1.NamesAccepted) {
+			// Established is set before discovery serves the kinds, and
+			// clients find kinds through discovery ("no matches for kind").
+			if crdCondition(got, apiextensionsv1.Established) && crdCondition(got, apiextensionsv1.NamesAccepted) && discovered(client, got) {
 				break
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("waiting for %s to be established: %w (conditions %+v)", crd.Name, ctx.Err(), got.Status.Conditions)
+				return fmt.Errorf("waiting for %s to be established and discovered: %w (conditions %+v)", crd.Name, ctx.Err(), got.Status.Conditions)
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
 	}
 	return nil
+}
+
+// discovered reports whether the apiserver's discovery lists crd's kind
+// in every version it serves.
+func discovered(client apiextensions.Interface, crd *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, v := range crd.Spec.Versions {
+		if !v.Served {
+			continue
+		}
+		list, err := client.Discovery().ServerResourcesForGroupVersion(crd.Spec.Group + "/" + v.Name)
+		if err != nil {
+			return false
+		}
+		found := false
+		for _, r := range list.APIResources {
+			found = found || r.Name == crd.Spec.Names.Plural
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
 }
 
 // crdCondition reports whether the CRD's condition of type c is True.

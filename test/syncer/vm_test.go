@@ -234,7 +234,7 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 	if err := json.Unmarshal([]byte(vmOK("list", "-o", "json").Stdout), &list); err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != 1 || list[0].Node != "node-1" || list[0].IP != "10.0.0.7" || list[0].LiveMigratable != "true" || list[0].Template != "simple_vm" {
+	if len(list) != 1 || list[0].Node != "node-1" || list[0].IP != "10.0.0.7" || list[0].LiveMigratable == nil || !*list[0].LiveMigratable || list[0].Template != "simple_vm" {
 		t.Errorf("vm list: %+v", list)
 	}
 	r = vmOK("migrate", "web")
