@@ -3,6 +3,7 @@ package hub
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -10,10 +11,13 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/imagepipe/imagepipe/internal/vmlaunch"
 	"github.com/imagepipe/imagepipe/pkg/api"
+	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
 )
@@ -52,7 +56,8 @@ func failureOf(t *testing.T, what string, r testenv.Result) api.FailureDetail {
 // where offered) and reads back what they printed as the pkg/api models:
 // results that say what changed (and, run again, that nothing did), a
 // live-migration verdict that is a JSON boolean or null, kubectl-style
-// names, and error objects whose codes say not-found and denied.
+// names (vm create's, with --dry-run too, of what it made or would make),
+// and error objects whose codes say not-found and denied.
 // KubeVirt's controllers do not run; the test plays virt-controller where
 // an instance is needed.
 func TestVMAndVolumeCommandsSpeakJSON(t *testing.T) {
@@ -178,6 +183,44 @@ func TestVMAndVolumeCommandsSpeakJSON(t *testing.T) {
 	decodeStrict(t, "volume delete -o json", ok("volume", "delete", "data1", "-o", "json"), &deleted)
 	if deleted.Name != "data1" || deleted.Namespace != "acme" || len(deleted.AttachedTo) != 0 {
 		t.Errorf("volume delete -o json: %+v", deleted)
+	}
+
+	// vm create: -o name says what it made, or with --dry-run would make;
+	// -o json prints the VirtualMachine. A synced image to boot from:
+	bi := &v1alpha1.BaseImage{
+		ObjectMeta: metav1.ObjectMeta{Name: "rhel--9", Namespace: "acme"},
+		Spec:       v1alpha1.BaseImageSpec{Tenant: "acme", Repository: "registry.example.com/acme/rhel", Tag: "9"},
+	}
+	if err := h.c.Create(t.Context(), bi); err != nil {
+		t.Fatal(err)
+	}
+	bi.Status = v1alpha1.BaseImageStatus{Phase: v1alpha1.PhaseReady, ImportedDigest: one.Digest, DataSourceName: "rhel--9"}
+	if err := h.c.Status().Update(t.Context(), bi); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tmpl, key := filepath.Join(dir, "simple_vm.json"), filepath.Join(dir, "id.pub")
+	if err := os.WriteFile(tmpl, []byte(`{"id":"simple_vm","title":"Simple VM","parameters":[{"name":"vm_memory","default":{"value":"2Gi"}}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(key, []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBlU3pg8jG2C5zN7D3YtKo0Yc7U5m1Q0bGm0b8dQ1x4G alice@example.com\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	create := func(name string, args ...string) []string {
+		return append([]string{"vm", "create", name, "--image", "acme/rhel:9", "--template-file", tmpl, "--ssh-key", key}, args...)
+	}
+	if got := ok(create("db", "--dry-run", "-o", "name")...); got != "virtualmachine/db\nsecret/db-cloudinit\nsecret/db-ssh\n" {
+		t.Errorf("vm create --dry-run -o name: %q", got)
+	}
+	if r := imagectl(t, tenant("vm", "get", "db")...); r.Code == 0 {
+		t.Error("vm create --dry-run -o name created the VM")
+	}
+	if got := ok(create("db", "-o", "name")...); got != "virtualmachine/db\n" {
+		t.Errorf("vm create -o name: %q", got)
+	}
+	var created kubevirtv1.VirtualMachine
+	if err := json.Unmarshal([]byte(ok(create("db2", "-o", "json")...)), &created); err != nil || created.Name != "db2" || created.Namespace != "acme" || created.UID == "" {
+		t.Errorf("vm create -o json: %s/%s uid %q (%v); want the created VirtualMachine", created.Namespace, created.Name, created.UID, err)
 	}
 
 	// Failures: the code says what kind.

@@ -124,7 +124,7 @@ func TestREADMEQuickStartRunsAsWritten(t *testing.T) {
 // quickStart returns the sh blocks of the README's quick start, in order,
 // as one script. The section must carry the marker, have blocks, use
 // $REGISTRY and name no example host, which the test could not stand in
-// for.
+// for; a bash or shell block, which it would skip, is refused.
 func quickStart(t *testing.T, readme string) string {
 	t.Helper()
 	data, err := os.ReadFile(readme)
@@ -150,6 +150,9 @@ func quickStart(t *testing.T, readme string) string {
 		case in && line == "```sh":
 			open, blocks = true, blocks+1
 			fmt.Fprintf(&script, "# README.md:%d\n", n+1)
+		case in && (line == "```bash" || line == "```shell"):
+			// Commands a reader would run, which this test would skip.
+			t.Fatalf("%s:%d: %s block in %q; mark the quick start's commands ```sh, which this test runs (```console for examples not to run)", readme, n, line, section)
 		}
 	}
 	switch s := script.String(); {
