@@ -218,3 +218,29 @@ func TestExportToStandardOutput(t *testing.T) {
 		t.Errorf("export - -o json: exit %d\n%s", r.Code, r.Stderr)
 	}
 }
+
+// TestImportWarnsOfALayerCDICannotRead: an empty disk makes a layer of a
+// few hundred bytes, which CDI's released importers cannot read (they
+// peek at 512 bytes); import pushes it but says that no hub will import
+// it. A disk with data in it gets no such warning.
+func TestImportWarnsOfALayerCDICannotRead(t *testing.T) {
+	testenv.RequireQEMU(t)
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.qcow2")
+	testenv.Run(t, "qemu-img", "create", "-q", "-f", "qcow2", empty, "1G")
+	reg := harness.StartRegistry(t, harness.RegistryOptions{})
+	cfg := t.TempDir()
+
+	r := imagectl(t, cfg, "", "import", empty, reg.Host+"/acme/empty:1", "-o", "json")
+	var res api.ImportResult
+	if err := json.Unmarshal([]byte(r.Stdout), &res); r.Code != 0 || err != nil {
+		t.Fatalf("import of an empty disk: exit %d, %v\n%s", r.Code, err, r.Stderr)
+	}
+	if res.LayerSize >= 512 || !strings.Contains(r.Stderr, "CDI's importer") {
+		t.Errorf("a %d-byte layer, stderr %q; want a warning for a layer under 512 bytes", res.LayerSize, r.Stderr)
+	}
+	r = imagectl(t, cfg, "", "import", validQCOW2(t, dir, false), reg.Host+"/acme/data:1")
+	if r.Code != 0 || strings.Contains(r.Stderr, "CDI's importer") {
+		t.Errorf("import of a disk with data: exit %d, stderr %q", r.Code, r.Stderr)
+	}
+}
