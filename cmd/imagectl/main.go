@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -128,7 +129,7 @@ func describe(err error) api.FailureDetail {
 		f.Code = "denied"
 	case errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrTemplateNotFound):
 		f.Code = "not-found"
-	case errors.Is(err, registry.ErrUnreachable):
+	case errors.Is(err, registry.ErrUnreachable), unreachableHub(err):
 		f.Code = "unreachable"
 	// The hub's answers (vm, volume).
 	case apierrors.IsNotFound(err):
@@ -149,6 +150,15 @@ func describe(err error) api.FailureDetail {
 		}
 	}
 	return f
+}
+
+// unreachableHub reports whether err is a failed connection (refused, no
+// route, no such host), as client-go returns when the hub is down.
+func unreachableHub(err error) bool {
+	var dnsErr *net.DNSError
+	var opErr *net.OpError
+	return errors.As(err, &dnsErr) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		(errors.As(err, &opErr) && opErr.Op == "dial")
 }
 
 // shownError is an error whose command already printed its outcome on

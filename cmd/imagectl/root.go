@@ -6,7 +6,9 @@ import (
 	"os"
 	"strings"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 
 	"github.com/imagepipe/imagepipe/internal/version"
 )
@@ -38,6 +40,12 @@ Exit codes: 0 success, 1 error, 3 the image was rejected by validation,
 	}
 	groupCommand(root)
 	root.PersistentFlags().BoolVarP(&g.verbose, "verbose", "v", false, "log debug details to stderr")
+	root.PersistentPreRun = func(*cobra.Command, []string) {
+		// client-go logs through klog, which would print its retries
+		// and warnings on stderr beside the command's own error; they go
+		// to the one logger instead, shown with --verbose.
+		klog.SetLogger(logr.FromSlogHandler(g.logger().Handler()))
+	}
 	root.AddCommand(newInspectCmd(g), newConvertCmd(g), newImportCmd(g),
 		newListCmd(g), newExportCmd(g), newDeleteCmd(g), newCopyCmd(g),
 		newTemplateCmd(g), newVMCmd(g), newVolumeCmd(g), newVersionCmd(),

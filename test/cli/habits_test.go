@@ -244,3 +244,28 @@ func TestImportWarnsOfALayerCDICannotRead(t *testing.T) {
 		t.Errorf("import of a disk with data: exit %d, stderr %q", r.Code, r.Stderr)
 	}
 }
+
+// TestUnreachableHubIsOneErrorWithItsCode: a hub that does not answer is
+// reported once, with code "unreachable" under -o json, and client-go's
+// own retry logging stays out of the way.
+func TestUnreachableHubIsOneErrorWithItsCode(t *testing.T) {
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	const cfg = `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+users: [{name: u, user: {token: x}}]
+`
+	if err := os.WriteFile(kubeconfig, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := imagectl(t, dir, "", "vm", "list", "--kubeconfig", kubeconfig, "-n", "acme", "-o", "json")
+	if f := failure(t, r); f.Code != "unreachable" {
+		t.Errorf("code %q, want unreachable (%+v)", f.Code, f)
+	}
+	if lines := strings.Split(strings.TrimSpace(r.Stderr), "\n"); len(lines) != 1 {
+		t.Errorf("stderr has %d lines, want the one error:\n%s", len(lines), r.Stderr)
+	}
+}
