@@ -101,8 +101,11 @@ func report(cmd *cobra.Command, err error) int {
 	}
 	var shown *shownError
 	if cmd != nil && !errors.As(err, &shown) {
-		if o := cmd.Flags().Lookup("output"); o != nil && (o.Value.String() == string(outputJSON) || o.Value.String() == string(outputYAML)) {
+		if o := cmd.Flags().Lookup("output"); o != nil {
 			out := &outputFlags{format: outputFormat(o.Value.String())}
+			if !out.machine() {
+				return f.ExitCode
+			}
 			if perr := out.print(cmd.OutOrStdout(), api.Failure{Error: f}, nil); perr != nil {
 				fmt.Fprintln(os.Stderr, "imagectl: printing the error object:", perr)
 			}
