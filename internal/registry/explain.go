@@ -88,6 +88,9 @@ func (c *Client) Explain(err error, resumable bool) error {
 	}
 	if unreachable(err) {
 		host, cause := dialTarget(err)
+		if host == "" {
+			return &Failure{ErrUnreachable, fmt.Sprintf("the registry is unreachable (%s); %s", cause, again), err}
+		}
 		return &Failure{ErrUnreachable, fmt.Sprintf("registry %s unreachable (%s); %s", host, cause, again), err}
 	}
 	// A connection that broke: the URL, an upload's with its state token,
