@@ -16,7 +16,7 @@ import (
 type listOptions struct {
 	*globalOptions
 	registryFlags
-	tenant string
+	target string // REGISTRY/TENANT or REGISTRY/TENANT/NAME
 	out    outputFlags
 }
 
@@ -39,7 +39,7 @@ digest and the source's digest.`,
   imagectl list registry.example.com/acme -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.tenant = args[0]
+			o.target = args[0]
 			return runList(cmd, o)
 		},
 	}
@@ -56,7 +56,7 @@ func runList(cmd *cobra.Command, o *listOptions) error {
 	if err != nil {
 		return err
 	}
-	listings, err := list(cmd, client, o.tenant)
+	listings, err := list(cmd, client, o.target)
 	if err != nil {
 		return err
 	}
