@@ -59,11 +59,8 @@ DATA_CANDIDATES=(
 )
 RSS_TARGET_MIB=64
 
-log() { printf 'bench: %s\n' "$*" >&2; }
-die() {
-	printf 'bench: error: %s\n' "$*" >&2
-	exit 1
-}
+BENCH_NAME="bench"
+. test/bench/lib.sh
 
 check_tools() {
 	local missing=()
@@ -164,25 +161,6 @@ build_big() {
 		dd if=/dev/urandom of="$big.tmp" bs=128K count=1 seek="$off" oflag=seek_bytes conv=notrunc status=none
 	done
 	mv "$big.tmp" "$big"
-}
-
-# timed NAME CMD... runs CMD under GNU time and sets SECONDS_TAKEN and RSS_KIB. It is called
-# directly, never in a subshell, so that a failing command stops the whole run.
-timed() {
-	local name=$1
-	shift
-	local tf=$RUN_DIR/time.out logf=$RUN_DIR/$name.log start end
-	# GNU time's %e has 10 ms resolution, too coarse for sub-second runs: take the wall time
-	# from bash's microsecond clock around it, and only MaxRSS from GNU time.
-	start=$EPOCHREALTIME
-	if ! "$TIME" -f '%e %M' -o "$tf" "$@" >"$logf" 2>&1; then
-		printf 'bench: error: %s failed: %s\n' "$name" "$*" >&2
-		tail -n 20 "$logf" >&2
-		exit 1
-	fi
-	end=$EPOCHREALTIME
-	read -r _ RSS_KIB < <(tail -n 1 "$tf")
-	SECONDS_TAKEN=$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.3f", e - s }')
 }
 
 fresh_out() {

@@ -48,11 +48,8 @@ TARGET_RAW=0.15
 TARGET_ZLIB=0.5
 TARGET_REIMPORT_S=1
 
-log() { printf 'bench import: %s\n' "$*" >&2; }
-die() {
-	printf 'bench import: error: %s\n' "$*" >&2
-	exit 1
-}
+BENCH_NAME="bench import"
+. test/bench/lib.sh
 
 check_tools() {
 	local missing=()

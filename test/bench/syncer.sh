@@ -34,11 +34,8 @@ CACHE=${IMAGEPIPE_CACHE:-$HOME/.cache/imagepipe}
 TOOLS_BIN=${IMAGEPIPE_BIN:-$CACHE/bin}
 OUT= # the section, from go test
 
-log() { printf 'bench syncer: %s\n' "$*" >&2; }
-die() {
-	printf 'bench syncer: error: %s\n' "$*" >&2
-	exit 1
-}
+BENCH_NAME="bench syncer"
+. test/bench/lib.sh
 
 resolve() { # resolve VALUE: a command name from PATH, a relative path from the caller's directory
 	if [[ $1 != */* ]]; then

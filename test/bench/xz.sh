@@ -39,11 +39,8 @@ DATA_DIRS=(/usr/lib/x86_64-linux-gnu /usr/lib /usr/bin /usr/share)
 # imagectl / xz -dc, wall time: "no slower than xz -dc".
 TARGET=1.0
 
-log() { printf 'bench xz: %s\n' "$*" >&2; }
-die() {
-	printf 'bench xz: error: %s\n' "$*" >&2
-	exit 1
-}
+BENCH_NAME="bench xz"
+. test/bench/lib.sh
 
 check_tools() {
 	local missing=()
@@ -85,22 +82,6 @@ build_input() {
 	xz -T1 -6 -c "$raw" >"$INPUT.tmp"
 	rm -f "$raw"
 	mv "$INPUT.tmp" "$INPUT"
-}
-
-# timed NAME CMD... runs CMD and sets SECONDS_TAKEN and RSS_KIB; a failure stops the run.
-timed() {
-	local name=$1
-	shift
-	local tf=$RUN_DIR/time.out logf=$RUN_DIR/$name.log start end
-	start=$EPOCHREALTIME
-	if ! "$TIME" -f '%e %M' -o "$tf" "$@" >"$logf" 2>&1; then
-		printf 'bench xz: error: %s failed: %s\n' "$name" "$*" >&2
-		tail -n 20 "$logf" >&2
-		exit 1
-	fi
-	end=$EPOCHREALTIME
-	read -r _ RSS_KIB < <(tail -n 1 "$tf")
-	SECONDS_TAKEN=$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.3f", e - s }')
 }
 
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
