@@ -61,7 +61,7 @@ release-config:
 # $(CACHE)/bin: the CNCF distribution registry, MinIO, crane, zot, etcd,
 # kube-apiserver, kubectl, kube-controller-manager, CDI's controller and
 # importer, plus the CDI and KubeVirt CRDs (test/buildtools.sh; cached,
-# about 40 minutes the first time on 2 cores).
+# about 45 minutes the first time on 2 cores, measured).
 tools:
 	@IMAGEPIPE_CACHE=$(CACHE) bash test/tools.sh
 
