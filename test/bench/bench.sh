@@ -76,17 +76,6 @@ check_tools() {
 	fi
 }
 
-resolve_imagectl() {
-	if [[ -z ${IMAGECTL:-} ]]; then
-		IMAGECTL=$REPO_ROOT/bin/imagectl
-	elif [[ $IMAGECTL != */* ]]; then
-		IMAGECTL=$(command -v "$IMAGECTL") || die "IMAGECTL=$IMAGECTL is not in PATH"
-	elif [[ $IMAGECTL != /* ]]; then
-		IMAGECTL=$CALLER_DIR/$IMAGECTL
-	fi
-	[[ -x $IMAGECTL ]] || die "imagectl not found at $IMAGECTL (run 'make build', or set IMAGECTL)"
-}
-
 # apparent_bytes DIR prints the apparent size of DIR's files, staying on one file system.
 apparent_bytes() { du -sbx "$1" 2>/dev/null | cut -f1; }
 

@@ -77,17 +77,6 @@ check_inputs() {
 	[[ -f $RAW && -f $ZLIB ]] || die "inputs $RAW and $ZLIB are missing: run 'make bench' (bench.sh builds them)"
 }
 
-resolve_imagectl() {
-	if [[ -z ${IMAGECTL:-} ]]; then
-		IMAGECTL=$REPO_ROOT/bin/imagectl
-	elif [[ $IMAGECTL != */* ]]; then
-		IMAGECTL=$(command -v "$IMAGECTL") || die "IMAGECTL=$IMAGECTL is not in PATH"
-	elif [[ $IMAGECTL != /* ]]; then
-		IMAGECTL=$CALLER_DIR/$IMAGECTL
-	fi
-	[[ -x $IMAGECTL ]] || die "imagectl not found at $IMAGECTL (run 'make build', or set IMAGECTL)"
-}
-
 REGISTRY_PID=
 RUN_DIR=
 

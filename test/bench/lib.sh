@@ -28,3 +28,17 @@ timed() {
 	read -r _ RSS_KIB < <(tail -n 1 "$tf")
 	SECONDS_TAKEN=$(awk -v s="$start" -v e="$end" 'BEGIN { printf "%.3f", e - s }')
 }
+
+# resolve_imagectl makes IMAGECTL an absolute path to an executable: unset means the repository's
+# bin/imagectl, a bare name is looked up in PATH, a relative path is taken from the caller's
+# directory ($CALLER_DIR; the scripts run from $REPO_ROOT).
+resolve_imagectl() {
+	if [[ -z ${IMAGECTL:-} ]]; then
+		IMAGECTL=$REPO_ROOT/bin/imagectl
+	elif [[ $IMAGECTL != */* ]]; then
+		IMAGECTL=$(command -v "$IMAGECTL") || die "IMAGECTL=$IMAGECTL is not in PATH"
+	elif [[ $IMAGECTL != /* ]]; then
+		IMAGECTL=$CALLER_DIR/$IMAGECTL
+	fi
+	[[ -x $IMAGECTL ]] || die "imagectl not found at $IMAGECTL (run 'make build', or set IMAGECTL)"
+}

@@ -55,17 +55,6 @@ check_tools() {
 	XZ=$(command -v xz)
 }
 
-resolve_imagectl() {
-	if [[ -z ${IMAGECTL:-} ]]; then
-		IMAGECTL=$REPO_ROOT/bin/imagectl
-	elif [[ $IMAGECTL != */* ]]; then
-		IMAGECTL=$(command -v "$IMAGECTL") || die "IMAGECTL=$IMAGECTL is not in PATH"
-	elif [[ $IMAGECTL != /* ]]; then
-		IMAGECTL=$CALLER_DIR/$IMAGECTL
-	fi
-	[[ -x $IMAGECTL ]] || die "imagectl not found at $IMAGECTL (run 'make build', or set IMAGECTL)"
-}
-
 # build_input makes the 1 GiB disk and its xz file, once.
 build_input() {
 	[[ -f $INPUT ]] && return 0

@@ -420,14 +420,7 @@ func TestLayer3UDNVMFollowsTheRegisteredBindings(t *testing.T) {
 // ReadWriteMany Block storage.
 func renderOnUDN(t *testing.T, ns string, network vmlaunch.PrimaryNetwork, kv vmlaunch.KubeVirtConfig) (*vmlaunch.Rendered, error) {
 	t.Helper()
-	tmpl, err := vmlaunch.ParseTemplate([]byte(`{"id":"simple_vm","title":"Simple VM","parameters":[{"name":"vm_memory","default":{"value":"2Gi"}}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	values, err := vmlaunch.ResolveParameters(tmpl, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tmpl, values := simpleTemplate(t)
 	return vmlaunch.Render(vmlaunch.Request{
 		Name: "web", Namespace: ns, Template: tmpl, Values: values,
 		Image: vmlaunch.Image{

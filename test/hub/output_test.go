@@ -71,7 +71,7 @@ func TestVMAndVolumeCommandsSpeakJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	tenant := func(args ...string) []string { return append(args, h.tenant...) }
-	ok := func(args ...string) string { t.Helper(); return imagectlOK(t, tenant(args...)...).Stdout }
+	ok := func(args ...string) string { t.Helper(); return testenv.RunImagectlOK(t, tenant(args...)...).Stdout }
 	vmResult := func(args ...string) api.VMResult {
 		t.Helper()
 		var res api.VMResult
@@ -212,7 +212,7 @@ func TestVMAndVolumeCommandsSpeakJSON(t *testing.T) {
 	if got := ok(create("db", "--dry-run", "-o", "name")...); got != "virtualmachine/db\nsecret/db-cloudinit\nsecret/db-ssh\n" {
 		t.Errorf("vm create --dry-run -o name: %q", got)
 	}
-	if r := imagectl(t, tenant("vm", "get", "db")...); r.Code == 0 {
+	if r := testenv.RunImagectl(t, tenant("vm", "get", "db")...); r.Code == 0 {
 		t.Error("vm create --dry-run -o name created the VM")
 	}
 	if got := ok(create("db", "-o", "name")...); got != "virtualmachine/db\n" {
@@ -237,7 +237,7 @@ func TestVMAndVolumeCommandsSpeakJSON(t *testing.T) {
 		{tenant("vm", "list", "-A"), "denied", "drop -A"},
 	} {
 		what := "imagectl " + strings.Join(tc.args, " ") + " -o json"
-		f := failureOf(t, what, imagectl(t, append(tc.args, "-o", "json")...))
+		f := failureOf(t, what, testenv.RunImagectl(t, append(tc.args, "-o", "json")...))
 		if f.Code != tc.code || !strings.Contains(f.Message, tc.say) {
 			t.Errorf("%s: %+v; want code %q and %q", what, f, tc.code, tc.say)
 		}
@@ -252,7 +252,10 @@ func TestVMAndVolumeCommandsSpeakJSON(t *testing.T) {
 func TestTemplateCommandsSpeakJSON(t *testing.T) {
 	reg := harness.StartRegistry(t, harness.RegistryOptions{})
 	catalog := []string{"--catalog", reg.Host}
-	ok := func(args ...string) string { t.Helper(); return imagectlOK(t, append(args, catalog...)...).Stdout }
+	ok := func(args ...string) string {
+		t.Helper()
+		return testenv.RunImagectlOK(t, append(args, catalog...)...).Stdout
+	}
 	ref := func(id string) string { return reg.Host + "/templates:" + id }
 	ids := []string{"gpu_workstation", "linux_server", "simple_vm", "windows_server"}
 
@@ -307,12 +310,12 @@ func TestTemplateCommandsSpeakJSON(t *testing.T) {
 	}
 	for _, args := range [][]string{{"template", "show", "simple_vm"}, {"template", "delete", "simple_vm"}} {
 		what := "imagectl " + strings.Join(args, " ") + " -o json"
-		f := failureOf(t, what, imagectl(t, append(append(args, catalog...), "-o", "json")...))
+		f := failureOf(t, what, testenv.RunImagectl(t, append(append(args, catalog...), "-o", "json")...))
 		if f.Code != "not-found" || !strings.Contains(f.Message, `has no template "simple_vm"`) {
 			t.Errorf("%s: %+v; want not-found", what, f)
 		}
 	}
-	if r := imagectl(t, append([]string{"template", "list", "-o", "yaml"}, catalog...)...); r.Code != 0 || !bytes.Contains([]byte(r.Stdout), []byte("reference: "+ref("linux_server"))) {
+	if r := testenv.RunImagectl(t, append([]string{"template", "list", "-o", "yaml"}, catalog...)...); r.Code != 0 || !bytes.Contains([]byte(r.Stdout), []byte("reference: "+ref("linux_server"))) {
 		t.Errorf("template list -o yaml: exit %d\n%s", r.Code, r.Stdout)
 	}
 }

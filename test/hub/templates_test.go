@@ -48,7 +48,7 @@ func registryTags(t *testing.T, host, repo string) []string {
 func publishedIDs(t *testing.T, catalog ...string) []string {
 	t.Helper()
 	var list []api.TemplateSummary
-	if err := json.Unmarshal([]byte(imagectlOK(t, append([]string{"template", "list", "-o", "json"}, catalog...)...).Stdout), &list); err != nil {
+	if err := json.Unmarshal([]byte(testenv.RunImagectlOK(t, append([]string{"template", "list", "-o", "json"}, catalog...)...).Stdout), &list); err != nil {
 		t.Fatal(err)
 	}
 	var ids []string
@@ -69,7 +69,7 @@ func publishedIDs(t *testing.T, catalog ...string) []string {
 func TestTemplateDeleteLeavesNoDanglingTag(t *testing.T) {
 	reg := harness.StartRegistry(t, harness.RegistryOptions{})
 	catalog := []string{"--catalog", reg.Host}
-	imagectlOK(t, append([]string{"template", "publish", sampleTemplates(t)}, catalog...)...)
+	testenv.RunImagectlOK(t, append([]string{"template", "publish", sampleTemplates(t)}, catalog...)...)
 	all := []string{"gpu_workstation", "linux_server", "simple_vm", "windows_server"}
 	if got := publishedIDs(t, catalog...); !slices.Equal(got, all) {
 		t.Fatalf("published %v, want %v", got, all)
@@ -93,7 +93,7 @@ func TestTemplateDeleteLeavesNoDanglingTag(t *testing.T) {
 		}
 	}
 
-	r := imagectlOK(t, append([]string{"template", "delete", "windows_server"}, catalog...)...)
+	r := testenv.RunImagectlOK(t, append([]string{"template", "delete", "windows_server"}, catalog...)...)
 	if !strings.HasPrefix(r.Stdout, "template windows_server deleted from "+reg.Host+"/templates (") {
 		t.Errorf("template delete printed %q", r.Stdout)
 	}
@@ -105,7 +105,7 @@ func TestTemplateDeleteLeavesNoDanglingTag(t *testing.T) {
 		t.Errorf("template list after the delete: %v, want %v", got, rest)
 	}
 	for _, args := range [][]string{{"template", "show", "windows_server"}, {"template", "delete", "windows_server"}, {"template", "delete", "no_such_template"}} {
-		r := imagectl(t, append(args, catalog...)...)
+		r := testenv.RunImagectl(t, append(args, catalog...)...)
 		if r.Code != 1 || !strings.Contains(r.Stderr, "has no template \""+args[2]+"\"") || !strings.Contains(r.Stderr, "imagectl template list") {
 			t.Errorf("imagectl %s: exit %d\n%s", strings.Join(args, " "), r.Code, r.Stderr)
 		}
@@ -123,12 +123,12 @@ func TestTemplateDeleteLeavesNoDanglingTag(t *testing.T) {
 	if err := remote.Write(foreign, img); err != nil {
 		t.Fatal(err)
 	}
-	if r := imagectl(t, append([]string{"template", "delete", "notatemplate"}, catalog...)...); r.Code != 1 || !strings.Contains(r.Stderr, "is not a template") {
+	if r := testenv.RunImagectl(t, append([]string{"template", "delete", "notatemplate"}, catalog...)...); r.Code != 1 || !strings.Contains(r.Stderr, "is not a template") {
 		t.Errorf("deleting a tag that is not a template: exit %d\n%s", r.Code, r.Stderr)
 	}
 	// An alias made by another client (crane tag: the same manifest under a second tag).
 	testenv.Run(t, harness.Binary(t, "crane"), "tag", "--insecure", reg.Host+"/templates:linux_server", "linux")
-	r = imagectl(t, append([]string{"template", "delete", "linux_server"}, catalog...)...)
+	r = testenv.RunImagectl(t, append([]string{"template", "delete", "linux_server"}, catalog...)...)
 	if r.Code != 1 || !strings.Contains(r.Stderr, "also tagged linux, which the registry would remove with it") {
 		t.Errorf("deleting a template with an alias: exit %d\n%s", r.Code, r.Stderr)
 	}
@@ -157,7 +157,7 @@ func TestSampleTemplatesPublishAndPassKubeVirtAdmission(t *testing.T) {
 	reg := harness.StartRegistry(t, harness.RegistryOptions{})
 	catalog := []string{"--catalog", reg.Host}
 	var published []api.PublishResult
-	out := imagectlOK(t, append([]string{"template", "publish", sampleTemplates(t), "-o", "json"}, catalog...)...).Stdout
+	out := testenv.RunImagectlOK(t, append([]string{"template", "publish", sampleTemplates(t), "-o", "json"}, catalog...)...).Stdout
 	if err := json.Unmarshal([]byte(out), &published); err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestSampleTemplatesPublishAndPassKubeVirtAdmission(t *testing.T) {
 	}
 	for _, p := range published {
 		t.Run(p.ID, func(t *testing.T) {
-			shown := imagectlOK(t, append([]string{"template", "show", p.ID, "-o", "json"}, catalog...)...).Stdout
+			shown := testenv.RunImagectlOK(t, append([]string{"template", "show", p.ID, "-o", "json"}, catalog...)...).Stdout
 			tmpl, err := vmlaunch.ParseTemplate([]byte(shown))
 			if err != nil {
 				t.Fatalf("template show -o json of %s does not parse back: %v", p.ID, err)

@@ -19,6 +19,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/internal/kube"
 	"github.com/imagepipe/imagepipe/internal/vmlaunch"
+	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
 )
@@ -115,14 +116,7 @@ func (h *tenantHub) waitAuthorized(t *testing.T, user string, attrs authorizatio
 // nothing on this hub checks the DataSource it clones.
 func (h *tenantHub) createVM(t *testing.T, ns, name string, stopped bool) *kubevirtv1.VirtualMachine {
 	t.Helper()
-	tmpl, err := vmlaunch.ParseTemplate([]byte(`{"id":"simple_vm","title":"Simple VM","parameters":[{"name":"vm_memory","default":{"value":"2Gi"}}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	values, err := vmlaunch.ResolveParameters(tmpl, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tmpl, values := simpleTemplate(t)
 	r, err := vmlaunch.Render(vmlaunch.Request{
 		Name: name, Namespace: ns, Template: tmpl, Values: values, Stopped: stopped,
 		Image: vmlaunch.Image{Tenant: ns, Name: "rhel", Tag: "9", Namespace: ns, DataSource: "rhel--9",
@@ -185,22 +179,6 @@ func readyStatus() kubevirtv1.VirtualMachineStatus {
 	}
 }
 
-// imagectl runs the imagectl under test.
-func imagectl(t *testing.T, args ...string) testenv.Result {
-	t.Helper()
-	return testenv.RunCommand(t, testenv.Command{Name: testenv.Imagectl, Args: args, Env: []string{"IMAGEPIPE_CACHE=" + t.TempDir()}})
-}
-
-// imagectlOK runs imagectl and fails the test unless it exits 0.
-func imagectlOK(t *testing.T, args ...string) testenv.Result {
-	t.Helper()
-	r := imagectl(t, args...)
-	if r.Code != 0 {
-		t.Fatalf("imagectl %s: exit %d\n%s", strings.Join(args, " "), r.Code, r.Stderr)
-	}
-	return r
-}
-
 // complete asks imagectl, through cobra's hidden __complete command as a
 // shell does, for the candidates of the last of args, and returns them
 // and the directive.
@@ -230,4 +208,19 @@ func (h *tenantHub) dataVolumeGone(t *testing.T, ns, name string) bool {
 		t.Fatal(err)
 	}
 	return dv.DeletionTimestamp != nil
+}
+
+// simpleTemplate is a one-parameter template (vm_memory, 2Gi by default)
+// and its resolved default values.
+func simpleTemplate(t *testing.T) (*api.VMTemplate, map[string]vmlaunch.Value) {
+	t.Helper()
+	tmpl, err := vmlaunch.ParseTemplate([]byte(`{"id":"simple_vm","title":"Simple VM","parameters":[{"name":"vm_memory","default":{"value":"2Gi"}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	values, err := vmlaunch.ResolveParameters(tmpl, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tmpl, values
 }

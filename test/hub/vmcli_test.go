@@ -17,6 +17,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/vmlaunch"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
+	"github.com/imagepipe/imagepipe/test/testenv"
 )
 
 // TestVMListAcrossNamespacesAsKubectlDoes: vm list -A lists the VMs of
@@ -32,7 +33,7 @@ func TestVMListAcrossNamespacesAsKubectlDoes(t *testing.T) {
 	virtController{t, h.c}.startInstance(web, "node-2", "10.0.0.9")
 
 	var all []api.VMSummary
-	out := imagectlOK(t, append([]string{"vm", "list", "-A", "-o", "json"}, h.admin...)...).Stdout
+	out := testenv.RunImagectlOK(t, append([]string{"vm", "list", "-A", "-o", "json"}, h.admin...)...).Stdout
 	if err := json.Unmarshal([]byte(out), &all); err != nil {
 		t.Fatal(err)
 	}
@@ -44,22 +45,22 @@ func TestVMListAcrossNamespacesAsKubectlDoes(t *testing.T) {
 		t.Errorf("vm list -A -o json: %v, want %v (namespace/name@node)", got, want)
 	}
 
-	table := imagectlOK(t, append([]string{"vm", "list", "--all-namespaces", "-n", "acme"}, h.admin...)...).Stdout
+	table := testenv.RunImagectlOK(t, append([]string{"vm", "list", "--all-namespaces", "-n", "acme"}, h.admin...)...).Stdout
 	lines := strings.Split(strings.TrimSpace(table), "\n")
 	if len(lines) != 4 || !strings.HasPrefix(lines[0], "NAMESPACE ") || !strings.HasPrefix(lines[1], "acme ") ||
 		!strings.Contains(lines[3], "10.0.0.9") || !strings.HasPrefix(lines[3], "globex ") {
 		t.Errorf("vm list --all-namespaces -n acme (kubectl ignores -n with -A):\n%s", table)
 	}
-	one := imagectlOK(t, append([]string{"vm", "list", "-n", "globex"}, h.admin...)...).Stdout
+	one := testenv.RunImagectlOK(t, append([]string{"vm", "list", "-n", "globex"}, h.admin...)...).Stdout
 	if strings.Contains(one, "NAMESPACE") || strings.Contains(one, "acme") || strings.Count(one, "\n") != 3 {
 		t.Errorf("vm list -n globex:\n%s", one)
 	}
 
-	r := imagectl(t, append([]string{"vm", "list", "-A"}, h.tenant...)...)
+	r := testenv.RunImagectl(t, append([]string{"vm", "list", "-A"}, h.tenant...)...)
 	if r.Code != 1 || !strings.Contains(r.Stderr, "forbidden") || !strings.Contains(r.Stderr, "drop -A and name one with -n") || r.Stdout != "" {
 		t.Errorf("tenant vm list -A: exit %d, stdout %q, stderr %q; want 1, nothing, and the advice to drop -A", r.Code, r.Stdout, r.Stderr)
 	}
-	if r := imagectlOK(t, append([]string{"vm", "list"}, h.tenant...)...); !strings.Contains(r.Stdout, "web") || strings.Contains(r.Stdout, "db") {
+	if r := testenv.RunImagectlOK(t, append([]string{"vm", "list"}, h.tenant...)...); !strings.Contains(r.Stdout, "web") || strings.Contains(r.Stdout, "db") {
 		t.Errorf("tenant vm list in acme:\n%s", r.Stdout)
 	}
 }
@@ -73,10 +74,10 @@ func TestVolumeDeleteRefusesAVolumeAVMUses(t *testing.T) {
 	h := startTenantHub(t, "hub-volumes")
 	tenant := func(args ...string) []string { return append(args, h.tenant...) }
 	for _, v := range []string{"data1", "data2"} {
-		imagectlOK(t, tenant("volume", "create", v, "--size", "1Gi")...)
+		testenv.RunImagectlOK(t, tenant("volume", "create", v, "--size", "1Gi")...)
 	}
 	h.createVM(t, "acme", "web", false)
-	imagectlOK(t, tenant("vm", "attach-volume", "web", "data1")...)
+	testenv.RunImagectlOK(t, tenant("vm", "attach-volume", "web", "data1")...)
 	// A VM made elsewhere that mounts the volume's claim directly.
 	legacy := h.createVM(t, "acme", "legacy", true)
 	before := legacy.DeepCopy()
@@ -96,7 +97,7 @@ func TestVolumeDeleteRefusesAVolumeAVMUses(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	r := imagectl(t, tenant("volume", "delete", "data1")...)
+	r := testenv.RunImagectl(t, tenant("volume", "delete", "data1")...)
 	if r.Code != 1 || !strings.Contains(r.Stderr, "volume acme/data1 is attached to VM legacy, web") ||
 		!strings.Contains(r.Stderr, "imagectl vm detach-volume legacy data1") || !strings.Contains(r.Stderr, "--force") {
 		t.Errorf("deleting a volume two VMs use: exit %d\n%s", r.Code, r.Stderr)
@@ -104,30 +105,30 @@ func TestVolumeDeleteRefusesAVolumeAVMUses(t *testing.T) {
 	if h.dataVolumeGone(t, "acme", "data1") {
 		t.Fatal("the refused deletion deleted data1")
 	}
-	if r := imagectlOK(t, tenant("volume", "delete", "data2")...); r.Stdout != "volume acme/data2 deleted\n" {
+	if r := testenv.RunImagectlOK(t, tenant("volume", "delete", "data2")...); r.Stdout != "volume acme/data2 deleted\n" {
 		t.Errorf("volume delete data2 printed %q", r.Stdout)
 	}
 	if !h.dataVolumeGone(t, "acme", "data2") {
 		t.Error("data2 was not deleted")
 	}
-	if r := imagectl(t, tenant("volume", "delete", "data2")...); r.Code != 1 || !strings.Contains(r.Stderr, "no volume data2 in namespace acme") {
+	if r := testenv.RunImagectl(t, tenant("volume", "delete", "data2")...); r.Code != 1 || !strings.Contains(r.Stderr, "no volume data2 in namespace acme") {
 		t.Errorf("deleting a volume that is gone: exit %d\n%s", r.Code, r.Stderr)
 	}
 	for _, bad := range []string{"../data1", "Data1", "data1/x"} {
-		if r := imagectl(t, tenant("volume", "delete", bad, "--force")...); r.Code != 1 || !strings.Contains(r.Stderr, "is not a valid name") {
+		if r := testenv.RunImagectl(t, tenant("volume", "delete", bad, "--force")...); r.Code != 1 || !strings.Contains(r.Stderr, "is not a valid name") {
 			t.Errorf("volume delete %q: exit %d\n%s", bad, r.Code, r.Stderr)
 		}
 	}
-	r = imagectl(t, tenant("volume", "delete", imported.Name, "--force")...)
+	r = testenv.RunImagectl(t, tenant("volume", "delete", imported.Name, "--force")...)
 	if r.Code != 1 || !strings.Contains(r.Stderr, "not a data volume made by imagectl volume create") || h.dataVolumeGone(t, "acme", imported.Name) {
 		t.Errorf("deleting an import's DataVolume: exit %d\n%s", r.Code, r.Stderr)
 	}
 	// Another tenant's namespace is not reachable.
-	if r := imagectl(t, "volume", "delete", "data1", "--kubeconfig", h.UserKubeconfig(t, "tenant-a"), "-n", "globex"); r.Code != 1 || !strings.Contains(r.Stderr, "forbidden") {
+	if r := testenv.RunImagectl(t, "volume", "delete", "data1", "--kubeconfig", h.UserKubeconfig(t, "tenant-a"), "-n", "globex"); r.Code != 1 || !strings.Contains(r.Stderr, "forbidden") {
 		t.Errorf("deleting in globex: exit %d\n%s", r.Code, r.Stderr)
 	}
 
-	r = imagectlOK(t, tenant("volume", "delete", "data1", "--force")...)
+	r = testenv.RunImagectlOK(t, tenant("volume", "delete", "data1", "--force")...)
 	if !strings.Contains(r.Stderr, "VM legacy, web still lists volume data1") || !h.dataVolumeGone(t, "acme", "data1") {
 		t.Errorf("volume delete --force: stderr %q; data1 gone %v", r.Stderr, h.dataVolumeGone(t, "acme", "data1"))
 	}
@@ -146,9 +147,9 @@ func TestShellCompletionOfHubNames(t *testing.T) {
 	h.createVM(t, "acme", "worker", false)
 	h.createVM(t, "globex", "wiki", false)
 	for _, v := range []string{"data1", "data2", "logs"} {
-		imagectlOK(t, append([]string{"volume", "create", v, "--size", "1Gi"}, h.tenant...)...)
+		testenv.RunImagectlOK(t, append([]string{"volume", "create", v, "--size", "1Gi"}, h.tenant...)...)
 	}
-	imagectlOK(t, append([]string{"vm", "attach-volume", "web", "data2"}, h.tenant...)...)
+	testenv.RunImagectlOK(t, append([]string{"vm", "attach-volume", "web", "data2"}, h.tenant...)...)
 	// A BaseImage image-syncer has not imported yet: no status.
 	pending := &v1alpha1.BaseImage{
 		ObjectMeta: metav1.ObjectMeta{Name: "rhel--10", Namespace: "acme"},

@@ -114,11 +114,7 @@ func TestSyncerNeverDeletesWhileTheRegistryIsDown(t *testing.T) {
 	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1s", "--digest-resync-interval", "2s", "--on-delete", "delete")
 
 	v1 := importImage(t, rawDisk(t, "before the outage"), reg.Host+"/acme/rhel:9")
-	hub.baseImage(t, "acme", "rhel--9", "importing", func(b *v1alpha1.BaseImage) bool {
-		return b.Status.ObservedDigest == v1.Digest && pickedUp(b)
-	})
-	hub.CDI.WaitImported(t, "acme", dvName(v1.Digest), importTimeout)
-	hub.baseImage(t, "acme", "rhel--9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
+	hub.waitReady(t, "acme", "rhel--9", v1.Digest)
 
 	reg.Kill(t)
 	// Until a full poll succeeds again every poll is a full one, which

@@ -142,3 +142,14 @@ func writeDockerConfig(t *testing.T, path, host, user, password string) {
 func pickedUp(b *v1alpha1.BaseImage) bool {
 	return b.Status.Phase == v1alpha1.PhaseImporting || b.Status.Phase == v1alpha1.PhaseReady
 }
+
+// waitReady waits until the syncer has picked up digest for the BaseImage
+// ns/name, CDI's importer has imported it, and the BaseImage is Ready.
+func (h *testHub) waitReady(t *testing.T, ns, name, digest string) {
+	t.Helper()
+	h.baseImage(t, ns, name, "importing", func(b *v1alpha1.BaseImage) bool {
+		return b.Status.ObservedDigest == digest && pickedUp(b)
+	})
+	h.CDI.WaitImported(t, ns, dvName(digest), importTimeout)
+	h.baseImage(t, ns, name, "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
+}

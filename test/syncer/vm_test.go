@@ -19,21 +19,6 @@ import (
 	"github.com/imagepipe/imagepipe/test/testenv"
 )
 
-// imagectl runs imagectl and returns its result.
-func imagectl(t *testing.T, args ...string) testenv.Result {
-	t.Helper()
-	return testenv.RunCommand(t, testenv.Command{Name: testenv.Imagectl, Args: args, Env: []string{"IMAGEPIPE_CACHE=" + t.TempDir()}})
-}
-
-func imagectlOK(t *testing.T, args ...string) testenv.Result {
-	t.Helper()
-	r := imagectl(t, args...)
-	if r.Code != 0 {
-		t.Fatalf("imagectl %s: exit %d\n%s", strings.Join(args, " "), r.Code, r.Stderr)
-	}
-	return r
-}
-
 // TestTemplateCatalogInTheRegistry: templates are validated, published as
 // OCI artifacts, listed and shown; publishing again pushes only what changed.
 func TestTemplateCatalogInTheRegistry(t *testing.T) {
@@ -51,7 +36,7 @@ func TestTemplateCatalogInTheRegistry(t *testing.T) {
 	publish := func() []api.PublishResult {
 		t.Helper()
 		var res []api.PublishResult
-		out := imagectlOK(t, append([]string{"template", "publish", dir, "-o", "json"}, catalog...)...)
+		out := testenv.RunImagectlOK(t, append([]string{"template", "publish", dir, "-o", "json"}, catalog...)...)
 		if err := json.Unmarshal([]byte(out.Stdout), &res); err != nil {
 			t.Fatal(err)
 		}
@@ -76,13 +61,13 @@ func TestTemplateCatalogInTheRegistry(t *testing.T) {
 	}
 
 	var list []api.TemplateSummary
-	if err := json.Unmarshal([]byte(imagectlOK(t, append([]string{"template", "list", "-o", "json"}, catalog...)...).Stdout), &list); err != nil {
+	if err := json.Unmarshal([]byte(testenv.RunImagectlOK(t, append([]string{"template", "list", "-o", "json"}, catalog...)...).Stdout), &list); err != nil {
 		t.Fatal(err)
 	}
 	if len(list) != 2 || list[0].ID != "gpu_vm" || list[0].Title != "GPU VM, larger" || list[1].Parameters != 3 {
 		t.Errorf("template list: %+v", list)
 	}
-	shown := imagectlOK(t, append([]string{"template", "show", "simple_vm"}, catalog...)...).Stdout
+	shown := testenv.RunImagectlOK(t, append([]string{"template", "show", "simple_vm"}, catalog...)...).Stdout
 	if !strings.Contains(shown, "type: quantity") || !strings.Contains(shown, "vm_disk_size") {
 		t.Errorf("template show:\n%s", shown)
 	}
@@ -94,11 +79,11 @@ func TestTemplateCatalogInTheRegistry(t *testing.T) {
 
 	// An invalid file stops the whole publish, naming the file and parameter.
 	write("broken.yaml", "id: broken\ntitle: Broken\nparameters:\n  - {name: vm_cpu_cores, type: integer, min: 4, default: {value: 2}}\n")
-	r := imagectl(t, append([]string{"template", "publish", dir}, catalog...)...)
+	r := testenv.RunImagectl(t, append([]string{"template", "publish", dir}, catalog...)...)
 	if r.Code == 0 || !strings.Contains(r.Stderr, "broken.yaml") || !strings.Contains(r.Stderr, "parameter vm_cpu_cores: default: 2 is below the minimum 4") {
 		t.Errorf("publishing an invalid template: exit %d\n%s", r.Code, r.Stderr)
 	}
-	if r := imagectl(t, append([]string{"template", "show", "broken"}, catalog...)...); r.Code == 0 {
+	if r := testenv.RunImagectl(t, append([]string{"template", "show", "broken"}, catalog...)...); r.Code == 0 {
 		t.Error("the invalid template was published")
 	}
 }
@@ -119,29 +104,25 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h")
 
 	v1 := importImage(t, rawDisk(t, "bootable"), reg.Host+"/acme/rhel:9")
-	hub.baseImage(t, "acme", "rhel--9", "importing", func(b *v1alpha1.BaseImage) bool {
-		return b.Status.ObservedDigest == v1.Digest && pickedUp(b)
-	})
-	hub.CDI.WaitImported(t, "acme", dvName(v1.Digest), importTimeout)
-	hub.baseImage(t, "acme", "rhel--9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
+	hub.waitReady(t, "acme", "rhel--9", v1.Digest)
 
 	dir := t.TempDir()
 	tmplFile := filepath.Join(dir, "simple_vm.yaml")
 	if err := os.WriteFile(tmplFile, []byte("id: simple_vm\ntitle: Simple VM\nparameters:\n  - {name: vm_cpu_cores, type: integer, min: 1, max: 8, default: {value: 2}}\n  - {name: vm_memory, default: {value: 2Gi}}\n  - {name: vm_disk_size, default: {value: 20Gi}}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	imagectlOK(t, "template", "publish", tmplFile, "--catalog", reg.Host)
+	testenv.RunImagectlOK(t, "template", "publish", tmplFile, "--catalog", reg.Host)
 	key := filepath.Join(dir, "id.pub")
 	if err := os.WriteFile(key, []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBlU3pg8jG2C5zN7D3YtKo0Yc7U5m1Q0bGm0b8dQ1x4G alice@example.com\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	kube := []string{"--kubeconfig", hub.UserKubeconfig(t, "tenant-a"), "-n", "acme"}
 	vm := func(args ...string) testenv.Result {
-		return imagectl(t, append(append([]string{"vm"}, args...), kube...)...)
+		return testenv.RunImagectl(t, append(append([]string{"vm"}, args...), kube...)...)
 	}
 	vmOK := func(args ...string) testenv.Result {
 		t.Helper()
-		return imagectlOK(t, append(append([]string{"vm"}, args...), kube...)...)
+		return testenv.RunImagectlOK(t, append(append([]string{"vm"}, args...), kube...)...)
 	}
 
 	// Parameter errors name the parameter; nothing is created.
@@ -248,13 +229,13 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 	}
 
 	// A data volume outlives the VM it was attached to.
-	imagectlOK(t, append([]string{"volume", "create", "data1", "--size", "1Gi"}, kube...)...)
+	testenv.RunImagectlOK(t, append([]string{"volume", "create", "data1", "--size", "1Gi"}, kube...)...)
 	// volume list selects by label: the VM's root disk is not a volume.
-	if r := imagectlOK(t, append([]string{"volume", "list"}, kube...)...); !strings.Contains(r.Stdout, "data1") || strings.Contains(r.Stdout, "rootdisk") {
+	if r := testenv.RunImagectlOK(t, append([]string{"volume", "list"}, kube...)...); !strings.Contains(r.Stdout, "data1") || strings.Contains(r.Stdout, "rootdisk") {
 		t.Errorf("volume list:\n%s", r.Stdout)
 	}
 	var vols []api.VolumeSummary
-	if err := json.Unmarshal([]byte(imagectlOK(t, append([]string{"volume", "list", "-o", "json"}, kube...)...).Stdout), &vols); err != nil {
+	if err := json.Unmarshal([]byte(testenv.RunImagectlOK(t, append([]string{"volume", "list", "-o", "json"}, kube...)...).Stdout), &vols); err != nil {
 		t.Fatal(err)
 	}
 	if len(vols) != 1 || vols[0].Name != "data1" || vols[0].Size != "1Gi" || vols[0].Namespace != "acme" {
@@ -286,7 +267,7 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 
 	// The tenant cannot act in another namespace.
 	other := []string{"vm", "list", "--kubeconfig", hub.UserKubeconfig(t, "tenant-a"), "-n", "globex"}
-	if r := imagectl(t, other...); r.Code == 0 || !strings.Contains(strings.ToLower(r.Stderr), "forbidden") {
+	if r := testenv.RunImagectl(t, other...); r.Code == 0 || !strings.Contains(strings.ToLower(r.Stderr), "forbidden") {
 		t.Errorf("tenant-a listing VMs in globex: exit %d\n%s", r.Code, r.Stderr)
 	}
 }

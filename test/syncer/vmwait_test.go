@@ -12,7 +12,6 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
 )
@@ -32,11 +31,7 @@ func TestVMCreateWaitsUntilKubeVirtReportsReady(t *testing.T) {
 	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
 	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h")
 	v1 := importImage(t, rawDisk(t, "bootable"), reg.Host+"/acme/rhel:9")
-	hub.baseImage(t, "acme", "rhel--9", "importing", func(b *v1alpha1.BaseImage) bool {
-		return b.Status.ObservedDigest == v1.Digest && pickedUp(b)
-	})
-	hub.CDI.WaitImported(t, "acme", dvName(v1.Digest), importTimeout)
-	hub.baseImage(t, "acme", "rhel--9", "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
+	hub.waitReady(t, "acme", "rhel--9", v1.Digest)
 
 	kube := []string{"--kubeconfig", hub.UserKubeconfig(t, "tenant-a"), "-n", "acme"}
 	r := testenv.RunCommand(t, testenv.Command{Name: testenv.Imagectl, Args: append(append([]string{"__complete", "vm", "create", "web"}, kube...), "--image", "acme/")})

@@ -185,3 +185,21 @@ func Entries(t *testing.T, dir string) []string {
 	}
 	return names
 }
+
+// RunImagectl runs the imagectl under test with a private cache
+// (IMAGEPIPE_CACHE in a temporary directory) and returns how it ended.
+func RunImagectl(t *testing.T, args ...string) Result {
+	t.Helper()
+	return RunCommand(t, Command{Name: Imagectl, Args: args, Env: []string{"IMAGEPIPE_CACHE=" + t.TempDir()}})
+}
+
+// RunImagectlOK runs imagectl like RunImagectl and fails the test unless
+// it exits 0.
+func RunImagectlOK(t *testing.T, args ...string) Result {
+	t.Helper()
+	r := RunImagectl(t, args...)
+	if r.Code != 0 {
+		t.Fatalf("imagectl %s: exit %d\n%s", strings.Join(args, " "), r.Code, r.Stderr)
+	}
+	return r
+}
