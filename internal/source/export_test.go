@@ -42,3 +42,11 @@ func SetXZProgram(t testing.TB, path string) {
 
 // XZUtilsVersionOK exposes xzUtilsVersionOK.
 var XZUtilsVersionOK = xzUtilsVersionOK
+
+// SetFreeSpaceFunc makes every Open until the test ends ask free for the
+// free space of its temporary directory.
+func SetFreeSpaceFunc(t testing.TB, free func(dir string) (int64, error)) {
+	old := freeSpaceHook
+	freeSpaceHook = free
+	t.Cleanup(func() { freeSpaceHook = old })
+}

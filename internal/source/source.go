@@ -49,7 +49,8 @@ type Options struct {
 	// the last 64 KiB are kept, which is all the disk engine's format
 	// detection reads of a raw image. The Image then has Streamed set and
 	// its ReaderAt returns ErrNotSpooled for the bytes in between. A qcow2
-	// image is spooled as usual. MaxSpool still applies, so a streamed image
+	// image is spooled as usual, and so is an image the xz program decodes,
+	// which it writes faster to a sparse file than to a pipe. MaxSpool still applies, so a streamed image
 	// gets the verdict a spooled one would. inspect uses it; convert and
 	// import, which read every byte of the image again, do not.
 	StreamRaw bool
@@ -321,9 +322,11 @@ func (o *config) verify(digest string) error {
 // spool reads the original bytes from r once, front to back: through the
 // hasher, through convert.Unwrap, and into a sparse temporary file capped at
 // MaxSize and MaxSpool, or (Options.StreamRaw, not qcow2) through a size and
-// data count only. total is the announced size of r (-1 if unknown), for
-// Progress and the checks before spooling. knownDigest, when not "", is the
-// digest of r already known from the cache, and hashing is skipped.
+// data count only. An xz stream goes to the xz program instead, which writes
+// the spool itself (spoolXZ). total is the announced size of r (-1 if
+// unknown), for Progress and the checks before spooling. knownDigest, when
+// not "", is the digest of r already known from the cache, and hashing is
+// skipped.
 func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDigest *string) (*Image, error) {
 	src := &sourceReader{r: r, total: total, progress: o.Progress}
 	var h hash.Hash
@@ -331,61 +334,35 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 		h = sha256.New()
 		src.hash = h
 	}
-	var inner io.ReadCloser
-	var xz *xzReader // the xz program decoding src, if one is
-	fail := func(err error) (*Image, error) {
-		if inner != nil {
-			// An xz program's feeding goroutine reads src: done with
-			// once inner is closed.
-			inner.Close()
+	br := bufio.NewReaderSize(src, 64<<10)
+	var img *Image
+	var err error
+	if path := xzProgram(); path != "" && startsXZ(br) {
+		img, err = o.spoolXZ(ctx, path, br)
+		if errors.Is(err, errXZNotStarted) {
+			o.log.Debug("xz did not start; decoding in Go", "program", path, "error", err)
+			img, err = o.unwrap(ctx, br, total)
 		}
-		// A failure of the source itself (network, stdin) or of the xz
-		// program surfaces from convert as a corrupt stream; report what
-		// actually happened.
+	} else {
+		img, err = o.unwrap(ctx, br, total)
+	}
+	if err != nil {
+		// A failure of the source itself (network, stdin) surfaces from a
+		// decoder as a corrupt stream; report what actually happened.
 		if src.err != nil && !errors.Is(src.err, io.EOF) {
 			return nil, fmt.Errorf("reading: %w", src.err)
 		}
-		if xz != nil && xz.toolErr != nil {
-			return nil, xz.toolErr
-		}
 		return nil, err
 	}
-
-	unwrapped, wrapper, err := convert.UnwrapWith(src, convert.UnwrapOptions{XZ: o.xzDecoder(&xz)})
-	if err != nil {
-		return fail(err)
-	}
-	inner = &onceCloser{ReadCloser: unwrapped}
-	defer inner.Close()
-	// The head decides between streaming and spooling; reading it costs at
-	// most streamHead bytes of the unwrapped image.
-	ib := bufio.NewReaderSize(inner, streamHead)
-	head, err := ib.Peek(streamHead)
-	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
-		if src.err == nil || errors.Is(src.err, io.EOF) { // not a failure of the source itself
-			err = &reject.Error{Reason: reject.Wrapper, Detail: fmt.Sprintf("the %s stream is corrupt: %v", wrapper, err)}
-		}
-		return fail(err)
-	}
-
-	var img *Image
-	if o.StreamRaw && !needsRandomAccess(head) {
-		img, err = o.stream(ctx, ib, wrapper)
-		if err != nil {
-			return fail(err)
-		}
-	} else {
-		img, err = o.spoolFile(ctx, ib, wrapper, total)
-		if err != nil {
-			return fail(err)
-		}
-	}
-	if wrapper != convert.WrapperNone {
+	if img.Wrapper != convert.WrapperNone {
 		// The decompressor may stop before the end of the original (trailing
 		// padding); the digest covers every byte given, within the cap.
 		if err := drain(src, o.maxSize); err != nil {
 			img.Close()
-			return fail(err)
+			if src.err != nil && !errors.Is(src.err, io.EOF) {
+				return nil, fmt.Errorf("reading: %w", src.err)
+			}
+			return nil, err
 		}
 	}
 	img.OriginalSize = src.n
@@ -398,9 +375,30 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 		img.Close()
 		return nil, err
 	}
-	o.log.Debug("opened stream", "wrapper", string(wrapper), "bytes", img.Size, "original_bytes", img.OriginalSize,
+	o.log.Debug("opened stream", "wrapper", string(img.Wrapper), "bytes", img.Size, "original_bytes", img.OriginalSize,
 		"digest", img.Digest, "streamed", img.Streamed)
 	return img, nil
+}
+
+// unwrap decodes r with convert.Unwrap, then spools or (Options.StreamRaw,
+// not qcow2) streams the image.
+func (o *config) unwrap(ctx context.Context, r io.Reader, total int64) (*Image, error) {
+	unwrapped, wrapper, err := convert.Unwrap(r)
+	if err != nil {
+		return nil, err
+	}
+	defer unwrapped.Close()
+	// The head decides between streaming and spooling; reading it costs at
+	// most streamHead bytes of the unwrapped image.
+	ib := bufio.NewReaderSize(unwrapped, streamHead)
+	head, err := ib.Peek(streamHead)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
+		return nil, &reject.Error{Reason: reject.Wrapper, Detail: fmt.Sprintf("the %s stream is corrupt: %v", wrapper, err)}
+	}
+	if o.StreamRaw && !needsRandomAccess(head) {
+		return o.stream(ctx, ib, wrapper)
+	}
+	return o.spoolFile(ctx, ib, wrapper, total)
 }
 
 // spoolFile copies the unwrapped stream r into a sparse temporary file.
@@ -510,37 +508,6 @@ func drain(src *sourceReader, limit int64) error {
 		}
 	}
 	return nil
-}
-
-// xzDecoder is the xz decoder for convert.UnwrapOptions: the xz program
-// when there is one (startXZ), else nil for the pure-Go decoder. *started
-// is set to the program's reader when it starts.
-func (o *config) xzDecoder(started **xzReader) func(io.Reader) io.ReadCloser {
-	path := xzProgram()
-	if path == "" {
-		return nil
-	}
-	return func(r io.Reader) io.ReadCloser {
-		x := startXZ(path, r)
-		if x == nil {
-			o.log.Debug("xz did not start; decoding in Go", "program", path)
-			return nil
-		}
-		*started = x
-		return x
-	}
-}
-
-// onceCloser closes its ReadCloser once, however often it is closed.
-type onceCloser struct {
-	io.ReadCloser
-	once sync.Once
-	err  error
-}
-
-func (c *onceCloser) Close() error {
-	c.once.Do(func() { c.err = c.ReadCloser.Close() })
-	return c.err
 }
 
 // sourceReader counts, hashes and reports the original bytes as they are

@@ -1,6 +1,7 @@
 package source
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -16,6 +17,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // xzProgram finds the xz program that decodes xz sources: "xz" in PATH
@@ -58,78 +62,6 @@ func xzUtilsVersionOK(out string) bool {
 // a failure: its first lines say what went wrong.
 const xzStderrMax = 4 << 10
 
-// startXZ decodes the xz stream compressed with the program at path, which
-// is several times faster than the pure-Go decoder (about as fast as
-// `xz -dc`, and faster still on multi-block files, which it decodes with a
-// thread per core). It returns nil, having read nothing, when the program
-// does not start, and the caller decodes the stream itself.
-//
-// The compressed bytes are fed to the program's standard input from a
-// goroutine of its own; the decompressed bytes are read from its standard
-// output. The bounds on untrusted input stay those of the caller, which
-// counts and caps the decompressed bytes as it reads them; the program's
-// memory is bounded by the stream's dictionary size (64 MiB for xz -9, at
-// most 1.5 GiB for a hostile stream, as with the Go decoder), and its
-// multi-threaded decoder falls back to one thread rather than pass xz's
-// default memory limit for threads. XZ_DEFAULTS and XZ_OPT are cleared, so
-// the user's settings for compression cannot change decoding.
-func startXZ(path string, compressed io.Reader) *xzReader {
-	cmd := exec.Command(path, "--decompress", "--stdout", "--threads=0")
-	cmd.Env = xzEnv(os.Environ())
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		stdin.Close()
-		return nil
-	}
-	// Larger pipes than the default 64 KiB: fewer switches between xz
-	// and this process, which matter at a GiB per second of zeros.
-	growPipe(stdin)
-	growPipe(stdout)
-	x := &xzReader{cmd: cmd, stdout: stdout, fed: make(chan struct{})}
-	cmd.Stderr = &x.stderr
-	if err := cmd.Start(); err != nil {
-		stdin.Close()
-		stdout.Close()
-		return nil
-	}
-	go func() {
-		defer close(x.fed)
-		// A failed write means the program has gone, which Wait tells
-		// about; only a failure to read the source is the feed's own.
-		src := &readErrReader{r: compressed}
-		_, _ = io.Copy(stdin, src)
-		x.feedErr = src.err
-		stdin.Close()
-	}()
-	return x
-}
-
-// xzPipeSize is the size asked for the pipes to and from xz; Linux's
-// default limit for an unprivileged process (pipe-max-size) is 1 MiB.
-const xzPipeSize = 1 << 20
-
-// growPipe asks for a pipe of xzPipeSize; where that fails the pipe keeps
-// its size.
-func growPipe(p any) {
-	f, ok := p.(interface {
-		SyscallConn() (syscall.RawConn, error)
-	})
-	if !ok {
-		return
-	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return
-	}
-	_ = rc.Control(func(fd uintptr) {
-		_, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, xzPipeSize)
-	})
-}
-
 // xzEnv is env without the variables through which xz takes options.
 func xzEnv(env []string) []string {
 	out := make([]string, 0, len(env)+1)
@@ -142,89 +74,276 @@ func xzEnv(env []string) []string {
 	return append(out, "LC_ALL=C") // messages in English, as the rest
 }
 
-// xzReader is the output of a running xz program. Read returns io.EOF only
-// once the program has exited successfully, having read all of its input;
-// a failure of the program is an error naming what it said.
-type xzReader struct {
-	cmd    *exec.Cmd
-	stdout io.ReadCloser
-	stderr cappedBuffer
-	fed    chan struct{} // closed when the feeding goroutine is done
-	// feedErr is the error reading the compressed stream, if any; read it
-	// after fed is closed.
-	feedErr error
-
-	err       error // the sticky result of Read once the output ended
-	closeOnce sync.Once
-	waited    bool
-	// toolErr is set when the program failed for a reason of its own (it
-	// was killed, e.g. by the OOM killer), not because of the stream: no
-	// verdict on the image. Read it after Read returned an error.
-	toolErr error
+// startsXZ reports whether the stream r starts with the xz magic.
+func startsXZ(r *bufio.Reader) bool {
+	head, _ := r.Peek(8)
+	return convert.DetectWrapper(head) == convert.WrapperXZ
 }
 
-func (x *xzReader) Read(p []byte) (int, error) {
-	if x.err != nil {
-		return 0, x.err
+// xzSpaceLook is how often spoolXZ looks at the free space of the temporary
+// directory while the xz program writes the spool. xz writes at most a few
+// GB/s (zeros cost nothing, being holes), so SpoolMargin absorbs what it
+// writes between two looks.
+const xzSpaceLook = 10 * time.Millisecond
+
+// spoolXZ decodes the xz stream r with the xz program at path straight into
+// a sparse temporary file, the spool: about as fast as `xz -dc > FILE`, since
+// the decompressed bytes never cross a pipe (through a pipe, the program
+// spends more time writing than decoding zeros), and faster than
+// `xz -dc` on multi-block files, which it decodes with a thread per core.
+// The original bytes reach the program through r, so they pass the hasher
+// as any source's do.
+//
+// The bounds on untrusted input are those of any spool:
+//   - MaxSize and MaxSpool: the program runs under a file size limit
+//     (RLIMIT_FSIZE) of the smaller of the two, so the kernel stops a
+//     decompression bomb at the cap, holes included;
+//   - free space: looked at every xzSpaceLook, and the program is stopped
+//     once less than SpoolMargin plus spaceCheckInterval stays free;
+//   - memory: the program's is bounded by the stream's dictionary size
+//     (64 MiB for xz -9, at most 1.5 GiB for a hostile stream, as with the
+//     Go decoder); its multi-threaded decoder falls back to one thread rather
+//     than pass xz's default memory limit for threads.
+//
+// XZ_DEFAULTS and XZ_OPT are cleared, so the user's settings for compression
+// cannot change decoding. The spool then gets holes for its 4 KiB blocks of
+// zeros (punchZeroBlocks), as convert.Spool leaves them, so the image is
+// the same whichever decoder made it.
+func (o *config) spoolXZ(ctx context.Context, path string, r io.Reader) (*Image, error) {
+	dir := o.tempDir()
+	avail, err := o.freeSpace(dir)
+	if err != nil {
+		return nil, err
 	}
-	n, err := x.stdout.Read(p)
+	if avail-SpoolMargin < spaceCheckInterval {
+		return nil, &SpaceError{Dir: dir, Need: -1, Available: avail}
+	}
+	f, temp, err := createTemp(o.TempDir)
+	if err != nil {
+		return nil, err
+	}
+	img := &Image{ReaderAt: f, Wrapper: convert.WrapperXZ, file: f, temp: temp}
+	if img.Size, err = o.runXZ(ctx, path, r, f); err != nil {
+		img.Close()
+		return nil, err
+	}
+	if err := punchZeroBlocks(f, img.Size); err != nil {
+		img.Close()
+		return nil, fmt.Errorf("spooling the decompressed image: %w", err)
+	}
+	var head [8]byte
+	n, _ := f.ReadAt(head[:], 0)
+	if nested := convert.DetectWrapper(head[:n]); nested != convert.WrapperNone {
+		img.Close()
+		return nil, reject.New(reject.Wrapper, "the xz stream holds another %s stream; decompress it once before uploading", nested)
+	}
+	return img, nil
+}
+
+// errXZNotStarted is runXZ's error when the program did not start, having
+// read nothing: the Go decoder can still take the stream.
+var errXZNotStarted = errors.New("the xz program did not start")
+
+// runXZ runs the xz program at path with r as its input and the empty file
+// spool as its output, and returns the decompressed size.
+func (o *config) runXZ(ctx context.Context, path string, r io.Reader, spool *os.File) (int64, error) {
+	limit := min(o.maxSize, o.maxSpool)
+	cmd := exec.Command(path, "--decompress", "--stdout", "--threads=0")
+	cmd.Env = xzEnv(os.Environ())
+	cmd.Stdout = spool
+	var stderr cappedBuffer
+	cmd.Stderr = &stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return 0, fmt.Errorf("starting xz: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		stdin.Close()
+		return 0, fmt.Errorf("%w: %w", errXZNotStarted, err)
+	}
+	// The limits are set before the program has any input, so before it
+	// can write a byte. No core file when the size limit stops it.
+	pid := cmd.Process.Pid
+	err = unix.Prlimit(pid, unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: uint64(limit), Max: uint64(limit)}, nil)
 	if err == nil {
-		return n, nil
+		err = unix.Prlimit(pid, unix.RLIMIT_CORE, &unix.Rlimit{}, nil)
 	}
-	// The output ended: the program exited or closed it. Its input is
-	// settled (the feeding goroutine done) before the caller, told of the
-	// end, looks at what was read from the source.
-	<-x.fed
-	werr := x.cmd.Wait()
-	x.waited = true
+	if err != nil {
+		_ = cmd.Process.Kill()
+		stdin.Close()
+		werr := cmd.Wait()
+		return 0, fmt.Errorf("the xz program stopped before it could be limited: %w (%v)", err, werr)
+	}
+
+	// Feed the compressed bytes, at most MaxSize of them (spool's drain
+	// tells a longer source apart).
+	fed := make(chan error, 1)
+	go func() {
+		src := &readErrReader{r: io.LimitReader(r, o.maxSize+1)}
+		_, _ = io.Copy(stdin, src) // a failed write means the program has gone, which Wait tells about
+		stdin.Close()
+		fed <- src.err
+	}()
+
+	// Watch the free space and the context while the program writes.
+	var stopped error // why the watch stopped the program; read after done is closed
+	done, watched := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watched)
+		tick := time.NewTicker(xzSpaceLook)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				stopped = ctx.Err()
+			case <-tick.C:
+				avail, err := o.freeSpace(o.tempDir())
+				switch {
+				case err != nil:
+					stopped = err
+				case avail-SpoolMargin < spaceCheckInterval:
+					var st unix.Stat_t
+					_ = unix.Fstat(int(spool.Fd()), &st)
+					stopped = &SpaceError{Dir: o.tempDir(), Need: -1, Spooled: st.Blocks * 512, Available: avail}
+				default:
+					continue
+				}
+			}
+			_ = cmd.Process.Kill()
+			return
+		}
+	}()
+	werr := cmd.Wait()
+	close(done)
+	<-watched
+	feedErr := <-fed
+
 	switch {
-	case x.feedErr != nil:
+	case stopped != nil:
+		return 0, stopped
+	case feedErr != nil:
 		// The source failed; whatever xz made of its bytes so far, the
 		// image is not complete.
-		x.err = fmt.Errorf("reading the xz stream: %w", x.feedErr)
+		return 0, fmt.Errorf("reading the xz stream: %w", feedErr)
 	case werr != nil:
-		x.err = x.failure(werr)
-	case !errors.Is(err, io.EOF):
-		x.err = err
-	default:
-		x.err = io.EOF
+		return 0, o.xzFailure(werr, stderr.String())
 	}
-	return n, x.err
+	st, err := spool.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("spooling the decompressed image: %w", err)
+	}
+	if st.Size() > limit { // the kernel's limit makes this impossible
+		return 0, o.capError()
+	}
+	return st.Size(), nil
 }
 
-// failure is the error of an xz run that ended with werr.
-func (x *xzReader) failure(werr error) error {
+// xzFailure is the error of an xz run that ended with werr, having printed
+// stderr.
+func (o *config) xzFailure(werr error, stderr string) error {
 	var ee *exec.ExitError
-	if errors.As(werr, &ee) && ee.ExitCode() < 0 {
-		// Ended by a signal, which this process did not send.
-		x.toolErr = fmt.Errorf("the xz program stopped: %w", werr)
-		return x.toolErr
+	if errors.As(werr, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGXFSZ {
+			return o.capError()
+		}
+		if ee.ExitCode() < 0 {
+			// Ended by a signal this process did not send (e.g. by the OOM
+			// killer): no verdict on the image.
+			return fmt.Errorf("the xz program stopped: %w", werr)
+		}
 	}
-	line, _, _ := strings.Cut(strings.TrimSpace(x.stderr.String()), "\n")
+	line, _, _ := strings.Cut(strings.TrimSpace(stderr), "\n")
 	// "/usr/bin/xz: (stdin): Compressed data is corrupt"
 	msg := line
 	if _, after, ok := strings.Cut(line, "(stdin): "); ok {
 		msg = after
 	}
-	if msg == "" {
-		return fmt.Errorf("xz: %w", werr)
+	switch {
+	case strings.Contains(msg, "File too large"):
+		// The file size limit, where SIGXFSZ is ignored.
+		return o.capError()
+	case strings.Contains(msg, "Unexpected end of input"):
+		return reject.New(reject.Wrapper, "the xz stream ends before its end marker (truncated)")
+	case msg == "":
+		return reject.New(reject.Wrapper, "the xz stream is corrupt: xz: %v", werr)
 	}
-	return fmt.Errorf("xz: %s", strings.ToLower(msg[:1])+msg[1:])
+	return reject.New(reject.Wrapper, "the xz stream is corrupt: xz: %s", strings.ToLower(msg[:1])+msg[1:])
 }
 
-// Close stops the program, if it still runs, and waits for it and for the
-// feeding goroutine, which ends once its write finds the program gone.
-func (x *xzReader) Close() error {
-	x.closeOnce.Do(func() {
-		if !x.waited {
-			_ = x.cmd.Process.Kill()
-			x.stdout.Close()
-			<-x.fed
-			_ = x.cmd.Wait()
-			x.waited = true
+// capError rejects an image that expands past MaxSize or MaxSpool,
+// whichever is smaller, as the spool of any other stream would.
+func (o *config) capError() error {
+	if o.maxSpool <= o.maxSize {
+		return spoolCapError(-1, o.maxSpool)
+	}
+	return o.wordCap(reject.New(reject.Wrapper, "the decompressed image exceeds %d bytes", o.maxSize), convert.WrapperXZ)
+}
+
+// punchZeroBlocks makes holes of the 4 KiB blocks of zeros (counted from
+// the start of f) that the first size bytes of f hold as data: xz leaves
+// only whole 8 KiB buffers of zeros as holes, convert.Spool every 4 KiB
+// block. A file system that cannot punch holes keeps the zeros.
+func punchZeroBlocks(f *os.File, size int64) error {
+	fd := int(f.Fd())
+	buf := make([]byte, 1<<20)
+	for pos := int64(0); pos < size; {
+		data, err := unix.Seek(fd, pos, unix.SEEK_DATA)
+		switch {
+		case errors.Is(err, unix.ENXIO): // no data after pos
+			return nil
+		case errors.Is(err, unix.EINVAL): // no SEEK_DATA here: all data
+			data = pos
+		case err != nil:
+			return fmt.Errorf("finding data: %w", err)
 		}
-	})
+		end, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			end = size
+		}
+		data -= data % dataBlock
+		for data < min(end, size) {
+			n, err := f.ReadAt(buf[:min(int64(len(buf)), min(end, size)-data)], data)
+			if n == 0 && err != nil {
+				return fmt.Errorf("reading the spool: %w", err)
+			}
+			if err := punchZeros(fd, buf[:n], data); err != nil {
+				return nil // holes are an optimisation; keep the zeros
+			}
+			data += int64(n)
+		}
+		pos = end
+	}
 	return nil
+}
+
+// punchZeros punches a hole for each run of 4 KiB blocks of zeros of b,
+// which f holds at off (a multiple of 4 KiB).
+func punchZeros(fd int, b []byte, off int64) error {
+	run := -1 // start of the current run of zero blocks
+	flush := func(i int) error {
+		if run < 0 {
+			return nil
+		}
+		err := unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off+int64(run), int64(i-run))
+		run = -1
+		return err
+	}
+	var zero [dataBlock]byte
+	for i := 0; i < len(b); i += dataBlock {
+		blk := b[i:min(i+dataBlock, len(b))]
+		if bytes.Equal(blk, zero[:len(blk)]) {
+			if run < 0 {
+				run = i
+			}
+			continue
+		}
+		if err := flush(i); err != nil {
+			return err
+		}
+	}
+	return flush(len(b))
 }
 
 // readErrReader remembers the first error of r other than io.EOF.

@@ -2,13 +2,17 @@ package source_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/imagepipe/imagepipe/internal/reject"
@@ -240,4 +244,177 @@ func TestOpenTruncatedWrapped(t *testing.T) {
 			})
 		}
 	}
+}
+
+// needXZ returns the path of the xz program, skipping the test without one.
+func needXZ(t *testing.T) string {
+	t.Helper()
+	program, err := exec.LookPath("xz")
+	if err != nil {
+		t.Skip("xz is not installed")
+	}
+	return program
+}
+
+// TestXZProgramSpoolHasTheSameHoles: the xz program writes the spool
+// itself and leaves only 8 KiB runs of zeros as holes; the spool it leaves
+// holds the same data blocks as the Go decoder's, whose holes are every
+// 4 KiB block of zeros, so inspect reports one allocated size whichever
+// decoder ran.
+func TestXZProgramSpoolHasTheSameHoles(t *testing.T) {
+	program := needXZ(t)
+	isolateCache(t)
+	// Alternate 4 KiB of data and 4 KiB of zeros: no 8 KiB run of zeros.
+	data := make([]byte, 8<<20)
+	for off := 0; off < len(data); off += 8 << 10 {
+		copy(data[off:off+4<<10], patterned(4<<10))
+	}
+	path := writeFile(t, t.TempDir(), "disk.xz", xzBytes(t, data))
+	blocks := map[string]int64{}
+	allocated := func(img *source.Image) int64 {
+		st, err := img.ReaderAt.(*os.File).Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Sys().(*syscall.Stat_t).Blocks * 512
+	}
+	source.SetXZProgram(t, program)
+	img := mustOpen(t, path, source.Options{TempDir: t.TempDir(), StreamRaw: true})
+	if img.Streamed {
+		t.Fatal("the xz program's image was streamed, not spooled")
+	}
+	if got := readAll(t, img); !bytes.Equal(got, data) {
+		t.Error("the xz program's spool differs from the original")
+	}
+	blocks["program spool"] = allocated(img)
+	source.SetXZProgram(t, "")
+	blocks["go spool"] = allocated(mustOpen(t, path, source.Options{TempDir: t.TempDir()}))
+	blocks["go stream"] = mustOpen(t, path, source.Options{TempDir: t.TempDir(), StreamRaw: true}).DataBytes
+	for name, n := range blocks {
+		if want := int64(len(data) / 2); n != want {
+			t.Errorf("%s: %d bytes of data, want %d", name, n, want)
+		}
+	}
+}
+
+// TestXZProgramBomb: a few KiB of xz expanding to GiBs of data (not
+// zeros, which would cost no disk) is stopped by the file size limit the
+// program runs under, at the spool cap or the size cap, whichever is
+// smaller, with the rejection the Go decoder gives; nothing is left.
+func TestXZProgramBomb(t *testing.T) {
+	program := needXZ(t)
+	isolateCache(t)
+	// 256 MiB of 0x01 bytes: about 40 KiB of xz.
+	cmd := exec.Command("sh", "-c", "head -c 268435456 /dev/zero | tr '\\0' '\\1' | xz -1 -c")
+	bomb, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := writeFile(t, t.TempDir(), "bomb.xz", bomb)
+	for _, tc := range []struct {
+		name   string
+		opts   source.Options
+		reason reject.Reason
+	}{
+		{"spool cap", source.Options{MaxSpool: 16 << 20}, reject.SpoolLimit},
+		{"size cap", source.Options{MaxSize: 16 << 20}, reject.Wrapper},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, prog := range []string{program, ""} {
+				source.SetXZProgram(t, prog)
+				out, err := openOutcome(t, path, tc.opts)
+				if out.reason != tc.reason {
+					t.Errorf("xz program %q: %v, want a %s rejection", prog, err, tc.reason)
+				}
+			}
+		})
+	}
+	if _, err := os.Stat("core"); err == nil {
+		t.Error("the stopped xz program left a core file")
+	}
+}
+
+// slowSource gives the first part of a stream, then waits for release
+// before giving the rest.
+// firstRead, when set, is closed once the first part has been read.
+type slowSource struct {
+	first, rest []byte
+	release     <-chan struct{}
+	firstRead   chan struct{}
+}
+
+func (s *slowSource) Read(p []byte) (int, error) {
+	if len(s.first) > 0 {
+		n := copy(p, s.first)
+		s.first = s.first[n:]
+		return n, nil
+	}
+	if s.firstRead != nil {
+		close(s.firstRead)
+		s.firstRead = nil
+	}
+	<-s.release
+	if len(s.rest) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, s.rest)
+	s.rest = s.rest[n:]
+	return n, nil
+}
+
+// TestXZProgramStoppedMidStream: while the xz program writes the spool, a
+// temporary directory filling up stops it with a SpaceError, and a
+// cancelled context stops it with the context's error; either way nothing
+// is left behind and the error is no verdict on the image.
+func TestXZProgramStoppedMidStream(t *testing.T) {
+	program := needXZ(t)
+	isolateCache(t)
+	source.SetXZProgram(t, program)
+	stream := xzBytes(t, patterned(16<<20), "-T2", "--block-size=1MiB")
+	half := len(stream) / 2
+
+	t.Run("space", func(t *testing.T) {
+		release := make(chan struct{})
+		var looks atomic.Int64
+		source.SetFreeSpaceFunc(t, func(string) (int64, error) {
+			// Plenty at first; then, once the watch has looked again
+			// with the first half in, nearly full.
+			if looks.Add(1) == 1 {
+				return 1 << 40, nil
+			}
+			select {
+			case <-release:
+			default:
+				close(release)
+			}
+			return source.SpoolMargin + 1<<20, nil
+		})
+		source.SetStdin(t, &slowSource{first: stream[:half], rest: stream[half:], release: release})
+		tmp := t.TempDir()
+		_, err := source.Open(t.Context(), "-", source.Options{TempDir: tmp})
+		var se *source.SpaceError
+		if !errors.As(err, &se) || se.Dir != tmp || reject.As(err) != nil {
+			t.Fatalf("Open: %v, want a SpaceError", err)
+		}
+		assertEmpty(t, tmp)
+	})
+
+	t.Run("cancel", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		release := make(chan struct{})
+		firstRead := make(chan struct{})
+		source.SetStdin(t, &slowSource{first: stream[:half], rest: stream[half:], release: release, firstRead: firstRead})
+		go func() {
+			// Cancel once the first half is in, then let the source go on.
+			<-firstRead
+			cancel()
+			close(release)
+		}()
+		tmp := t.TempDir()
+		_, err := source.Open(ctx, "-", source.Options{TempDir: tmp})
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Open: %v, want context.Canceled", err)
+		}
+		assertEmpty(t, tmp)
+	})
 }
