@@ -11,9 +11,10 @@
 #   xz source, to a raw file   imagectl convert IN OUT --to raw vs  xz -dc IN > OUT (sparse)
 #   the same, pure-Go decoder  imagectl inspect IN, with no xz in PATH (for reference)
 #
-# imagectl decodes xz with the system's xz program when it is in PATH (internal/source), and
-# with the pure-Go decoder otherwise; inspect also hashes the compressed bytes and counts the
-# image's data blocks, and convert spools the image before converting it.
+# imagectl decodes xz with the system's xz program when it is in PATH (internal/source), which
+# writes the decompressed image straight into a sparse temporary file, and with the pure-Go
+# decoder otherwise; imagectl feeds xz the compressed bytes (hashing them unless the digest
+# cache knows the file), gives the spool 4 KiB holes, and then inspects it or converts it.
 #
 # The input is built once and cached under $IMAGEPIPE_CACHE/bench (xz-1g.raw.xz). The Markdown
 # section is written to standard output; progress goes to standard error.
