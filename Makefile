@@ -60,7 +60,8 @@ release-config:
 # missing, and builds the real servers from the Go module proxy into
 # $(CACHE)/bin: the CNCF distribution registry, MinIO, crane, zot, etcd,
 # kube-apiserver, kubectl, kube-controller-manager, CDI's controller and
-# importer, plus the CDI and KubeVirt CRDs (test/buildtools.sh; cached,
+# importer, plus the CDI and KubeVirt CRDs (test/buildtools.sh and, alongside,
+# test/buildkube.sh; cached,
 # about 45 minutes the first time on 2 cores, measured).
 tools:
 	@IMAGEPIPE_CACHE=$(CACHE) bash test/tools.sh

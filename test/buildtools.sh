@@ -2,26 +2,26 @@
 # Builds the real components imagepipe's integration tests and benchmarks run
 # from the Go module proxy into ${IMAGEPIPE_CACHE:-$HOME/.cache/imagepipe}/bin,
 # unless IMAGEPIPE_BIN names another folder: the CNCF distribution registry,
-# MinIO, crane, etcd, zot, kube-apiserver, kubectl, kube-controller-manager,
-# cdi-controller and cdi-importer. It also generates the CDI,
-# KubeVirt and instancetype CRDs (with their real schemas, by controller-gen from
-# the published API modules) into ${IMAGEPIPE_CACHE:-$HOME/.cache/imagepipe}/crds.
+# MinIO, crane, etcd, zot, cdi-controller and cdi-importer (kube-apiserver,
+# kubectl and kube-controller-manager are test/buildkube.sh's). It also
+# generates the CDI, KubeVirt and instancetype CRDs (with their real schemas,
+# by controller-gen from the published API modules) into
+# ${IMAGEPIPE_CACHE:-$HOME/.cache/imagepipe}/crds.
 # Each tool has a stamp file (bin/.NAME.version, crds/.version) holding what it
 # was built from; a tool whose stamp matches is not rebuilt, so a rerun with
 # everything cached takes well under a second.
 #
-# The first build takes about ten minutes on 2 cores (measured with a cold
-# build cache: registry ~110 s, MinIO ~3 min, etcd ~1 min, kube-apiserver ~4 min,
-# kubectl ~25 s more, CRDs ~15 s); they run one after another so as not to
-# starve the machine. A rebuild with a warm GOCACHE takes seconds.
+# Each build takes a few minutes with a cold build cache on 2 cores (registry
+# ~2.5 min, MinIO ~4 min, etcd ~1.5 min, zot ~2 min, CDI's two ~6 min); they run
+# one after another, while test/tools.sh runs buildkube.sh alongside.
 #
-# etcd, kube-apiserver, kubectl and the CRDs are built in throwaway modules in a
-# temporary folder, so their dependencies never touch the project's go.mod.
+# etcd and the CRDs are built in throwaway modules in a temporary folder, so
+# their dependencies never touch the project's go.mod.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
-bin="${IMAGEPIPE_BIN:-${IMAGEPIPE_CACHE:-$HOME/.cache/imagepipe}/bin}"
-mkdir -p "$bin"
+# shellcheck source=buildlib.sh
+. "$here/buildlib.sh"
 
 # Exact versions: the module proxy refuses version lists for some modules, and
 # MinIO publishes no semver tags, so it is pinned to the pseudo-version that
@@ -52,28 +52,9 @@ done
 # Versions of the Kubernetes side; the proxy refuses version lists for
 # kubevirt.io modules, so every version here is exact.
 etcd_version=v3.6.5
-kube_version=v1.34.4 # k8s.io/kubernetes; its staging modules are v0.X.Y
 controller_gen_version=v0.23.0
 kubevirt_api_version=v1.8.0
 cdi_api_version=v1.64.0
-
-export GOTOOLCHAIN=local GOFLAGS=-mod=mod
-work="$(mktemp -d)"
-trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
-
-# quiet runs a command with its output kept back unless it fails.
-quiet() {
-	local log="$work/quiet.log"
-	if ! "$@" >"$log" 2>&1; then
-		cat "$log" >&2
-		return 1
-	fi
-}
-
-# cached NAME STAMP reports whether bin/NAME exists and was built from STAMP.
-cached() {
-	[ -x "$bin/$1" ] && [ -f "$bin/.$1.version" ] && [ "$(cat "$bin/.$1.version")" = "$2" ]
-}
 
 # etcd: a tiny main calling etcdmain.Main, the way etcd's own binary does.
 stamp="go.etcd.io/etcd/server/v3@$etcd_version"
@@ -126,71 +107,6 @@ else
 	(cd "$work/zot" && CGO_ENABLED=0 go build -trimpath -tags containers_image_openpgp -o "$bin/zot" ./cmd/zot)
 	echo "$stamp" >"$bin/.zot.version"
 	echo "zot: built ($stamp) in $((SECONDS - start)) s"
-fi
-
-# kube-apiserver, kubectl and kube-controller-manager from k8s.io/kubernetes.
-# The controller manager runs the controllers CDI's objects rely on (garbage
-# collection of owned PVCs, persistent-volume binding, PVC protection). Its go.mod replaces every
-# staging module (k8s.io/api, k8s.io/client-go, ...) with a folder of its own
-# repository; outside it each must be replaced by its published release, whose
-# version is the Kubernetes version with major 0 (v1.34.4 -> v0.34.4).
-kube_cmds=(kube-apiserver kubectl kube-controller-manager)
-kube_stamp() { echo "k8s.io/kubernetes/cmd/$1@$kube_version"; }
-kube_missing=()
-for cmd in "${kube_cmds[@]}"; do
-	if cached "$cmd" "$(kube_stamp "$cmd")"; then
-		echo "$cmd: cached ($(kube_stamp "$cmd"))"
-	else
-		kube_missing+=("$cmd")
-	fi
-done
-if [ ${#kube_missing[@]} -gt 0 ]; then
-	start=$SECONDS
-	mod="$work/kube"
-	mkdir "$mod"
-	kube_gomod="$(cd "$work" && go mod download -json "k8s.io/kubernetes@$kube_version" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p')"
-	staging="v0.${kube_version#v1.}"
-	{
-		echo "module imagepipe.invalid/tools/kube"
-		echo
-		echo "go $(go env GOVERSION | sed 's/^go//')"
-		echo
-		echo "require k8s.io/kubernetes $kube_version"
-		echo
-		echo "replace ("
-		sed -n 's|^[[:space:]]*\(k8s.io/[^[:space:]]*\) => \./staging/.*$|\t\1 => \1 '"$staging"'|p' "$kube_gomod"
-		echo ")"
-	} >"$mod/go.mod"
-	if ! grep -q 'k8s.io/client-go => ' "$mod/go.mod"; then
-		echo "kube-apiserver: found no staging replaces in $kube_gomod" >&2
-		exit 1
-	fi
-	{
-		echo '//go:build tools'
-		echo
-		echo '// Package tools records the commands this throwaway module builds.'
-		echo 'package tools'
-		echo
-		echo 'import ('
-		for cmd in "${kube_cmds[@]}"; do echo "	_ \"k8s.io/kubernetes/cmd/$cmd\""; done
-		echo ')'
-	} >"$mod/tools.go"
-	# Stamp the version the way Kubernetes' own build does, so /version and
-	# kubectl report v1.34.4 instead of v0.0.0-master.
-	minor="${kube_version#v1.}"
-	minor="${minor%%.*}"
-	ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$kube_version"
-	ldflags+=" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
-	ldflags+=" -X k8s.io/component-base/version.gitTreeState=clean"
-	(cd "$mod" && quiet go mod tidy)
-	for cmd in "${kube_missing[@]}"; do
-		t0=$SECONDS
-		rm -f "$bin/.$cmd.version"
-		(cd "$mod" && CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin/$cmd" "k8s.io/kubernetes/cmd/$cmd")
-		kube_stamp "$cmd" >"$bin/.$cmd.version"
-		echo "$cmd: built ($(kube_stamp "$cmd")) in $((SECONDS - t0)) s"
-	done
-	echo "${kube_missing[*]}: $((SECONDS - start)) s in all"
 fi
 
 # CRDs of CDI, KubeVirt and KubeVirt's instancetypes, generated by controller-gen

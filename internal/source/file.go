@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // hashBufferSize is the read size of the digest pass over a local file.
@@ -45,6 +46,8 @@ type localFile struct {
 	key    fileKey
 	keyOK  bool
 	cached *string // the digest the cache knows, or nil
+	// wrapper is the compression the file starts with.
+	wrapper convert.Wrapper
 }
 
 // remember stores a computed digest, only if the file did not change
@@ -83,7 +86,8 @@ func openLocal(ctx context.Context, f *os.File, path string, o *config) (*Image,
 		}
 	}
 	var img *Image
-	if convert.DetectWrapper(head[:n]) != convert.WrapperNone {
+	l.wrapper = convert.DetectWrapper(head[:n])
+	if l.wrapper != convert.WrapperNone {
 		img, err = l.spool(ctx, o)
 	} else {
 		img, err = l.inPlace(ctx, o)
@@ -97,6 +101,13 @@ func openLocal(ctx context.Context, f *os.File, path string, o *config) (*Image,
 
 // spool decompresses a wrapped file into a spooled copy.
 func (l *localFile) spool(ctx context.Context, o *config) (*Image, error) {
+	if path := xzProgram(); path != "" && l.wrapper == convert.WrapperXZ {
+		img, err := l.spoolXZ(ctx, o, path)
+		if !errors.Is(err, errXZNotStarted) {
+			return img, err
+		}
+		o.log.Debug("xz did not start; decoding in Go", "program", path, "error", err)
+	}
 	_ = unix.Fadvise(int(l.f.Fd()), 0, 0, unix.FADV_SEQUENTIAL)
 	img, err := o.spool(ctx, io.NewSectionReader(l.f, 0, l.st.Size()), l.st.Size(), l.cached)
 	if err != nil {
@@ -111,6 +122,62 @@ func (l *localFile) spool(ctx context.Context, o *config) (*Image, error) {
 // inPlace uses an unwrapped file as it is, with its digest from the cache,
 // hashed now, hashed in the background (DeferDigest) or not at all
 // (SkipDigest).
+// spoolXZ decodes an xz file with the xz program at path, which reads the
+// file itself, as `xz -dc FILE` does, while the file is hashed alongside
+// unless the digest cache knows it. The program gets a file description of
+// its own (through /proc/self/fd, so the very file opened, whatever its
+// path names now), since hashing moves l.f's offset.
+func (l *localFile) spoolXZ(ctx context.Context, o *config, path string) (*Image, error) {
+	size := l.st.Size()
+	if size > o.maxSize {
+		return nil, &reject.Error{
+			Reason: reject.Wrapper,
+			Detail: fmt.Sprintf("the compressed image exceeds %d bytes", o.maxSize),
+		}
+	}
+	in, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", l.f.Fd()))
+	if err != nil {
+		return nil, fmt.Errorf("reopening: %w", err)
+	}
+	defer in.Close()
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type hashed struct {
+		digest string
+		err    error
+	}
+	digest := make(chan hashed, 1)
+	if l.cached != nil {
+		digest <- hashed{digest: *l.cached}
+	} else {
+		go func() {
+			d, err := hashFile(hctx, l.f, size, nil)
+			digest <- hashed{d, err}
+		}()
+	}
+	img, err := o.spoolXZ(ctx, path, in)
+	if err != nil {
+		cancel()
+		<-digest
+		return nil, err
+	}
+	h := <-digest
+	if h.err != nil {
+		img.Close()
+		return nil, h.err
+	}
+	img.Digest, img.OriginalSize = h.digest, size
+	if err := o.verify(img.Digest); err != nil {
+		img.Close()
+		return nil, err
+	}
+	if l.cached == nil {
+		l.remember(img.Digest)
+	}
+	o.log.Debug("opened xz file", "bytes", img.Size, "original_bytes", size, "digest", img.Digest)
+	return img, nil
+}
+
 func (l *localFile) inPlace(ctx context.Context, o *config) (*Image, error) {
 	f, size := l.f, l.st.Size()
 	var digest string

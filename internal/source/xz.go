@@ -106,7 +106,9 @@ const xzSpaceLook = 10 * time.Millisecond
 //     than pass xz's default memory limit for threads.
 //
 // XZ_DEFAULTS and XZ_OPT are cleared, so the user's settings for compression
-// cannot change decoding. The spool then gets holes for its 4 KiB blocks of
+// cannot change decoding. When r is a local *os.File at offset 0, the
+// program reads it itself, as `xz -dc FILE` would, and Options.Progress
+// follows the program's position in it. The spool then gets holes for its 4 KiB blocks of
 // zeros (punchZeroBlocks), as convert.Spool leaves them, so the image is
 // the same whichever decoder made it.
 func (o *config) spoolXZ(ctx context.Context, path string, r io.Reader) (*Image, error) {
@@ -145,7 +147,9 @@ func (o *config) spoolXZ(ctx context.Context, path string, r io.Reader) (*Image,
 var errXZNotStarted = errors.New("the xz program did not start")
 
 // runXZ runs the xz program at path with r as its input and the empty file
-// spool as its output, and returns the decompressed size.
+// spool as its output, and returns the decompressed size. An *os.File r is
+// the program's standard input itself; any other r is fed to it through a
+// pipe.
 func (o *config) runXZ(ctx context.Context, path string, r io.Reader, spool *os.File) (int64, error) {
 	limit := min(o.maxSize, o.maxSpool)
 	cmd := exec.Command(path, "--decompress", "--stdout", "--threads=0")
@@ -153,24 +157,42 @@ func (o *config) runXZ(ctx context.Context, path string, r io.Reader, spool *os.
 	cmd.Stdout = spool
 	var stderr cappedBuffer
 	cmd.Stderr = &stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return 0, fmt.Errorf("starting xz: %w", err)
+	file, direct := r.(*os.File)
+	var stdin io.WriteCloser
+	progressTotal := int64(-1)
+	if direct {
+		cmd.Stdin = file
+		if st, err := file.Stat(); err == nil {
+			progressTotal = st.Size()
+		}
+	} else {
+		var err error
+		if stdin, err = cmd.StdinPipe(); err != nil {
+			return 0, fmt.Errorf("starting xz: %w", err)
+		}
 	}
 	if err := cmd.Start(); err != nil {
-		stdin.Close()
+		if stdin != nil {
+			stdin.Close()
+		}
 		return 0, fmt.Errorf("%w: %w", errXZNotStarted, err)
 	}
-	// The limits are set before the program has any input, so before it
-	// can write a byte. No core file when the size limit stops it.
+	// The limits are set before a piped program has any input, so before
+	// it can write a byte. A program reading a file directly could in
+	// theory write a buffer or two in the microseconds before; the kernel
+	// stops every later write past the cap whatever came before, and the
+	// size is checked again at the end. No core file when the limit stops
+	// the program.
 	pid := cmd.Process.Pid
-	err = unix.Prlimit(pid, unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: uint64(limit), Max: uint64(limit)}, nil)
+	err := unix.Prlimit(pid, unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: uint64(limit), Max: uint64(limit)}, nil)
 	if err == nil {
 		err = unix.Prlimit(pid, unix.RLIMIT_CORE, &unix.Rlimit{}, nil)
 	}
 	if err != nil {
 		_ = cmd.Process.Kill()
-		stdin.Close()
+		if stdin != nil {
+			stdin.Close()
+		}
 		werr := cmd.Wait()
 		return 0, fmt.Errorf("the xz program stopped before it could be limited: %w (%v)", err, werr)
 	}
@@ -178,12 +200,16 @@ func (o *config) runXZ(ctx context.Context, path string, r io.Reader, spool *os.
 	// Feed the compressed bytes, at most MaxSize of them (spool's drain
 	// tells a longer source apart).
 	fed := make(chan error, 1)
-	go func() {
-		src := &readErrReader{r: io.LimitReader(r, o.maxSize+1)}
-		_, _ = io.Copy(stdin, src) // a failed write means the program has gone, which Wait tells about
-		stdin.Close()
-		fed <- src.err
-	}()
+	if direct {
+		fed <- nil
+	} else {
+		go func() {
+			src := &readErrReader{r: io.LimitReader(r, o.maxSize+1)}
+			_, _ = io.Copy(stdin, src) // a failed write means the program has gone, which Wait tells about
+			stdin.Close()
+			fed <- src.err
+		}()
+	}
 
 	// Watch the free space and the context while the program writes.
 	var stopped error // why the watch stopped the program; read after done is closed
@@ -199,6 +225,11 @@ func (o *config) runXZ(ctx context.Context, path string, r io.Reader, spool *os.
 			case <-ctx.Done():
 				stopped = ctx.Err()
 			case <-tick.C:
+				if direct && o.Progress != nil {
+					if pos, ok := inputPosition(pid); ok {
+						o.Progress(pos, progressTotal)
+					}
+				}
 				avail, err := o.freeSpace(o.tempDir())
 				switch {
 				case err != nil:
@@ -234,10 +265,29 @@ func (o *config) runXZ(ctx context.Context, path string, r io.Reader, spool *os.
 	if err != nil {
 		return 0, fmt.Errorf("spooling the decompressed image: %w", err)
 	}
-	if st.Size() > limit { // the kernel's limit makes this impossible
+	if st.Size() > limit {
 		return 0, o.capError()
 	}
+	if direct && o.Progress != nil {
+		o.Progress(progressTotal, progressTotal) // the program read it all
+	}
 	return st.Size(), nil
+}
+
+// inputPosition reads the position of process pid in its standard input
+// from /proc.
+func inputPosition(pid int) (int64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/0", pid))
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "pos:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
 
 // xzFailure is the error of an xz run that ended with werr, having printed

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/source"
 )
@@ -417,4 +418,39 @@ func TestXZProgramStoppedMidStream(t *testing.T) {
 		}
 		assertEmpty(t, tmp)
 	})
+}
+
+// TestXZProgramReadsALocalFile: the xz program reads a local xz file
+// itself while the file is hashed alongside: the image, the digest of the
+// file as given, a Checksum that does not match, the progress up to the
+// whole file, and on a second open the digest from the cache.
+func TestXZProgramReadsALocalFile(t *testing.T) {
+	source.SetXZProgram(t, needXZ(t))
+	isolateCache(t)
+	data := imageBytes(5<<20 + 7)
+	compressed := xzBytes(t, data)
+	path := writeFile(t, t.TempDir(), "disk.raw.xz", compressed)
+	var lastDone, lastTotal int64
+	img := mustOpen(t, path, source.Options{TempDir: t.TempDir(), Progress: func(done, total int64) { lastDone, lastTotal = done, total }})
+	if img.Digest != digestOf(compressed) || img.OriginalSize != int64(len(compressed)) || img.Wrapper != convert.WrapperXZ {
+		t.Errorf("digest %s, original size %d, wrapper %s", img.Digest, img.OriginalSize, img.Wrapper)
+	}
+	if !bytes.Equal(readAll(t, img), data) {
+		t.Error("decoded bytes differ")
+	}
+	if lastDone != int64(len(compressed)) || lastTotal != int64(len(compressed)) {
+		t.Errorf("last progress %d/%d, want %d/%d", lastDone, lastTotal, len(compressed), len(compressed))
+	}
+	hits := source.CacheHits()
+	again := mustOpen(t, path, source.Options{TempDir: t.TempDir()})
+	if again.Digest != img.Digest || source.CacheHits() != hits+1 {
+		t.Errorf("second open: digest %s, cache hits %d -> %d", again.Digest, hits, source.CacheHits())
+	}
+	tmp := t.TempDir()
+	_, err := source.Open(t.Context(), path, source.Options{TempDir: tmp, Checksum: digestOf([]byte("another file"))})
+	var ce *source.ChecksumError
+	if !errors.As(err, &ce) || ce.Got != img.Digest {
+		t.Errorf("a wrong checksum: %v", err)
+	}
+	assertEmpty(t, tmp)
 }
