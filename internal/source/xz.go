@@ -89,10 +89,12 @@ const xzSpaceLook = 10 * time.Millisecond
 // spoolXZ decodes the xz stream r with the xz program at path straight into
 // a sparse temporary file, the spool: about as fast as `xz -dc > FILE`, since
 // the decompressed bytes never cross a pipe (through a pipe, the program
-// spends more time writing than decoding zeros), and faster than
-// `xz -dc` on multi-block files, which it decodes with a thread per core.
-// The original bytes reach the program through r, so they pass the hasher
-// as any source's do.
+// spends more time writing than decoding zeros), and faster than `xz -dc` on
+// multi-block files, which it decodes with a thread per core. A stream r is
+// fed to the program through a pipe, so its bytes pass the hasher as any
+// source's do; a local *os.File r at offset 0 is the program's standard
+// input itself, read as `xz -dc FILE` reads it, and Options.Progress follows
+// the program's position in it (the caller hashes the file alongside).
 //
 // The bounds on untrusted input are those of any spool:
 //   - MaxSize and MaxSpool: the program runs under a file size limit
@@ -106,11 +108,9 @@ const xzSpaceLook = 10 * time.Millisecond
 //     than pass xz's default memory limit for threads.
 //
 // XZ_DEFAULTS and XZ_OPT are cleared, so the user's settings for compression
-// cannot change decoding. When r is a local *os.File at offset 0, the
-// program reads it itself, as `xz -dc FILE` would, and Options.Progress
-// follows the program's position in it. The spool then gets holes for its 4 KiB blocks of
-// zeros (punchZeroBlocks), as convert.Spool leaves them, so the image is
-// the same whichever decoder made it.
+// cannot change decoding. The spool then gets holes for its 4 KiB blocks of
+// zeros (punchZeroBlocks), as convert.Spool leaves them, so the image is the
+// same whichever decoder made it.
 func (o *config) spoolXZ(ctx context.Context, path string, r io.Reader) (*Image, error) {
 	dir := o.tempDir()
 	avail, err := o.freeSpace(dir)
