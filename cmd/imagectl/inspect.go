@@ -51,10 +51,7 @@ config names another platform than the index says, is rejected. With
 A downloaded or compressed raw image is read once, through the digest and
 format detection, and never written to disk; a downloaded or compressed
 qcow2 image is copied to a sparse temporary file in --temp-dir first (its
-tables may be anywhere in the file), within --max-spool. So is an xz image
-when the system's xz program decodes it: xz writes the sparse file itself,
-which costs disk for the image's data and is much faster than reading its
-output through a pipe.
+tables may be anywhere in the file), within --max-spool.
 
 Exit codes: 0 the image is acceptable, 3 it is rejected, 1 other errors.`,
 		Example: `  imagectl inspect disk.qcow2

@@ -20,6 +20,24 @@ import (
 // streams return r (buffered) and WrapperNone. A bzip2 wrapper, or a wrapper
 // inside a wrapper, is rejected. The caller closes the returned reader.
 func Unwrap(r io.Reader) (io.ReadCloser, Wrapper, error) {
+	return UnwrapWith(r, UnwrapOptions{})
+}
+
+// UnwrapOptions tune UnwrapWith. The zero value uses the built-in decoders.
+type UnwrapOptions struct {
+	// XZ, when set, decodes xz streams instead of the pure-Go decoder
+	// (github.com/ulikunitz/xz), which is several times slower than liblzma:
+	// internal/source runs the system's xz program with it. It is given the
+	// stream from its first byte and returns the decompressed bytes. Its
+	// reader must fail on a corrupt or truncated stream, never end it early
+	// as if it were complete, and its Close must stop the work and release
+	// what it holds. It returns a nil reader, having read nothing, to leave
+	// the stream to the built-in decoder (when the program cannot start).
+	XZ func(compressed io.Reader) io.ReadCloser
+}
+
+// UnwrapWith is Unwrap with options.
+func UnwrapWith(r io.Reader, opts UnwrapOptions) (io.ReadCloser, Wrapper, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	head, err := br.Peek(8)
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -45,6 +63,11 @@ func Unwrap(r io.Reader) (io.ReadCloser, Wrapper, error) {
 		}
 		inner = zr.IOReadCloser()
 	case WrapperXZ:
+		if opts.XZ != nil {
+			if inner = opts.XZ(br); inner != nil {
+				break
+			}
+		}
 		xr, err := xz.NewReader(br)
 		if err != nil {
 			return nil, w, reject.New(reject.Wrapper, "the xz header is invalid: %v", err)

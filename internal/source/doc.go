@@ -55,12 +55,14 @@
 // An xz stream is decoded by the system's xz program when there is one in
 // PATH, several times faster than the pure-Go decoder used otherwise, and
 // the program writes the spool itself (see spoolXZ): the original bytes
-// still pass through the hasher on their way to it, the spool cap is the
-// program's file size limit, and the spool gets the holes any spool gets.
-// Such an image is always spooled, even with Options.StreamRaw: xz writing
-// a sparse file costs little more than xz writing nothing, while reading its
-// output through a pipe costs a sixth more time. Both decoders reject a
-// truncated or corrupt stream, and garbage after it.
+// still pass through the hasher on their way to it (or, for a local file,
+// alongside), the spool cap is the program's file size limit, and the spool
+// gets the holes any spool gets. The decompressed bytes never cross a pipe,
+// which would cost a sixth more time than the decoding. With
+// Options.StreamRaw, which must write nothing, the program's output is read
+// through a pipe instead (startXZ) and counted and capped like any
+// decoder's. Both decoders reject a truncated or corrupt stream, and
+// garbage after it.
 //
 // # What is spooled, when
 //
@@ -68,7 +70,7 @@
 // access (its tables and clusters may be anywhere), so it is always spooled.
 // Anything else is raw or a format detection rejects from its first 64 KiB
 // and last 512 bytes; with Options.StreamRaw (imagectl inspect) it is not
-// spooled at all (unless the xz program decodes it, above): the head and the last 64 KiB are kept in memory, the size
+// spooled at all: the head and the last 64 KiB are kept in memory, the size
 // and the non-zero 4 KiB blocks are counted, and the Image's ReaderAt serves
 // those two ends only (ErrNotSpooled in between). Without StreamRaw (convert
 // and import, which read every byte again) it is spooled. A spool leaves 4 KiB

@@ -101,7 +101,7 @@ func openLocal(ctx context.Context, f *os.File, path string, o *config) (*Image,
 
 // spool decompresses a wrapped file into a spooled copy.
 func (l *localFile) spool(ctx context.Context, o *config) (*Image, error) {
-	if path := xzProgram(); path != "" && l.wrapper == convert.WrapperXZ {
+	if path := xzProgram(); path != "" && l.wrapper == convert.WrapperXZ && !o.StreamRaw {
 		img, err := l.spoolXZ(ctx, o, path)
 		if !errors.Is(err, errXZNotStarted) {
 			return img, err

@@ -49,8 +49,7 @@ type Options struct {
 	// the last 64 KiB are kept, which is all the disk engine's format
 	// detection reads of a raw image. The Image then has Streamed set and
 	// its ReaderAt returns ErrNotSpooled for the bytes in between. A qcow2
-	// image is spooled as usual, and so is an image the xz program decodes,
-	// which it writes faster to a sparse file than to a pipe. MaxSpool still applies, so a streamed image
+	// image is spooled as usual. MaxSpool still applies, so a streamed image
 	// gets the verdict a spooled one would. inspect uses it; convert and
 	// import, which read every byte of the image again, do not.
 	StreamRaw bool
@@ -337,7 +336,7 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 	br := bufio.NewReaderSize(src, 64<<10)
 	var img *Image
 	var err error
-	if path := xzProgram(); path != "" && startsXZ(br) {
+	if path := xzProgram(); path != "" && startsXZ(br) && !o.StreamRaw {
 		img, err = o.spoolXZ(ctx, path, br)
 		if errors.Is(err, errXZNotStarted) {
 			o.log.Debug("xz did not start; decoding in Go", "program", path, "error", err)
@@ -380,10 +379,19 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 	return img, nil
 }
 
-// unwrap decodes r with convert.Unwrap, then spools or (Options.StreamRaw,
-// not qcow2) streams the image.
-func (o *config) unwrap(ctx context.Context, r io.Reader, total int64) (*Image, error) {
-	unwrapped, wrapper, err := convert.Unwrap(r)
+// unwrap decodes r with convert.Unwrap (xz through the xz program's pipe,
+// when there is one), then spools or (Options.StreamRaw, not qcow2) streams
+// the image.
+func (o *config) unwrap(ctx context.Context, r io.Reader, total int64) (img *Image, err error) {
+	var xz *xzReader // the xz program decoding r, if one is
+	defer func() {
+		// The program's own failure surfaces from convert as a corrupt
+		// stream; report what actually happened.
+		if err != nil && xz != nil && xz.toolErr != nil {
+			img, err = nil, xz.toolErr
+		}
+	}()
+	unwrapped, wrapper, err := convert.UnwrapWith(r, convert.UnwrapOptions{XZ: o.xzDecoder(&xz)})
 	if err != nil {
 		return nil, err
 	}
@@ -508,6 +516,25 @@ func drain(src *sourceReader, limit int64) error {
 		}
 	}
 	return nil
+}
+
+// xzDecoder is the xz decoder for convert.UnwrapOptions: the xz program
+// through a pipe when there is one (startXZ), else nil for the pure-Go
+// decoder. *started is set to the program's reader when it starts.
+func (o *config) xzDecoder(started **xzReader) func(io.Reader) io.ReadCloser {
+	path := xzProgram()
+	if path == "" {
+		return nil
+	}
+	return func(r io.Reader) io.ReadCloser {
+		x := startXZ(path, r)
+		if x == nil {
+			o.log.Debug("xz did not start; decoding in Go", "program", path)
+			return nil
+		}
+		*started = x
+		return x
+	}
 }
 
 // sourceReader counts, hashes and reports the original bytes as they are
