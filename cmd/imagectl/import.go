@@ -36,11 +36,6 @@ type importOptions struct {
 	quiet        bool
 }
 
-// cdiMinLayerSize is the smallest compressed layer CDI's importer reads: it
-// peeks at the first 512 bytes of a layer to detect its format, and fails
-// ("could not process image header: unexpected EOF") on a shorter one.
-const cdiMinLayerSize = 512
-
 func newImportCmd(g *globalOptions) *cobra.Command {
 	o := &importOptions{globalOptions: g}
 	cmd := &cobra.Command{
@@ -173,11 +168,6 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	if len(result.ReplacedIndex) > 0 {
 		fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s held an image index of %s; it now holds only this %s image (--append adds an image to the index)\n",
 			result.Reference, strings.Join(result.ReplacedIndex, ", "), result.Platform)
-	}
-	if result.LayerSize < cdiMinLayerSize {
-		// Not an error: other clients read the image; CDI cannot.
-		fmt.Fprintf(cmd.ErrOrStderr(), "warning: the layer is %d bytes; CDI's importer (releases up to v1.66) cannot import a layer under %d bytes, so no hub will import this image; a disk with data in it makes a larger layer\n",
-			result.LayerSize, cdiMinLayerSize)
 	}
 	if o.append && !o.quiet && !o.out.machine() {
 		fmt.Fprintf(cmd.ErrOrStderr(), "%s image %s is in the index, which holds %s\n", result.Platform, result.ImageDigest, strings.Join(result.Platforms, ", "))

@@ -9,7 +9,9 @@
 // klauspost/pgzip otherwise), zstd or not at all. The bytes depend only on
 // the disk and the compression: fixed tar headers, no timestamps, and
 // compressors that cut their input into fixed blocks, so the same source
-// gives the same layer digest whatever the machine's concurrency.
+// gives the same layer digest whatever the machine's concurrency. No layer
+// is shorter than the 512 bytes CDI's importer reads to detect its format:
+// a gzip layer that would be gets a padded header.
 //
 // OpenLayer reads a layer as it streams in and checks its shape up to the
 // disk's first byte; a layer that is not a containerDisk is a

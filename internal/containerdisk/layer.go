@@ -47,13 +47,14 @@ func (c Compression) MediaType() string {
 }
 
 // Compressor names the implementation that decides the compressed bytes:
-// the gzip compressor this binary was built with (GzipImplementation) for
-// gzip, the zstd layout for zstd, "" otherwise. Two builds with different
-// compressors give different layers for the same disk.
+// for gzip the compressor this binary was built with (GzipImplementation)
+// and the padding of small layers, for zstd its layout, "" otherwise. Two
+// builds with different compressors give different layers for the same
+// disk.
 func (c Compression) Compressor() string {
 	switch c {
 	case CompressionGzip:
-		return GzipImplementation
+		return GzipImplementation + "+" + gzipPadding
 	case CompressionZstd:
 		return zstdEncoding
 	}
@@ -145,6 +146,9 @@ func (c *countingHash) digest() string { return fmt.Sprintf("sha256:%x", c.h.Sum
 // uncompressed tar. The layer is deterministic: the same disk and
 // compression give the same bytes whatever the concurrency and write
 // sizes (fixed tar headers, no timestamps, block-parallel compressors).
+// No layer is shorter than the 512 bytes CDI's importer reads before it
+// knows the format: a gzip layer that would be is padded in its header
+// (gzipPadder), which leaves the tar and so the diff ID unchanged.
 func WriteLayer(ctx context.Context, sink io.Writer, disk Payload, comp Compression, tee io.Writer) (LayerInfo, error) {
 	blob := newCountingHash()
 	out := io.MultiWriter(sink, blob)
@@ -171,8 +175,16 @@ func WriteLayer(ctx context.Context, sink io.Writer, disk Payload, comp Compress
 func compressor(out io.Writer, comp Compression) (io.WriteCloser, error) {
 	switch comp {
 	case CompressionGzip:
-		return newGzipWriter(out)
+		pad := newGzipPadder(out)
+		zw, err := newGzipWriter(pad)
+		if err != nil {
+			return nil, err
+		}
+		return paddedGzip{Writer: zw, zw: zw, pad: pad}, nil
 	case CompressionZstd:
+		// The lead frame alone is over 1 KiB: no zstd layer is shorter
+		// than CDI's peek (cdiPeekSize), nor is an uncompressed one (the
+		// tar is at least 2 KiB).
 		return newZstdWriter(out), nil
 	}
 	return nopWriteCloser{out}, nil

@@ -32,6 +32,11 @@ const (
 )
 
 // decompressLayer returns the tar stream of a layer of the given media type.
+// A gzip member's header costs what its fields hold, within limits the
+// reader sets: FEXTRA at most 64 KiB (its length is 16 bits; imagectl's
+// own small layers carry 500 bytes of it, see gzipPadder), a name or
+// comment at most 512 bytes; every member is read in turn, so a tenant's
+// headers cost no more memory than the largest of them.
 func decompressLayer(mt string, r io.Reader) (io.ReadCloser, error) {
 	switch mt {
 	case ocispec.MediaTypeImageLayerGzip, dockerLayerGzip:

@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -225,5 +227,113 @@ func TestCheckReadsOnlyTheHead(t *testing.T) {
 	rep, err := c.CheckContainerDisk(t.Context(), ref)
 	if err != nil || rep.Verdict != api.VerdictAccepted || rep.Checked != api.CheckedHeader || rep.VirtualSize != 64<<20 {
 		t.Fatalf("check: %+v, %v", rep, err)
+	}
+}
+
+// emptyDisk opens an all-zero raw disk of size bytes, whose layers are
+// as small as layers get.
+func emptyDisk(t *testing.T, size int64) testSrc {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "empty.raw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	img, err := convert.Open(f, size, convert.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return testSrc{Image: img, Digest: "sha256:" + strings.Repeat("cd", 32)}
+}
+
+// TestCheckAndExtractAcceptAPaddedGzipLayer: an empty disk's gzip layer,
+// padded to CDI's 512 bytes in its header, is accepted by the checks the
+// hub runs before an import and extracts to the disk with its diff ID.
+func TestCheckAndExtractAcceptAPaddedGzipLayer(t *testing.T) {
+	host := testRegistry(t)
+	c := testClient(t)
+	src := emptyDisk(t, 1<<30)
+	res, err := c.Import(t.Context(), mustTag(t, host+"/acme/empty:1"), src.disk(t, containerdisk.Options{}), src, ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.LayerSize < 512 {
+		t.Fatalf("the layer is %d bytes", res.LayerSize)
+	}
+	ref, err := c.ParseReference(res.Pinned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := c.CheckContainerDisk(t.Context(), ref)
+	if err != nil || rep.Verdict != api.VerdictAccepted || rep.LayerSize != res.LayerSize || rep.VirtualSize != 1<<30 || rep.DiskFormat != "qcow2" {
+		t.Fatalf("check: %+v, %v", rep, err)
+	}
+	var got bytes.Buffer
+	ext, err := c.ExtractDisk(t.Context(), ref, &got, ExtractOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, _, want := pullDisk(t, res.Pinned)
+	if !bytes.Equal(got.Bytes(), want) || ext.Format != "qcow2" {
+		t.Errorf("extracted %d bytes (%+v), want the layer's %d", got.Len(), ext, len(want))
+	}
+}
+
+// TestCheckAndExtractRejectGarbageBehindAPaddedHeader: a gzip layer whose
+// header is padded like imagectl's (a 512-byte header of FEXTRA) but whose
+// data is not deflate, or whose FEXTRA says more than the blob holds, is
+// rejected as an invalid layer, and a 64 KiB FEXTRA (the most its length
+// can say) with a valid tar behind it is read like any other.
+func TestCheckAndExtractRejectGarbageBehindAPaddedHeader(t *testing.T) {
+	host := testRegistry(t)
+	c := testClient(t)
+	good := makeTar(t, diskDirEntry(), diskFileEntry(rawDisk(4096)))
+	withExtra := func(extra int, data []byte) []byte {
+		var b bytes.Buffer
+		zw := gzip.NewWriter(&b)
+		zw.Extra = make([]byte, extra)
+		zw.Write(data)
+		zw.Close()
+		return b.Bytes()
+	}
+	padded := withExtra(500, good)
+	garbage := append(append([]byte(nil), padded[:512]...), bytes.Repeat([]byte{0xff}, 4096)...)
+	short := append(append([]byte(nil), padded[:10]...), 0xf4, 0x01, 'I', 'P')
+	for name, tc := range map[string]struct {
+		blob   []byte
+		reject bool
+	}{
+		"garbage behind the header": {garbage, true},
+		"FEXTRA past the end":       {short, true},
+		"64 KiB FEXTRA":             {withExtra(65535, good), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ref := pushLayers(t, host+"/acme/padded:"+strings.ReplaceAll(name, " ", "-"), nil, static.NewLayer(tc.blob, types.OCILayer))
+			rep, err := c.CheckContainerDisk(t.Context(), ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.reject {
+				if rep.Verdict != api.VerdictRejected || len(rep.Reasons) != 1 || rep.Reasons[0].Code != string(reject.InvalidLayer) {
+					t.Errorf("check: verdict %s, reasons %+v; want %s", rep.Verdict, rep.Reasons, reject.InvalidLayer)
+				}
+				_, err = c.ExtractDisk(t.Context(), ref, &bytes.Buffer{}, ExtractOptions{})
+				if se := reject.As(err); se == nil || se.Reason != reject.InvalidLayer {
+					t.Errorf("extract: %v; want a %s rejection", err, reject.InvalidLayer)
+				}
+				return
+			}
+			if rep.Verdict != api.VerdictAccepted {
+				t.Errorf("check: %+v", rep)
+			}
+			var got bytes.Buffer
+			// The static layer's diff ID is its blob digest: only the disk matters here.
+			if _, err := c.ExtractDisk(t.Context(), ref, &got, ExtractOptions{}); (err != nil && !strings.Contains(err.Error(), "diff ID")) || !bytes.Equal(got.Bytes(), rawDisk(4096)) {
+				t.Errorf("extract: %d bytes, %v", got.Len(), err)
+			}
+		})
 	}
 }
