@@ -50,3 +50,11 @@ func SetFreeSpaceFunc(t testing.TB, free func(dir string) (int64, error)) {
 	freeSpaceHook = free
 	t.Cleanup(func() { freeSpaceHook = old })
 }
+
+// FailXZLimit makes setting the xz program's limits fail with err until the
+// test ends, as a user's own lower hard limit would for a non-root user.
+func FailXZLimit(t testing.TB, err error) {
+	old := limitXZ
+	limitXZ = func(int, int64) error { return err }
+	t.Cleanup(func() { limitXZ = old })
+}

@@ -142,8 +142,9 @@ func (o *config) spoolXZ(ctx context.Context, path string, r io.Reader) (*Image,
 	return img, nil
 }
 
-// errXZNotStarted is runXZ's error when the program did not start, having
-// read nothing: the Go decoder can still take the stream.
+// errXZNotStarted is runXZ's error when the program did not start or could
+// not be limited, having read nothing: another decoder can still take the
+// stream.
 var errXZNotStarted = errors.New("the xz program did not start")
 
 // runXZ runs the xz program at path with r as its input and the empty file
@@ -184,17 +185,16 @@ func (o *config) runXZ(ctx context.Context, path string, r io.Reader, spool *os.
 	// size is checked again at the end. No core file when the limit stops
 	// the program.
 	pid := cmd.Process.Pid
-	err := unix.Prlimit(pid, unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: uint64(limit), Max: uint64(limit)}, nil)
-	if err == nil {
-		err = unix.Prlimit(pid, unix.RLIMIT_CORE, &unix.Rlimit{}, nil)
-	}
-	if err != nil {
+	if err := limitXZ(pid, limit); err != nil {
+		// E.g. a user's own hard limit below the cap, which only root may
+		// raise. The program has read nothing yet: the pipe decoder, which
+		// counts the cap itself, takes the stream.
 		_ = cmd.Process.Kill()
 		if stdin != nil {
 			stdin.Close()
 		}
-		werr := cmd.Wait()
-		return 0, fmt.Errorf("the xz program stopped before it could be limited: %w (%v)", err, werr)
+		_ = cmd.Wait()
+		return 0, fmt.Errorf("%w: limiting its file size: %w", errXZNotStarted, err)
 	}
 
 	// Feed the compressed bytes, at most MaxSize of them (spool's drain
@@ -272,6 +272,16 @@ func (o *config) runXZ(ctx context.Context, path string, r io.Reader, spool *os.
 		o.Progress(progressTotal, progressTotal) // the program read it all
 	}
 	return st.Size(), nil
+}
+
+// limitXZ sets the file size limit of the xz program pid to limit bytes,
+// and its core file limit to 0; tests replace it.
+var limitXZ = func(pid int, limit int64) error {
+	err := unix.Prlimit(pid, unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: uint64(limit), Max: uint64(limit)}, nil)
+	if err == nil {
+		err = unix.Prlimit(pid, unix.RLIMIT_CORE, &unix.Rlimit{}, nil)
+	}
+	return err
 }
 
 // inputPosition reads the position of process pid in its standard input

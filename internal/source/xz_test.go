@@ -458,3 +458,28 @@ func TestXZProgramReadsALocalFile(t *testing.T) {
 	}
 	assertEmpty(t, tmp)
 }
+
+// TestXZProgramUnlimitable: when the xz program's file size limit cannot
+// be set (a non-root user whose own hard limit is lower than the cap), the
+// stream is decoded through the program's pipe instead, which counts the
+// cap itself: a file and a stream decode as before, and a bomb is still
+// rejected at the cap, leaving nothing behind.
+func TestXZProgramUnlimitable(t *testing.T) {
+	source.SetXZProgram(t, needXZ(t))
+	isolateCache(t)
+	source.FailXZLimit(t, syscall.EPERM)
+	data := imageBytes(3<<20 + 5)
+	compressed := xzBytes(t, data)
+	path := writeFile(t, t.TempDir(), "disk.xz", compressed)
+	if got := readAll(t, mustOpen(t, path, source.Options{TempDir: t.TempDir()})); !bytes.Equal(got, data) {
+		t.Error("a local file: decoded bytes differ")
+	}
+	source.SetStdin(t, bytes.NewReader(compressed))
+	if got := readAll(t, mustOpen(t, "-", source.Options{TempDir: t.TempDir()})); !bytes.Equal(got, data) {
+		t.Error("stdin: decoded bytes differ")
+	}
+	out, err := openOutcome(t, path, source.Options{MaxSpool: 1 << 20})
+	if out.reason != reject.SpoolLimit {
+		t.Errorf("over the spool cap: %v, want a %s rejection", err, reject.SpoolLimit)
+	}
+}
