@@ -106,7 +106,7 @@ func (l *localFile) spool(ctx context.Context, o *config) (*Image, error) {
 		if !errors.Is(err, errXZNotStarted) {
 			return img, err
 		}
-		o.log.Debug("xz did not start; decoding in Go", "program", path, "error", err)
+		o.log.Debug("xz could not read the file itself; decoding the stream", "program", path, "error", err)
 	}
 	_ = unix.Fadvise(int(l.f.Fd()), 0, 0, unix.FADV_SEQUENTIAL)
 	img, err := o.spool(ctx, io.NewSectionReader(l.f, 0, l.st.Size()), l.st.Size(), l.cached)
@@ -119,9 +119,6 @@ func (l *localFile) spool(ctx context.Context, o *config) (*Image, error) {
 	return img, nil
 }
 
-// inPlace uses an unwrapped file as it is, with its digest from the cache,
-// hashed now, hashed in the background (DeferDigest) or not at all
-// (SkipDigest).
 // spoolXZ decodes an xz file with the xz program at path, which reads the
 // file itself, as `xz -dc FILE` does, while the file is hashed alongside
 // unless the digest cache knows it. The program gets a file description of
@@ -178,6 +175,9 @@ func (l *localFile) spoolXZ(ctx context.Context, o *config, path string) (*Image
 	return img, nil
 }
 
+// inPlace uses an unwrapped file as it is, with its digest from the cache,
+// hashed now, hashed in the background (DeferDigest) or not at all
+// (SkipDigest).
 func (l *localFile) inPlace(ctx context.Context, o *config) (*Image, error) {
 	f, size := l.f, l.st.Size()
 	var digest string
