@@ -16,14 +16,16 @@ import (
 // This file holds the xz program's second use: decoding through a pipe for
 // Options.StreamRaw (imagectl inspect), which must write nothing to the
 // temporary directory, so that a decompression bomb is judged without the
-// disk it would fill. It costs more time than spoolXZ, since the program
-// writes every decompressed byte into the pipe.
+// disk it would fill, and wherever spoolXZ cannot limit the program. It
+// costs more time than spoolXZ, since the program writes every decompressed
+// byte into the pipe.
 
 // startXZ decodes the xz stream compressed with the program at path
 // through a pipe, which is several times faster than the pure-Go decoder
 // (about a sixth slower than `xz -dc > /dev/null` on a single-block file,
-// and faster on multi-block files, which it decodes with a thread per core). It returns nil, having read nothing, when the program
-// does not start, and the caller decodes the stream itself.
+// and faster on multi-block files, which it decodes with a thread per
+// core). It returns nil, having read nothing, when the program does not
+// start, and the caller decodes the stream itself.
 //
 // The compressed bytes are fed to the program's standard input from a
 // goroutine of its own; the decompressed bytes are read from its standard
