@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -53,16 +54,30 @@ func Binary(t testing.TB, name string) string {
 	return path
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago. Another process may take
-// it before the component binds it, which is why starts are retried.
+// handedOut holds every port freePort has returned in this process: the kernel may offer a
+// port again once its listener is closed, and a port reserved for a component that starts later
+// (a syncer's health port, reserved before the registry that must know its webhook) would then
+// go to a second component.
+var handedOut sync.Map // int -> struct{}
+
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago and that no earlier call in
+// this process returned. Another process may take it before the component binds it, which is
+// why starts are retried.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("finding a free port: %v", err)
+	for range 1000 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("finding a free port: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if _, taken := handedOut.LoadOrStore(port, struct{}{}); !taken {
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("finding a free port: every port offered was handed out before")
+	return 0
 }
 
 // proc is one run of a component's binary, its stdout and stderr appended to a log file.
