@@ -158,24 +158,8 @@ func (v virtController) reportStatus(ns, name string, status kubevirtv1.VirtualM
 // stored as created).
 func (v virtController) startInstance(vm *kubevirtv1.VirtualMachine, node, ip string) {
 	v.t.Helper()
-	vmi := &kubevirtv1.VirtualMachineInstance{
-		ObjectMeta: metav1.ObjectMeta{Namespace: vm.Namespace, Name: vm.Name, Labels: vm.Spec.Template.ObjectMeta.Labels},
-		Spec:       vm.Spec.Template.Spec,
-		Status: kubevirtv1.VirtualMachineInstanceStatus{
-			Phase: kubevirtv1.Running, NodeName: node,
-			Interfaces: []kubevirtv1.VirtualMachineInstanceNetworkInterface{{Name: "default", IP: ip}},
-		},
-	}
-	if err := v.c.Create(v.t.Context(), vmi); err != nil {
+	if err := v.c.Create(v.t.Context(), harness.RunningInstance(vm, node, ip, false)); err != nil {
 		v.t.Fatalf("starting the instance of VM %s/%s: %v", vm.Namespace, vm.Name, err)
-	}
-}
-
-// readyStatus is the status virt-controller reports of a running VM.
-func readyStatus() kubevirtv1.VirtualMachineStatus {
-	return kubevirtv1.VirtualMachineStatus{
-		PrintableStatus: kubevirtv1.VirtualMachineStatusRunning, Ready: true, Created: true,
-		Conditions: []kubevirtv1.VirtualMachineCondition{{Type: kubevirtv1.VirtualMachineReady, Status: corev1.ConditionTrue}},
 	}
 }
 

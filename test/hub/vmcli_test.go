@@ -17,6 +17,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/vmlaunch"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
+	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
 )
 
@@ -246,7 +247,7 @@ func TestWaitReadyReportsWhatKubeVirtLastSaid(t *testing.T) {
 
 	// Scheduled and running: Ready.
 	vc.startInstance(web, "node-1", "10.0.0.7")
-	vc.reportStatus("acme", "web", readyStatus())
+	vc.reportStatus("acme", "web", harness.RunningVMStatus())
 	var seen []string
 	s, err := waitBriefly("web", func(status string) { seen = append(seen, status) })
 	if err != nil || s.Instance == nil || s.Instance.Status.NodeName != "node-1" || !slices.Equal(seen, []string{"Running"}) {

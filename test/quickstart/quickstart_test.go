@@ -17,9 +17,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -248,15 +246,7 @@ func playVirtController(ctx context.Context, t *testing.T, c client.Client, key 
 				fail(err)
 				return
 			}
-			vmi := &kubevirtv1.VirtualMachineInstance{
-				ObjectMeta: metav1.ObjectMeta{Namespace: vm.Namespace, Name: vm.Name, Labels: vm.Spec.Template.ObjectMeta.Labels},
-				Spec:       vm.Spec.Template.Spec,
-				Status: kubevirtv1.VirtualMachineInstanceStatus{
-					Phase: kubevirtv1.Running, NodeName: "node-quickstart",
-					Interfaces: []kubevirtv1.VirtualMachineInstanceNetworkInterface{{Name: "default", IP: "10.0.0.7"}},
-					Conditions: []kubevirtv1.VirtualMachineInstanceCondition{{Type: kubevirtv1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionTrue}},
-				},
-			}
+			vmi := harness.RunningInstance(&vm, "node-quickstart", "10.0.0.7", true)
 			if err := c.Create(ctx, vmi); err != nil {
 				fail(fmt.Errorf("creating its instance: %w", err))
 				return
@@ -265,10 +255,7 @@ func playVirtController(ctx context.Context, t *testing.T, c client.Client, key 
 				if err := c.Get(ctx, key, &vm); err != nil {
 					return err
 				}
-				vm.Status = kubevirtv1.VirtualMachineStatus{
-					PrintableStatus: kubevirtv1.VirtualMachineStatusRunning, Ready: true, Created: true,
-					Conditions: []kubevirtv1.VirtualMachineCondition{{Type: kubevirtv1.VirtualMachineReady, Status: corev1.ConditionTrue}},
-				}
+				vm.Status = harness.RunningVMStatus()
 				return c.Status().Update(ctx, &vm)
 			})
 			if err != nil {

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -277,14 +276,5 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 // reported live-migratable.
 func virtControllerStartsInstance(t *testing.T, h *testHub, vm *kubevirtv1.VirtualMachine) {
 	t.Helper()
-	vmi := &kubevirtv1.VirtualMachineInstance{
-		ObjectMeta: metav1.ObjectMeta{Namespace: vm.Namespace, Name: vm.Name, Labels: vm.Spec.Template.ObjectMeta.Labels},
-		Spec:       vm.Spec.Template.Spec,
-		Status: kubevirtv1.VirtualMachineInstanceStatus{
-			Phase: kubevirtv1.Running, NodeName: "node-1",
-			Interfaces: []kubevirtv1.VirtualMachineInstanceNetworkInterface{{Name: "default", IP: "10.0.0.7"}},
-			Conditions: []kubevirtv1.VirtualMachineInstanceCondition{{Type: kubevirtv1.VirtualMachineInstanceIsMigratable, Status: corev1.ConditionTrue}},
-		},
-	}
-	h.Create(t, vmi)
+	h.Create(t, harness.RunningInstance(vm, "node-1", "10.0.0.7", true))
 }

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -112,10 +111,7 @@ func virtControllerReportsReady(t *testing.T, h *testHub, vm *kubevirtv1.Virtual
 	if err := h.Client.Get(t.Context(), client.ObjectKeyFromObject(vm), vm); err != nil {
 		t.Fatal(err)
 	}
-	vm.Status = kubevirtv1.VirtualMachineStatus{
-		PrintableStatus: kubevirtv1.VirtualMachineStatusRunning, Ready: true, Created: true,
-		Conditions: []kubevirtv1.VirtualMachineCondition{{Type: kubevirtv1.VirtualMachineReady, Status: corev1.ConditionTrue}},
-	}
+	vm.Status = harness.RunningVMStatus()
 	if err := h.Client.Status().Update(t.Context(), vm); err != nil {
 		t.Fatalf("reporting VM %s ready: %v", vm.Name, err)
 	}
