@@ -99,10 +99,16 @@ func openLocal(ctx context.Context, f *os.File, path string, o *config) (*Image,
 	return img, nil
 }
 
-// spool decompresses a wrapped file into a spooled copy.
+// spool decompresses a wrapped file into a spooled copy, or reads it
+// through (Options.StreamRaw).
 func (l *localFile) spool(ctx context.Context, o *config) (*Image, error) {
-	if path := xzProgram(); path != "" && l.wrapper == convert.WrapperXZ && !o.StreamRaw {
-		img, err := l.spoolXZ(ctx, o, path)
+	if path := xzProgram(); path != "" && l.wrapper == convert.WrapperXZ {
+		img, err := l.decodeXZ(ctx, o, func(in *os.File) (*Image, error) {
+			if o.StreamRaw {
+				return o.unwrap(ctx, io.NewSectionReader(in, 0, l.st.Size()), l.st.Size(), in)
+			}
+			return o.spoolXZ(ctx, path, in)
+		})
 		if !errors.Is(err, errXZNotStarted) {
 			return img, err
 		}
@@ -119,12 +125,14 @@ func (l *localFile) spool(ctx context.Context, o *config) (*Image, error) {
 	return img, nil
 }
 
-// spoolXZ decodes an xz file with the xz program at path, which reads the
-// file itself, as `xz -dc FILE` does, while the file is hashed alongside
-// unless the digest cache knows it. The program gets a file description of
-// its own (through /proc/self/fd, so the very file opened, whatever its
-// path names now), since hashing moves l.f's offset.
-func (l *localFile) spoolXZ(ctx context.Context, o *config, path string) (*Image, error) {
+// decodeXZ decodes an xz file with the xz program, which reads the file
+// itself, as `xz -dc FILE` does (decode spools or streams it), while the
+// file is hashed alongside unless the digest cache knows it or nothing needs
+// it (Options.SkipDigest). The program
+// gets a file description of its own, in: opened through /proc/self/fd, so
+// it is the very file opened, whatever its path names now; hashing moves
+// l.f's offset.
+func (l *localFile) decodeXZ(ctx context.Context, o *config, decode func(in *os.File) (*Image, error)) (*Image, error) {
 	size := l.st.Size()
 	if size > o.maxSize {
 		return nil, &reject.Error{
@@ -144,15 +152,18 @@ func (l *localFile) spoolXZ(ctx context.Context, o *config, path string) (*Image
 		err    error
 	}
 	digest := make(chan hashed, 1)
-	if l.cached != nil {
+	switch {
+	case l.cached != nil:
 		digest <- hashed{digest: *l.cached}
-	} else {
+	case o.SkipDigest && o.checksum == "":
+		digest <- hashed{} // nothing needs it
+	default:
 		go func() {
 			d, err := hashFile(hctx, l.f, size, nil)
 			digest <- hashed{d, err}
 		}()
 	}
-	img, err := o.spoolXZ(ctx, path, in)
+	img, err := decode(in)
 	if err != nil {
 		cancel()
 		<-digest
@@ -168,7 +179,7 @@ func (l *localFile) spoolXZ(ctx context.Context, o *config, path string) (*Image
 		img.Close()
 		return nil, err
 	}
-	if l.cached == nil {
+	if l.cached == nil && img.Digest != "" {
 		l.remember(img.Digest)
 	}
 	o.log.Debug("opened xz file", "bytes", img.Size, "original_bytes", size, "digest", img.Digest)

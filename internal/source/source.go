@@ -80,8 +80,9 @@ type Options struct {
 	// already reads the image; Image.WaitDigest then gives the digest.
 	DeferDigest bool
 	// SkipDigest lets Open leave Image.Digest empty for an unwrapped local
-	// file, which is then not read at all (inspect and convert do not need
-	// the digest). Other sources are read once anyway and get a digest.
+	// file, which is then not read at all, and for an xz file that the xz
+	// program reads (inspect and convert do not need the digest). Other
+	// sources are read once anyway and get a digest.
 	SkipDigest bool
 	// Progress, when set, is called as source bytes are read during Open's
 	// sequential pass, with the bytes read so far and the total (-1 when
@@ -340,10 +341,10 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 		img, err = o.spoolXZ(ctx, path, br)
 		if errors.Is(err, errXZNotStarted) {
 			o.log.Debug("xz could not write the spool; decoding through a pipe or in Go", "program", path, "error", err)
-			img, err = o.unwrap(ctx, br, total)
+			img, err = o.unwrap(ctx, br, total, nil)
 		}
 	} else {
-		img, err = o.unwrap(ctx, br, total)
+		img, err = o.unwrap(ctx, br, total, nil)
 	}
 	if err != nil {
 		// A failure of the source itself (network, stdin) surfaces from a
@@ -379,10 +380,11 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 	return img, nil
 }
 
-// unwrap decodes r with convert.Unwrap (xz through the xz program's pipe,
-// when there is one), then spools or (Options.StreamRaw, not qcow2) streams
-// the image.
-func (o *config) unwrap(ctx context.Context, r io.Reader, total int64) (img *Image, err error) {
+// unwrap decodes r with convert.Unwrap (xz with the xz program, when there
+// is one: startXZ), then spools or (Options.StreamRaw, not qcow2) streams
+// the image. xzFile, when not nil, is the file r reads, at offset 0, which
+// the xz program then reads itself.
+func (o *config) unwrap(ctx context.Context, r io.Reader, total int64, xzFile *os.File) (img *Image, err error) {
 	var xz *xzReader // the xz program decoding r, if one is
 	defer func() {
 		// The program's own failure surfaces from convert as a corrupt
@@ -391,7 +393,7 @@ func (o *config) unwrap(ctx context.Context, r io.Reader, total int64) (img *Ima
 			img, err = nil, xz.toolErr
 		}
 	}()
-	unwrapped, wrapper, err := convert.UnwrapWith(r, convert.UnwrapOptions{XZ: o.xzDecoder(&xz)})
+	unwrapped, wrapper, err := convert.UnwrapWith(r, convert.UnwrapOptions{XZ: o.xzDecoder(&xz, xzFile)})
 	if err != nil {
 		return nil, err
 	}
@@ -519,15 +521,23 @@ func drain(src *sourceReader, limit int64) error {
 }
 
 // xzDecoder is the xz decoder for convert.UnwrapOptions: the xz program
-// through a pipe when there is one (startXZ), else nil for the pure-Go
-// decoder. *started is set to the program's reader when it starts.
-func (o *config) xzDecoder(started **xzReader) func(io.Reader) io.ReadCloser {
+// when there is one (startXZ), else nil for the pure-Go decoder. The
+// program reads file when it is not nil, and the stream given otherwise.
+// *started is set to the program's reader when it starts.
+func (o *config) xzDecoder(started **xzReader, file *os.File) func(io.Reader) io.ReadCloser {
 	path := xzProgram()
 	if path == "" {
 		return nil
 	}
 	return func(r io.Reader) io.ReadCloser {
-		x := startXZ(path, r)
+		if file != nil {
+			r = file
+		}
+		var progress func(done, total int64)
+		if file != nil {
+			progress = o.Progress // a stream's reader reports it
+		}
+		x := startXZ(path, r, progress)
 		if x == nil {
 			o.log.Debug("xz did not start; decoding in Go", "program", path)
 			return nil

@@ -1,0 +1,221 @@
+package source
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// This file holds the memory file that the xz program decodes into when its
+// output is read rather than spooled (startXZ): an anonymous file in memory
+// (memfd), read just behind the program as it writes, with each range read
+// freed again. Compared with a pipe, the program's writes cost a fraction of
+// the time, and nothing is written to the temporary directory:
+//   - xz writes runs of zeros to a regular file as holes (a seek, no write),
+//     and those are most of a disk image;
+//   - a pipe costs the program a copy and a wake-up of the reader for every
+//     64 KiB to 1 MiB, which on a single-block file measured a sixth of its
+//     decoding time.
+//
+// The bytes the program has written below the file's size are final: it
+// writes front to back and never returns, and the kernel grows the size
+// only after the bytes below it are copied.
+
+// xzRingMax bounds the memory the file holds: when more than this many
+// bytes of the program's output are in memory, not yet read (the reader is
+// slower than the program, e.g. when this process is starved of CPU), the
+// program is stopped (SIGSTOP) until the reader has caught up to half of
+// it. Holes cost no memory and do not count.
+const xzRingMax = 64 << 20
+
+// xzRingPoll is how long the reader waits for the program when it has read
+// all the program has written so far. The program writes a few hundred MB
+// of data per second at most (zeros are holes), so one wait covers well
+// under xzRingMax; waiting longer would cost more at the end, waiting less
+// more wake-ups, both on a CPU the program could use.
+const xzRingPoll = 10 * time.Millisecond
+
+// xzRingFree is how many bytes are read between two frees: each takes the
+// file's lock, which the program's writes need too.
+const xzRingFree = 8 << 20
+
+// xzRing is the memory file the running xz program writes its output to.
+type xzRing struct {
+	fd      int         // this process's own open file description of the file
+	proc    *os.Process // the program
+	off     int64       // the next byte to read
+	punched int64       // bytes below this offset have been freed
+	paused  bool        // the program is stopped for flow control
+	// progress, when set, is called before each wait for the program, and
+	// with exited true once it has exited successfully and all is read.
+	progress func(exited bool)
+
+	exited chan struct{} // closed when the program has exited
+	werr   error         // the program's exit; read after exited is closed
+}
+
+// errNoMemfd is newXZRing's error where anonymous memory files cannot be
+// made (a kernel before 3.17, or a sandbox that forbids memfd_create).
+var errNoMemfd = errors.New("no anonymous memory file for the xz program's output")
+
+// newXZRing makes the memory file and sets it as cmd's standard output.
+// It returns the file for the caller to close once cmd has started, and
+// the ring, which reads through a description of its own: the program's
+// description has the program's offset, which reading must not move.
+func newXZRing(cmd *exec.Cmd) (*os.File, *xzRing, error) {
+	wfd, err := unix.MemfdCreate("imagepipe-xz", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", errNoMemfd, err)
+	}
+	w := os.NewFile(uintptr(wfd), "xz output")
+	rfd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", wfd), unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		w.Close()
+		return nil, nil, fmt.Errorf("%w: reopening it: %w", errNoMemfd, err)
+	}
+	cmd.Stdout = w
+	return w, &xzRing{fd: rfd, exited: make(chan struct{})}, nil
+}
+
+// watch waits for the started program and records its exit. It is the
+// only caller of cmd.Wait.
+func (g *xzRing) watch(cmd *exec.Cmd) {
+	g.proc = cmd.Process
+	go func() {
+		g.werr = cmd.Wait()
+		close(g.exited)
+	}()
+}
+
+// Read returns the program's output as it is written, holes as zeros, and
+// io.EOF once the program has exited and all it wrote has been read; the
+// caller then looks at wait for how it exited.
+func (g *xzRing) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var poll *time.Timer
+	for {
+		// Whether the program had exited is settled before the size is
+		// read, so a size read after its exit is the final size.
+		exited := isClosed(g.exited)
+		var st unix.Stat_t
+		if err := unix.Fstat(g.fd, &st); err != nil {
+			return 0, fmt.Errorf("reading the xz program's output: %w", err)
+		}
+		g.pace(st.Blocks * 512)
+		if g.off < st.Size {
+			n, err := g.readAt(p[:min(int64(len(p)), st.Size-g.off)])
+			if err != nil {
+				return 0, fmt.Errorf("reading the xz program's output: %w", err)
+			}
+			g.off += int64(n)
+			g.free(false)
+			return n, nil
+		}
+		if exited {
+			if g.progress != nil && g.werr == nil {
+				g.progress(true)
+			}
+			return 0, io.EOF
+		}
+		g.free(true)
+		if g.paused {
+			// All it wrote is read: whatever the memory says, go on.
+			_ = g.proc.Signal(syscall.SIGCONT)
+			g.paused = false
+		}
+		if g.progress != nil {
+			g.progress(false)
+		}
+		if poll == nil {
+			poll = time.NewTimer(xzRingPoll)
+			defer poll.Stop()
+		} else {
+			poll.Reset(xzRingPoll)
+		}
+		select {
+		case <-g.exited:
+		case <-poll.C:
+		}
+	}
+}
+
+// readAt reads p from the file at the next offset, below its size; a hole
+// (a run of zeros the program skipped) is zeros without a read.
+func (g *xzRing) readAt(p []byte) (int, error) {
+	data, err := unix.Seek(g.fd, g.off, unix.SEEK_DATA)
+	switch {
+	case errors.Is(err, unix.ENXIO): // a hole up to the size
+		data = g.off + int64(len(p))
+	case err != nil:
+		data = g.off
+	}
+	if hole := data - g.off; hole > 0 {
+		n := int(min(hole, int64(len(p))))
+		clear(p[:n])
+		return n, nil
+	}
+	return unix.Pread(g.fd, p, g.off)
+}
+
+// free gives back the memory of the whole pages read so far, every
+// xzRingFree bytes or, when all is read, at once.
+func (g *xzRing) free(all bool) {
+	end := g.off &^ (4<<10 - 1)
+	if end <= g.punched || !all && end-g.punched < xzRingFree {
+		return
+	}
+	// Memory files can always punch holes; were it to fail, the memory
+	// would stay in use until close.
+	if unix.Fallocate(g.fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, g.punched, end-g.punched) == nil {
+		g.punched = end
+	}
+}
+
+// pace stops the program while inMemory bytes of its output, more than
+// xzRingMax, wait to be read, and lets it go on at half of that.
+func (g *xzRing) pace(inMemory int64) {
+	switch {
+	case !g.paused && inMemory > xzRingMax:
+		g.paused = g.proc.Signal(syscall.SIGSTOP) == nil
+	case g.paused && inMemory <= xzRingMax/2:
+		_ = g.proc.Signal(syscall.SIGCONT)
+		g.paused = false
+	}
+}
+
+// wait waits for the program to exit and returns how it exited.
+func (g *xzRing) wait() error {
+	<-g.exited
+	return g.werr
+}
+
+// close kills the program if it still runs (stopped or not), waits for it,
+// and frees the file.
+func (g *xzRing) close() {
+	if !isClosed(g.exited) {
+		_ = g.proc.Kill()
+	}
+	<-g.exited
+	unix.Close(g.fd)
+}
+
+// closeUnstarted frees the file of a program that did not start.
+func (g *xzRing) closeUnstarted() { unix.Close(g.fd) }
+
+// isClosed reports whether c is closed, without waiting.
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
