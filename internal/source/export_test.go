@@ -58,3 +58,11 @@ func FailXZLimit(t testing.TB, err error) {
 	limitXZ = func(int, int64) error { return err }
 	t.Cleanup(func() { limitXZ = old })
 }
+
+// UseXZPipe makes the xz program write to a pipe instead of a memory file
+// until the test ends, as where no memory file can be made.
+func UseXZPipe(t testing.TB) {
+	old := xzRingOff
+	xzRingOff = true
+	t.Cleanup(func() { xzRingOff = old })
+}

@@ -57,6 +57,45 @@ func openOutcome(t *testing.T, spec string, opts source.Options) (xzOutcome, err
 	return xzOutcome{digest: img.Digest, data: readAll(t, img)}, nil
 }
 
+// xzCase is an xz stream, valid or broken, and whether it decodes under
+// the caps given.
+type xzCase struct {
+	name     string
+	in       []byte
+	maxSize  int64
+	maxSpool int64
+	ok       bool
+}
+
+// xzCases returns an image and the xz streams that TestXZProgramAgreesWithGo
+// and TestXZProgramStreamAgrees decode: valid ones, broken ones, and ones
+// over a cap.
+func xzCases(t *testing.T) ([]byte, []xzCase) {
+	t.Helper()
+	data := imageBytes(3<<20 + 11)
+	whole := xzBytes(t, data)
+	multiBlock := xzBytes(t, data, "-T2", "--block-size=1MiB")
+	corrupt := bytes.Clone(whole)
+	corrupt[len(corrupt)/2] ^= 0xff
+	gz, err := exec.Command("sh", "-c", "head -c 100000 /dev/zero | gzip -c").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, []xzCase{
+		{name: "whole", in: whole, ok: true},
+		{name: "multi-block", in: multiBlock, ok: true},
+		{name: "two streams", in: append(bytes.Clone(whole), whole...), ok: true},
+		{name: "stream padding", in: append(bytes.Clone(whole), 0, 0, 0, 0), ok: true},
+		{name: "truncated", in: whole[:len(whole)/2]},
+		{name: "truncated before the index", in: whole[:len(whole)-40]},
+		{name: "corrupt", in: corrupt},
+		{name: "garbage after", in: append(bytes.Clone(whole), "garbage!"...)},
+		{name: "nested gzip", in: xzBytes(t, gz)},
+		{name: "over the size cap", in: whole, maxSize: 1 << 20},
+		{name: "over the spool cap", in: whole, maxSpool: 1 << 20},
+	}
+}
+
 // TestXZProgramAgreesWithGo: the xz program and the pure-Go decoder give
 // the same image and digest for valid streams, and the same rejection for
 // broken ones: truncated, corrupt, with garbage after the stream, nested,
@@ -67,36 +106,11 @@ func TestXZProgramAgreesWithGo(t *testing.T) {
 		t.Skip("xz is not installed")
 	}
 	isolateCache(t)
-	data := imageBytes(3<<20 + 11)
-	whole := xzBytes(t, data)
-	multiBlock := xzBytes(t, data, "-T2", "--block-size=1MiB")
-	corrupt := bytes.Clone(whole)
-	corrupt[len(corrupt)/2] ^= 0xff
-	gz, err := exec.Command("sh", "-c", "head -c 100000 /dev/zero | gzip -c").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases := []struct {
-		name    string
-		in      []byte
-		maxSize int64
-		ok      bool
-	}{
-		{"whole", whole, 0, true},
-		{"multi-block", multiBlock, 0, true},
-		{"two streams", append(bytes.Clone(whole), whole...), 0, true},
-		{"stream padding", append(bytes.Clone(whole), 0, 0, 0, 0), 0, true},
-		{"truncated", whole[:len(whole)/2], 0, false},
-		{"truncated before the index", whole[:len(whole)-40], 0, false},
-		{"corrupt", corrupt, 0, false},
-		{"garbage after", append(bytes.Clone(whole), "garbage!"...), 0, false},
-		{"nested gzip", xzBytes(t, gz), 0, false},
-		{"over the cap", whole, 1 << 20, false},
-	}
+	data, cases := xzCases(t)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			path := writeFile(t, t.TempDir(), "disk.xz", tc.in)
-			opts := source.Options{MaxSize: tc.maxSize}
+			opts := source.Options{MaxSize: tc.maxSize, MaxSpool: tc.maxSpool}
 			source.SetXZProgram(t, "")
 			inGo, goErr := openOutcome(t, path, opts)
 			source.SetXZProgram(t, program)
@@ -119,7 +133,7 @@ func TestXZProgramAgreesWithGo(t *testing.T) {
 	// early; the Go decoder gives an empty image, which the disk engine
 	// rejects as empty.
 	t.Run("header only", func(t *testing.T) {
-		path := writeFile(t, t.TempDir(), "disk.xz", whole[:12])
+		path := writeFile(t, t.TempDir(), "disk.xz", cases[0].in[:12])
 		source.SetXZProgram(t, program)
 		if out, err := openOutcome(t, path, source.Options{}); out.reason != reject.Wrapper {
 			t.Errorf("the xz program: %v, want a %s rejection", err, reject.Wrapper)
@@ -131,9 +145,106 @@ func TestXZProgramAgreesWithGo(t *testing.T) {
 	})
 	if testing.Verbose() {
 		source.SetXZProgram(t, program)
-		path := writeFile(t, t.TempDir(), "disk.xz", corrupt)
-		_, err := source.Open(t.Context(), path, source.Options{})
-		t.Logf("a corrupt stream: %v", err)
+		for _, tc := range cases {
+			if tc.name == "corrupt" {
+				path := writeFile(t, t.TempDir(), "disk.xz", tc.in)
+				_, err := source.Open(t.Context(), path, source.Options{})
+				t.Logf("a corrupt stream: %v", err)
+			}
+		}
+	}
+}
+
+// streamOutcome is what Open made of a source it read through
+// (Options.StreamRaw): the sizes, digest, head and tail it kept, or the
+// rejection reason, or that it failed otherwise.
+type streamOutcome struct {
+	size, dataBytes int64
+	digest          string
+	head, tail      []byte
+	reason          reject.Reason
+	failed          bool
+}
+
+func openStreamed(t *testing.T, spec string, opts source.Options) (streamOutcome, error) {
+	t.Helper()
+	tmp := t.TempDir()
+	opts.TempDir, opts.StreamRaw = tmp, true
+	img, err := source.Open(t.Context(), spec, opts)
+	defer assertEmpty(t, tmp)
+	if err != nil {
+		if re := reject.As(err); re != nil {
+			return streamOutcome{reason: re.Reason}, err
+		}
+		return streamOutcome{failed: true}, err
+	}
+	defer img.Close()
+	if !img.Streamed {
+		t.Fatal("the image was spooled, not streamed")
+	}
+	out := streamOutcome{size: img.Size, dataBytes: img.DataBytes, digest: img.Digest}
+	out.head = make([]byte, min(img.Size, 1<<20))
+	out.tail = make([]byte, min(img.Size, 64<<10))
+	if _, err := img.ReaderAt.ReadAt(out.head, 0); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatalf("reading the head: %v", err)
+	}
+	if _, err := img.ReaderAt.ReadAt(out.tail, img.Size-int64(len(out.tail))); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatalf("reading the tail: %v", err)
+	}
+	return out, nil
+}
+
+// TestXZProgramStreamAgrees: read through without a spool (imagectl
+// inspect), a file or a stream gives the same size, data count, digest,
+// head and tail, or the same rejection, whether the xz program writes to a
+// memory file, to a pipe (where no memory file can be made), or the Go
+// decoder decodes it; and nothing is written to the temporary directory.
+func TestXZProgramStreamAgrees(t *testing.T) {
+	program := needXZ(t)
+	isolateCache(t)
+	data, cases := xzCases(t)
+	decoders := []struct {
+		name string
+		set  func(t *testing.T)
+	}{
+		{"go", func(t *testing.T) { source.SetXZProgram(t, "") }},
+		{"memory file", func(t *testing.T) { source.SetXZProgram(t, program) }},
+		{"pipe", func(t *testing.T) { source.SetXZProgram(t, program); source.UseXZPipe(t) }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := writeFile(t, t.TempDir(), "disk.xz", tc.in)
+			opts := source.Options{MaxSize: tc.maxSize, MaxSpool: tc.maxSpool}
+			var first streamOutcome
+			for i, dec := range decoders {
+				for _, spec := range []string{path, "-"} {
+					t.Run(dec.name+"/"+spec, func(t *testing.T) {
+						dec.set(t)
+						source.SetStdin(t, bytes.NewReader(tc.in))
+						got, err := openStreamed(t, spec, opts)
+						if tc.ok != (err == nil) {
+							t.Fatalf("err = %v, want success %v", err, tc.ok)
+						}
+						if !tc.ok && got.reason == "" {
+							t.Errorf("the error is no rejection: %v", err)
+						}
+						if i == 0 && spec == path {
+							first = got
+							return
+						}
+						if got.size != first.size || got.dataBytes != first.dataBytes || got.digest != first.digest ||
+							got.reason != first.reason || got.failed != first.failed ||
+							!bytes.Equal(got.head, first.head) || !bytes.Equal(got.tail, first.tail) {
+							t.Errorf("differs from the Go decoder reading the file (err %v): size %d/%d, data %d/%d, digest %s/%s, reason %q/%q",
+								err, got.size, first.size, got.dataBytes, first.dataBytes, got.digest, first.digest, got.reason, first.reason)
+						}
+					})
+				}
+			}
+			if tc.ok && tc.name == "whole" && (first.size != int64(len(data)) || !bytes.Equal(first.head, data[:1<<20])) {
+				t.Errorf("the Go decoder read %d bytes, want the original %d", first.size, len(data))
+			}
+		})
 	}
 }
 
@@ -427,7 +538,8 @@ func TestXZProgramStoppedMidStream(t *testing.T) {
 // TestXZProgramReadsALocalFile: the xz program reads a local xz file
 // itself while the file is hashed alongside: the image, the digest of the
 // file as given, a Checksum that does not match, the progress up to the
-// whole file, and on a second open the digest from the cache.
+// whole file, and on a second open the digest from the cache; and the same
+// when the file is read through rather than spooled (imagectl inspect).
 func TestXZProgramReadsALocalFile(t *testing.T) {
 	source.SetXZProgram(t, needXZ(t))
 	isolateCache(t)
@@ -455,6 +567,24 @@ func TestXZProgramReadsALocalFile(t *testing.T) {
 	var ce *source.ChecksumError
 	if !errors.As(err, &ce) || ce.Got != img.Digest {
 		t.Errorf("a wrong checksum: %v", err)
+	}
+	assertEmpty(t, tmp)
+
+	// Read through (inspect): the same, from the program's output in
+	// memory; with SkipDigest, no digest.
+	isolateCache(t)
+	lastDone, lastTotal = 0, 0
+	streamed := mustOpen(t, path, source.Options{TempDir: tmp, StreamRaw: true, Progress: func(done, total int64) { lastDone, lastTotal = done, total }})
+	if !streamed.Streamed || streamed.Size != int64(len(data)) || streamed.Digest != img.Digest {
+		t.Errorf("read through: streamed %v, %d bytes, digest %s", streamed.Streamed, streamed.Size, streamed.Digest)
+	}
+	if lastDone != int64(len(compressed)) || lastTotal != int64(len(compressed)) {
+		t.Errorf("read through: last progress %d/%d, want %d/%d", lastDone, lastTotal, len(compressed), len(compressed))
+	}
+	isolateCache(t) // a cached digest would be given anyway
+	skipped := mustOpen(t, path, source.Options{TempDir: tmp, StreamRaw: true, SkipDigest: true})
+	if skipped.Digest != "" || skipped.Size != int64(len(data)) {
+		t.Errorf("read through with SkipDigest: digest %q, %d bytes", skipped.Digest, skipped.Size)
 	}
 	assertEmpty(t, tmp)
 }

@@ -28,10 +28,12 @@ import (
 // only after the bytes below it are copied.
 
 // xzRingMax bounds the memory the file holds: when more than this many
-// bytes of the program's output are in memory, not yet read (the reader is
-// slower than the program, e.g. when this process is starved of CPU), the
-// program is stopped (SIGSTOP) until the reader has caught up to half of
-// it. Holes cost no memory and do not count.
+// bytes of the program's output are in memory, not yet freed (the reader
+// is slower than the program, e.g. while the caller writes a spool to a
+// slow disk), the program is stopped (SIGSTOP) until the reader has caught
+// up to half of it. Holes cost no memory and do not count. The memory is
+// looked at every xzRingPoll, so it can pass the bound by what the program
+// writes in that time.
 const xzRingMax = 64 << 20
 
 // xzRingPoll is how long the reader waits for the program when it has read
@@ -51,12 +53,12 @@ type xzRing struct {
 	proc    *os.Process // the program
 	off     int64       // the next byte to read
 	punched int64       // bytes below this offset have been freed
-	paused  bool        // the program is stopped for flow control
 	// progress, when set, is called before each wait for the program, and
 	// with exited true once it has exited successfully and all is read.
 	progress func(exited bool)
 
 	exited chan struct{} // closed when the program has exited
+	paced  chan struct{} // closed when pace has returned
 	werr   error         // the program's exit; read after exited is closed
 }
 
@@ -80,17 +82,45 @@ func newXZRing(cmd *exec.Cmd) (*os.File, *xzRing, error) {
 		return nil, nil, fmt.Errorf("%w: reopening it: %w", errNoMemfd, err)
 	}
 	cmd.Stdout = w
-	return w, &xzRing{fd: rfd, exited: make(chan struct{})}, nil
+	return w, &xzRing{fd: rfd, exited: make(chan struct{}), paced: make(chan struct{})}, nil
 }
 
-// watch waits for the started program and records its exit. It is the
-// only caller of cmd.Wait.
+// watch waits for the started program and records its exit (it is the
+// only caller of cmd.Wait), and paces the program meanwhile.
 func (g *xzRing) watch(cmd *exec.Cmd) {
 	g.proc = cmd.Process
 	go func() {
 		g.werr = cmd.Wait()
 		close(g.exited)
 	}()
+	go g.pace()
+}
+
+// pace stops the program while more than xzRingMax bytes of its output are
+// in memory, and lets it go on once at most half of that are, until it
+// exits.
+func (g *xzRing) pace() {
+	defer close(g.paced)
+	tick := time.NewTicker(xzRingPoll)
+	defer tick.Stop()
+	paused := false
+	for {
+		select {
+		case <-g.exited:
+			return
+		case <-tick.C:
+		}
+		var st unix.Stat_t
+		if unix.Fstat(g.fd, &st) != nil {
+			continue
+		}
+		switch inMemory := st.Blocks * 512; {
+		case !paused && inMemory > xzRingMax:
+			paused = g.proc.Signal(syscall.SIGSTOP) == nil
+		case paused && inMemory <= xzRingMax/2:
+			paused = g.proc.Signal(syscall.SIGCONT) != nil
+		}
+	}
 }
 
 // Read returns the program's output as it is written, holes as zeros, and
@@ -109,7 +139,6 @@ func (g *xzRing) Read(p []byte) (int, error) {
 		if err := unix.Fstat(g.fd, &st); err != nil {
 			return 0, fmt.Errorf("reading the xz program's output: %w", err)
 		}
-		g.pace(st.Blocks * 512)
 		if g.off < st.Size {
 			n, err := g.readAt(p[:min(int64(len(p)), st.Size-g.off)])
 			if err != nil {
@@ -126,11 +155,6 @@ func (g *xzRing) Read(p []byte) (int, error) {
 			return 0, io.EOF
 		}
 		g.free(true)
-		if g.paused {
-			// All it wrote is read: whatever the memory says, go on.
-			_ = g.proc.Signal(syscall.SIGCONT)
-			g.paused = false
-		}
 		if g.progress != nil {
 			g.progress(false)
 		}
@@ -179,18 +203,6 @@ func (g *xzRing) free(all bool) {
 	}
 }
 
-// pace stops the program while inMemory bytes of its output, more than
-// xzRingMax, wait to be read, and lets it go on at half of that.
-func (g *xzRing) pace(inMemory int64) {
-	switch {
-	case !g.paused && inMemory > xzRingMax:
-		g.paused = g.proc.Signal(syscall.SIGSTOP) == nil
-	case g.paused && inMemory <= xzRingMax/2:
-		_ = g.proc.Signal(syscall.SIGCONT)
-		g.paused = false
-	}
-}
-
 // wait waits for the program to exit and returns how it exited.
 func (g *xzRing) wait() error {
 	<-g.exited
@@ -204,6 +216,7 @@ func (g *xzRing) close() {
 		_ = g.proc.Kill()
 	}
 	<-g.exited
+	<-g.paced
 	unix.Close(g.fd)
 }
 
