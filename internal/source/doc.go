@@ -59,10 +59,14 @@
 // alongside), the spool cap is the program's file size limit, and the spool
 // gets the holes any spool gets. The decompressed bytes never cross a pipe,
 // which would cost a sixth more time than the decoding. With
-// Options.StreamRaw, which must write nothing, the program's output is read
-// through a pipe instead (startXZ) and counted and capped like any
-// decoder's. Both decoders reject a truncated or corrupt stream, and
-// garbage after it.
+// Options.StreamRaw, which must write nothing to the temporary directory,
+// the program writes into an anonymous memory file instead, read and freed
+// just behind it (startXZ, xzRing): its output is counted and capped like
+// any decoder's, the file holds at most 64 MiB not yet read (the program is
+// stopped until the reader catches up), and runs of zeros are holes that
+// cost neither memory nor a copy. Where no memory file can be made, the
+// output goes through a pipe. Both decoders reject a truncated or corrupt
+// stream, and garbage after it.
 //
 // # What is spooled, when
 //

@@ -340,7 +340,7 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 	if path := xzProgram(); path != "" && startsXZ(br) && !o.StreamRaw {
 		img, err = o.spoolXZ(ctx, path, br)
 		if errors.Is(err, errXZNotStarted) {
-			o.log.Debug("xz could not write the spool; decoding through a pipe or in Go", "program", path, "error", err)
+			o.log.Debug("xz could not write the spool; decoding for a reader or in Go", "program", path, "error", err)
 			img, err = o.unwrap(ctx, br, total, nil)
 		}
 	} else {

@@ -187,7 +187,7 @@ func (o *config) runXZ(ctx context.Context, path string, r io.Reader, spool *os.
 	pid := cmd.Process.Pid
 	if err := limitXZ(pid, limit); err != nil {
 		// E.g. a user's own hard limit below the cap, which only root may
-		// raise. The program has read nothing yet: the pipe decoder, which
+		// raise. The program has read nothing yet: startXZ, whose reader
 		// counts the cap itself, takes the stream.
 		_ = cmd.Process.Kill()
 		if stdin != nil {
