@@ -16,7 +16,9 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/klauspost/compress/zstd"
@@ -213,6 +215,76 @@ func TestInspectBombWritesNothing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestInspectKilledLeavesNoXZ: imagectl killed (SIGKILL, which it cannot
+// catch) while the xz program decodes for inspect takes the program with
+// it. The program writes into a memory file, not into a pipe whose reader
+// going away would end it, and it may be stopped waiting for imagectl to
+// read on: left alone it would decode the whole bomb, or wait forever.
+func TestInspectKilledLeavesNoXZ(t *testing.T) {
+	if _, err := exec.LookPath("xz"); err != nil {
+		t.Skip("xz is not installed")
+	}
+	bin := imagectlPath(t)
+	bomb := filepath.Join(t.TempDir(), "bomb.xz")
+	writeBomb(t, bomb, "xz", 16<<30, 8<<20) // minutes of decoding
+	cmd := exec.Command(bin, "inspect", "--temp-dir", t.TempDir(), bomb)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	xzPID := waitForChild(t, cmd.Process.Pid, "xz")
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	deadline := time.Now().Add(time.Minute) // only keeps a broken build from hanging
+	for state := processState(xzPID); state != 0 && state != 'Z'; state = processState(xzPID) {
+		if time.Now().After(deadline) {
+			syscall.Kill(xzPID, syscall.SIGKILL)
+			t.Fatalf("xz (pid %d, state %q) outlived the imagectl that started it", xzPID, state)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitForChild waits until process pid has a child whose command is name
+// and returns its pid.
+func waitForChild(t *testing.T, pid int, name string) int {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		tasks, _ := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "children"))
+		for _, task := range tasks {
+			b, _ := os.ReadFile(task)
+			for _, f := range strings.Fields(string(b)) {
+				comm, _ := os.ReadFile(filepath.Join("/proc", f, "comm"))
+				args, _ := os.ReadFile(filepath.Join("/proc", f, "cmdline"))
+				if strings.TrimSpace(string(comm)) == name && bytes.Contains(args, []byte("--decompress")) {
+					child, _ := strconv.Atoi(f)
+					return child
+				}
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("process %d started no %s", pid, name)
+	return 0
+}
+
+// processState is the state letter of process pid ('R', 'S', 'T', 'Z',
+// ...), or 0 when there is no such process.
+func processState(pid int) byte {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	_, after, ok := strings.Cut(string(b), ") ")
+	if !ok || after == "" {
+		return 0
+	}
+	return after[0]
 }
 
 // smallTmpfsMounted reports whether dir is a tmpfs mount point.
