@@ -9,6 +9,7 @@
 #
 #   xz source, read through    imagectl inspect IN              vs  xz -dc IN > /dev/null
 #   xz source, to a raw file   imagectl convert IN OUT --to raw vs  xz -dc IN > OUT (sparse)
+#   the floor (reference)      xz -dc IN > FILE on tmpfs        vs  xz -dc IN > /dev/null
 #   the same, pure-Go decoder  imagectl inspect IN, with no xz in PATH (for reference)
 #
 # imagectl decodes xz with the system's xz program when it is in PATH (internal/source), and
@@ -150,6 +151,17 @@ main() {
 
 	run_case "xz source: imagectl inspect vs xz -dc" "$TARGET" "$XZ -dc $INPUT > /dev/null" \
 		"$IMAGECTL" inspect "$INPUT" -- sh -c '"$0" -dc "$1" >/dev/null' "$XZ" "$INPUT"
+	# The floor for any program that must see the decoded bytes: xz itself writing them to memory
+	# (a tmpfs file, as inspect's memory file) instead of discarding them. Skipped without a tmpfs
+	# at /dev/shm with room for the image.
+	if [[ $(stat -f -c %T /dev/shm 2>/dev/null) == tmpfs ]] &&
+		(($(df -P -B1 /dev/shm | awk 'NR == 2 { print $4 }') > 2 * 1024 * 1024 * 1024)); then
+		SHM_OUT=$(mktemp /dev/shm/imagepipe-xzbench.XXXXXX)
+		trap 'rm -rf "$RUN_DIR" "$SHM_OUT"' EXIT
+		run_case "reference, no imagectl: xz -dc > tmpfs file vs xz -dc > /dev/null" "" "$XZ -dc $INPUT > /dev/null" \
+			sh -c '"$0" -dc "$1" >"$2"' "$XZ" "$INPUT" "$SHM_OUT" -- sh -c '"$0" -dc "$1" >/dev/null' "$XZ" "$INPUT"
+		rm -f "$SHM_OUT"
+	fi
 	run_case "xz source: imagectl convert --to raw vs xz -dc > file" "$TARGET" "$XZ -dc $INPUT > $OUT" \
 		"$IMAGECTL" convert --quiet "$INPUT" "$OUT" --to raw -- sh -c '"$0" -dc "$1" >"$2"' "$XZ" "$INPUT" "$OUT"
 	run_case "xz source, pure-Go decoder: imagectl inspect vs xz -dc" "" "$XZ -dc $INPUT > /dev/null" \
