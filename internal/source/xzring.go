@@ -37,10 +37,11 @@ import (
 const xzRingMax = 64 << 20
 
 // xzRingPoll is how long the reader waits for the program when it has read
-// all the program has written so far. The program writes a few hundred MB
-// of data per second at most (zeros are holes), so one wait covers well
-// under xzRingMax; waiting longer would cost more at the end, waiting less
-// more wake-ups, both on a CPU the program could use.
+// all the program has written so far, and how often pace looks at the
+// memory in use. The program writes a few hundred MB of data per second at
+// most (zeros are holes), so one interval covers well under xzRingMax;
+// waiting longer would cost more at the end, waiting less more wake-ups,
+// both on a CPU the program could use.
 const xzRingPoll = 10 * time.Millisecond
 
 // xzRingFree is how many bytes are read between two frees: each takes the
