@@ -88,6 +88,9 @@ bench: tools build
 lint:
 	@out=$$(gofmt -l cmd hack internal pkg test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@# go.mod must be tidy: .ci/run builds with -mod=mod, which would rewrite it mid-run and
+	@# stamp the binaries built afterwards "-dirty" (a different build key for the same image).
+	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1; }
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
 	$(CONTROLLER_GEN) crd paths=./pkg/api/v1alpha1/... output:crd:dir=$$tmp && \
 	diff -r $$tmp config/crd --exclude=kustomization.yaml || { echo "config/crd is stale: run make generate"; exit 1; }
