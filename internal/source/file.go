@@ -127,11 +127,10 @@ func (l *localFile) spool(ctx context.Context, o *config) (*Image, error) {
 
 // decodeXZ decodes an xz file with the xz program, which reads the file
 // itself, as `xz -dc FILE` does (decode spools or streams it), while the
-// file is hashed alongside unless the digest cache knows it or nothing needs
-// it (Options.SkipDigest). The program
-// gets a file description of its own, in: opened through /proc/self/fd, so
-// it is the very file opened, whatever its path names now; hashing moves
-// l.f's offset.
+// file is hashed alongside unless the digest cache knows it or nothing
+// needs it (Options.SkipDigest). The program gets a file description of its
+// own, in: opened through /proc/self/fd, so it is the very file opened,
+// whatever its path names now; hashing moves l.f's offset.
 func (l *localFile) decodeXZ(ctx context.Context, o *config, decode func(in *os.File) (*Image, error)) (*Image, error) {
 	size := l.st.Size()
 	if size > o.maxSize {

@@ -530,12 +530,9 @@ func (o *config) xzDecoder(started **xzReader, file *os.File) func(io.Reader) io
 		return nil
 	}
 	return func(r io.Reader) io.ReadCloser {
+		var progress func(done, total int64) // a stream's reader reports it
 		if file != nil {
-			r = file
-		}
-		var progress func(done, total int64)
-		if file != nil {
-			progress = o.Progress // a stream's reader reports it
+			r, progress = file, o.Progress
 		}
 		x := startXZ(path, r, progress)
 		if x == nil {
