@@ -32,13 +32,26 @@ func xzBytes(t *testing.T, data []byte, args ...string) []byte {
 	return out
 }
 
-// xzOutcome is what Open made of a source: its bytes and digest, or the
-// rejection reason, or that it failed otherwise.
+// verdict is how Open failed: the rejection reason, or failed for a
+// failure that is no rejection.
+type verdict struct {
+	reason reject.Reason
+	failed bool
+}
+
+func verdictOf(err error) verdict {
+	if re := reject.As(err); re != nil {
+		return verdict{reason: re.Reason}
+	}
+	return verdict{failed: true}
+}
+
+// xzOutcome is what Open made of a source: its bytes and digest, or its
+// verdict.
 type xzOutcome struct {
 	digest string
 	data   []byte
-	reason reject.Reason
-	failed bool
+	verdict
 }
 
 func openOutcome(t *testing.T, spec string, opts source.Options) (xzOutcome, error) {
@@ -48,10 +61,7 @@ func openOutcome(t *testing.T, spec string, opts source.Options) (xzOutcome, err
 	img, err := source.Open(t.Context(), spec, opts)
 	defer assertEmpty(t, tmp)
 	if err != nil {
-		if re := reject.As(err); re != nil {
-			return xzOutcome{reason: re.Reason}, err
-		}
-		return xzOutcome{failed: true}, err
+		return xzOutcome{verdict: verdictOf(err)}, err
 	}
 	defer img.Close()
 	return xzOutcome{digest: img.Digest, data: readAll(t, img)}, nil
@@ -156,14 +166,13 @@ func TestXZProgramAgreesWithGo(t *testing.T) {
 }
 
 // streamOutcome is what Open made of a source it read through
-// (Options.StreamRaw): the sizes, digest, head and tail it kept, or the
-// rejection reason, or that it failed otherwise.
+// (Options.StreamRaw): the sizes, digest, head and tail it kept, or its
+// verdict.
 type streamOutcome struct {
 	size, dataBytes int64
 	digest          string
 	head, tail      []byte
-	reason          reject.Reason
-	failed          bool
+	verdict
 }
 
 func openStreamed(t *testing.T, spec string, opts source.Options) (streamOutcome, error) {
@@ -173,10 +182,7 @@ func openStreamed(t *testing.T, spec string, opts source.Options) (streamOutcome
 	img, err := source.Open(t.Context(), spec, opts)
 	defer assertEmpty(t, tmp)
 	if err != nil {
-		if re := reject.As(err); re != nil {
-			return streamOutcome{reason: re.Reason}, err
-		}
-		return streamOutcome{failed: true}, err
+		return streamOutcome{verdict: verdictOf(err)}, err
 	}
 	defer img.Close()
 	if !img.Streamed {

@@ -167,7 +167,7 @@ type xzReader struct {
 
 	err       error // the sticky result of Read once the output ended
 	closeOnce sync.Once
-	waited    bool
+	waited    bool // the program was waited for (with a pipe; the ring waits itself)
 	// toolErr is set when the program failed for a reason of its own (it
 	// was killed, e.g. by the OOM killer), not because of the stream: no
 	// verdict on the image. Read it after Read returned an error.
@@ -245,7 +245,6 @@ func (x *xzReader) Close() error {
 			_ = x.cmd.Process.Kill() // a no-op once it has exited
 			<-x.fed
 			x.ring.close()
-			x.waited = true
 			return
 		}
 		if !x.waited {

@@ -53,6 +53,7 @@ type xzRing struct {
 	fd      int         // this process's own open file description of the file
 	proc    *os.Process // the program
 	off     int64       // the next byte to read
+	size    int64       // the file's size when last looked at
 	punched int64       // bytes below this offset have been freed
 	// progress, when set, is called before each wait for the program, and
 	// with exited true once it has exited successfully and all is read.
@@ -133,21 +134,26 @@ func (g *xzRing) Read(p []byte) (int, error) {
 	}
 	var poll *time.Timer
 	for {
-		// Whether the program had exited is settled before the size is
-		// read, so a size read after its exit is the final size.
-		exited := isClosed(g.exited)
-		var st unix.Stat_t
-		if err := unix.Fstat(g.fd, &st); err != nil {
-			return 0, fmt.Errorf("reading the xz program's output: %w", err)
-		}
-		if g.off < st.Size {
-			n, err := g.readAt(p[:min(int64(len(p)), st.Size-g.off)])
+		if g.off < g.size {
+			n, err := g.readAt(p[:min(int64(len(p)), g.size-g.off)])
 			if err != nil {
 				return 0, fmt.Errorf("reading the xz program's output: %w", err)
 			}
 			g.off += int64(n)
 			g.free(false)
 			return n, nil
+		}
+		// All of the size last seen is read: look again. Whether the
+		// program had exited is settled before the size is read, so a size
+		// read after its exit is the final size.
+		exited := isClosed(g.exited)
+		var st unix.Stat_t
+		if err := unix.Fstat(g.fd, &st); err != nil {
+			return 0, fmt.Errorf("reading the xz program's output: %w", err)
+		}
+		if g.off < st.Size {
+			g.size = st.Size
+			continue
 		}
 		if exited {
 			if g.progress != nil && g.werr == nil {
