@@ -2,6 +2,7 @@ package containerdisk
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -31,6 +32,7 @@ func CheckLayerCount(n int) error {
 // with the bytes themselves is a *reject.Error (a shape or a disk reason).
 type LayerReader struct {
 	src   *trackedReader
+	buf   *bufio.Reader // src, read ahead; what the decompressor reads
 	zr    io.ReadCloser
 	diff  hash.Hash
 	tarIn io.Reader
@@ -43,11 +45,12 @@ type LayerReader struct {
 // reader, and blob, which is not read further than asked.
 func OpenLayer(mediaType string, blob io.Reader) (*LayerReader, error) {
 	src := &trackedReader{r: blob}
-	zr, err := decompressLayer(mediaType, src)
+	buf := bufio.NewReaderSize(src, 64<<10)
+	zr, err := decompressLayer(mediaType, buf)
 	if err != nil {
 		return nil, layerError(err, src)
 	}
-	l := &LayerReader{src: src, zr: zr, diff: sha256.New()}
+	l := &LayerReader{src: src, buf: buf, zr: zr, diff: sha256.New()}
 	l.tarIn = io.TeeReader(zr, l.diff)
 	l.tr = tar.NewReader(l.tarIn)
 	if l.file, err = diskEntry(l.tr); err != nil {
@@ -111,15 +114,55 @@ func (l *LayerReader) CopyDisk(ctx context.Context, w io.Writer) (diffID string,
 	if !errors.Is(err, io.EOF) {
 		return "", layerError(err, l.src)
 	}
-	// Read the tar's padding, the compression trailer and whatever the
-	// blob holds after them.
-	if _, err := io.Copy(io.Discard, l.tarIn); err != nil {
-		return "", layerError(err, l.src)
-	}
-	if _, err := io.Copy(io.Discard, l.src); err != nil {
-		return "", fmt.Errorf("reading the layer: %w", err)
+	if err := l.finish(); err != nil {
+		return "", err
 	}
 	return fmt.Sprintf("sha256:%x", l.diff.Sum(nil)), nil
+}
+
+// MaxTarTrailer bounds the bytes a layer's tar may hold after its end
+// marker: Go's tar writer pads to 1 KiB, others to 10 KiB records.
+const MaxTarTrailer = 1 << 20
+
+// finish reads what follows the tar's last entry and refuses a layer with
+// more in it than padding: uncompressed bytes after the tar that are not
+// zeros or past MaxTarTrailer, or any byte after the compressed stream. Readers differ in what they make of
+// such bytes. The blob is read to its end either way, so that its digest
+// is verified.
+func (l *LayerReader) finish() error {
+	trailer, err := io.Copy(zeroChecker{}, io.LimitReader(l.tarIn, MaxTarTrailer+1))
+	if err != nil {
+		if errors.Is(err, errNonZero) {
+			return reject.New(reject.InvalidLayer, "the layer holds data after the tar's end marker")
+		}
+		return layerError(err, l.src)
+	}
+	if trailer > MaxTarTrailer {
+		return reject.New(reject.InvalidLayer, "the layer holds more than %d bytes after the tar's end marker", MaxTarTrailer)
+	}
+	after, err := io.Copy(io.Discard, l.buf)
+	if err != nil {
+		return fmt.Errorf("reading the layer: %w", err)
+	}
+	if after > 0 {
+		return reject.New(reject.InvalidLayer, "%d bytes follow the layer's compressed stream; a second reader could take them for more of the layer", after)
+	}
+	return nil
+}
+
+// errNonZero is zeroChecker's answer to a non-zero byte.
+var errNonZero = errors.New("non-zero byte")
+
+// zeroChecker accepts only zero bytes.
+type zeroChecker struct{}
+
+func (zeroChecker) Write(p []byte) (int, error) {
+	for i, b := range p {
+		if b != 0 {
+			return i, errNonZero
+		}
+	}
+	return len(p), nil
 }
 
 // copyDisk copies the current tar entry to w, stopping when ctx is done.

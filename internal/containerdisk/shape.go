@@ -2,6 +2,9 @@ package containerdisk
 
 import (
 	"archive/tar"
+	"bufio"
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -31,30 +34,103 @@ const (
 	dockerLayer     = "application/vnd.docker.image.rootfs.diff.tar"
 )
 
-// decompressLayer returns the tar stream of a layer of the given media type.
+// Layer compressions as the layer's first bytes show them. CDI's importer
+// decides by these bytes, not by the media type, so a layer whose content
+// and media type disagree has two readings and is refused.
+const (
+	contentTar  = "tar"
+	contentGzip = "gzip"
+	contentZstd = "zstd"
+)
+
+// sniffLayer names the compression the first bytes of a layer show:
+// gzip, zstd, or none (a tar). Any other compression magic is refused,
+// since a reader that sniffs would decompress what a tar reader takes as
+// data.
+func sniffLayer(head []byte) (string, error) {
+	switch {
+	case bytes.HasPrefix(head, []byte{0x1f, 0x8b}):
+		return contentGzip, nil
+	case bytes.HasPrefix(head, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		return contentZstd, nil
+	case bytes.HasPrefix(head, []byte{0xfd, '7', 'z', 'X', 'Z', 0}):
+		return "", reject.New(reject.LayerMediaType, "the layer is xz-compressed; a containerDisk layer is a tar, gzip or zstd")
+	case bytes.HasPrefix(head, []byte("BZh")):
+		return "", reject.New(reject.LayerMediaType, "the layer is bzip2-compressed; a containerDisk layer is a tar, gzip or zstd")
+	case len(head) >= 4 && binary.LittleEndian.Uint32(head)&0xFFFFFFF0 == 0x184D2A50:
+		return "", reject.New(reject.LayerMediaType, "the layer starts with a zstd skippable frame; a containerDisk layer starts with its data")
+	}
+	return contentTar, nil
+}
+
+// mediaTypeContent is the compression a layer media type declares.
+func mediaTypeContent(mt string) (string, error) {
+	switch mt {
+	case ocispec.MediaTypeImageLayerGzip, dockerLayerGzip:
+		return contentGzip, nil
+	case ocispec.MediaTypeImageLayerZstd:
+		return contentZstd, nil
+	case ocispec.MediaTypeImageLayer, dockerLayer:
+		return contentTar, nil
+	}
+	return "", reject.New(reject.LayerMediaType, "the layer's media type %q is not a tar, gzip or zstd layer", mt)
+}
+
+// decompressLayer returns the tar stream of a layer of the given media
+// type, whose content must show the same compression (sniffLayer).
+// A gzip layer may be several members, read as one stream as CDI's
+// importer and gzip -d read them; bytes after the last member are refused.
 // A gzip member's header costs what its fields hold, within limits the
 // reader sets: FEXTRA at most 64 KiB (its length is 16 bits; imagectl's
 // own small layers carry 500 bytes of it, see gzipPadder), a name or
-// comment at most 512 bytes; every member is read in turn, so a tenant's
-// headers cost no more memory than the largest of them.
-func decompressLayer(mt string, r io.Reader) (io.ReadCloser, error) {
-	switch mt {
-	case ocispec.MediaTypeImageLayerGzip, dockerLayerGzip:
+// comment at most 512 bytes.
+func decompressLayer(mt string, r *bufio.Reader) (io.ReadCloser, error) {
+	declared, err := mediaTypeContent(mt)
+	if err != nil {
+		return nil, err
+	}
+	head, err := r.Peek(6)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	found, err := sniffLayer(head)
+	if err != nil {
+		return nil, err
+	}
+	if found != declared {
+		return nil, reject.New(reject.LayerMediaType, "the layer's media type %q declares %s but its bytes are %s; importers that look at the bytes would read another layer", mt, declared, found)
+	}
+	switch found {
+	case contentGzip:
 		zr, err := gzip.NewReader(r)
 		if err != nil {
 			return nil, fmt.Errorf("opening the gzip layer: %w", err)
 		}
 		return zr, nil
-	case ocispec.MediaTypeImageLayerZstd:
+	case contentZstd:
 		zr, err := zstd.NewReader(r, zstd.WithDecoderMaxWindow(zstdMaxWindow), zstd.WithDecoderConcurrency(1))
 		if err != nil {
 			return nil, fmt.Errorf("opening the zstd layer: %w", err)
 		}
 		return zr.IOReadCloser(), nil
-	case ocispec.MediaTypeImageLayer, dockerLayer:
-		return io.NopCloser(r), nil
 	}
-	return nil, reject.New(reject.LayerMediaType, "the layer's media type %q is not a tar, gzip or zstd layer", mt)
+	return io.NopCloser(r), nil
+}
+
+// allowedPAX are the PAX records a disk entry may carry: Go's tar writer
+// adds "size" for disks of 8 GiB and more; times change nothing. Any other
+// record (a path, a link, a GNU sparse map) changes what the entry means
+// to some readers and not to others.
+var allowedPAX = map[string]bool{"size": true, "mtime": true, "atime": true, "ctime": true}
+
+// checkPAX refuses a header whose PAX records could be read two ways.
+func checkPAX(h *tar.Header) error {
+	for k := range h.PAXRecords {
+		if !allowedPAX[k] {
+			return reject.New(reject.TarEntry, "the entry %q carries the PAX record %q; a containerDisk's entries carry none but size and times", h.Name, k)
+		}
+	}
+	return nil
 }
 
 // diskEntry reads the layer's tar headers up to disk/disk.img and checks
@@ -69,6 +145,9 @@ func diskEntry(tr *tar.Reader) (*tar.Header, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkPAX(dir); err != nil {
+		return nil, err
+	}
 	if dir.Name != api.DiskDir || dir.Typeflag != tar.TypeDir {
 		return nil, reject.New(reject.TarEntry, "the layer's first entry is %q (%s); a containerDisk starts with the directory %s", dir.Name, typeName(dir.Typeflag), api.DiskDir)
 	}
@@ -77,6 +156,9 @@ func diskEntry(tr *tar.Reader) (*tar.Header, error) {
 		return nil, reject.New(reject.TarEntry, "the layer holds only %s; %s is missing", api.DiskDir, api.DiskPath)
 	}
 	if err != nil {
+		return nil, err
+	}
+	if err := checkPAX(file); err != nil {
 		return nil, err
 	}
 	if file.Name != api.DiskPath || file.Typeflag != tar.TypeReg {

@@ -155,7 +155,7 @@ func TestCheckAndExtractRejectBadShapes(t *testing.T) {
 		{name: "no layer", reason: reject.LayerCount},
 		{name: "two layers", layers: []v1.Layer{uncompressed(good), uncompressed(makeTar(t, diskDirEntry()))}, reason: reject.LayerCount},
 		{name: "bzip2 layer", layers: []v1.Layer{static.NewLayer(good, "application/vnd.oci.image.layer.v1.tar+bzip2")}, reason: reject.LayerMediaType},
-		{name: "not gzip", layers: []v1.Layer{static.NewLayer(good, types.OCILayer)}, reason: reject.InvalidLayer},
+		{name: "tar bytes under the gzip media type", layers: []v1.Layer{static.NewLayer(good, types.OCILayer)}, reason: reject.LayerMediaType},
 		{name: "not a tar", layers: []v1.Layer{uncompressed(bytes.Repeat([]byte{0xff}, 4096))}, reason: reject.InvalidLayer},
 		{name: "empty tar", layers: []v1.Layer{uncompressed(makeTar(t))}, reason: reject.TarEntry},
 		{name: "file first", layers: []v1.Layer{uncompressed(makeTar(t, diskFileEntry(disk)))}, reason: reject.TarEntry},
