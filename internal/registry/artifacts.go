@@ -1,0 +1,205 @@
+package registry
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/imagepipe/imagepipe/internal/containerdisk"
+)
+
+// This file holds the protocol's primitives for a caller that reads and
+// writes images itself, byte for byte (the gate): a manifest as stored, a
+// blob by digest, a layer or blob pushed, a manifest put, and OCI 1.1
+// referrers.
+
+// RawManifest is a manifest or index as the registry stores it.
+type RawManifest struct {
+	// Digest is the sha256 of Bytes ("sha256:...").
+	Digest string
+	// MediaType is the registry's Content-Type for it.
+	MediaType types.MediaType
+	// Bytes are the manifest as stored, at most MaxIndexSize.
+	Bytes []byte
+}
+
+// FetchManifest fetches the manifest ref names, at most MaxIndexSize
+// bytes. A digest reference is checked against the bytes received.
+func (c *Client) FetchManifest(ctx context.Context, ref name.Reference) (*RawManifest, error) {
+	ropts, err := c.remoteOptions(ctx, ref.Context().Registry)
+	if err != nil {
+		return nil, err
+	}
+	desc, err := remote.Get(ref, ropts...)
+	if err != nil {
+		return nil, fmt.Errorf("fetching %s: %w", ref, err)
+	}
+	if len(desc.Manifest) > MaxIndexSize {
+		return nil, fmt.Errorf("the manifest of %s is %d bytes, over the limit of %d", ref, len(desc.Manifest), MaxIndexSize)
+	}
+	sum := fmt.Sprintf("sha256:%x", sha256.Sum256(desc.Manifest))
+	if d, ok := ref.(name.Digest); ok && d.DigestStr() != sum {
+		return nil, fmt.Errorf("the registry answered %s with a manifest of digest %s", ref, sum)
+	}
+	return &RawManifest{Digest: sum, MediaType: desc.MediaType, Bytes: desc.Manifest}, nil
+}
+
+// OpenBlob streams the blob of repo with the given digest from the
+// registry itself (never from a descriptor's urls or data). Reading it to
+// its end checks the digest: a mismatch is an error from Read.
+func (c *Client) OpenBlob(ctx context.Context, repo name.Repository, dgst string) (io.ReadCloser, error) {
+	ropts, err := c.remoteOptions(ctx, repo.Registry)
+	if err != nil {
+		return nil, err
+	}
+	l, err := remote.Layer(repo.Digest(dgst), ropts...)
+	if err != nil {
+		return nil, fmt.Errorf("fetching blob %s: %w", dgst, err)
+	}
+	rc, err := l.Compressed()
+	if err != nil {
+		return nil, fmt.Errorf("fetching blob %s: %w", dgst, err)
+	}
+	return rc, nil
+}
+
+// PushLayer writes disk's layer into repo through a chunked upload and
+// returns it. Nothing is kept for a later run: a failed push starts over.
+func (c *Client) PushLayer(ctx context.Context, repo name.Repository, disk Disk) (containerdisk.LayerInfo, error) {
+	layer, _, err := c.pushLayer(ctx, repo, nil, disk, ImportOptions{})
+	return layer, err
+}
+
+// PushBlob uploads a small blob (a config, a bundle) unless repo has it.
+func (c *Client) PushBlob(ctx context.Context, repo name.Repository, mediaType string, b []byte) (ocispec.Descriptor, error) {
+	return c.pushSmallBlob(ctx, repo, mediaType, b)
+}
+
+// PutManifest puts manifest bytes, of media type mt, at ref: a tag, or a
+// digest (then the manifest's own). A manifest with a subject also updates
+// the subject's referrers tag on registries without the referrers API.
+func (c *Client) PutManifest(ctx context.Context, ref name.Reference, manifest []byte, mt types.MediaType) error {
+	return c.putManifest(ctx, ref, manifest, mt)
+}
+
+// MaxReferrers bounds the referrers of one digest that Referrers returns:
+// anyone with push access can add referrers, and each costs a fetch.
+const MaxReferrers = 64
+
+// Referrers lists the manifests of subject's repository that refer to
+// subject and have artifactType ("" for all), through the referrers API
+// or, on registries without it, the referrers tag (sha256-HEX). A registry
+// that answers with more than MaxReferrers is an error, not a partial
+// list.
+func (c *Client) Referrers(ctx context.Context, subject name.Digest, artifactType string) ([]v1.Descriptor, error) {
+	ropts, err := c.remoteOptions(ctx, subject.Registry)
+	if err != nil {
+		return nil, err
+	}
+	if artifactType != "" {
+		ropts = append(ropts, remote.WithFilter("artifactType", artifactType))
+	}
+	idx, err := remote.Referrers(subject, ropts...)
+	if err != nil {
+		return nil, fmt.Errorf("listing the referrers of %s: %w", subject, err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("listing the referrers of %s: %w", subject, err)
+	}
+	if len(m.Manifests) > MaxReferrers {
+		return nil, fmt.Errorf("%s has %d referrers, over the limit of %d", subject, len(m.Manifests), MaxReferrers)
+	}
+	return m.Manifests, nil
+}
+
+// Artifact is one blob attached to a subject as an OCI 1.1 artifact: an
+// image manifest with an empty config, the blob as its one layer, and the
+// subject.
+type Artifact struct {
+	// ArtifactType is the manifest's artifactType.
+	ArtifactType string
+	// MediaType is the blob's media type.
+	MediaType string
+	// Content is the blob.
+	Content []byte
+	// Annotations go on the manifest.
+	Annotations map[string]string
+}
+
+// emptyJSON is the OCI empty descriptor's content, "{}".
+var emptyJSON = []byte("{}")
+
+// AttachArtifact pushes a as a referrer of subject (whose manifest is
+// subjectDesc) into subject's repository and returns its manifest digest.
+func (c *Client) AttachArtifact(ctx context.Context, subject name.Digest, subjectDesc ocispec.Descriptor, a Artifact) (string, error) {
+	repo := subject.Context()
+	if _, err := c.pushSmallBlob(ctx, repo, ocispec.MediaTypeEmptyJSON, emptyJSON); err != nil {
+		return "", err
+	}
+	layer, err := c.pushSmallBlob(ctx, repo, a.MediaType, a.Content)
+	if err != nil {
+		return "", err
+	}
+	m, err := json.Marshal(ocispec.Manifest{
+		Versioned:    specs.Versioned{SchemaVersion: 2},
+		MediaType:    ocispec.MediaTypeImageManifest,
+		ArtifactType: a.ArtifactType,
+		Config:       ocispec.DescriptorEmptyJSON,
+		Layers:       []ocispec.Descriptor{layer},
+		Subject:      &subjectDesc,
+		Annotations:  a.Annotations,
+	})
+	if err != nil {
+		return "", err
+	}
+	d := digest.FromBytes(m).String()
+	if err := c.putManifest(ctx, repo.Digest(d), m, types.OCIManifestSchema1); err != nil {
+		return "", err
+	}
+	return d, nil
+}
+
+// FetchArtifact fetches the referrer manifest d of repo and its one layer,
+// which must have mediaType and be at most max bytes.
+func (c *Client) FetchArtifact(ctx context.Context, repo name.Repository, d string, mediaType string, max int64) ([]byte, error) {
+	raw, err := c.FetchManifest(ctx, repo.Digest(d))
+	if err != nil {
+		return nil, err
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(raw.Bytes, &m); err != nil {
+		return nil, fmt.Errorf("reading the artifact manifest %s: %w", d, err)
+	}
+	if len(m.Layers) != 1 || m.Layers[0].MediaType != mediaType {
+		return nil, fmt.Errorf("the artifact %s does not hold one %s blob", d, mediaType)
+	}
+	l := m.Layers[0]
+	if l.Size < 0 || l.Size > max {
+		return nil, fmt.Errorf("the artifact %s holds %d bytes, over the limit of %d", d, l.Size, max)
+	}
+	rc, err := c.OpenBlob(ctx, repo, l.Digest.String())
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the artifact %s: %w", d, err)
+	}
+	if int64(len(b)) != l.Size || digest.FromBytes(b).String() != l.Digest.String() {
+		return nil, fmt.Errorf("the artifact %s's blob does not match its descriptor", d)
+	}
+	return bytes.Clone(b), nil
+}
