@@ -114,6 +114,35 @@ func (d *Disk) WriteLayer(ctx context.Context, w io.Writer, progress func(done, 
 	return WriteLayer(ctx, w, d.plan, d.opts.Compression, tee)
 }
 
+// TarDigest returns the diff ID of the disk's layer (the sha256 of its
+// tar), which does not depend on the compression, without compressing,
+// and the size of the stored disk/disk.img: one pass over the disk,
+// preparing it first if Prepare was not called.
+func (d *Disk) TarDigest(ctx context.Context) (diffID string, diskSize int64, err error) {
+	if d.plan == nil {
+		if _, err := d.Prepare(ctx); err != nil {
+			return "", 0, err
+		}
+	}
+	info, err := WriteLayer(ctx, io.Discard, d.plan, CompressionNone, nil)
+	return info.DiffID, d.plan.Size(), err
+}
+
+// CompressionOf is the compression a layer media type names: gzip, zstd
+// or none (a tar), for OCI and Docker media types alike.
+func CompressionOf(mediaType string) (Compression, error) {
+	c, err := mediaTypeContent(mediaType)
+	switch c {
+	case contentGzip:
+		return CompressionGzip, nil
+	case contentZstd:
+		return CompressionZstd, nil
+	case contentTar:
+		return CompressionNone, nil
+	}
+	return "", err
+}
+
 // progressWriter reports bytes that pass through it.
 type progressWriter struct {
 	fn          func(done, total int64)

@@ -108,12 +108,17 @@ const (
 	DiskMode Reason = "disk-mode"
 	// AnnotationMismatch: an io.imagepipe annotation contradicts the disk.
 	AnnotationMismatch Reason = "annotation-mismatch"
+	// ManifestShape: a manifest, index or config that readers could take
+	// two ways: a media type its body contradicts, a descriptor with urls
+	// or embedded data, a diff ID that is not the layer's, a field out of
+	// bounds.
+	ManifestShape Reason = "manifest-shape"
 )
 
 // shapeReasons are the codes about the containerDisk around a disk.
 var shapeReasons = map[Reason]bool{
 	LayerCount: true, LayerMediaType: true, InvalidLayer: true, TarEntry: true,
-	DiskOwner: true, DiskMode: true, AnnotationMismatch: true,
+	DiskOwner: true, DiskMode: true, AnnotationMismatch: true, ManifestShape: true,
 }
 
 // IsShape reports whether r is about the containerDisk's shape rather than

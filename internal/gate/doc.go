@@ -1,0 +1,30 @@
+// Package gate is the server side's one check of what tenants push: it
+// reads a pushed containerDisk in full, the way imagectl reads a disk,
+// and publishes its canonical form, the only image hubs import.
+//
+// Verifier.Verify takes a digest in a tenant's repository (an image, or an
+// index of up to 8 linux images) and reads every byte of it once:
+//
+//   - the manifest and config, strictly: the registry's Content-Type and
+//     the body agree, no key twice, no descriptor with urls or embedded
+//     data, one layer, one diff ID, bounded annotations and labels, and
+//     no environment but KubeVirt's instancetype defaults;
+//   - the layer from the registry by digest: its bytes must show the
+//     compression its media type names, its tar must hold exactly disk/
+//     and disk/disk.img (107:107, 0444) and nothing after them but zero
+//     padding, and its digest, size and diff ID must match;
+//   - the disk, spooled to a sparse file (at most its declared size, which
+//     is bounded by the maximum virtual size), through the disk engine's
+//     full verdict: header, every table, shared clusters, every
+//     compressed cluster.
+//
+// It then writes the canonical image into the same repository, by digest:
+// a manifest and config of its own from the verified values, and the
+// layer imagepipe's writer makes of the verified disk. When the pushed
+// layer's tar already is that layer's tar, the pushed blob is kept, so
+// that an image `imagectl import` built is its own canonical image and
+// costs no storage. CDI then only ever reads bytes imagepipe wrote.
+//
+// A rejection is a verdict too, with the reason codes of internal/reject.
+// Errors (a registry that fails, a context that ends) are not verdicts.
+package gate

@@ -1,0 +1,407 @@
+package gate
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/imagepipe/imagepipe/internal/containerdisk"
+	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
+	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/pkg/api"
+)
+
+// Defaults of the verifier's limits.
+const (
+	// DefaultMaxVirtualSize is the largest guest disk accepted, as
+	// imagectl's default.
+	DefaultMaxVirtualSize = 2 << 40
+	// maxIndexImages bounds the images of one index the gate verifies.
+	maxIndexImages = 8
+)
+
+// Registry is what the verifier needs of a registry; *registry.Client
+// implements it.
+type Registry interface {
+	FetchManifest(ctx context.Context, ref name.Reference) (*registry.RawManifest, error)
+	OpenBlob(ctx context.Context, repo name.Repository, digest string) (io.ReadCloser, error)
+	PushLayer(ctx context.Context, repo name.Repository, disk registry.Disk) (containerdisk.LayerInfo, error)
+	PushBlob(ctx context.Context, repo name.Repository, mediaType string, b []byte) (ocispec.Descriptor, error)
+	PutManifest(ctx context.Context, ref name.Reference, manifest []byte, mt types.MediaType) error
+}
+
+var _ Registry = (*registry.Client)(nil)
+
+// Verifier reads a pushed image in full and publishes its canonical form.
+type Verifier struct {
+	Registry Registry
+	// TempDir holds the disks being verified (sparse files, removed when
+	// done); "" means the system's.
+	TempDir string
+	// MaxVirtualSize bounds the guest disk; 0 means DefaultMaxVirtualSize.
+	MaxVirtualSize int64
+	// Engine and Version name the verifier in verdicts.
+	Engine, Version string
+	// Logger receives progress; nil discards.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// maxDiskSize bounds the disk/disk.img a layer may declare: a qcow2 file
+// of the largest virtual size needs at most 1/64 more for its tables
+// (the spool's bound in internal/source), plus 64 MiB.
+func (v *Verifier) maxDiskSize() int64 {
+	vs := v.maxVirtualSize()
+	return vs + vs/64 + 64<<20
+}
+
+func (v *Verifier) maxVirtualSize() int64 {
+	if v.MaxVirtualSize > 0 {
+		return v.MaxVirtualSize
+	}
+	return DefaultMaxVirtualSize
+}
+
+func (v *Verifier) logger() *slog.Logger {
+	if v.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return v.Logger
+}
+
+// Verify reads subject (an image or an index) in full and returns the
+// verdict: accepted with the canonical image of each platform, which it
+// has pushed into subject's repository by digest, or rejected with the
+// reasons. An error means no verdict (the registry failed, the context
+// ended): nothing about the image is known.
+func (v *Verifier) Verify(ctx context.Context, subject name.Digest) (*api.Verdict, error) {
+	verdict := &api.Verdict{
+		Repository: subject.RepositoryStr(), Subject: subject.DigestStr(),
+		Engine: v.Engine, EngineVersion: v.Version,
+	}
+	images, err := v.verifySubject(ctx, subject)
+	now := time.Now
+	if v.Now != nil {
+		now = v.Now
+	}
+	verdict.VerifiedAt = now().UTC().Format(time.RFC3339)
+	if re := reject.As(err); re != nil {
+		verdict.Verdict = api.VerdictRejected
+		verdict.Reasons = []api.Rejection{{Code: string(re.Reason), Message: re.Detail}}
+		return verdict, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	verdict.Verdict, verdict.Images = api.VerdictAccepted, images
+	return verdict, nil
+}
+
+// verifySubject verifies the image subject names, or each image of the
+// index it names.
+func (v *Verifier) verifySubject(ctx context.Context, subject name.Digest) ([]api.VerifiedImage, error) {
+	raw, err := v.Registry.FetchManifest(ctx, subject)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := parseDocument(raw)
+	if err != nil {
+		return nil, err
+	}
+	if !doc.isIndex() {
+		img, err := v.verifyImage(ctx, subject.Context(), raw, doc, "")
+		if err != nil {
+			return nil, err
+		}
+		return []api.VerifiedImage{*img}, nil
+	}
+	if len(doc.Manifests) == 0 || len(doc.Manifests) > maxIndexImages {
+		return nil, reject.New(reject.ManifestShape, "the index lists %d images; a containerDisk index lists 1 to %d", len(doc.Manifests), maxIndexImages)
+	}
+	var images []api.VerifiedImage
+	seen := map[string]bool{}
+	for _, entry := range doc.Manifests {
+		p := entry.Platform
+		if p == nil || p.OS != "linux" || !archPattern.MatchString(p.Architecture) || (p.Variant != "" && !archPattern.MatchString(p.Variant)) {
+			return nil, reject.New(reject.ManifestShape, "the index entry %s names no linux platform", entry.Digest)
+		}
+		platform := platformOf(&ocispec.Image{Platform: *p})
+		if seen[platform] {
+			return nil, reject.New(reject.ManifestShape, "the index lists %s twice; readers disagree on which one counts", platform)
+		}
+		seen[platform] = true
+		ref := subject.Context().Digest(entry.Digest.String())
+		raw, err := v.Registry.FetchManifest(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		if string(raw.MediaType) != entry.MediaType {
+			return nil, reject.New(reject.ManifestShape, "the index says %s is a %q but the registry serves a %q", entry.Digest, entry.MediaType, raw.MediaType)
+		}
+		doc, err := parseDocument(raw)
+		if err != nil {
+			return nil, err
+		}
+		if doc.isIndex() {
+			return nil, reject.New(reject.ManifestShape, "the index entry %s is itself an index", entry.Digest)
+		}
+		img, err := v.verifyImage(ctx, subject.Context(), raw, doc, platform)
+		if err != nil {
+			return nil, err
+		}
+		images = append(images, *img)
+	}
+	return images, nil
+}
+
+// verifyImage verifies one image manifest in full; platform, when set, is
+// what its index entry says the image is for.
+func (v *Verifier) verifyImage(ctx context.Context, repo name.Repository, raw *registry.RawManifest, doc *document, platform string) (*api.VerifiedImage, error) {
+	if err := containerdisk.CheckLayerCount(len(doc.Layers)); err != nil {
+		return nil, err
+	}
+	cfgBytes, err := v.readBlob(ctx, repo, doc.Config.Descriptor, MaxConfigSize)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := parseConfig(cfgBytes, doc.Config.MediaType)
+	if err != nil {
+		return nil, err
+	}
+	if platform != "" && platformOf(cfg) != platform {
+		return nil, reject.New(reject.PlatformMismatch, "the index lists the image %s for %s but its config says %s", raw.Digest, platform, platformOf(cfg))
+	}
+	layerDesc := doc.Layers[0].Descriptor
+	comp, err := containerdisk.CompressionOf(layerDesc.MediaType)
+	if err != nil {
+		return nil, err
+	}
+
+	dir := v.TempDir
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	spool, err := convert.CreateOutput(filepath.Join(dir, "imagepipe-gate.disk"), false)
+	if err != nil {
+		return nil, fmt.Errorf("creating the disk spool: %w", err)
+	}
+	defer spool.Discard()
+	pushed, err := v.extract(ctx, repo, layerDesc, spool)
+	if err != nil {
+		return nil, err
+	}
+	if pushed.diffID != cfg.RootFS.DiffIDs[0].String() {
+		return nil, reject.New(reject.ManifestShape, "the config's diff ID is %s but the layer's tar is %s", cfg.RootFS.DiffIDs[0], pushed.diffID)
+	}
+
+	opts := convert.OpenOptions{Format: convert.Format(doc.Annotations[api.AnnotationDiskFormat]), MaxVirtualSize: v.maxVirtualSize()}
+	img, err := convert.Open(spool.File, pushed.size, opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := img.Verify(ctx); err != nil {
+		return nil, err
+	}
+	info := img.Info()
+	if err := checkAnnotations(doc.Annotations, cfg.Config.Labels, info); err != nil {
+		return nil, err
+	}
+	disk, err := containerdisk.NewDisk(img, containerdisk.Options{DiskFormat: info.Format, Compression: comp, Logger: v.Logger})
+	if err != nil {
+		return nil, err
+	}
+	canonical, diskSize, err := v.publish(ctx, repo, disk, cfg, doc, layerDesc, pushed.diffID)
+	if err != nil {
+		return nil, err
+	}
+	out := &api.VerifiedImage{
+		Platform: platformOf(cfg), Source: raw.Digest, DiskDigest: pushed.diskDigest, Canonical: canonical,
+		Format: string(info.Format), VirtualSize: info.VirtualSize, DiskSize: diskSize,
+		Checks: api.ChecksPassed,
+	}
+	for _, kv := range cfg.Config.Env {
+		if val, ok := cutEnv(kv, api.EnvDefaultInstancetype); ok {
+			out.Instancetype = val
+		}
+		if val, ok := cutEnv(kv, api.EnvDefaultPreference); ok {
+			out.Preference = val
+		}
+	}
+	v.logger().Info("image verified", "repository", repo.RepositoryStr(), "digest", raw.Digest, "canonical", canonical, "format", info.Format, "virtualSize", info.VirtualSize)
+	return out, nil
+}
+
+func cutEnv(kv, key string) (string, bool) {
+	k, v, ok := strings.Cut(kv, "=")
+	return v, ok && k == key
+}
+
+// checkAnnotations refuses io.imagepipe annotations or labels that
+// contradict the disk: they are copied into the canonical image.
+func checkAnnotations(annotations, labels map[string]string, info convert.Info) error {
+	for _, m := range []map[string]string{annotations, labels} {
+		if f, ok := m[api.AnnotationDiskFormat]; ok && f != string(info.Format) {
+			return reject.New(reject.AnnotationMismatch, "the annotation %s is %q but the disk is %s", api.AnnotationDiskFormat, f, info.Format)
+		}
+		if s, ok := m[api.AnnotationVirtualSize]; ok {
+			if n, err := strconv.ParseInt(s, 10, 64); err != nil || n != info.VirtualSize {
+				return reject.New(reject.AnnotationMismatch, "the annotation %s is %q but the disk's virtual size is %d bytes", api.AnnotationVirtualSize, s, info.VirtualSize)
+			}
+		}
+	}
+	return nil
+}
+
+// readBlob reads a small blob, at most limit bytes, checking its size and
+// digest against desc.
+func (v *Verifier) readBlob(ctx context.Context, repo name.Repository, desc ocispec.Descriptor, limit int64) ([]byte, error) {
+	if desc.Size > limit {
+		return nil, reject.New(reject.ManifestShape, "the blob %s is %d bytes, over the limit of %d", desc.Digest, desc.Size, limit)
+	}
+	rc, err := v.Registry.OpenBlob(ctx, repo, desc.Digest.String())
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading blob %s: %w", desc.Digest, err)
+	}
+	if int64(len(b)) != desc.Size {
+		return nil, reject.New(reject.ManifestShape, "the blob %s is %d bytes but its descriptor says %d", desc.Digest, len(b), desc.Size)
+	}
+	if digest.FromBytes(b) != desc.Digest {
+		return nil, fmt.Errorf("the registry served blob %s with other content", desc.Digest)
+	}
+	return b, nil
+}
+
+// extracted is what reading a pushed layer found.
+type extracted struct {
+	diffID     string // sha256 of the layer's tar
+	diskDigest string // sha256 of disk/disk.img
+	size       int64  // size of disk/disk.img
+}
+
+// extract streams the layer from the registry, checks its shape and
+// framing in full and writes disk/disk.img into spool, leaving holes for
+// zero blocks.
+func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocispec.Descriptor, spool *convert.OutputFile) (*extracted, error) {
+	rc, err := v.Registry.OpenBlob(ctx, repo, desc.Digest.String())
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	counted := &countingReader{r: rc}
+	lr, err := containerdisk.OpenLayer(desc.MediaType, counted)
+	if err != nil {
+		return nil, err
+	}
+	defer lr.Close()
+	if lr.DiskSize() > v.maxDiskSize() {
+		return nil, reject.New(reject.VirtualSize, "disk/disk.img is %d bytes, over the limit of %d for a disk of at most %d bytes", lr.DiskSize(), v.maxDiskSize(), v.maxVirtualSize())
+	}
+	sum := sha256.New()
+	diffID, err := lr.CopyDisk(ctx, io.MultiWriter(spool, hashWriter{sum}))
+	if err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("reading layer %s: %w", desc.Digest, err)
+		}
+		return nil, err
+	}
+	if counted.n != desc.Size {
+		return nil, reject.New(reject.ManifestShape, "the layer %s is %d bytes but its descriptor says %d", desc.Digest, counted.n, desc.Size)
+	}
+	if err := spool.Finish(); err != nil {
+		return nil, fmt.Errorf("writing the disk spool: %w", err)
+	}
+	return &extracted{diffID: diffID, diskDigest: fmt.Sprintf("sha256:%x", sum.Sum(nil)), size: lr.DiskSize()}, nil
+}
+
+// publish makes sure the canonical image of disk is in repo and returns
+// its manifest digest and its disk's size. The pushed layer is the
+// canonical one when its tar is exactly the tar imagepipe writes for the
+// verified disk (its framing was checked in full while it was read); the
+// manifest and config are always written here, from the verified values
+// and the pushed ones that passed their checks, so that an image built by
+// imagectl publishes to its own digest and costs nothing.
+func (v *Verifier) publish(ctx context.Context, repo name.Repository, disk *containerdisk.Disk, cfg *ocispec.Image, doc *document, pushed ocispec.Descriptor, pushedDiffID string) (string, int64, error) {
+	diffID, size, err := disk.TarDigest(ctx)
+	if err != nil {
+		return "", 0, err
+	}
+	comp, _ := containerdisk.CompressionOf(pushed.MediaType)
+	layer := ocispec.Descriptor{MediaType: comp.MediaType(), Digest: pushed.Digest, Size: pushed.Size}
+	if diffID != pushedDiffID {
+		info, err := v.Registry.PushLayer(ctx, repo, disk)
+		if err != nil {
+			return "", 0, fmt.Errorf("pushing the canonical layer: %w", err)
+		}
+		layer.Digest, layer.Size = digest.Digest(info.Digest), info.Size
+		v.logger().Info("canonical layer written", "repository", repo.RepositoryStr(), "digest", info.Digest, "bytes", info.Size)
+	}
+	canonCfg := ocispec.Image{
+		Created:  cfg.Created,
+		Platform: ocispec.Platform{Architecture: cfg.Architecture, OS: cfg.OS, Variant: cfg.Variant},
+		Config:   ocispec.ImageConfig{Labels: cfg.Config.Labels, Env: cfg.Config.Env},
+		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{digest.Digest(diffID)}},
+	}
+	cfgBytes, err := json.Marshal(canonCfg)
+	if err != nil {
+		return "", 0, err
+	}
+	cfgDesc, err := v.Registry.PushBlob(ctx, repo, ocispec.MediaTypeImageConfig, cfgBytes)
+	if err != nil {
+		return "", 0, fmt.Errorf("pushing the canonical config: %w", err)
+	}
+	manifest, err := json.Marshal(ocispec.Manifest{
+		Versioned:   specs.Versioned{SchemaVersion: 2},
+		MediaType:   ocispec.MediaTypeImageManifest,
+		Config:      cfgDesc,
+		Layers:      []ocispec.Descriptor{layer},
+		Annotations: doc.Annotations,
+	})
+	if err != nil {
+		return "", 0, err
+	}
+	d := digest.FromBytes(manifest).String()
+	if err := v.Registry.PutManifest(ctx, repo.Digest(d), manifest, manifestMediaType); err != nil {
+		return "", 0, fmt.Errorf("pushing the canonical manifest: %w", err)
+	}
+	return d, size, nil
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// hashWriter feeds a hash.
+type hashWriter struct{ h hash.Hash }
+
+func (w hashWriter) Write(p []byte) (int, error) { return w.h.Write(p) }

@@ -1,0 +1,323 @@
+package gate
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/binary"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/imagepipe/imagepipe/internal/containerdisk"
+	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/reject"
+	"github.com/imagepipe/imagepipe/pkg/api"
+)
+
+// env is an in-process registry, a client of it and a verifier.
+type env struct {
+	host string
+	reg  *registry.Client
+	v    *Verifier
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	srv := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	c, err := registry.New(registry.WithCacheDir(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{host: u.Host, reg: c, v: &Verifier{Registry: c, TempDir: t.TempDir(), Engine: "test", Version: "v0"}}
+}
+
+// rawDisk is a sparse raw disk of size bytes with random data in three
+// places.
+func rawDisk(t *testing.T, size int64, seed uint64) []byte {
+	t.Helper()
+	b := make([]byte, size)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	for _, off := range []int64{0, size / 3, size - 64<<10} {
+		for i := off; i < off+64<<10; i++ {
+			b[i] = byte(rng.Uint32())
+		}
+	}
+	return b
+}
+
+// importDisk pushes disk as imagectl import does and returns the digest.
+func (e *env) importDisk(t *testing.T, repo string, disk []byte, opts containerdisk.Options, io registry.ImportOptions) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "disk.raw")
+	if err := os.WriteFile(p, disk, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(p)
+	t.Cleanup(func() { f.Close() })
+	img, err := convert.Open(f, int64(len(disk)), convert.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := containerdisk.NewDisk(img, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, _ := name.NewTag(e.host + "/" + repo + ":v1")
+	res, err := e.reg.Import(t.Context(), tag, d, staticSource("sha256:"+strings.Repeat("ab", 32)), io)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Digest
+}
+
+type staticSource string
+
+func (s staticSource) WaitDigest(context.Context) (string, error) { return string(s), nil }
+func (staticSource) DigestDeferred() bool                         { return false }
+func (staticSource) UploadName() string                           { return "" }
+
+func (e *env) verify(t *testing.T, repo, dgst string) *api.Verdict {
+	t.Helper()
+	ref, err := name.NewDigest(e.host + "/" + repo + "@" + dgst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verdict, err := e.v.Verify(t.Context(), ref)
+	if err != nil {
+		t.Fatalf("verify %s: %v", ref, err)
+	}
+	return verdict
+}
+
+// TestImagectlImageIsItsOwnCanonicalImage: an image built the way
+// imagectl import builds it verifies to itself, for each disk format and
+// compression, so the gate stores nothing new for it.
+func TestImagectlImageIsItsOwnCanonicalImage(t *testing.T) {
+	e := newEnv(t)
+	disk := rawDisk(t, 8<<20, 1)
+	for _, format := range []convert.Format{convert.FormatQCOW2, convert.FormatRaw} {
+		for _, comp := range []containerdisk.Compression{containerdisk.CompressionGzip, containerdisk.CompressionZstd, containerdisk.CompressionNone} {
+			repo := fmt.Sprintf("acme/%s-%s", format, comp)
+			d := e.importDisk(t, repo, disk, containerdisk.Options{DiskFormat: format, Compression: comp},
+				registry.ImportOptions{Labels: map[string]string{"team": "os"}, DefaultInstancetype: "u1.small", Created: time.Unix(1700000000, 0), OSName: "fedora-41"})
+			v := e.verify(t, repo, d)
+			if v.Verdict != api.VerdictAccepted || len(v.Images) != 1 {
+				t.Fatalf("%s: %+v", repo, v)
+			}
+			im := v.Images[0]
+			if im.Canonical != d || im.Source != d || im.Format != string(format) || im.VirtualSize != int64(len(disk)) || im.Instancetype != "u1.small" {
+				t.Errorf("%s: %+v; want canonical = source = %s", repo, im, d)
+			}
+		}
+	}
+}
+
+// pushRaw pushes blobs and a manifest as any OCI client could and
+// returns the manifest's digest.
+func (e *env) pushRaw(t *testing.T, repo string, manifest []byte, mediaType string, blobs ...[]byte) string {
+	t.Helper()
+	r, err := name.NewRepository(e.host + "/" + repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range blobs {
+		if _, err := e.reg.PushBlob(t.Context(), r, "application/octet-stream", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d := digest.FromBytes(manifest).String()
+	if err := e.reg.PutManifest(t.Context(), r.Tag("v1"), manifest, types.MediaType(mediaType)); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// crafted is an image built by hand, each part open to change.
+type crafted struct {
+	layer          []byte
+	layerMediaType string
+	diffID         string
+	config         ocispec.Image
+	layerDesc      map[string]any // extra descriptor fields
+	annotations    map[string]string
+}
+
+// craftImage is a containerDisk of disk as another tool builds it: a tar
+// with its own headers (mtime, names), gzip-compressed.
+func craftImage(t *testing.T, disk []byte) *crafted {
+	t.Helper()
+	var tb bytes.Buffer
+	tw := tar.NewWriter(&tb)
+	mt := time.Unix(1600000000, 0)
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: api.DiskDir, Mode: 0o555, Uid: 107, Gid: 107, ModTime: mt, Uname: "qemu"})
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: api.DiskPath, Mode: 0o444, Uid: 107, Gid: 107, Size: int64(len(disk)), ModTime: mt, Uname: "qemu"})
+	tw.Write(disk)
+	tw.Close()
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(tb.Bytes())
+	zw.Close()
+	return &crafted{
+		layer: gz.Bytes(), layerMediaType: ocispec.MediaTypeImageLayerGzip, diffID: digest.FromBytes(tb.Bytes()).String(),
+		config: ocispec.Image{Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"}},
+	}
+}
+
+func (c *crafted) push(t *testing.T, e *env, repo string) string {
+	t.Helper()
+	cfg := c.config
+	cfg.RootFS = ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{digest.Digest(c.diffID)}}
+	cfgBytes, _ := json.Marshal(cfg)
+	layer := map[string]any{"mediaType": c.layerMediaType, "digest": digest.FromBytes(c.layer), "size": len(c.layer)}
+	for k, v := range c.layerDesc {
+		layer[k] = v
+	}
+	m := map[string]any{
+		"schemaVersion": 2, "mediaType": ocispec.MediaTypeImageManifest,
+		"config": ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(cfgBytes), Size: int64(len(cfgBytes))},
+		"layers": []any{layer},
+	}
+	if c.annotations != nil {
+		m["annotations"] = c.annotations
+	}
+	mb, _ := json.Marshal(m)
+	return e.pushRaw(t, repo, mb, ocispec.MediaTypeImageManifest, cfgBytes, c.layer)
+}
+
+// TestForeignImageIsNormalised: a containerDisk another tool built is
+// accepted and published anew, and the canonical image holds the same
+// guest disk in imagepipe's own layer.
+func TestForeignImageIsNormalised(t *testing.T) {
+	e := newEnv(t)
+	disk := rawDisk(t, 4<<20, 2)
+	d := craftImage(t, disk).push(t, e, "acme/foreign")
+	v := e.verify(t, "acme/foreign", d)
+	if v.Verdict != api.VerdictAccepted {
+		t.Fatalf("%+v", v)
+	}
+	im := v.Images[0]
+	if im.Canonical == d || im.DiskDigest != digest.FromBytes(disk).String() || im.Format != "raw" {
+		t.Fatalf("%+v", im)
+	}
+	// The canonical image is what imagectl would have built: it verifies
+	// to itself, and its disk is the pushed one.
+	again := e.verify(t, "acme/foreign", im.Canonical)
+	if again.Verdict != api.VerdictAccepted || again.Images[0].Canonical != im.Canonical || again.Images[0].DiskDigest != im.DiskDigest {
+		t.Errorf("the canonical image does not verify to itself: %+v", again)
+	}
+}
+
+
+// amplifier is a 512 MiB qcow2 disk of 320 KiB whose one data cluster
+// is mapped 8192 times: its header is valid, its tables are not.
+func amplifier() []byte {
+	const cs = 64 << 10
+	b := make([]byte, 5*cs)
+	be := binary.BigEndian
+	copy(b, "QFI\xfb")
+	be.PutUint32(b[4:], 3)
+	be.PutUint32(b[20:], 16)
+	be.PutUint64(b[24:], 512<<20)
+	be.PutUint32(b[36:], 1)
+	be.PutUint64(b[40:], cs)
+	be.PutUint64(b[48:], 2*cs)
+	be.PutUint32(b[56:], 1)
+	be.PutUint32(b[96:], 4)
+	be.PutUint32(b[100:], 104)
+	const copied = 1 << 63
+	be.PutUint64(b[cs:], copied|3*cs)
+	for j := range 8192 {
+		be.PutUint64(b[3*cs+8*j:], copied|4*cs)
+	}
+	copy(b[4*cs:], bytes.Repeat([]byte("amplify!"), cs/8))
+	return b
+}
+
+// TestHostileImagesAreRejected: each way of making the gate and CDI read
+// two different images, and a disk whose header passes but whose tables
+// amplify, is a rejection with its reason.
+func TestHostileImagesAreRejected(t *testing.T) {
+	e := newEnv(t)
+	disk := rawDisk(t, 1<<20, 3)
+	cases := map[string]struct {
+		edit func(c *crafted)
+		want reject.Reason
+	}{
+		"gzip bytes under the tar media type": {func(c *crafted) { c.layerMediaType = ocispec.MediaTypeImageLayer }, reject.LayerMediaType},
+		"a layer descriptor with urls": {func(c *crafted) {
+			c.layerDesc = map[string]any{"urls": []string{"http://169.254.169.254/disk.tar.gz"}}
+		}, reject.ManifestShape},
+		"a layer descriptor with data": {func(c *crafted) { c.layerDesc = map[string]any{"data": "aGVsbG8="} }, reject.ManifestShape},
+		"a diff ID that is not the layer's": {func(c *crafted) { c.diffID = digest.FromString("other").String() }, reject.ManifestShape},
+		"an environment variable CDI would read": {func(c *crafted) {
+			c.config.Config.Env = []string{"KUBEVIRT_IO_EVIL=1"}
+		}, reject.ManifestShape},
+		"a config for another OS": {func(c *crafted) { c.config.OS = "windows" }, reject.ManifestShape},
+		"a virtual size annotation that lies": {func(c *crafted) {
+			c.annotations = map[string]string{api.AnnotationVirtualSize: "4096"}
+		}, reject.AnnotationMismatch},
+		"a qcow2 whose one cluster is mapped 8192 times": {func(c *crafted) {
+			*c = *craftImage(t, amplifier())
+		}, reject.SharedCluster},
+	}
+	for name, tc := range cases {
+		c := craftImage(t, disk)
+		tc.edit(c)
+		repo := "acme/" + strings.ToLower(strings.NewReplacer(" ", "-", "'", "").Replace(name))
+		v := e.verify(t, repo, c.push(t, e, repo))
+		if v.Verdict != api.VerdictRejected || len(v.Reasons) != 1 || v.Reasons[0].Code != string(tc.want) || len(v.Images) != 0 {
+			t.Errorf("%s: %+v; want rejected for %s", name, v, tc.want)
+		}
+	}
+}
+
+// TestManifestReadingsMustAgree: a manifest the registry serves as one
+// type while its body says another, and one with a key twice, are
+// rejected before anything they name is read.
+func TestManifestReadingsMustAgree(t *testing.T) {
+	e := newEnv(t)
+	c := craftImage(t, rawDisk(t, 1<<20, 4))
+	good := c.push(t, e, "acme/good")
+	raw, err := e.reg.FetchManifest(t.Context(), mustDigest(t, e.host+"/acme/good@"+good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	asDocker := e.pushRaw(t, "acme/content-type", raw.Bytes, "application/vnd.docker.distribution.manifest.v2+json")
+	dup := bytes.Replace(raw.Bytes, []byte(`"schemaVersion":2`), []byte(`"schemaVersion":2,"schemaVersion":2`), 1)
+	twice := e.pushRaw(t, "acme/twice", dup, ocispec.MediaTypeImageManifest)
+	for repo, d := range map[string]string{"acme/content-type": asDocker, "acme/twice": twice} {
+		v := e.verify(t, repo, d)
+		if v.Verdict != api.VerdictRejected || v.Reasons[0].Code != string(reject.ManifestShape) {
+			t.Errorf("%s: %+v; want a %s rejection", repo, v, reject.ManifestShape)
+		}
+	}
+}
+
+func mustDigest(t *testing.T, s string) name.Digest {
+	t.Helper()
+	d, err := name.NewDigest(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
