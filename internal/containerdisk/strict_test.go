@@ -130,8 +130,8 @@ func TestLayerTrailersAndPAXAreRefused(t *testing.T) {
 		blob      []byte
 		want      reject.Reason
 	}{
-		"data after the tar's end": {ocispec.MediaTypeImageLayer, diskTar(t, disk, nil, []byte("disk/evil.img")), reject.InvalidLayer},
-		"data after the gzip stream": {ocispec.MediaTypeImageLayerGzip, append(gzipped(diskTar(t, disk, nil, nil)), "trailing"...), reject.InvalidLayer},
+		"data after the tar's end":     {ocispec.MediaTypeImageLayer, diskTar(t, disk, nil, []byte("disk/evil.img")), reject.InvalidLayer},
+		"data after the gzip stream":   {ocispec.MediaTypeImageLayerGzip, append(gzipped(diskTar(t, disk, nil, nil)), "trailing"...), reject.InvalidLayer},
 		"zeros past the trailer limit": {ocispec.MediaTypeImageLayerGzip, gzipped(diskTar(t, disk, nil, make([]byte, MaxTarTrailer+1024))), reject.InvalidLayer},
 		"a PAX path record": {ocispec.MediaTypeImageLayer, diskTar(t, disk, func(h *tar.Header) {
 			h.PAXRecords = map[string]string{"path": api.DiskPath}

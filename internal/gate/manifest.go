@@ -9,8 +9,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -36,13 +36,13 @@ const (
 // reader could use to find bytes elsewhere are read so that they can be
 // refused.
 type document struct {
-	SchemaVersion int                `json:"schemaVersion"`
-	MediaType     string             `json:"mediaType"`
-	ArtifactType  string             `json:"artifactType"`
-	Config        *descriptor        `json:"config"`
-	Layers        []descriptor       `json:"layers"`
-	Manifests     []descriptor       `json:"manifests"`
-	Annotations   map[string]string  `json:"annotations"`
+	SchemaVersion int                 `json:"schemaVersion"`
+	MediaType     string              `json:"mediaType"`
+	ArtifactType  string              `json:"artifactType"`
+	Config        *descriptor         `json:"config"`
+	Layers        []descriptor        `json:"layers"`
+	Manifests     []descriptor        `json:"manifests"`
+	Annotations   map[string]string   `json:"annotations"`
 	Subject       *ocispec.Descriptor `json:"subject"`
 }
 

@@ -4,8 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"encoding/binary"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -227,7 +227,6 @@ func TestForeignImageIsNormalised(t *testing.T) {
 	}
 }
 
-
 // amplifier is a 512 MiB qcow2 disk of 320 KiB whose one data cluster
 // is mapped 8192 times: its header is valid, its tables are not.
 func amplifier() []byte {
@@ -267,7 +266,7 @@ func TestHostileImagesAreRejected(t *testing.T) {
 		"a layer descriptor with urls": {func(c *crafted) {
 			c.layerDesc = map[string]any{"urls": []string{"http://169.254.169.254/disk.tar.gz"}}
 		}, reject.ManifestShape},
-		"a layer descriptor with data": {func(c *crafted) { c.layerDesc = map[string]any{"data": "aGVsbG8="} }, reject.ManifestShape},
+		"a layer descriptor with data":      {func(c *crafted) { c.layerDesc = map[string]any{"data": "aGVsbG8="} }, reject.ManifestShape},
 		"a diff ID that is not the layer's": {func(c *crafted) { c.diffID = digest.FromString("other").String() }, reject.ManifestShape},
 		"an environment variable CDI would read": {func(c *crafted) {
 			c.config.Config.Env = []string{"KUBEVIRT_IO_EVIL=1"}
