@@ -2,7 +2,7 @@
 # Builds the real components imagepipe's integration tests and benchmarks run
 # from the Go module proxy into ${IMAGEPIPE_CACHE:-$HOME/.cache/imagepipe}/bin,
 # unless IMAGEPIPE_BIN names another folder: the CNCF distribution registry,
-# MinIO, crane, etcd, zot, cdi-controller and cdi-importer (kube-apiserver,
+# MinIO, crane, cosign, etcd, zot, cdi-controller and cdi-importer (kube-apiserver,
 # kubectl and kube-controller-manager are test/buildkube.sh's). It also
 # generates the CDI, KubeVirt and instancetype CRDs (with their real schemas,
 # by controller-gen from the published API modules) into
@@ -12,7 +12,7 @@
 # everything cached takes well under a second.
 #
 # Each build takes a few minutes with a cold build cache on 2 cores (registry
-# ~2.5 min, MinIO ~4 min, etcd ~1.5 min, zot ~2 min, CDI's two ~6 min); they run
+# ~2.5 min, MinIO ~4 min, cosign ~4 min, etcd ~1.5 min, zot ~2 min, CDI's two ~6 min); they run
 # one after another, while test/tools.sh runs buildkube.sh alongside.
 #
 # etcd and the CRDs are built in throwaway modules in a temporary folder, so
@@ -30,6 +30,7 @@ tools=(
 	"registry github.com/distribution/distribution/v3/cmd/registry@v3.1.2"
 	"minio github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c"
 	"crane github.com/google/go-containerregistry/cmd/crane@v0.22.1"
+	"cosign github.com/sigstore/cosign/v3/cmd/cosign@v3.1.3"
 )
 
 for entry in "${tools[@]}"; do

@@ -1,0 +1,162 @@
+package gate
+
+import (
+	"sync"
+	"time"
+)
+
+// work is one tag to give a verdict: its digest when the event named one.
+type work struct {
+	repo, tag, digest string
+}
+
+// key identifies the image a piece of work is about; newer work for the
+// same key replaces older work that has not started.
+func (w work) key() string { return w.repo + ":" + w.tag }
+
+// fairQueue hands out work tenant by tenant in turn, at most perTenant of
+// one tenant at once, so that a tenant pushing a thousand images delays
+// another's by at most one verification per worker. Work for an image
+// that is in progress waits until it is done, then runs with the newest
+// event; failed work comes back after a backoff.
+type fairQueue struct {
+	mu        sync.Mutex
+	cond      *sync.Cond
+	perTenant int
+	tenants   []string               // tenants with pending work, in turn order
+	pending   map[string][]string    // tenant → keys in arrival order
+	items     map[string]work        // key → newest work not yet started
+	running   map[string]work        // work in progress, by key
+	active    map[string]int         // tenant → work in progress
+	failures  map[string]int         // key → consecutive failures
+	timers    map[string]*time.Timer // key → pending retry
+	closed    bool
+}
+
+func newFairQueue(perTenant int) *fairQueue {
+	q := &fairQueue{
+		perTenant: perTenant, pending: map[string][]string{}, items: map[string]work{},
+		running: map[string]work{}, active: map[string]int{}, failures: map[string]int{},
+		timers: map[string]*time.Timer{},
+	}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+// add queues w for tenant, replacing older pending work of its image.
+func (q *fairQueue) add(tenant string, w work) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.addLocked(tenant, w)
+}
+
+func (q *fairQueue) addLocked(tenant string, w work) {
+	if q.closed {
+		return
+	}
+	k := w.key()
+	_, waiting := q.items[k]
+	q.items[k] = w
+	_, running := q.running[k]
+	if waiting || running {
+		return // queued already, or re-queued when the run ends
+	}
+	if t := q.timers[k]; t != nil {
+		t.Stop()
+		delete(q.timers, k)
+	}
+	q.enqueue(tenant, k)
+}
+
+func (q *fairQueue) enqueue(tenant, k string) {
+	if len(q.pending[tenant]) == 0 {
+		q.tenants = append(q.tenants, tenant)
+	}
+	q.pending[tenant] = append(q.pending[tenant], k)
+	q.cond.Signal()
+}
+
+// next blocks until a tenant under its limit has work, and returns the
+// work and the function to call with its outcome. ok is false once the
+// queue is shut down.
+func (q *fairQueue) next() (w work, done func(error), ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for {
+		if q.closed {
+			return work{}, nil, false
+		}
+		for i, tenant := range q.tenants {
+			if q.active[tenant] >= q.perTenant {
+				continue
+			}
+			keys := q.pending[tenant]
+			k := keys[0]
+			q.pending[tenant] = keys[1:]
+			// The tenant goes to the back of the turn order.
+			q.tenants = append(q.tenants[:i:i], q.tenants[i+1:]...)
+			if len(q.pending[tenant]) > 0 {
+				q.tenants = append(q.tenants, tenant)
+			} else {
+				delete(q.pending, tenant)
+			}
+			w := q.items[k]
+			delete(q.items, k)
+			q.running[k] = w
+			q.active[tenant]++
+			return w, func(err error) { q.finish(tenant, k, err) }, true
+		}
+		q.cond.Wait()
+	}
+}
+
+// finish ends a run: newer work of the image runs next; failed work
+// comes back after its backoff.
+func (q *fairQueue) finish(tenant, k string, err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	failed := q.running[k]
+	delete(q.running, k)
+	q.active[tenant]--
+	if q.active[tenant] == 0 {
+		delete(q.active, tenant)
+	}
+	q.cond.Broadcast()
+	if _, newer := q.items[k]; newer {
+		q.failures[k] = 0
+		q.enqueue(tenant, k)
+		return
+	}
+	if err == nil {
+		delete(q.failures, k)
+		return
+	}
+	q.failures[k]++
+	delay := min(retryMin<<min(q.failures[k]-1, 10), retryMax)
+	q.timers[k] = time.AfterFunc(delay, func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		delete(q.timers, k)
+		if _, newer := q.items[k]; !newer {
+			q.addLocked(tenant, failed)
+		}
+	})
+}
+
+// len is the number of images waiting.
+func (q *fairQueue) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items)
+}
+
+// shutdown stops handing out work.
+func (q *fairQueue) shutdown() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	for _, t := range q.timers {
+		t.Stop()
+	}
+	q.cond.Broadcast()
+}

@@ -1,0 +1,150 @@
+// Package verdict publishes the gate's signed verdicts on pushed images and
+// finds them again, for the gate (work already done) and for each hub's
+// syncer (the only ground on which it imports anything).
+//
+// A verdict (api.Verdict) is signed by internal/attest as an in-toto
+// statement about the pushed digest and attached to that digest as an OCI
+// 1.1 referrer (on registries without the referrers API, through the
+// referrers tag, which go-containerregistry keeps). Find trusts a verdict
+// only when a trusted key signed it, its statement's subject is the digest
+// asked about, and it names the repository it is found in: a verdict
+// copied into another repository admits nothing there. Anyone with push
+// access can add referrers; at most registry.MaxReferrers are looked at,
+// each bundle at most attest.MaxBundleSize.
+package verdict
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/imagepipe/imagepipe/internal/attest"
+	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/pkg/api"
+)
+
+// PredicateTypeAnnotation is the referrer manifest annotation naming the
+// bundle's predicate type, as cosign writes it; it lets a reader skip
+// bundles of other kinds without fetching them.
+const PredicateTypeAnnotation = "dev.sigstore.bundle.predicateType"
+
+// Registry is what publishing and finding verdicts needs of a registry;
+// *registry.Client implements it.
+type Registry interface {
+	Referrers(ctx context.Context, subject name.Digest, artifactType string) ([]v1.Descriptor, error)
+	FetchArtifact(ctx context.Context, repo name.Repository, digest, mediaType string, max int64) ([]byte, error)
+	AttachArtifact(ctx context.Context, subject name.Digest, subjectDesc ocispec.Descriptor, a registry.Artifact) (string, error)
+}
+
+var _ Registry = (*registry.Client)(nil)
+
+// Publish signs v with signer and attaches it to subject, whose manifest
+// subjectDesc describes. It returns the referrer's digest.
+func Publish(ctx context.Context, reg Registry, signer *attest.Signer, subject name.Digest, subjectDesc ocispec.Descriptor, v *api.Verdict) (string, error) {
+	pred, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	bundle, err := signer.Sign(ctx, attest.Statement{
+		Subject: subject.DigestStr(), SubjectName: subject.Context().Name(),
+		PredicateType: api.VerdictPredicateType, Predicate: pred,
+	})
+	if err != nil {
+		return "", err
+	}
+	return reg.AttachArtifact(ctx, subject, subjectDesc, registry.Artifact{
+		ArtifactType: api.VerdictArtifactType, MediaType: attest.BundleMediaType, Content: bundle,
+		Annotations: map[string]string{
+			PredicateTypeAnnotation:            api.VerdictPredicateType,
+			"dev.sigstore.bundle.content":      "dsse-envelope",
+			"org.opencontainers.image.created": v.VerifiedAt,
+		},
+	})
+}
+
+// ErrNoVerdict is matched by Find's error when subject has no verdict a
+// trusted key signed for it in its repository.
+var ErrNoVerdict = errors.New("no trusted verdict")
+
+// NoVerdictError says why no verdict was trusted: none attached, or only
+// ones that failed a check (Refused says which and why).
+type NoVerdictError struct {
+	Subject string
+	// Refused are the verdicts found but not trusted, each with why.
+	Refused []string
+}
+
+func (e *NoVerdictError) Error() string {
+	if len(e.Refused) == 0 {
+		return fmt.Sprintf("%s has no verdict from the gate yet", e.Subject)
+	}
+	return fmt.Sprintf("%s has no trusted verdict: %s", e.Subject, strings.Join(e.Refused, "; "))
+}
+
+func (e *NoVerdictError) Is(target error) bool { return target == ErrNoVerdict }
+
+// Forged reports whether a verdict was found and refused, as opposed to
+// none found at all.
+func (e *NoVerdictError) Forged() bool { return len(e.Refused) > 0 }
+
+// Find returns the newest verdict on subject that trust verifies and that
+// was given in subject's repository. Registry failures are errors; a
+// subject without such a verdict is a *NoVerdictError.
+func Find(ctx context.Context, reg Registry, trust *attest.Verifier, subject name.Digest) (*api.Verdict, error) {
+	refs, err := reg.Referrers(ctx, subject, api.VerdictArtifactType)
+	if err != nil {
+		return nil, err
+	}
+	var best *api.Verdict
+	nv := &NoVerdictError{Subject: subject.String()}
+	for _, r := range refs {
+		if p, ok := r.Annotations[PredicateTypeAnnotation]; ok && p != api.VerdictPredicateType {
+			continue
+		}
+		bundle, err := reg.FetchArtifact(ctx, subject.Context(), r.Digest.String(), attest.BundleMediaType, attest.MaxBundleSize)
+		if err != nil {
+			return nil, err
+		}
+		v, err := check(bundle, trust, subject)
+		if err != nil {
+			nv.Refused = append(nv.Refused, fmt.Sprintf("%s: %v", r.Digest, err))
+			continue
+		}
+		if best == nil || v.VerifiedAt > best.VerifiedAt {
+			best = v
+		}
+	}
+	if best == nil {
+		return nil, nv
+	}
+	return best, nil
+}
+
+// check verifies one bundle as a verdict on subject.
+func check(bundle []byte, trust *attest.Verifier, subject name.Digest) (*api.Verdict, error) {
+	st, err := trust.Verify(bundle, subject.DigestStr(), api.VerdictPredicateType)
+	if err != nil {
+		return nil, err
+	}
+	var v api.Verdict
+	if err := json.Unmarshal(st.Predicate, &v); err != nil {
+		return nil, fmt.Errorf("reading the verdict: %w", err)
+	}
+	switch {
+	case v.Subject != subject.DigestStr():
+		return nil, fmt.Errorf("the verdict is about %s", v.Subject)
+	case v.Repository != subject.RepositoryStr():
+		return nil, fmt.Errorf("the verdict was given in repository %s, not %s", v.Repository, subject.RepositoryStr())
+	case v.Verdict != api.VerdictAccepted && v.Verdict != api.VerdictRejected:
+		return nil, fmt.Errorf("the verdict says %q", v.Verdict)
+	case v.Verdict == api.VerdictAccepted && len(v.Images) == 0:
+		return nil, errors.New("the verdict accepts no image")
+	}
+	return &v, nil
+}
