@@ -50,7 +50,7 @@ func TestConfigFile(t *testing.T) {
 func TestOptionsValidate(t *testing.T) {
 	valid := func() *options {
 		o := &options{}
-		if err := newRootCmdWith(o).ParseFlags([]string{"--registry", "r.example.com", "--webhook-token-file", "/t"}); err != nil {
+		if err := newRootCmdWith(o).ParseFlags([]string{"--registry", "r.example.com", "--webhook-token-file", "/t", "--gate-keys", "/k"}); err != nil {
 			t.Fatal(err)
 		}
 		return o
@@ -60,6 +60,7 @@ func TestOptionsValidate(t *testing.T) {
 	}
 	for name, mutate := range map[string]func(*options){
 		"no registry":           func(o *options) { o.registry = "" },
+		"no gate keys":          func(o *options) { o.gateKeys = "" },
 		"webhook without token": func(o *options) { o.webhookTokenFile = "" },
 		"keep 0":                func(o *options) { o.keep = 0 },
 		"keep 11":               func(o *options) { o.keep = 11 },

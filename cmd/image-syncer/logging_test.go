@@ -109,7 +109,7 @@ func TestFatalErrorIsALogLine(t *testing.T) {
 	cmd := newRootCmd()
 	var stderr bytes.Buffer
 	cmd.SetErr(&stderr)
-	cmd.SetArgs([]string{"--registry", "r.example.com", "--webhook-listen", "", "--metrics-listen", "0", "--health-listen", "0", "--kubeconfig", missing})
+	cmd.SetArgs([]string{"--registry", "r.example.com", "--gate-keys", "/k", "--webhook-listen", "", "--metrics-listen", "0", "--health-listen", "0", "--kubeconfig", missing})
 	err := cmd.Execute()
 	if !errors.As(err, new(loggedError)) {
 		t.Fatalf("error %v is not marked as logged", err)

@@ -22,6 +22,7 @@ type options struct {
 	registryCAFile       string
 	registryInsecure     bool
 	dockerConfig         string
+	gateKeys             string
 	tenantCredentialsDir string
 	webhookListen        string
 	webhookPath          string
@@ -57,8 +58,10 @@ func newRootCmdWith(o *options) *cobra.Command {
 		Use:   "image-syncer --registry HOST[:PORT] [flags]",
 		Short: "Replicate tenant images from the registry onto this hub as CDI DataVolumes and DataSources",
 		Long: `image-syncer runs on each hub cluster. It learns of tenant images in the
-central registry from webhooks and from polling, revalidates each one, and
-makes it a BaseImage with a digest-pinned CDI DataVolume and a DataSource.
+central registry from webhooks and from polling, and imports each one the
+gate (image-gate) verified, as a BaseImage with a CDI DataVolume pinned to
+the gate's canonical image and a DataSource. An image without a verdict
+signed by one of the provider's keys (--gate-keys) is never imported.
 
 Every flag can also be set in a YAML file given with --config, whose keys
 are the flag names (poll-interval: 5m); the command line wins.
@@ -92,6 +95,7 @@ the first log line says which, and which build runs:
 	f.StringVar(&o.registryCAFile, "registry-ca-file", "", "PEM CA bundle of the registry; also copied into tenant namespaces for CDI")
 	f.BoolVar(&o.registryInsecure, "registry-insecure", false, "use plain HTTP or skip TLS verification (127.0.0.1 and localhost use HTTP without it)")
 	f.StringVar(&o.dockerConfig, "docker-config", "", "docker config.json holding the syncer's own registry credentials (catalog, tags, revalidation); never copied into tenant namespaces")
+	f.StringVar(&o.gateKeys, "gate-keys", "", "PEM file of the provider's public keys, one or more (rotation): only images with a verdict signed by one of them are imported (required)")
 	f.StringVar(&o.tenantCredentialsDir, "tenant-credentials-dir", "", "folder with one docker config.json per tenant, named after the tenant, each able to read only TENANT/*; copied into that tenant's namespace as CDI's pull secret (pull method pod)")
 	f.StringVar(&o.webhookListen, "webhook-listen", ":8080", "address of the webhook endpoint; empty disables it")
 	f.StringVar(&o.webhookPath, "webhook-path", "/webhook", "path of the webhook endpoint")
@@ -103,7 +107,7 @@ the first log line says which, and which build runs:
 	f.StringSliceVar(&o.denyTenants, "deny-tenants", nil, "tenants this hub never serves")
 	f.StringVar(&o.storageClass, "storage-class", "", "StorageClass of imports (default: the cluster's default class)")
 	f.StringVar(&o.pullMethod, "pull-method", "pod", "CDI registry pull method: pod or node")
-	f.StringVar(&o.architecture, "architecture", "", "the hub's CPU architecture: images built for another are refused, and imports of image indexes pick it (default: what most nodes report, else amd64)")
+	f.StringVar(&o.architecture, "architecture", "", "the hub's CPU architecture: the canonical image for it is imported, and images verified for none are refused (default: what most nodes report, else amd64)")
 	f.Int32Var(&o.keep, "keep", hub.DefaultKeep, "successful imports kept per image tag (1-10)")
 	f.StringVar(&o.onDelete, "on-delete", string(v1alpha1.DeletionRetain), "when a tag leaves the registry: retain (keep the current import) or delete")
 	f.Int32Var(&o.maxAttempts, "max-attempts", hub.DefaultMaxAttempts, "failed imports of one digest before retries stop")
@@ -123,6 +127,9 @@ func (o *options) validate() error {
 	var errs []error
 	if o.registry == "" {
 		errs = append(errs, errors.New("--registry is required"))
+	}
+	if o.gateKeys == "" {
+		errs = append(errs, errors.New("--gate-keys is required: the syncer imports only what the gate verified"))
 	}
 	if o.webhookListen != "" && o.webhookTokenFile == "" {
 		errs = append(errs, errors.New("--webhook-listen needs --webhook-token-file: the endpoint is never open"))

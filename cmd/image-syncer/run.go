@@ -29,6 +29,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/hub"
 	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/internal/registry"
@@ -103,7 +104,11 @@ func serve(ctx context.Context, o *options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	rec, err := newReconciler(o, mgr, reg, rc, ca, metrics)
+	trust, err := loadGateKeys(o.gateKeys)
+	if err != nil {
+		return err
+	}
+	rec, err := newReconciler(o, mgr, reg, hub.GateVerdicts{Registry: rc, Trust: trust}, ca, metrics)
 	if err != nil {
 		return err
 	}
@@ -146,7 +151,7 @@ func newRegistryClient(o *options, reg name.Registry, metrics *hub.Metrics, log 
 	}
 	if o.dockerConfig != "" {
 		// The syncer's own credential: never copied into a namespace.
-		user, pass, err := hub.DockerCredentials(o.dockerConfig, reg.RegistryStr())
+		user, pass, err := registry.DockerCredentials(o.dockerConfig, reg.RegistryStr())
 		if err != nil {
 			return nil, nil, err
 		}
@@ -245,9 +250,9 @@ func newManager(cfg *rest.Config, o *options) (manager.Manager, error) {
 
 // newReconciler builds the BaseImage reconciler from the import flags:
 // storage, pull method, tenants' credentials, CA, retention and retries.
-func newReconciler(o *options, mgr manager.Manager, reg name.Registry, checker hub.Checker, ca []byte, metrics *hub.Metrics) (*hub.Reconciler, error) {
+func newReconciler(o *options, mgr manager.Manager, reg name.Registry, verdicts hub.Verdicts, ca []byte, metrics *hub.Metrics) (*hub.Reconciler, error) {
 	rec := &hub.Reconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registry: reg, Checker: checker,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registry: reg, Verdicts: verdicts,
 		StorageClass: o.storageClass, PullMethod: cdiv1.RegistryPullMethod(o.pullMethod), Architecture: o.architecture,
 		Keep: o.keep, OnDelete: v1alpha1.DeletionPolicy(o.onDelete),
 		CA: ca, MaxAttempts: o.maxAttempts, RetryDelay: o.retryDelay, Metrics: metrics,
@@ -277,6 +282,20 @@ func newWebhookServer(o *options, queue *intake.Queue, metrics *hub.Metrics, log
 	mux := http.NewServeMux()
 	mux.Handle(o.webhookPath, h)
 	return hub.NewWebhookServer(o.webhookListen, mux, o.shutdownTimeout, log), nil
+}
+
+// loadGateKeys reads the provider's public keys the gate's verdicts must
+// be signed with.
+func loadGateKeys(path string) (*attest.Verifier, error) {
+	data, err := readBounded(path)
+	if err != nil {
+		return nil, fmt.Errorf("--gate-keys: %w", err)
+	}
+	keys, err := attest.ParsePublicKeys(data)
+	if err != nil {
+		return nil, fmt.Errorf("--gate-keys %s: %w", path, err)
+	}
+	return attest.NewVerifier(keys)
 }
 
 // readBounded reads a small secret file: at most maxSecretFile bytes, not

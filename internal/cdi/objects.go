@@ -59,13 +59,16 @@ func (st Storage) Spec(size resource.Quantity) *cdiv1.StorageSpec {
 
 // Import describes one digest of one image to import onto a hub.
 type Import struct {
-	Namespace   string
-	Tenant      string
-	Image       string // ImageName of the repository
-	Registry    string // host[:port]
-	Repository  string // "TENANT/NAME"
-	Tag         string // the tag the DataSource serves
-	Digest      string
+	Namespace  string
+	Tenant     string
+	Image      string // ImageName of the repository
+	Registry   string // host[:port]
+	Repository string // "TENANT/NAME"
+	Tag        string // the tag the DataSource serves
+	Digest     string // the digest pushed under the tag
+	// Canonical is the digest CDI imports: the gate's canonical image of
+	// Digest for this hub. Empty means Digest.
+	Canonical   string
 	VirtualSize int64
 	// DiskSize is the size of the disk file in the layer, which CDI's
 	// importer writes to its scratch volume before converting it.
@@ -133,8 +136,14 @@ func (im Import) labels() map[string]string {
 // FullRepository is "REGISTRY/TENANT/NAME", as BaseImages record it.
 func (im Import) FullRepository() string { return im.Registry + "/" + im.Repository }
 
-// URL is the digest-pinned source of the import.
-func (im Import) URL() string { return "docker://" + im.FullRepository() + "@" + im.Digest }
+// URL is the digest-pinned source of the import: the canonical image.
+func (im Import) URL() string {
+	d := im.Canonical
+	if d == "" {
+		d = im.Digest
+	}
+	return "docker://" + im.FullRepository() + "@" + d
+}
 
 // DataVolume returns the digest-pinned import: the URL always names the
 // digest, never the tag, so what is imported is what was validated.

@@ -25,6 +25,10 @@ type rule struct {
 // kubernetes is every import path prefix of the Kubernetes and KubeVirt stacks.
 var kubernetes = []string{"k8s.io/", "sigs.k8s.io/", "kubevirt.io/"}
 
+// clusterAPIs are the Kubernetes clients and API types (klog alone, which
+// sigstore-go's transparency-log code logs through, is no cluster).
+var clusterAPIs = []string{"k8s.io/client-go", "k8s.io/api/", "k8s.io/apimachinery", "sigs.k8s.io/", "kubevirt.io/"}
+
 // network is every standard package that opens connections.
 var network = []string{"net", "crypto/tls"}
 
@@ -76,6 +80,14 @@ var rules = []rule{
 		internal("hub", "intake")},
 	{"cmd/image-syncer", "the syncer never launches VMs",
 		internal("vmlaunch")},
+	{"internal/attest", "signing knows no registry and no cluster",
+		join(clusterAPIs, protocol, internal("registry", "hub", "intake", "gate", "verdict", "vmlaunch"))},
+	{"internal/verdict", "imagectl reads verdicts too: no cluster and no controller stack",
+		join(clusterAPIs, controllerStack, internal("hub", "gate", "intake", "vmlaunch"))},
+	{"internal/gate", "the gate verifies images; it knows no hub, no VM and no controller-runtime",
+		join([]string{"sigs.k8s.io/controller-runtime"}, internal("hub", "cdi", "vmlaunch"))},
+	{"cmd/image-gate", "the gate links no controller-runtime and no hub code",
+		join([]string{"sigs.k8s.io/controller-runtime"}, internal("hub", "cdi", "vmlaunch"))},
 }
 
 // pkgInfo is the part of `go list -json` the rules read.

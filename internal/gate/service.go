@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -86,17 +85,13 @@ func (s *Service) init() {
 	})
 }
 
-// hiddenTag matches the tags of attachments (the referrers tag sha256-HEX
-// and cosign's .sig, .att and .sbom tags): they are not images to verify.
-var hiddenTag = regexp.MustCompile(`^sha256-[0-9a-f]{64}(\.[a-z]+)?$`)
-
 // Add takes events from the webhook or the poller: pushes under a tag are
 // queued; deletes and pushes by digest alone (the gate's own canonical
 // images and verdicts among them) are not images to verify.
 func (s *Service) Add(events []intake.Event) {
 	s.init()
 	for _, e := range events {
-		if e.Action != intake.ActionPush || e.Tag == "" || hiddenTag.MatchString(e.Tag) {
+		if e.Action != intake.ActionPush || e.Tag == "" || api.IsAttachmentTag(e.Tag) {
 			continue
 		}
 		tenant, _, _ := strings.Cut(e.Repository, "/")

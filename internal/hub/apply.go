@@ -50,8 +50,8 @@ func (a *Applier) Apply(ctx context.Context, e intake.Event) error {
 		a.logger().Debug("event ignored", "repository", e.Repository, "reason", err)
 		return nil
 	}
-	if strings.HasPrefix(e.Tag, api.BuildKeyTagPrefix) {
-		return nil // imagectl's hidden re-import tags are not images
+	if strings.HasPrefix(e.Tag, api.BuildKeyTagPrefix) || api.IsAttachmentTag(e.Tag) {
+		return nil // hidden tags (imagectl's old re-import tags, attachments) are not images
 	}
 	if e.Tag == "" {
 		if e.Action == intake.ActionPush {

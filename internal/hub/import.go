@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -19,61 +20,117 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/internal/reject"
+	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
 
-// revalidate re-runs the containerDisk checks on the digest, so that an
-// image pushed by another client is refused before anything is imported.
-func (r *Reconciler) revalidate(ctx context.Context, bi *v1alpha1.BaseImage, digest string) error {
+// Verdicts finds the gate's signed verdict on a pushed digest; a digest
+// without a trusted one is an error matching verdict.ErrNoVerdict.
+// GateVerdicts implements it.
+type Verdicts interface {
+	Verdict(ctx context.Context, subject name.Digest) (*api.Verdict, error)
+}
+
+// GateVerdicts finds verdicts in the central registry that one of the
+// provider's keys (Trust) signed for the digest and its repository.
+type GateVerdicts struct {
+	Registry verdict.Registry
+	Trust    *attest.Verifier
+}
+
+// Verdict implements Verdicts.
+func (g GateVerdicts) Verdict(ctx context.Context, subject name.Digest) (*api.Verdict, error) {
+	return verdict.Find(ctx, g.Registry, g.Trust, subject)
+}
+
+// Bounds of the wait for a verdict: a digest without one is looked at
+// again after a quarter of the time since the syncer learnt of it.
+const (
+	verdictRecheckMin = 2 * time.Second
+	verdictRecheckMax = time.Minute
+)
+
+// admit reads the gate's verdict on the digest: nothing is imported
+// without an accepted one, signed by a provider key, and what is imported
+// is the canonical image it names for this hub's architecture. Without a
+// verdict yet (or with only untrusted ones) the digest stays unobserved
+// and admit returns when to look again.
+func (r *Reconciler) admit(ctx context.Context, bi *v1alpha1.BaseImage, digest string) (time.Duration, error) {
 	ref := r.Registry.Repo(r.repoPath(bi)).Digest(digest)
-	report, err := r.check(ctx, ref)
-	if err != nil {
-		r.condition(bi, v1alpha1.ConditionProgressing, true, "RegistryUnavailable", "revalidating the image: "+err.Error())
-		return fmt.Errorf("revalidating %s: %w", ref, err)
+	v, err := r.Verdicts.Verdict(ctx, ref)
+	var nv *verdict.NoVerdictError
+	switch {
+	case errors.As(err, &nv):
+		reason := "NoVerdict"
+		msg := fmt.Sprintf("the gate has not given its verdict on %s yet; nothing is imported without one", digest)
+		if nv.Forged() {
+			reason, msg = "UntrustedVerdict", nv.Error()+"; nothing is imported without a verdict signed by a provider key"
+		}
+		bi.Status.Phase = v1alpha1.PhasePending
+		r.condition(bi, v1alpha1.ConditionRejected, true, reason, msg)
+		r.condition(bi, v1alpha1.ConditionProgressing, true, "AwaitingVerdict", msg)
+		wait := verdictRecheckMin
+		if seen, err := time.Parse(time.RFC3339Nano, bi.Annotations[v1alpha1.AnnotationSeenAt]); err == nil {
+			wait = min(max(r.now().Sub(seen)/4, verdictRecheckMin), verdictRecheckMax)
+		}
+		return wait, nil
+	case err != nil:
+		r.condition(bi, v1alpha1.ConditionProgressing, true, "RegistryUnavailable", "reading the gate's verdict: "+err.Error())
+		return 0, fmt.Errorf("reading the verdict on %s: %w", ref, err)
 	}
 	st := &bi.Status
 	st.ObservedDigest, st.ShortDigest = digest, strings.TrimPrefix(digest, "sha256:")[:12]
-	st.Attempts, st.Progress = 0, ""
-	st.VirtualSize, st.DiskSize = report.VirtualSize, report.DiskSize
-	st.Instancetype, st.Preference = envValue(report.Env, api.EnvDefaultInstancetype), envValue(report.Env, api.EnvDefaultPreference)
-	if report.Verdict == api.VerdictRejected {
-		var reasons, messages []string
-		for _, rj := range report.Reasons {
-			reasons = append(reasons, rj.Code)
+	st.Attempts, st.Progress, st.CanonicalDigest = 0, "", ""
+	reasons := v.Reasons
+	var img *api.VerifiedImage
+	if v.Verdict == api.VerdictAccepted {
+		if img = imageFor(v.Images, r.Architecture); img == nil {
+			reasons = []api.Rejection{{Code: string(reject.PlatformMismatch), Message: fmt.Sprintf("the image holds %s; this hub runs %s", platforms(v.Images), r.Architecture)}}
+		}
+	}
+	if img == nil {
+		var codes, messages []string
+		for _, rj := range reasons {
+			codes = append(codes, rj.Code)
 			messages = append(messages, rj.Code+": "+rj.Message)
 		}
-		r.condition(bi, v1alpha1.ConditionRejected, true, conditionReason(reasons), "the image was refused at revalidation: "+strings.Join(messages, "; "))
+		r.condition(bi, v1alpha1.ConditionRejected, true, conditionReason(codes), "the gate refused the image: "+strings.Join(messages, "; "))
 		r.condition(bi, v1alpha1.ConditionProgressing, false, "Rejected", "nothing is imported from a rejected image")
-		log.FromContext(ctx).Info("image rejected", "image", ref, "reasons", reasons)
-		return nil
+		log.FromContext(ctx).Info("image rejected", "image", ref, "reasons", codes)
+		return 0, nil
 	}
-	r.condition(bi, v1alpha1.ConditionRejected, false, "Validated", "the containerDisk shape and disk header passed revalidation")
+	st.CanonicalDigest = img.Canonical
+	st.VirtualSize, st.DiskSize = img.VirtualSize, img.DiskSize
+	st.Instancetype, st.Preference = img.Instancetype, img.Preference
+	r.condition(bi, v1alpha1.ConditionRejected, false, "Verified",
+		fmt.Sprintf("%s %s verified the image in full at %s; CDI imports its canonical image %s", v.Engine, v.EngineVersion, v.VerifiedAt, img.Canonical))
+	return 0, nil
+}
+
+// imageFor picks the verified image for a hub of architecture arch
+// (amd64 when empty).
+func imageFor(images []api.VerifiedImage, arch string) *api.VerifiedImage {
+	if arch == "" {
+		arch = "amd64"
+	}
+	for i, im := range images {
+		if im.Platform == "linux/"+arch || strings.HasPrefix(im.Platform, "linux/"+arch+"/") {
+			return &images[i]
+		}
+	}
 	return nil
 }
 
-// check revalidates ref once; later BaseImages of the same digest reuse
-// the verdict. Errors are not cached.
-func (r *Reconciler) check(ctx context.Context, ref name.Digest) (*api.ContainerDiskReport, error) {
-	key := ref.String()
-	r.verdictsMu.Lock()
-	report, ok := r.verdicts[key]
-	r.verdictsMu.Unlock()
-	if ok {
-		return report, nil
+func platforms(images []api.VerifiedImage) string {
+	var p []string
+	for _, im := range images {
+		p = append(p, im.Platform)
 	}
-	report, err := r.Checker.CheckContainerDisk(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	r.verdictsMu.Lock()
-	if r.verdicts == nil || len(r.verdicts) >= maxVerdicts {
-		r.verdicts = map[string]*api.ContainerDiskReport{}
-	}
-	r.verdicts[key] = report
-	r.verdictsMu.Unlock()
-	return report, nil
+	return strings.Join(p, ", ")
 }
 
 // importOf gathers what the DataVolume of digest needs: storage choice,
@@ -91,18 +148,9 @@ func (r *Reconciler) importOf(ctx context.Context, bi *v1alpha1.BaseImage, image
 	im := cdi.Import{
 		Namespace: bi.Namespace, Tenant: bi.Spec.Tenant, Image: image,
 		Registry: r.Registry.RegistryStr(), Repository: r.repoPath(bi), Digest: digest,
+		Canonical:   bi.Status.CanonicalDigest,
 		VirtualSize: bi.Status.VirtualSize, DiskSize: bi.Status.DiskSize, PullMethod: r.PullMethod, Storage: st,
 		Instancetype: bi.Status.Instancetype, Preference: bi.Status.Preference,
-	}
-	if r.Architecture != "" {
-		// An index: CDI must pick the image that was revalidated.
-		report, err := r.check(ctx, r.Registry.Repo(r.repoPath(bi)).Digest(digest))
-		if err != nil {
-			return cdi.Import{}, err
-		}
-		if report.Index {
-			im.Architecture = r.Architecture
-		}
 	}
 	if r.TenantCredentials != nil {
 		data, ok, err := r.TenantCredentials.Credential(bi.Spec.Tenant)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -25,7 +24,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
-	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
 
@@ -42,12 +40,6 @@ const (
 	importingRecheck = 30 * time.Second
 )
 
-// Checker revalidates an image in the registry before it is imported;
-// *registry.Client implements it.
-type Checker interface {
-	CheckContainerDisk(ctx context.Context, ref name.Reference) (*api.ContainerDiskReport, error)
-}
-
 // Reconciler drives each BaseImage to a DataSource serving its digest:
 // revalidate the image, create a digest-pinned DataVolume, switch the
 // DataSource once the import succeeded, and delete imports beyond the
@@ -59,13 +51,13 @@ type Reconciler struct {
 	// current before an import is started. Nil means Client.
 	APIReader client.Reader
 	Registry  name.Registry
-	Checker   Checker
+	// Verdicts finds the gate's verdicts: the only ground for an import.
+	Verdicts Verdicts
 	// StorageClass is the class imports use; empty means the cluster's default.
 	StorageClass string
-	// Architecture is the hub's CPU architecture. The Checker refuses images
-	// built for another one (its registry client is made with
-	// registry.WithArchitecture), and DataVolumes of image indexes name it
-	// so that CDI imports the image that was revalidated. Empty sets none.
+	// Architecture is the hub's CPU architecture: of an image verified for
+	// several platforms, the canonical image for it is imported, and an
+	// image verified for none is rejected. Empty means amd64.
 	Architecture string
 	// PullMethod is CDI's registry pull method; empty means pod.
 	PullMethod cdiv1.RegistryPullMethod
@@ -96,15 +88,7 @@ type Reconciler struct {
 	Recorder record.EventRecorder
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
-
-	// verdicts caches revalidation reports by repository@digest: a digest
-	// is immutable, and many tags (or hubs' namespaces) share one.
-	verdictsMu sync.Mutex
-	verdicts   map[string]*api.ContainerDiskReport
 }
-
-// maxVerdicts bounds the revalidation cache; it is emptied when full.
-const maxVerdicts = 4096
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
 
@@ -203,8 +187,9 @@ func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res
 		return reconcile.Result{}, false, nil
 	}
 	if bi.Status.ObservedDigest != digest {
-		if err := r.revalidate(ctx, bi, digest); err != nil {
-			return reconcile.Result{}, false, err
+		wait, err := r.admit(ctx, bi, digest)
+		if err != nil || wait > 0 {
+			return reconcile.Result{RequeueAfter: wait}, false, err
 		}
 	}
 	if _, retry := bi.Annotations[v1alpha1.AnnotationRetry]; retry {

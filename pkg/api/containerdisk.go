@@ -1,5 +1,7 @@
 package api
 
+import "strings"
+
 // Annotation keys imagepipe writes on every containerDisk manifest, and
 // copies into the image config's labels so that tools showing only labels
 // (skopeo inspect, CDI) see them too. The image-syncer reads them back.
@@ -85,6 +87,29 @@ type ImportResult struct {
 // neither writes nor trusts such tags now and refuses them as a
 // destination; listings hide them and syncers ignore them.
 const BuildKeyTagPrefix = "imagepipe-build-"
+
+// IsAttachmentTag reports whether tag names something attached to an image
+// rather than an image: the OCI referrers tag of a registry without the
+// referrers API ("sha256-" and 64 hex digits, where the gate's verdicts and
+// cosign's bundles are listed) and cosign's older ".sig", ".att" and
+// ".sbom" tags after it. Listings hide them and neither the gate nor a
+// syncer takes them for images.
+func IsAttachmentTag(tag string) bool {
+	rest, ok := strings.CutPrefix(tag, "sha256-")
+	if !ok || len(rest) < 64 {
+		return false
+	}
+	for _, c := range rest[:64] {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	switch rest[64:] {
+	case "", ".sig", ".att", ".sbom":
+		return true
+	}
+	return false
+}
 
 // ConvertResult is what `imagectl convert -o json` prints.
 type ConvertResult struct {

@@ -98,6 +98,12 @@ type BaseImageStatus struct {
 	// Progress is the import progress CDI reports, e.g. "45.2%".
 	// +optional
 	Progress string `json:"progress,omitempty"`
+	// CanonicalDigest is the manifest digest of the image CDI imports for
+	// ObservedDigest: the canonical containerDisk the gate wrote after it
+	// verified the pushed image in full (equal to ObservedDigest for an
+	// image imagectl built), for this hub's architecture.
+	// +optional
+	CanonicalDigest string `json:"canonicalDigest,omitempty"`
 	// VirtualSize is the disk's virtual size in bytes.
 	// +optional
 	VirtualSize int64 `json:"virtualSize,omitempty"`
@@ -108,7 +114,7 @@ type BaseImageStatus struct {
 	// +optional
 	DiskSize int64 `json:"diskSize,omitempty"`
 	// Instancetype and Preference are the image's hints for VMs made from
-	// it, read from the image config at revalidation.
+	// it, as the gate's verdict records them.
 	// +optional
 	Instancetype string `json:"instancetype,omitempty"`
 	// +optional

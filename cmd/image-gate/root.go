@@ -1,0 +1,135 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/imagepipe/imagepipe/internal/gate"
+	"github.com/imagepipe/imagepipe/internal/version"
+)
+
+// options are the gate's settings, from flags.
+type options struct {
+	registry             string
+	registryCAFile       string
+	registryInsecure     bool
+	dockerConfig         string
+	signingKey           string
+	trustedKeys          string
+	webhookListen        string
+	webhookPath          string
+	webhookTokenFile     string
+	pollInterval         time.Duration
+	digestResyncInterval time.Duration
+	workers              int
+	perTenant            int
+	tempDir              string
+	maxVirtualSize       int64
+	metricsListen        string
+	healthListen         string
+	kubeconfig           string
+	leaseNamespace       string
+	logFormat            string
+	logLevel             string
+	shutdownTimeout      time.Duration
+}
+
+func newRootCmd() *cobra.Command { return newRootCmdWith(&options{}) }
+
+func newRootCmdWith(o *options) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "image-gate --registry HOST[:PORT] --signing-key FILE [flags]",
+		Short: "Verify every image tenants push, publish its canonical form and sign the verdict",
+		Long: `image-gate runs beside the central registry. It learns of pushed images
+from registry webhooks and from polling, reads each pushed digest in full
+(manifest, config, every byte of the layer, every table and cluster of the
+disk), writes the canonical containerDisk into the same repository by
+digest, and attaches a verdict signed with --signing-key as an OCI 1.1
+referrer. Hubs import only images with an accepted verdict signed by one of
+the provider's keys, and only the canonical image it names.
+
+Each digest is verified once: a digest with a verdict signed by one of
+--trusted-keys is not verified again (a restart redoes nothing), and with
+--lease-namespace replicas share the work through Kubernetes Leases, one
+replica per digest at a time.`,
+		Version:       version.Get().String(),
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.validate(); err != nil {
+				return err
+			}
+			return run(cmd.Context(), o, cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.registry, "registry", "", "central registry HOST[:PORT] (required)")
+	f.StringVar(&o.registryCAFile, "registry-ca-file", "", "PEM CA bundle of the registry")
+	f.BoolVar(&o.registryInsecure, "registry-insecure", false, "use plain HTTP or skip TLS verification (127.0.0.1 and localhost use HTTP without it)")
+	f.StringVar(&o.dockerConfig, "docker-config", "", "docker config.json holding the gate's registry credential: it reads every tenant repository and pushes canonical images and verdicts into it")
+	f.StringVar(&o.signingKey, "signing-key", "", "PEM private key verdicts are signed with: PKCS#8 or EC, ECDSA P-256/P-384 or Ed25519, or a cosign key with its password in $"+keyPasswordEnv+" (required)")
+	f.StringVar(&o.trustedKeys, "trusted-keys", "", "PEM public keys whose verdicts count as given (add the old key while rotating); default: the signing key's")
+	f.StringVar(&o.webhookListen, "webhook-listen", ":8080", "address of the webhook endpoint; empty disables it")
+	f.StringVar(&o.webhookPath, "webhook-path", "/webhook", "path of the webhook endpoint")
+	f.StringVar(&o.webhookTokenFile, "webhook-token-file", "", "file holding the bearer token registries must send (required with --webhook-listen)")
+	f.DurationVar(&o.pollInterval, "poll-interval", 5*time.Minute, "how often to list the registry's repositories and tags")
+	f.DurationVar(&o.digestResyncInterval, "digest-resync-interval", time.Hour, "how often polling also re-resolves the digest of every known tag")
+	f.IntVar(&o.workers, "workers", gate.DefaultWorkers, "verifications at once")
+	f.IntVar(&o.perTenant, "per-tenant", gate.DefaultPerTenant, "verifications of one tenant at once")
+	f.StringVar(&o.tempDir, "temp-dir", "", "folder for the disks being verified (sparse files; at most one disk's size per verification; default: $TMPDIR)")
+	f.Int64Var(&o.maxVirtualSize, "max-virtual-size", gate.DefaultMaxVirtualSize, "largest guest disk accepted, in bytes")
+	f.StringVar(&o.metricsListen, "metrics-listen", ":9090", "address of the Prometheus /metrics endpoint; empty disables it")
+	f.StringVar(&o.healthListen, "health-listen", ":8081", "address of /healthz and /readyz; empty disables them")
+	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster holding the leases (default: in-cluster)")
+	f.StringVar(&o.leaseNamespace, "lease-namespace", "", "namespace of the per-digest Leases replicas share work through; empty runs without (one replica)")
+	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take")
+	return cmd
+}
+
+func (o *options) validate() error {
+	var errs []error
+	if o.registry == "" {
+		errs = append(errs, errors.New("--registry is required"))
+	}
+	if o.signingKey == "" {
+		errs = append(errs, errors.New("--signing-key is required: verdicts are signed"))
+	}
+	if o.webhookListen != "" && o.webhookTokenFile == "" {
+		errs = append(errs, errors.New("--webhook-listen needs --webhook-token-file: the endpoint is never open"))
+	}
+	if o.pollInterval < time.Second {
+		errs = append(errs, fmt.Errorf("--poll-interval %s is below 1s", o.pollInterval))
+	}
+	if o.digestResyncInterval < o.pollInterval {
+		errs = append(errs, fmt.Errorf("--digest-resync-interval %s is below --poll-interval %s", o.digestResyncInterval, o.pollInterval))
+	}
+	if o.workers < 1 || o.perTenant < 1 {
+		errs = append(errs, fmt.Errorf("--workers %d and --per-tenant %d: want at least 1", o.workers, o.perTenant))
+	}
+	if o.maxVirtualSize < 1<<20 {
+		errs = append(errs, fmt.Errorf("--max-virtual-size %d: want at least 1 MiB", o.maxVirtualSize))
+	}
+	if _, err := o.level(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.logFormat != "json" && o.logFormat != "text" {
+		errs = append(errs, fmt.Errorf("--log-format %q: want json or text", o.logFormat))
+	}
+	return errors.Join(errs...)
+}
+
+func (o *options) level() (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(strings.ToUpper(o.logLevel))); err != nil {
+		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
+	}
+	return l, nil
+}

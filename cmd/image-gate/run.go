@@ -1,0 +1,297 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/imagepipe/imagepipe/internal/attest"
+	"github.com/imagepipe/imagepipe/internal/gate"
+	"github.com/imagepipe/imagepipe/internal/intake"
+	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/version"
+)
+
+// keyPasswordEnv holds the password of a cosign-encrypted signing key.
+const keyPasswordEnv = "IMAGEPIPE_GATE_KEY_PASSWORD"
+
+// maxSecretFile bounds the key, token and docker config files read.
+const maxSecretFile = 64 << 10
+
+// loggedError is an error run has already logged.
+type loggedError struct{ error }
+
+func run(ctx context.Context, o *options, stderr io.Writer) error {
+	level, _ := o.level()
+	hopts := &slog.HandlerOptions{Level: level}
+	var h slog.Handler = slog.NewJSONHandler(stderr, hopts)
+	if o.logFormat == "text" {
+		h = slog.NewTextHandler(stderr, hopts)
+	}
+	log := slog.New(h)
+	if err := serve(ctx, o, log); err != nil {
+		log.Error("image-gate stopped on an error", "error", err, "version", version.Get().Version)
+		return loggedError{err}
+	}
+	log.Info("image-gate stopped")
+	return nil
+}
+
+// serve wires the gate: registry client, signer, the service with its
+// workers, the poller, and the webhook, metrics and health endpoints.
+func serve(ctx context.Context, o *options, log *slog.Logger) error {
+	reg, err := name.NewRegistry(o.registry)
+	if err != nil {
+		return fmt.Errorf("--registry %q: %w", o.registry, err)
+	}
+	signer, trust, err := loadKeys(o)
+	if err != nil {
+		return err
+	}
+	rc, err := newRegistryClient(o, reg, log)
+	if err != nil {
+		return err
+	}
+	promReg := prometheus.NewRegistry()
+	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := gate.NewMetrics(promReg)
+	if err != nil {
+		return err
+	}
+	build := version.Get()
+	svc := &gate.Service{
+		Verifier:     &gate.Verifier{Registry: rc, TempDir: o.tempDir, MaxVirtualSize: o.maxVirtualSize, Engine: "imagepipe-gate", Version: build.Version, Logger: log},
+		Registry:     rc,
+		RegistryName: reg,
+		Signer:       signer,
+		Trust:        trust,
+		Workers:      o.workers,
+		PerTenant:    o.perTenant,
+		Metrics:      metrics,
+		Logger:       log,
+	}
+	if o.leaseNamespace != "" {
+		leases, err := newLeases(o)
+		if err != nil {
+			return err
+		}
+		svc.Leases = leases
+	}
+	log.Info("image-gate starting", "version", build.Version, "commit", build.Commit, "registry", reg.RegistryStr(),
+		"keyID", signer.KeyID(), "workers", o.workers, "perTenant", o.perTenant, "leaseNamespace", o.leaseNamespace)
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return svc.Run(ctx) })
+	g.Go(func() error { return pollLoop(ctx, intake.NewPoller(reg, rc, allTenants{}), svc, o, log) })
+	if o.webhookListen != "" {
+		token, err := readBounded(o.webhookTokenFile)
+		if err != nil {
+			return err
+		}
+		wh, err := intake.NewWebhookHandler(string(bytes.TrimSpace(token)), svc.Add, log)
+		if err != nil {
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.Handle(o.webhookPath, wh)
+		g.Go(func() error { return listen(ctx, o.webhookListen, mux, o.shutdownTimeout, log) })
+	}
+	if o.metricsListen != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}))
+		g.Go(func() error { return listen(ctx, o.metricsListen, mux, o.shutdownTimeout, log) })
+	}
+	if o.healthListen != "" {
+		mux := http.NewServeMux()
+		ok := func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
+		mux.HandleFunc("/healthz", ok)
+		mux.HandleFunc("/readyz", ok)
+		g.Go(func() error { return listen(ctx, o.healthListen, mux, o.shutdownTimeout, log) })
+	}
+	return g.Wait()
+}
+
+// loadKeys reads the signing key and the key ring of verdicts that count
+// as given (the signing key's own by default).
+func loadKeys(o *options) (*attest.Signer, *attest.Verifier, error) {
+	data, err := readBounded(o.signingKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--signing-key: %w", err)
+	}
+	var password []byte
+	if p, ok := os.LookupEnv(keyPasswordEnv); ok {
+		password = []byte(p)
+	}
+	signer, err := attest.LoadSigner(data, password)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--signing-key %s: %w", o.signingKey, err)
+	}
+	keys := []crypto.PublicKey{signer.Public()}
+	if o.trustedKeys != "" {
+		data, err := readBounded(o.trustedKeys)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--trusted-keys: %w", err)
+		}
+		ring, err := attest.ParsePublicKeys(data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--trusted-keys %s: %w", o.trustedKeys, err)
+		}
+		keys = ring
+	}
+	if !slices.ContainsFunc(keys, func(k crypto.PublicKey) bool {
+		id, err := attest.KeyID(k)
+		return err == nil && id == signer.KeyID()
+	}) {
+		return nil, nil, fmt.Errorf("--trusted-keys %s does not hold the signing key's public key: the gate would not recognise its own verdicts", o.trustedKeys)
+	}
+	trust, err := attest.NewVerifier(keys)
+	return signer, trust, err
+}
+
+// newRegistryClient builds the client of the central registry with the
+// gate's own credential and CA.
+func newRegistryClient(o *options, reg name.Registry, log *slog.Logger) (*registry.Client, error) {
+	ropts := []registry.Option{
+		registry.WithLogger(log), registry.WithCacheDir(""), registry.WithInsecure(o.registryInsecure),
+		registry.WithUserAgent("imagepipe-gate/" + version.Get().Version),
+	}
+	if o.dockerConfig != "" {
+		user, pass, err := registry.DockerCredentials(o.dockerConfig, reg.RegistryStr())
+		if err != nil {
+			return nil, err
+		}
+		ropts = append(ropts, registry.WithBasicAuth(user, pass))
+	}
+	if o.registryCAFile != "" {
+		ropts = append(ropts, registry.WithCAFile(o.registryCAFile))
+	}
+	return registry.New(ropts...)
+}
+
+// newLeases builds the Kubernetes Leases replicas share work through,
+// held under the pod's name.
+func newLeases(o *options) (*gate.KubeLeases, error) {
+	var cfg *rest.Config
+	var err error
+	if o.kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the kubeconfig of the leases: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	holder, err := os.Hostname()
+	if err != nil {
+		return nil, err
+	}
+	return &gate.KubeLeases{Client: cs.CoordinationV1(), Namespace: o.leaseNamespace, Holder: holder + "-" + fmt.Sprint(os.Getpid())}, nil
+}
+
+// allTenants lets the poller list every tenant's repositories: the gate
+// verifies what any tenant pushes.
+type allTenants struct{}
+
+func (allTenants) Namespace(repository string) (string, string, error) {
+	tenant, _, ok := strings.Cut(repository, "/")
+	if !ok {
+		return "", "", fmt.Errorf("the repository %s has no tenant", repository)
+	}
+	return tenant, "", nil
+}
+
+// pollLoop polls the registry until ctx ends: a fast pass every
+// --poll-interval, a full one every --digest-resync-interval.
+func pollLoop(ctx context.Context, p *intake.Poller, svc *gate.Service, o *options, log *slog.Logger) error {
+	var lastFull time.Time
+	t := time.NewTicker(o.pollInterval)
+	defer t.Stop()
+	for {
+		full := lastFull.IsZero() || time.Since(lastFull) >= o.digestResyncInterval
+		poll := p.Poll
+		if full {
+			poll = p.PollDigests
+		}
+		start := time.Now()
+		events, err := poll(ctx)
+		if full && err == nil {
+			lastFull = start
+		}
+		if err != nil && ctx.Err() == nil {
+			log.Warn("polling the registry failed", "error", err)
+		}
+		svc.Add(events)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// listen serves h on addr until ctx ends.
+func listen(ctx context.Context, addr string, h http.Handler, shutdown time.Duration, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	stopped := make(chan error, 1)
+	go func() { stopped <- srv.Serve(ln) }()
+	log.Info("listening", "address", ln.Addr().String())
+	select {
+	case err := <-stopped:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdown)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return nil
+}
+
+// readBounded reads a small secret file: at most maxSecretFile bytes, not
+// empty.
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if len(data) > maxSecretFile {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxSecretFile)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, fmt.Errorf("%s is empty", path)
+	}
+	return data, nil
+}
