@@ -21,12 +21,13 @@ CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.2
 
 all: build
 
-# image-syncer is built as its container image builds it (hack/imagebuild:
+# image-syncer and image-gate are built as their container images build them (hack/imagebuild:
 # no cgo, -trimpath), so the tests run that binary and make images reuses
 # the compiled packages.
 build:
 	$(GO) build -tags "$(TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/imagectl ./cmd/imagectl
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags "$(LDFLAGS)" -o $(BIN)/image-syncer ./cmd/image-syncer
+	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags "$(LDFLAGS)" -o $(BIN)/image-gate ./cmd/image-gate
 
 # images builds the image-syncer and imagectl container images without a
 # container runtime (hack/imagebuild): static binaries for linux/amd64 and
@@ -77,7 +78,7 @@ unit:
 # Four packages run at once (-p 4, twice the cores of a small CI machine):
 # most of their time is spent waiting on the servers they start.
 integration: build
-	IMAGECTL=$(BIN)/imagectl IMAGE_SYNCER=$(BIN)/image-syncer IMAGEPIPE_CACHE=$(CACHE) $(GO) test -count=1 -p 4 -timeout 60m ./test/...
+	IMAGECTL=$(BIN)/imagectl IMAGE_SYNCER=$(BIN)/image-syncer IMAGE_GATE=$(BIN)/image-gate IMAGEPIPE_CACHE=$(CACHE) $(GO) test -count=1 -p 4 -timeout 60m ./test/...
 
 fuzz:
 	@FUZZTIME=$(FUZZTIME) bash test/fuzz.sh $(FUZZ_TARGETS)
@@ -104,7 +105,7 @@ generate:
 # unit` runs, fails while the reference is stale.
 .PHONY: docs
 docs:
-	UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestCLIReferenceIsCurrent$$' ./cmd/imagectl ./cmd/image-syncer
+	UPDATE_DOCS=1 $(GO) test -count=1 -run '^TestCLIReferenceIsCurrent$$' ./cmd/imagectl ./cmd/image-syncer ./cmd/image-gate
 
 # demo runs the whole pipeline on 127.0.0.1 and explains each step (test/demo): the registry,
 # MinIO, two hubs with an image-syncer each; an import from S3, its replication, a VM, a new

@@ -26,6 +26,11 @@ type RegistryOptions struct {
 	NotifyToken        string
 	// NotifyURLs are further endpoints notified the same way, e.g. one syncer per hub.
 	NotifyURLs []string
+	// Gate, when set, is the image-gate binary to run beside the registry
+	// (Registry.Gate): notified like the endpoints above and polling, with
+	// the registry's credential and CA and the process's provider key.
+	// Syncers import nothing without it.
+	Gate string
 }
 
 // Registry is a running CNCF distribution registry (cmd/registry, v3) with filesystem storage
@@ -34,6 +39,8 @@ type Registry struct {
 	Host    string // "127.0.0.1:PORT"
 	CAFile  string // PEM of the CA when TLS, else ""
 	RootDir string // storage root (filesystem driver), survives Restart
+	// Gate is the image-gate started with RegistryOptions.Gate, else nil.
+	Gate *Gate
 
 	bin, dir, logPath string
 	opts              RegistryOptions
@@ -78,6 +85,12 @@ func StartRegistry(t testing.TB, opts RegistryOptions) *Registry {
 		}
 	}
 
+	if opts.Gate != "" {
+		r.Gate = ReserveGate(t)
+		r.opts.NotifyURLs = append(append([]string(nil), opts.NotifyURLs...), r.Gate.WebhookURL)
+		r.opts.NotifyToken = SyncerWebhookToken
+	}
+
 	var err error
 	for range startAttempts {
 		r.Host = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
@@ -87,6 +100,9 @@ func StartRegistry(t testing.TB, opts RegistryOptions) *Registry {
 	}
 	if err != nil {
 		t.Fatalf("starting registry: %v", err)
+	}
+	if r.Gate != nil {
+		r.Gate.Start(t, opts.Gate, r.Host, r.CAFile, opts.Username, opts.Password)
 	}
 	return r
 }

@@ -280,7 +280,8 @@ func ReserveSyncer(t testing.TB) *Syncer {
 	return &Syncer{WebhookURL: "http://" + addr() + "/webhook", MetricsURL: "http://" + addr() + "/metrics", HealthURL: "http://" + addr()}
 }
 
-// Start runs the image-syncer binary bin against hub as the RBAC-bound hub user "syncer", with
+// Start runs the image-syncer binary bin against hub as the RBAC-bound hub user "syncer", trusting
+// the gate's verdicts signed with the provider key (ProviderKeyFiles), with
 // the webhook (SyncerWebhookToken), leader election in SyncerNamespace, SyncerStorageClass and
 // text logs; args add to or override these flags. It waits until /readyz answers 200 and
 // stops the syncer when the test ends (Stop).
@@ -292,9 +293,11 @@ func (s *Syncer) Start(t testing.TB, bin string, hub *SyncerHub, registryHost st
 		t.Fatal(err)
 	}
 	hostPort := func(u string) string { return strings.SplitN(strings.TrimPrefix(u, "http://"), "/", 2)[0] }
+	_, gateKeys := ProviderKeyFiles(t)
 	s.Args = append([]string{
 		"--kubeconfig", hub.UserKubeconfig(t, "syncer"),
 		"--registry", registryHost,
+		"--gate-keys", gateKeys,
 		"--webhook-listen", hostPort(s.WebhookURL),
 		"--webhook-token-file", tokenFile,
 		"--metrics-listen", hostPort(s.MetricsURL),

@@ -36,7 +36,7 @@ func TestSyncerRejectsAnImagePushedByAnotherClient(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
 	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h")
 
 	dir := t.TempDir()
@@ -110,7 +110,7 @@ func TestSyncerNeverDeletesWhileTheRegistryIsDown(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
 	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1s", "--digest-resync-interval", "2s", "--on-delete", "delete")
 
 	v1 := importImage(t, rawDisk(t, "before the outage"), reg.Host+"/acme/rhel:9")
@@ -199,7 +199,7 @@ func TestSyncerTakesHarborQuayAndZotWebhooks(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{})
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate})
 	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h")
 
 	harbor := importImage(t, rawDisk(t, "harbor"), reg.Host+"/acme/from-harbor:1")
@@ -247,7 +247,7 @@ func startSyncerWithRevokedTenantCredential(t *testing.T) (*testHub, *harness.Re
 	t.Helper()
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{Username: "robot", Password: "pull-only", NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, Username: "robot", Password: "pull-only", NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
 	dir := t.TempDir()
 	syncerConfig, tenantDir := filepath.Join(dir, "config.json"), filepath.Join(dir, "tenants")
 	writeDockerConfig(t, syncerConfig, reg.Host, "robot", "pull-only")

@@ -20,7 +20,7 @@ func TestSyncerConvergesAcrossAnAPIServerRestart(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
 	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1s")
 
 	const n = 8
@@ -61,7 +61,7 @@ func TestSyncerReplicasShareTheWorkThroughLeaderElection(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	r1, r2 := harness.ReserveSyncer(t), harness.ReserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: r1.WebhookURL, NotifyURLs: []string{r2.WebhookURL}, NotifyToken: webhookToken})
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, NotifyURL: r1.WebhookURL, NotifyURLs: []string{r2.WebhookURL}, NotifyToken: webhookToken})
 	startSyncer(t, r1, hub, reg.Host, "--poll-interval", "1h")
 	startSyncer(t, r2, hub, reg.Host, "--poll-interval", "1h")
 

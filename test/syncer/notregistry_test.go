@@ -49,7 +49,7 @@ func TestSyncerTakesNoDeleteFromADefaultBackend(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
 	front := &defaultBackend{proxy: httputil.NewSingleHostReverseProxy(&url.URL{Scheme: "http", Host: reg.Host})}
 	srv := httptest.NewServer(front)
 	t.Cleanup(srv.Close)

@@ -40,7 +40,7 @@ func TestSyncerLogsInOneFormatAndSaysWhichBuild(t *testing.T) {
 
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
 	t.Setenv("POD_NAMESPACE", harness.SyncerNamespace) // as the Deployment sets it; the syncer inherits it
 	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h", "--log-format", "json", "--leader-election-namespace", "")
 

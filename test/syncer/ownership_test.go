@@ -28,7 +28,7 @@ func TestSyncerNamesAreInjectiveAndOwned(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
 
 	// Someone else's DataSource, where foo--bar-latest's would go.
 	foreign := &cdiv1.DataSource{

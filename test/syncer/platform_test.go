@@ -14,6 +14,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 	"github.com/imagepipe/imagepipe/test/harness"
+	"github.com/imagepipe/imagepipe/test/testenv"
 )
 
 // pushIndex pushes to ref an image index of the images at refs, each under
@@ -61,7 +62,7 @@ func pushIndexOf(t *testing.T, ref string, entries [][2]string) {
 func TestSyncerImportsOnlyItsArchitecture(t *testing.T) {
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
 	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h")
 
 	rejected := func(name, want string) {

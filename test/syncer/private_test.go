@@ -30,7 +30,7 @@ func TestSyncerWithAPrivateRegistryAndNoSharedStorage(t *testing.T) {
 	fs := corev1.PersistentVolumeFilesystem
 	hub := startTestHub(t, "hub-a", cdiv1.ClaimPropertySet{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &fs})
 	s := harness.ReserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{Username: "robot", Password: "pull-only", TLS: true, NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, Username: "robot", Password: "pull-only", TLS: true, NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
 	dockerConfig := filepath.Join(t.TempDir(), "config.json")
 	auth := base64.StdEncoding.EncodeToString([]byte("robot:pull-only"))
 	if err := os.WriteFile(dockerConfig, []byte(`{"auths":{"`+reg.Host+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {

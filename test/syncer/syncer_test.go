@@ -28,7 +28,7 @@ func TestSyncerReplicatesOntoTwoHubs(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hubA, hubB := startTestHub(t, "hub-a"), startTestHub(t, "hub-b")
 	sa, sb := harness.ReserveSyncer(t), harness.ReserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: sa.WebhookURL, NotifyURLs: []string{sb.WebhookURL}, NotifyToken: webhookToken})
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, NotifyURL: sa.WebhookURL, NotifyURLs: []string{sb.WebhookURL}, NotifyToken: webhookToken})
 	startSyncer(t, sa, hubA, reg.Host, "--poll-interval", "1h")
 	startSyncer(t, sb, hubB, reg.Host, "--poll-interval", "1s", "--digest-resync-interval", "1s", "--keep", "1", "--on-delete", "delete")
 	hubs := []*testHub{hubA, hubB}

@@ -21,7 +21,7 @@ import (
 // TestTemplateCatalogInTheRegistry: templates are validated, published as
 // OCI artifacts, listed and shown; publishing again pushes only what changed.
 func TestTemplateCatalogInTheRegistry(t *testing.T) {
-	reg := harness.StartRegistry(t, harness.RegistryOptions{})
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate})
 	dir := t.TempDir()
 	write := func(name, body string) {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
@@ -99,7 +99,7 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 	// configured like a default OpenShift Virtualization install.
 	adm := hub.StartKubeVirtAdmission(t, harness.OpenShiftVirtualizationCR())
 	s := harness.ReserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
 	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h")
 
 	v1 := importImage(t, rawDisk(t, "bootable"), reg.Host+"/acme/rhel:9")

@@ -27,7 +27,7 @@ func TestVMCreateWaitsUntilKubeVirtReportsReady(t *testing.T) {
 	hub := startTestHub(t, "hub-a")
 	hub.BindTenant(t, "tenant-a", "acme")
 	s := harness.ReserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
 	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h")
 	v1 := importImage(t, rawDisk(t, "bootable"), reg.Host+"/acme/rhel:9")
 	hub.waitReady(t, "acme", "rhel--9", v1.Digest)

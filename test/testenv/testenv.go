@@ -18,6 +18,10 @@ var Imagectl string
 // ImageSyncer is the image-syncer binary under test, set by MainWithSyncer.
 var ImageSyncer string
 
+// ImageGate is the image-gate binary under test, set by MainWithSyncer:
+// no syncer imports anything without it.
+var ImageGate string
+
 // Main runs a test package's tests with Imagectl set: $IMAGECTL when the
 // Makefile built it, else a fresh build into a temporary directory.
 func Main(m *testing.M) int {
@@ -31,8 +35,8 @@ func Main(m *testing.M) int {
 	return m.Run()
 }
 
-// MainWithSyncer is Main with ImageSyncer set too: $IMAGE_SYNCER, else a
-// fresh build.
+// MainWithSyncer is Main with ImageSyncer and ImageGate set too:
+// $IMAGE_SYNCER and $IMAGE_GATE, else fresh builds.
 func MainWithSyncer(m *testing.M) int {
 	path, cleanup, err := command("IMAGE_SYNCER", "image-syncer")
 	if err != nil {
@@ -41,6 +45,13 @@ func MainWithSyncer(m *testing.M) int {
 	}
 	defer cleanup()
 	ImageSyncer = path
+	gate, cleanupGate, err := command("IMAGE_GATE", "image-gate")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cleanupGate()
+	ImageGate = gate
 	return Main(m)
 }
 
