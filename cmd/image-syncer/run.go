@@ -144,7 +144,7 @@ func serve(ctx context.Context, o *options, log *slog.Logger) error {
 func newRegistryClient(o *options, reg name.Registry, metrics *hub.Metrics, log *slog.Logger) (_ *registry.Client, ca []byte, err error) {
 	ropts := []registry.Option{
 		registry.WithLogger(log), registry.WithCacheDir(""), registry.WithInsecure(o.registryInsecure),
-		registry.WithArchitecture(o.architecture),
+		registry.WithArchitecture(o.architecture), registry.WithUserAgent("image-syncer/" + version.Get().Version),
 		registry.WithRequestObserver(func(method, _ string, status int) {
 			metrics.RegistryRequests.WithLabelValues(method, strconv.Itoa(status)).Inc()
 		}),

@@ -26,6 +26,10 @@ type RegistryOptions struct {
 	NotifyToken        string
 	// NotifyURLs are further endpoints notified the same way, e.g. one syncer per hub.
 	NotifyURLs []string
+	// AllowLayerURLs lets manifests name urls on their layers
+	// (validation.manifests.urls.allow), which distribution refuses by
+	// default and some providers allow.
+	AllowLayerURLs bool
 	// Gate, when set, is the image-gate binary to run beside the registry
 	// (Registry.Gate): notified like the endpoints above and polling, with
 	// the registry's credential and CA and the process's provider key.
@@ -182,6 +186,9 @@ func (r *Registry) config() []byte {
 			"delete":     map[string]any{"enabled": true},
 		},
 		"http": httpConf,
+	}
+	if r.opts.AllowLayerURLs {
+		conf["validation"] = map[string]any{"manifests": map[string]any{"urls": map[string]any{"allow": []string{"^https?://"}}}}
 	}
 	if r.opts.Username != "" {
 		conf["auth"] = map[string]any{
