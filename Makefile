@@ -113,7 +113,7 @@ docs:
 # logs in $(CACHE)/demo/logs. `make test` runs its short mode (TestDemo in test/demo).
 demo: tools build
 	$(GO) build -o $(BIN)/demo ./test/demo
-	exec env IMAGEPIPE_CACHE=$(CACHE) $(BIN)/demo -imagectl $(BIN)/imagectl -image-syncer $(BIN)/image-syncer
+	exec env IMAGEPIPE_CACHE=$(CACHE) $(BIN)/demo -imagectl $(BIN)/imagectl -image-syncer $(BIN)/image-syncer -image-gate $(BIN)/image-gate
 
 clean:
 	rm -rf $(BIN)

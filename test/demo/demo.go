@@ -51,9 +51,9 @@ type config struct {
 	// full selects the 256 MiB sample disk (the Go toolchain's sources and this repository);
 	// otherwise it is a 32 MiB disk of this repository's sources.
 	full bool
-	// imagectl and syncer are the binaries to run; empty means bin/imagectl and
-	// bin/image-syncer of the repository.
-	imagectl, syncer string
+	// imagectl, syncer and gate are the binaries to run; empty means
+	// bin/imagectl, bin/image-syncer and bin/image-gate of the repository.
+	imagectl, syncer, gate string
 	// logDir is where the components' logs are copied once they have stopped; empty: not kept.
 	logDir string
 }
@@ -65,17 +65,17 @@ type tour struct {
 	out io.Writer
 	tty bool
 
-	started                   time.Time
-	step                      int
-	root, work                string
-	kubectl, imagectl, syncer string
-	mkfs, qemuImg             string
-	lastQCOW2                 string // the sample disk last uploaded, in the work directory
-	imagectlEnv               []string
-	hubs                      []*hub
-	reg                       *harness.Registry
-	minio                     *harness.MinIO
-	finished                  bool
+	started                         time.Time
+	step                            int
+	root, work                      string
+	kubectl, imagectl, syncer, gate string
+	mkfs, qemuImg                   string
+	lastQCOW2                       string // the sample disk last uploaded, in the work directory
+	imagectlEnv                     []string
+	hubs                            []*hub
+	reg                             *harness.Registry
+	minio                           *harness.MinIO
+	finished                        bool
 }
 
 // hub is one hub of the demo, with the files its commands name.
@@ -116,7 +116,8 @@ func (d *tour) findTools() {
 	d.root = harness.RepoRoot(d.t)
 	d.imagectl = cmp.Or(d.cfg.imagectl, filepath.Join(d.root, "bin", "imagectl"))
 	d.syncer = cmp.Or(d.cfg.syncer, filepath.Join(d.root, "bin", "image-syncer"))
-	for _, bin := range []string{d.imagectl, d.syncer} {
+	d.gate = cmp.Or(d.cfg.gate, filepath.Join(d.root, "bin", "image-gate"))
+	for _, bin := range []string{d.imagectl, d.syncer, d.gate} {
 		if _, err := os.Stat(bin); err != nil {
 			d.t.Skipf("%s is missing: run make build (make demo does)", bin)
 		}
@@ -171,6 +172,7 @@ func (d *tour) startComponents() {
 	}
 	start := time.Now()
 	d.reg = harness.StartRegistry(d.t, harness.RegistryOptions{
+		Gate:        d.gate,
 		NotifyURL:   d.hubs[0].syncer.WebhookURL,
 		NotifyURLs:  []string{d.hubs[1].syncer.WebhookURL},
 		NotifyToken: harness.SyncerWebhookToken,

@@ -22,5 +22,5 @@ func TestMain(m *testing.M) { os.Exit(testenv.MainWithSyncer(m)) }
 // with go test -v.
 func TestDemo(t *testing.T) {
 	testenv.RequireQEMU(t)
-	runDemo(t, config{imagectl: testenv.Imagectl, syncer: testenv.ImageSyncer})
+	runDemo(t, config{imagectl: testenv.Imagectl, syncer: testenv.ImageSyncer, gate: testenv.ImageGate})
 }

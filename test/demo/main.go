@@ -30,6 +30,7 @@ func main() {
 	short := flags.Bool("short", false, "the short mode CI runs: a 32 MiB sample disk")
 	flags.StringVar(&cfg.imagectl, "imagectl", "", "imagectl binary (default: bin/imagectl of the repository)")
 	flags.StringVar(&cfg.syncer, "image-syncer", "", "image-syncer binary (default: bin/image-syncer of the repository)")
+	flags.StringVar(&cfg.gate, "image-gate", "", "image-gate binary (default: bin/image-gate of the repository)")
 	flags.StringVar(&cfg.logDir, "logs", "", "directory to keep the components' logs in (default: DEMO/logs/TIME, where DEMO is $IMAGEPIPE_CACHE/demo or ~/.cache/imagepipe/demo; the newest 10 runs are kept)")
 	flags.Usage = func() {
 		fmt.Fprintf(flags.Output(), "Usage: %s [flags]\n\nRuns imagepipe's whole pipeline on 127.0.0.1 and explains each step (make demo).\n\n", os.Args[0])

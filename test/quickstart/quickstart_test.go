@@ -66,7 +66,7 @@ func TestREADMEQuickStartRunsAsWritten(t *testing.T) {
 	hub := harness.StartSyncerHub(t, "hub-quickstart", harness.SyncerHubOptions{Namespaces: []string{"acme"}})
 	hub.BindTenant(t, "tenant-a", "acme")
 	syncer := harness.ReserveSyncer(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: syncer.WebhookURL, NotifyToken: harness.SyncerWebhookToken})
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, NotifyURL: syncer.WebhookURL, NotifyToken: harness.SyncerWebhookToken})
 	hub.CDI.AllowInsecureRegistry(t, reg.Host)
 	syncer.Start(t, testenv.ImageSyncer, hub, reg.Host)
 

@@ -171,7 +171,7 @@ type push struct {
 func benchLatency(t *testing.T) *latencyResult {
 	hubs := []*hub{startHub(t, "hub-a"), startHub(t, "hub-b")}
 	syncers := []*syncer{reserveSyncer(t), reserveSyncer(t)}
-	reg := harness.StartRegistry(t, harness.RegistryOptions{
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate,
 		NotifyURL: syncers[0].WebhookURL, NotifyURLs: []string{syncers[1].WebhookURL}, NotifyToken: webhookToken,
 	})
 	for i, s := range syncers {
@@ -570,7 +570,7 @@ type resyncResult struct {
 func benchResync(t *testing.T) *resyncResult {
 	res := &resyncResult{repos: resyncRepos, tags: resyncTags}
 	h := startHub(t, "hub-r")
-	reg := harness.StartRegistry(t, harness.RegistryOptions{})
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate})
 
 	// One real containerDisk, then the same manifest under every tag of every repository.
 	t.Logf("populating %d repositories × %d tags", resyncRepos, resyncTags)
