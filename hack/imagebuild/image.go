@@ -22,7 +22,7 @@ import (
 )
 
 // binaries are the commands under cmd/ that get an image.
-var binaries = []string{"image-syncer", "imagectl"}
+var binaries = []string{"image-syncer", "image-gate", "imagectl"}
 
 // architectures are the linux platforms of every index.
 var architectures = []string{"amd64", "arm64"}

@@ -24,7 +24,8 @@ func TestTagsCheckInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tags) != 2 || tags[0].String() != "registry.example.com/imagepipe/image-syncer:v1.2.3" || tags[1].String() != "registry.example.com/imagepipe/imagectl:v1.2.3" {
+	if len(tags) != 3 || tags[0].String() != "registry.example.com/imagepipe/image-syncer:v1.2.3" ||
+		tags[1].String() != "registry.example.com/imagepipe/image-gate:v1.2.3" || tags[2].String() != "registry.example.com/imagepipe/imagectl:v1.2.3" {
 		t.Errorf("tags %v", tags)
 	}
 	for _, reg := range []string{"127.0.0.1:5000", "localhost:5000/a/b", "ghcr.io/imagepipe"} {

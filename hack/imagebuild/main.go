@@ -1,4 +1,4 @@
-// Command imagebuild builds imagepipe's container images, image-syncer and
+// Command imagebuild builds imagepipe's container images, image-syncer, image-gate and
 // imagectl, and pushes them as multi-platform OCI indexes, without a
 // container runtime; `make images` and `make release-config` run it.
 //
@@ -97,7 +97,7 @@ type options struct {
 func parseFlags(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("imagebuild", flag.ContinueOnError)
-	fs.StringVar(&o.registry, "registry", "", "where the images go, HOST[:PORT]/PATH (required): PATH/image-syncer and PATH/imagectl")
+	fs.StringVar(&o.registry, "registry", "", "where the images go, HOST[:PORT]/PATH (required): PATH/image-syncer, PATH/image-gate and PATH/imagectl")
 	fs.StringVar(&o.tag, "tag", "", "the tag to push (default: the version)")
 	fs.StringVar(&o.version, "version", "", "the version stamped into the binaries and labels (default: git describe --always --dirty)")
 	fs.StringVar(&o.revision, "revision", "", "the commit stamped into the binaries and labels (default: git rev-parse HEAD)")

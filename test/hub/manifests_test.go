@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -20,18 +21,27 @@ import (
 	"github.com/imagepipe/imagepipe/test/harness"
 )
 
-// TestDeployManifestsAreAcceptedByTheAPIServer renders config/default with
-// kubectl kustomize, as `kubectl apply -k config/default` would, and
-// creates every object on a real apiserver with strict field validation:
-// the Deployment, Service, RBAC and PodDisruptionBudget the docs tell
-// providers to apply are valid as shipped.
+// TestDeployManifestsAreAcceptedByTheAPIServer renders config/default (a
+// hub) and config/gate (beside the registry) with kubectl kustomize, as
+// `kubectl apply -k` would, and creates every object on a real apiserver
+// with strict field validation: the Deployments, Services, RBAC and
+// PodDisruptionBudgets the docs tell providers to apply are valid as
+// shipped.
 func TestDeployManifestsAreAcceptedByTheAPIServer(t *testing.T) {
-	kubectl := harness.Binary(t, "kubectl")
-	out, err := exec.Command(kubectl, "kustomize", filepath.Join("..", "..", "config", "default")).Output()
-	if err != nil {
-		t.Fatalf("kubectl kustomize config/default: %v", err)
-	}
 	hub := harness.StartHub(t, "hub-a") // without the BaseImage CRD: the manifests install it
+	for _, dir := range []string{"default", "gate"} {
+		t.Run(dir, func(t *testing.T) { applyKustomization(t, hub, dir) })
+	}
+}
+
+// applyKustomization creates what config/DIR renders on hub and checks
+// that it holds the kinds a deployment needs.
+func applyKustomization(t *testing.T, hub *harness.Hub, dir string) {
+	kubectl := harness.Binary(t, "kubectl")
+	out, err := exec.Command(kubectl, "kustomize", filepath.Join("..", "..", "config", dir)).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize config/%s: %v", dir, err)
+	}
 	dc, err := discovery.NewDiscoveryClientForConfig(hub.RestConfig)
 	if err != nil {
 		t.Fatal(err)
@@ -62,14 +72,18 @@ func TestDeployManifestsAreAcceptedByTheAPIServer(t *testing.T) {
 		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
 			res = client.Resource(mapping.Resource).Namespace(obj.GetNamespace())
 		}
-		if _, err := res.Create(t.Context(), &obj, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
+		if _, err := res.Create(t.Context(), &obj, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil && !(gvk.Kind == "Namespace" && apierrors.IsAlreadyExists(err)) {
 			t.Errorf("%s %s/%s refused: %v", gvk.Kind, obj.GetNamespace(), obj.GetName(), err)
 		}
 		kinds[gvk.Kind] = true
 	}
-	for _, want := range []string{"Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "CustomResourceDefinition"} {
-		if !kinds[want] {
-			t.Errorf("config/default renders no %s (got %v)", want, strings.Join(mapKeys(kinds), ", "))
+	want := map[string][]string{
+		"default": {"Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "CustomResourceDefinition"},
+		"gate":    {"Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "PodDisruptionBudget"},
+	}
+	for _, kind := range want[dir] {
+		if !kinds[kind] {
+			t.Errorf("config/%s renders no %s (got %v)", dir, kind, strings.Join(mapKeys(kinds), ", "))
 		}
 	}
 }

@@ -31,7 +31,7 @@ import (
 // version is what the test stamps into the images.
 const version = "v0.0.0-imagestest"
 
-var binaries = []string{"image-syncer", "imagectl"}
+var binaries = []string{"image-syncer", "image-gate", "imagectl"}
 
 // pushedLine is a line `make images` prints: REF:TAG@DIGEST.
 var pushedLine = regexp.MustCompile(`^(\S+/(image-syncer|imagectl)):([\w.-]+)@(sha256:[0-9a-f]{64})$`)
@@ -395,16 +395,12 @@ func checkRuns(t *testing.T, binary, name, revision, platform string) {
 		if info != want || !strings.HasPrefix(info.GoVersion, "go1.") {
 			t.Errorf("imagectl version -o json from the image: %+v, want %+v", info, want)
 		}
-	case "image-syncer":
-		out := run(t, binary, "--help")
-		if !strings.Contains(string(out), "image-syncer") {
-			t.Errorf("image-syncer --help:\n%s", out)
+	case "image-syncer", "image-gate":
+		if out := run(t, binary, "--help"); !strings.Contains(string(out), name) {
+			t.Errorf("%s --help:\n%s", name, out)
 		}
-		cmd := exec.CommandContext(t.Context(), binary, "--version")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Logf("image-syncer --version is not available yet: %v: %s", err, out)
-		} else if !strings.Contains(string(out), version) {
-			t.Errorf("image-syncer --version printed %q; want the version %s", out, version)
+		if out := run(t, binary, "--version"); !strings.Contains(string(out), version) {
+			t.Errorf("%s --version printed %q; want the version %s", name, out, version)
 		}
 	}
 }
