@@ -244,6 +244,7 @@ func pollLoop(ctx context.Context, p *intake.Poller, svc *gate.Service, o *optio
 			log.Warn("polling the registry failed", "error", err)
 		}
 		svc.Add(events)
+		log.Debug("poll done", "full", full, "events", len(events), "seconds", time.Since(start).Seconds())
 		select {
 		case <-ctx.Done():
 			return nil

@@ -97,7 +97,10 @@ func (e *NoVerdictError) Forged() bool { return len(e.Refused) > 0 }
 // was given in subject's repository. Registry failures are errors; a
 // subject without such a verdict is a *NoVerdictError.
 func Find(ctx context.Context, reg Registry, trust *attest.Verifier, subject name.Digest) (*api.Verdict, error) {
-	refs, err := reg.Referrers(ctx, subject, api.VerdictArtifactType)
+	// All referrers, not those of the verdict's artifact type: some
+	// registries (zot 1.4) report the config's media type as a referrer's
+	// artifact type. What is not a verdict bundle fails its checks below.
+	refs, err := reg.Referrers(ctx, subject, "")
 	if err != nil {
 		return nil, err
 	}
@@ -105,6 +108,9 @@ func Find(ctx context.Context, reg Registry, trust *attest.Verifier, subject nam
 	nv := &NoVerdictError{Subject: subject.String()}
 	for _, r := range refs {
 		if p, ok := r.Annotations[PredicateTypeAnnotation]; ok && p != api.VerdictPredicateType {
+			continue
+		}
+		if r.ArtifactType != api.VerdictArtifactType && r.Annotations[PredicateTypeAnnotation] != api.VerdictPredicateType {
 			continue
 		}
 		bundle, err := reg.FetchArtifact(ctx, subject.Context(), r.Digest.String(), attest.BundleMediaType, attest.MaxBundleSize)

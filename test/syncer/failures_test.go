@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
@@ -90,7 +89,12 @@ func pushContainerDisk(t *testing.T, ref, disk string, opts ...remote.Option) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err = mutate.ConfigFile(img, &v1.ConfigFile{OS: "linux", Architecture: "amd64"})
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.OS, cfg.Architecture = "linux", "amd64"
+	img, err = mutate.ConfigFile(img, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

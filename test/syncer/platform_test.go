@@ -56,25 +56,26 @@ func pushIndexOf(t *testing.T, ref string, entries [][2]string) {
 
 // TestSyncerImportsOnlyItsArchitecture runs a syncer on a hub without
 // nodes, so amd64: an arm64-only image is refused with a condition naming
-// the platform; an index holding amd64 and arm64 images is imported with
-// a DataVolume that names the index digest and tells CDI to pick amd64;
-// an index without amd64 is refused.
+// the platform; of an index holding amd64 and arm64 images, the gate's
+// canonical amd64 image is imported (the DataVolume names that image, so
+// CDI has no index to pick from); an index without amd64 is refused, and
+// so is one listing amd64 twice, which readers could resolve two ways.
 func TestSyncerImportsOnlyItsArchitecture(t *testing.T) {
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)
 	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
 	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h")
 
-	rejected := func(name, want string) {
+	rejected := func(name, reason, want string) {
 		t.Helper()
 		bi := hub.baseImage(t, "acme", name, "rejected", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseRejected })
 		c := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionRejected)
-		if c == nil || c.Reason != "PlatformMismatch" || !strings.Contains(c.Message, want) {
-			t.Errorf("%s: Rejected condition %+v, want PlatformMismatch naming %q", name, c, want)
+		if c == nil || c.Reason != reason || !strings.Contains(c.Message, want) {
+			t.Errorf("%s: Rejected condition %+v, want %s naming %q", name, c, reason, want)
 		}
 	}
 	importImageWith(t, "", rawDisk(t, "arm"), reg.Host+"/acme/armonly:1", "--arch", "arm64")
-	rejected("armonly--1", "built for linux/arm64; this hub runs amd64")
+	rejected("armonly--1", "PlatformMismatch", "the image holds linux/arm64; this hub runs amd64")
 	if dvs := hub.dataVolumes(t, "acme", "armonly"); len(dvs) != 0 {
 		t.Errorf("an arm64 image was imported onto an amd64 hub: %v", dvs)
 	}
@@ -89,16 +90,16 @@ func TestSyncerImportsOnlyItsArchitecture(t *testing.T) {
 		t.Fatalf("data volumes of the index: %v", dvs)
 	}
 	src := dv.Spec.Source.Registry
-	if want := "docker://" + reg.Host + "/acme/multi@" + bi.Status.ObservedDigest; *src.URL != want || src.Platform == nil || src.Platform.Architecture != "amd64" {
-		t.Errorf("DataVolume source %s platform %+v; want %s picking amd64", *src.URL, src.Platform, want)
+	if want := "docker://" + reg.Host + "/acme/multi@" + amd.Digest; *src.URL != want || src.Platform != nil || bi.Status.CanonicalDigest != amd.Digest {
+		t.Errorf("DataVolume source %s platform %+v, canonical %s; want %s, the amd64 image, with no platform to pick", *src.URL, src.Platform, bi.Status.CanonicalDigest, want)
 	}
 
 	pushIndex(t, reg.Host+"/acme/armindex:1", map[string]string{"arm64": arm.Pinned})
-	rejected("armindex--1", "holds no linux/amd64 image (it holds: linux/arm64)")
+	rejected("armindex--1", "PlatformMismatch", "the image holds linux/arm64; this hub runs amd64")
 
 	// Two amd64 images in one index: the one checked might not be the
 	// one CDI picks, so neither is imported.
 	other := importImageWith(t, "", rawDisk(t, "other"), reg.Host+"/acme/parts:other")
 	pushIndexOf(t, reg.Host+"/acme/twoamd:1", [][2]string{{"amd64", amd.Pinned}, {"amd64", other.Pinned}})
-	rejected("twoamd--1", "holds 2 linux/amd64 images; it must hold one")
+	rejected("twoamd--1", "ManifestShape", "the index lists linux/amd64 twice")
 }

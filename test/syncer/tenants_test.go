@@ -33,10 +33,11 @@ func TestTenantPullSecretReadsOnlyItsTenant(t *testing.T) {
 	hub := startTestHub(t, "hub-a")
 	all := []string{"read", "create", "update", "delete"}
 	z := harness.StartZot(t, harness.ZotOptions{
-		Users: map[string]string{"syncer": "syncer-pw", "pusher": "pusher-pw", "acme-pull": "acme-pw", "globex-pull": "globex-pw"},
+		Users: map[string]string{"syncer": "syncer-pw", "pusher": "pusher-pw", "gate": "gate-pw", "acme-pull": "acme-pw", "globex-pull": "globex-pw"},
 		Access: map[string]map[string][]string{
-			"acme/**":   {"acme-pull": {"read"}, "pusher": all},
-			"globex/**": {"globex-pull": {"read"}, "pusher": all},
+			"acme/**":   {"acme-pull": {"read"}, "pusher": all, "gate": all},
+			"globex/**": {"globex-pull": {"read"}, "pusher": all, "gate": all},
+			"**":        {"gate": {"read"}},
 		},
 		Admins: []string{"syncer"}, AdminActions: []string{"read"},
 	})
@@ -54,6 +55,10 @@ func TestTenantPullSecretReadsOnlyItsTenant(t *testing.T) {
 	}
 	dockerConfig(filepath.Join(tenants, "acme"), "acme-pull", "acme-pw")
 	dockerConfig(filepath.Join(tenants, "globex"), "globex-pull", "globex-pw")
+	// The gate polls zot with an account of its own that reads and writes
+	// the tenants' repositories; zot serves the referrers API, so its
+	// verdicts are found through it rather than the referrers tag.
+	harness.ReserveGate(t).Start(t, testenv.ImageGate, z.Host, "", "gate", "gate-pw", "--webhook-listen", "")
 	s := harness.ReserveSyncer(t)
 	startSyncer(t, s, hub, z.Host, "--webhook-listen", "", "--poll-interval", "1s", "--digest-resync-interval", "1s",
 		"--docker-config", dockerConfig(filepath.Join(dir, "syncer.json"), "syncer", "syncer-pw"), "--tenant-credentials-dir", tenants)
