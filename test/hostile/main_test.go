@@ -7,4 +7,5 @@ import (
 	"github.com/imagepipe/imagepipe/test/testenv"
 )
 
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+// TestMain builds imagectl and image-gate unless the Makefile built them.
+func TestMain(m *testing.M) { os.Exit(testenv.MainWithGate(m)) }

@@ -18,8 +18,8 @@ var Imagectl string
 // ImageSyncer is the image-syncer binary under test, set by MainWithSyncer.
 var ImageSyncer string
 
-// ImageGate is the image-gate binary under test, set by MainWithSyncer:
-// no syncer imports anything without it.
+// ImageGate is the image-gate binary under test, set by MainWithSyncer
+// and MainWithGate: no syncer imports anything without it.
 var ImageGate string
 
 // Main runs a test package's tests with Imagectl set: $IMAGECTL when the
@@ -33,6 +33,19 @@ func Main(m *testing.M) int {
 	defer cleanup()
 	Imagectl = path
 	return m.Run()
+}
+
+// MainWithGate is Main with ImageGate set too: $IMAGE_GATE, else a fresh
+// build.
+func MainWithGate(m *testing.M) int {
+	gate, cleanup, err := command("IMAGE_GATE", "image-gate")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cleanup()
+	ImageGate = gate
+	return Main(m)
 }
 
 // MainWithSyncer is Main with ImageSyncer and ImageGate set too:

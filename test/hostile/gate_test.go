@@ -1,0 +1,145 @@
+package hostile
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/imagepipe/imagepipe/internal/attest"
+	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/reject"
+	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/verdict"
+	"github.com/imagepipe/imagepipe/pkg/api"
+	"github.com/imagepipe/imagepipe/test/harness"
+	"github.com/imagepipe/imagepipe/test/testenv"
+)
+
+// TestCorpusPushedAsContainerDisksIsRefusedByTheGate pushes every image of
+// the hostile corpus that the engine judges without options, wrapped as a
+// containerDisk of the right shape by go-containerregistry (not imagectl),
+// to a registry with image-gate. The gate's signed verdict on each hostile
+// one is a rejection with one of its expected reasons, and each control is
+// accepted: the server side refuses what imagectl refuses, whoever pushes.
+func TestCorpusPushedAsContainerDisksIsRefusedByTheGate(t *testing.T) {
+	testenv.RequireQEMU(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate})
+	_, pubFile := harness.ProviderKeyFiles(t)
+	pem, err := os.ReadFile(pubFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := attest.ParsePublicKeys(pem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trust, err := attest.NewVerifier(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := registry.New(registry.WithCacheDir(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	type pushed struct {
+		tc      corpusCase
+		subject name.Digest
+	}
+	var all []pushed
+	skipped := 0
+	for i, tc := range corpus {
+		if tc.opts != (convert.OpenOptions{}) {
+			skipped++ // the gate judges with its own options; these need others
+			continue
+		}
+		path := tc.build(t, t.TempDir())
+		disk, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := name.NewTag(reg.Host+"/acme/corpus-"+string(rune('a'+i/26))+string(rune('a'+i%26))+":1", name.Insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, pushed{tc, ref.Context().Digest(pushContainerDisk(t, ref, disk))})
+	}
+	t.Logf("%d images pushed, %d need options the gate does not take", len(all), skipped)
+
+	for _, p := range all {
+		var v *api.Verdict
+		harness.WaitUntil(t, "the gate's verdict on "+p.tc.name, time.Minute, 100*time.Millisecond, func() (bool, error) {
+			var err error
+			v, err = verdict.Find(t.Context(), rc, trust, p.subject)
+			if errors.Is(err, verdict.ErrNoVerdict) {
+				return false, nil
+			}
+			return err == nil, err
+		})
+		if len(p.tc.want) == 0 {
+			if v.Verdict != api.VerdictAccepted {
+				t.Errorf("%s, a valid control, was refused: %+v", p.tc.name, v.Reasons)
+			}
+			continue
+		}
+		if v.Verdict != api.VerdictRejected || len(v.Reasons) == 0 || !slices.Contains(p.tc.want, reject.Reason(v.Reasons[0].Code)) {
+			t.Errorf("%s: verdict %s %+v; want a rejection for %v", p.tc.name, v.Verdict, v.Reasons, p.tc.want)
+		}
+	}
+}
+
+// pushContainerDisk pushes disk as a gzip containerDisk of the right shape
+// and returns the manifest digest.
+func pushContainerDisk(t *testing.T, ref name.Tag, disk []byte) string {
+	t.Helper()
+	var tb bytes.Buffer
+	tw := tar.NewWriter(&tb)
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: api.DiskDir, Mode: 0o555, Uid: api.DiskUID, Gid: api.DiskGID})
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: api.DiskPath, Mode: 0o444, Uid: api.DiskUID, Gid: api.DiskGID, Size: int64(len(disk))})
+	tw.Write(disk)
+	tw.Close()
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(tb.Bytes())
+	zw.Close()
+	cfg, _ := json.Marshal(ocispec.Image{
+		Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"},
+		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{digest.FromBytes(tb.Bytes())}},
+	})
+	for _, blob := range [][]byte{cfg, gz.Bytes()} {
+		if err := remote.WriteLayer(ref.Context(), static.NewLayer(blob, types.OCILayer)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, _ := json.Marshal(ocispec.Manifest{
+		MediaType: ocispec.MediaTypeImageManifest,
+		Config:    ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(cfg), Size: int64(len(cfg))},
+		Layers:    []ocispec.Descriptor{{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromBytes(gz.Bytes()), Size: int64(gz.Len())}},
+	})
+	var doc map[string]any
+	json.Unmarshal(m, &doc)
+	doc["schemaVersion"] = 2
+	m, _ = json.Marshal(doc)
+	if err := remote.Put(ref, rawManifest(m)); err != nil {
+		t.Fatal(err)
+	}
+	return digest.FromBytes(m).String()
+}
+
+type rawManifest []byte
+
+func (m rawManifest) RawManifest() ([]byte, error)        { return m, nil }
+func (m rawManifest) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
