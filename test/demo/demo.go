@@ -1,11 +1,13 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
 	"cmp"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 	"github.com/imagepipe/imagepipe/test/harness"
 )
@@ -40,7 +43,7 @@ const (
 	image      = "sample"
 	tag        = "stable"
 	bucket     = "demo"
-	steps      = 8
+	steps      = 9
 	// waitTimeout bounds every wait for image-syncer. The syncer acts within a second of a
 	// notification; the margin is for a loaded CI machine.
 	waitTimeout = 2 * time.Minute
@@ -103,11 +106,12 @@ func runDemo(t testing.TB, cfg config) {
 	d.startSyncers()
 	digest1 := d.importStep(v1)
 	d.showReplicated(digest1)
+	d.gateRefusesCranePush(digest1)
 	d.launchVM(digest1)
 	d.newVersionAndDelete(digest1)
 
 	d.heading("Stop everything")
-	d.say("The demo now stops what it started, newest first: the two image-syncers, MinIO, the registry, and both hubs (kube-apiserver, then etcd). Each gets SIGTERM, and SIGKILL if it has not exited 5 s later. The same happens on Ctrl-C.")
+	d.say("The demo now stops what it started, newest first: the two image-syncers, MinIO, image-gate, the registry, and both hubs (kube-apiserver, then etcd). Each gets SIGTERM, and SIGKILL if it has not exited 5 s later. The same happens on Ctrl-C.")
 	d.finished = true
 }
 
@@ -192,6 +196,75 @@ func (d *tour) startComponents() {
 		h.CDI.AllowInsecureRegistry(d.t, d.reg.Host)
 	}
 	d.kubectlOn(d.hubs[0], "get", "storageprofile", "-o", "custom-columns=NAME:.metadata.name,ACCESS MODES:.status.claimPropertySets[*].accessModes,VOLUME MODE:.status.claimPropertySets[*].volumeMode")
+}
+
+// gateRefusesCranePush pushes, with crane instead of imagectl, a
+// containerDisk whose qcow2 names a host file as its backing file, and
+// shows both hubs refusing it on the gate's signed verdict; then cosign
+// checks the verdict on the good image.
+func (d *tour) gateRefusesCranePush(good string) {
+	d.heading("A push without imagectl is refused on both hubs")
+	d.say("imagectl refuses a qcow2 that names a backing file, but anyone with push access can use crane instead. Here the tenant builds a containerDisk by hand whose disk is a qcow2 overlay of /etc/passwd: imported by CDI's qemu-img, the tenant's volume would hold the importer's /etc/passwd.")
+	disk := filepath.Join(d.work, "sneaky.qcow2")
+	d.run(d.qemuImg, "create", "-q", "-f", "qcow2", "-b", "/etc/passwd", "-F", "raw", disk, "16M")
+	layer := filepath.Join(d.work, "sneaky.tar")
+	d.writeTar(layer, disk)
+	crane := harness.Binary(d.t, "crane")
+	ref := d.reg.Host + "/" + tenant + "/sneaky:1"
+	d.run(crane, "append", "--insecure", "--oci-empty-base", "-f", layer, "-t", ref)
+	d.run(crane, "mutate", "--insecure", "--set-platform", "linux/amd64", ref)
+	d.say("image-gate reads the pushed digest in full and signs a verdict that rejects it; each syncer reads that verdict and imports nothing:")
+	for _, h := range d.hubs {
+		d.waitFor(h.Name+": sneaky--1 rejected", func() (bool, error) {
+			var bi v1alpha1.BaseImage
+			err := h.Client.Get(d.t.Context(), client.ObjectKey{Namespace: tenant, Name: "sneaky--1"}, &bi)
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			}
+			return err == nil && bi.Status.Phase == v1alpha1.PhaseRejected, err
+		})
+		d.kubectlOn(h, "get", "bi", "-n", tenant, "sneaky--1", "-o", `custom-columns=NAME:.metadata.name,PHASE:.status.phase,REASON:.status.conditions[?(@.type=="Rejected")].reason,MESSAGE:.status.conditions[?(@.type=="Rejected")].message`)
+	}
+	d.say("The verdicts are in-toto attestations in the registry, beside the images they judge, so any tool can check them. cosign, with the provider's public key, on the image imported above:")
+	_, pub := harness.ProviderKeyFiles(d.t)
+	args := []string{"verify-attestation", "--key", d.copyToWork(pub, "gate.pub"), "--type", api.VerdictPredicateType,
+		"--insecure-ignore-tlog=true", "--allow-http-registry=true", d.reg.Host + "/" + tenant + "/" + image + "@" + good}
+	d.echo("cosign", args...)
+	cmd := exec.CommandContext(d.t.Context(), harness.Binary(d.t, "cosign"), args...)
+	cmd.Stderr = d.out
+	out, err := cmd.Output()
+	if err != nil {
+		d.t.Fatalf("cosign verify-attestation: %v", err)
+	}
+	var env struct{ Payload []byte }
+	var st struct{ Predicate json.RawMessage }
+	if err := json.Unmarshal(out, &env); err != nil || json.Unmarshal(env.Payload, &st) != nil {
+		d.t.Fatalf("cosign printed %q, not an attestation: %v", out, err)
+	}
+	var pretty bytes.Buffer
+	json.Indent(&pretty, st.Predicate, "  ", "  ")
+	d.say("cosign printed the attestation, whose predicate is the gate's verdict:")
+	d.printf("  %s\n", pretty.String())
+	d.check()
+}
+
+// writeTar writes a containerDisk tar holding disk as disk/disk.img, owned 107:107.
+func (d *tour) writeTar(path, disk string) {
+	data, err := os.ReadFile(disk)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: api.DiskDir, Mode: 0o555, Uid: api.DiskUID, Gid: api.DiskGID})
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: api.DiskPath, Mode: 0o444, Uid: api.DiskUID, Gid: api.DiskGID, Size: int64(len(data))})
+	tw.Write(data)
+	if err := tw.Close(); err != nil {
+		d.t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		d.t.Fatal(err)
+	}
 }
 
 // Step 2. makeSampleDisk builds version v of the sample disk and uploads it to MinIO. It
@@ -330,7 +403,7 @@ func (d *tour) importImage(src string) string {
 func (d *tour) showReplicated(digest string) {
 	d.heading("The BaseImage appears on both hubs")
 	dv := cdi.DataVolumeName(image, digest)
-	d.say("The registry notified both syncers. Each revalidated the image from the registry (it trusts neither the notification nor the client that pushed), then made a BaseImage and a DataVolume that imports the image pinned by digest, never by tag, onto ReadWriteMany Block storage, so that VMs can live-migrate.")
+	d.say("The registry notified image-gate and both syncers. The gate read the pushed image in full (it trusts neither the notification nor the client that pushed), found it canonical (imagectl built it) and attached a verdict signed with the provider's key. Each syncer checked that signature, then made a BaseImage and a DataVolume that imports the verified image pinned by digest, never by tag, onto ReadWriteMany Block storage, so that VMs can live-migrate.")
 	for _, h := range d.hubs {
 		d.waitImporting(h, digest)
 	}

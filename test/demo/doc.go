@@ -1,12 +1,13 @@
 // Command demo runs imagepipe's whole pipeline on one machine, on 127.0.0.1 only, and explains
 // each step as it goes: `make demo`.
 //
-// It starts the CNCF distribution registry (notifying one image-syncer per hub), MinIO, and two
+// It starts the CNCF distribution registry (notifying image-gate and one image-syncer per hub), MinIO, and two
 // hubs (etcd and kube-apiserver with the CDI, KubeVirt and BaseImage CRDs); makes a sample
 // disk with mkfs.ext4 -d from real files and uploads it, as compressed qcow2, to MinIO; runs
 // image-syncer on each hub; imports the disk with imagectl import s3://... as tenant acme;
 // shows the BaseImage, its digest-pinned ReadWriteMany DataVolume and its DataSource on both
-// hubs with kubectl; publishes a VM template and creates a VM on hub-1 with imagectl vm
+// hubs with kubectl; pushes with crane a containerDisk whose qcow2 names /etc/passwd and shows
+// both hubs refusing it on the gate's signed verdict, which cosign then checks; publishes a VM template and creates a VM on hub-1 with imagectl vm
 // create; pushes a new version (the DataSource switches) and deletes the tag (hub-1 retains,
 // hub-2 deletes); and stops everything. Every command it shows runs for real.
 //
