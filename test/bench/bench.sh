@@ -25,7 +25,9 @@
 # Needs qemu-img, mkfs.ext4 and GNU time (apt-get install qemu-utils e2fsprogs time); import.sh
 # also needs skopeo, jq, curl and GNU tar, and the registry and crane from test/buildtools.sh;
 # syncer.sh needs go, and etcd, kube-apiserver, the registry and the CRDs from test/buildtools.sh
-# (it builds image-syncer itself unless IMAGE_SYNCER names a binary).
+# (it builds image-syncer itself unless IMAGE_SYNCER names a binary). Last, test/bench/gate.sh
+# (image-gate: its time next to an import of the 4 GiB image, layer reads, peak RSS with four
+# verifications at once).
 # The last report is also written to ${IMAGEPIPE_CACHE}/bench/last.md.
 set -euo pipefail
 
@@ -230,12 +232,19 @@ run_case() {
 }
 
 main() {
+	if [[ ${1:-} == --raw ]]; then # build (or find) the 4 GiB ext4 image only, for gate.sh
+		check_tools
+		mkdir -p "$BENCH_DIR"
+		build_raw
+		return 0
+	fi
 	check_tools
 	resolve_imagectl
 	[[ $REPS =~ ^[1-9][0-9]*$ ]] || die "BENCH_REPS must be a positive integer, got '$REPS'"
 	IMAGECTL=$IMAGECTL IMAGEPIPE_CACHE=$CACHE bash "$REPO_ROOT/test/bench/import.sh" --check
 	IMAGECTL=$IMAGECTL IMAGEPIPE_CACHE=$CACHE bash "$REPO_ROOT/test/bench/xz.sh" --check
 	IMAGECTL=$IMAGECTL IMAGEPIPE_CACHE=$CACHE bash "$REPO_ROOT/test/bench/syncer.sh" --check
+	IMAGECTL=$IMAGECTL IMAGEPIPE_CACHE=$CACHE bash "$REPO_ROOT/test/bench/gate.sh" --check
 
 	mkdir -p "$BENCH_DIR"
 	build_raw
@@ -308,6 +317,12 @@ main() {
 	IMAGECTL=$IMAGECTL IMAGEPIPE_CACHE=$CACHE bash "$REPO_ROOT/test/bench/syncer.sh" >"$syncer_md"
 	cat "$syncer_md" >>"$report"
 	cat "$syncer_md"
+
+	# image-gate on the 4 GiB image built above.
+	local gate_md=$RUN_DIR/gate.md
+	IMAGECTL=$IMAGECTL IMAGEPIPE_CACHE=$CACHE bash "$REPO_ROOT/test/bench/gate.sh" >"$gate_md"
+	cat "$gate_md" >>"$report"
+	cat "$gate_md"
 	log "report written to $report"
 }
 

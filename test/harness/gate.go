@@ -135,6 +135,9 @@ func (g *Gate) Start(t testing.TB, bin, host, caFile, user, password string, arg
 	}
 }
 
+// Pid is the gate's process ID.
+func (g *Gate) Pid() int { return g.proc.cmd.Process.Pid }
+
 // Stop ends the gate with SIGTERM and fails the test unless it exits
 // cleanly within 30 s.
 func (g *Gate) Stop(t testing.TB) {

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# gate.sh — the image-gate part of `make bench` (bench.sh runs it last and appends its section to
+# the report). It can also be run alone; `gate.sh --check` only checks what it needs.
+#
+# Runs the Go benchmark in test/bench/gate (`go test` with IMAGEPIPE_BENCH=1) against the CNCF
+# distribution registry and the image-gate binary, on the 4 GiB ext4 bench image of bench.sh
+# (built when missing): imagectl import, then the gate's own time to verify, publish and sign,
+# three times (target: the gate at most 0.25 of the import); the gate's full reads of the
+# tenant's layer per digest (target 1); its peak RSS with four verifications at once (target
+# 256 MiB). About 3 minutes on 2 cores. The Markdown section goes to standard output.
+#
+# Environment:
+#   IMAGECTL         imagectl binary (default: bin/imagectl in the repository root)
+#   IMAGE_GATE       image-gate binary (default: the test builds one from the working tree)
+#   IMAGEPIPE_CACHE  cache root (default $HOME/.cache/imagepipe)
+set -euo pipefail
+
+CALLER_DIR=$PWD
+cd "$(dirname "$0")/../.."
+REPO_ROOT=$PWD
+CACHE=${IMAGEPIPE_CACHE:-$HOME/.cache/imagepipe}
+TOOLS_BIN=${IMAGEPIPE_BIN:-$CACHE/bin}
+
+BENCH_NAME="bench gate"
+. test/bench/lib.sh
+
+abs() { [[ $1 == /* ]] && printf '%s\n' "$1" || printf '%s\n' "$CALLER_DIR/$1"; }
+
+main() {
+	command -v go >/dev/null || die "go is not in PATH"
+	[[ -x $TOOLS_BIN/registry ]] || die "the registry is not built in $TOOLS_BIN: run make tools"
+	IMAGECTL=$(abs "${IMAGECTL:-$REPO_ROOT/bin/imagectl}")
+	[[ -x $IMAGECTL ]] || die "imagectl not found at $IMAGECTL (run 'make build', or set IMAGECTL)"
+	[[ ${1:-} != --check ]] || return 0
+
+	IMAGEPIPE_CACHE=$CACHE bash test/bench/bench.sh --raw >&2
+	local out
+	out=$(mktemp)
+	trap 'rm -f "$out"' EXIT
+	log "running test/bench/gate (about 3 minutes)"
+	if ! IMAGEPIPE_BENCH=1 IMAGEPIPE_BENCH_OUT=$out IMAGEPIPE_BENCH_DISK=$CACHE/bench/a.raw IMAGECTL=$IMAGECTL \
+		IMAGE_GATE=${IMAGE_GATE:+$(abs "$IMAGE_GATE")} IMAGEPIPE_CACHE=$CACHE IMAGEPIPE_BIN=$TOOLS_BIN \
+		go test ./test/bench/gate -run TestGateBench -count=1 -v -timeout 30m >&2; then
+		die "go test ./test/bench/gate failed (its log is above)"
+	fi
+	[[ -s $out ]] || die "test/bench/gate wrote no report: was TestGateBench skipped?"
+	cat "$out"
+}
+
+main "$@"

@@ -1,0 +1,219 @@
+// Package gate is the image-gate part of `make bench` (test/bench/gate.sh):
+// what the gate adds to an import of the 4 GiB ext4 bench image, how often
+// imagepipe reads the tenant's layer, and the gate's peak memory with four
+// verifications at once.
+package gate
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/imagepipe/imagepipe/test/harness"
+	"github.com/imagepipe/imagepipe/test/testenv"
+)
+
+// TestMain builds imagectl and image-gate unless gate.sh names them.
+func TestMain(m *testing.M) { os.Exit(testenv.MainWithGate(m)) }
+
+// reps is how many imports of the bench image are measured.
+const reps = 3
+
+// TestGateBench measures, against the CNCF distribution registry:
+//
+//   - overhead: imagectl import of the bench image, then the gate's own
+//     time to verify it in full, publish its canonical image and sign the
+//     verdict (its log's seconds), each in a repository of its own; the
+//     ratio gate/import (target ≤ 0.25);
+//   - reads: the registry's GETs of the tenant's layer by imagepipe per
+//     digest (target 1; syncers read none, test/syncer checks that);
+//   - memory: a gate started with four images of four tenants waiting,
+//     verifying them at once; its peak RSS (VmHWM, target ≤ 256 MiB).
+//
+// The section goes to $IMAGEPIPE_BENCH_OUT.
+func TestGateBench(t *testing.T) {
+	if os.Getenv("IMAGEPIPE_BENCH") != "1" {
+		t.Skip("a benchmark for make bench: set IMAGEPIPE_BENCH=1 to run it")
+	}
+	disk := os.Getenv("IMAGEPIPE_BENCH_DISK")
+	if disk == "" {
+		t.Fatal("IMAGEPIPE_BENCH_DISK names no disk (gate.sh sets it)")
+	}
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate})
+
+	var imports, gates []float64
+	for i := range reps {
+		repo := fmt.Sprintf("acme/bench-%d", i)
+		start := time.Now()
+		digest := importImage(t, disk, reg.Host+"/"+repo+":1")
+		imports = append(imports, time.Since(start).Seconds())
+		gates = append(gates, waitVerdict(t, reg.Gate.LogPath, digest, repo))
+	}
+	reads := layerReads(t, reg.LogPath(), "acme/bench-0", "imagepipe-gate/")
+
+	// Four tenants' images waiting for a gate that starts once they are
+	// pushed: its first poll finds all four and its four workers take one
+	// each.
+	reg.Gate.Stop(t)
+	var digests []string
+	for i := range 4 {
+		digests = append(digests, importImage(t, disk, reg.Host+fmt.Sprintf("/tenant%d/img:1", i)))
+	}
+	g := harness.ReserveGate(t)
+	g.Start(t, testenv.ImageGate, reg.Host, "", "", "", "--workers", "4", "--webhook-listen", "")
+	var parallel []float64
+	for i, d := range digests {
+		parallel = append(parallel, waitVerdict(t, g.LogPath, d, fmt.Sprintf("tenant%d/img", i)))
+	}
+	peak := vmHWM(t, g.Pid())
+
+	section := render(disk, imports, gates, reads, parallel, peak)
+	fmt.Print(section)
+	if out := os.Getenv("IMAGEPIPE_BENCH_OUT"); out != "" {
+		if err := os.WriteFile(out, []byte(section), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// importImage runs imagectl import with a cache of its own, so that no
+// build is reused, and returns the digest.
+func importImage(t *testing.T, disk, ref string) string {
+	t.Helper()
+	r := testenv.RunCommand(t, testenv.Command{Name: testenv.Imagectl, Args: []string{"import", "--quiet", disk, ref}, Env: []string{"IMAGEPIPE_CACHE=" + t.TempDir()}})
+	if r.Code != 0 {
+		t.Fatalf("imagectl import: exit %d\n%s", r.Code, r.Stderr)
+	}
+	m := regexp.MustCompile(`@(sha256:[0-9a-f]{64})`).FindStringSubmatch(r.Stdout)
+	if m == nil {
+		t.Fatalf("imagectl import printed %q", r.Stdout)
+	}
+	return m[1]
+}
+
+var verdictLine = regexp.MustCompile(`msg="verdict given" subject=(\S+) verdict=(\S+) .* seconds=([0-9.e+-]+)`)
+
+// waitVerdict waits for the gate's log line of the verdict on repo@digest
+// and returns the seconds it took.
+func waitVerdict(t *testing.T, logPath, digest, repo string) float64 {
+	t.Helper()
+	var secs float64
+	harness.WaitUntil(t, "the verdict on "+repo, 10*time.Minute, 200*time.Millisecond, func() (bool, error) {
+		data, err := os.ReadFile(logPath)
+		if err != nil {
+			return false, err
+		}
+		for _, m := range verdictLine.FindAllStringSubmatch(string(data), -1) {
+			if strings.HasSuffix(m[1], "/"+repo+"@"+digest) {
+				if m[2] != "accepted" {
+					return false, fmt.Errorf("the gate refused %s: %s", repo, m[0])
+				}
+				secs, err = strconv.ParseFloat(m[3], 64)
+				return true, err
+			}
+		}
+		return false, nil
+	})
+	return secs
+}
+
+// layerReads counts the registry's completed GETs of repo's largest blob
+// (the layer) by clients whose User-Agent contains agent.
+func layerReads(t *testing.T, logPath, repo, agent string) int {
+	t.Helper()
+	f, err := os.Open(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	written := map[string]int64{}
+	reads := map[string]int{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	blob := regexp.MustCompile(`http.request.uri="/v2/` + regexp.QuoteMeta(repo) + `/blobs/(sha256:[0-9a-f]{64})".*http.response.written=(\d+)`)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, `msg="response completed"`) || !strings.Contains(line, "http.request.method=GET ") {
+			continue
+		}
+		m := blob.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		n, _ := strconv.ParseInt(m[2], 10, 64)
+		written[m[1]] = max(written[m[1]], n)
+		if strings.Contains(line, agent) {
+			reads[m[1]]++
+		}
+	}
+	var largest string
+	for d, n := range written {
+		if largest == "" || n > written[largest] {
+			largest = d
+		}
+	}
+	return reads[largest]
+}
+
+// vmHWM is a process's peak resident set, in MiB.
+func vmHWM(t *testing.T, pid int) float64 {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb / 1024
+		}
+	}
+	t.Fatal("no VmHWM in /proc/PID/status")
+	return 0
+}
+
+func median(xs []float64) float64 {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+func render(disk string, imports, gates []float64, reads int, parallel []float64, peak float64) string {
+	var b strings.Builder
+	ratio := median(gates) / median(imports)
+	fmt.Fprintf(&b, "\n### image-gate\n\n")
+	fmt.Fprintf(&b, "Input: %s, imported %d times with imagectl (gzip, qcow2), each into a repository of its own against the CNCF distribution registry with image-gate beside it.\n\n", filepath.Base(disk), len(imports))
+	fmt.Fprintf(&b, "| case | measured | target | |\n| --- | ---: | ---: | --- |\n")
+	fmt.Fprintf(&b, "| `imagectl import`, median of %d | %.2f s | | |\n", len(imports), median(imports))
+	fmt.Fprintf(&b, "| gate: verify in full, publish, sign; median | %.2f s | | |\n", median(gates))
+	fmt.Fprintf(&b, "| gate / import | %.2f | ≤ 0.25 | %s |\n", ratio, verdict(ratio <= 0.25))
+	fmt.Fprintf(&b, "| full reads of the tenant's layer by imagepipe, per digest | %d | 1 | %s |\n", reads, verdict(reads == 1))
+	fmt.Fprintf(&b, "| 4 verifications at once (4 tenants): slowest | %.2f s | | |\n", slowest(parallel))
+	fmt.Fprintf(&b, "| gate peak RSS with 4 at once | %.0f MiB | ≤ 256 MiB | %s |\n", peak, verdict(peak <= 256))
+	return b.String()
+}
+
+func slowest(xs []float64) float64 {
+	m := 0.0
+	for _, x := range xs {
+		m = max(m, x)
+	}
+	return m
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**missed**"
+}
