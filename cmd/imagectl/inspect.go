@@ -24,6 +24,7 @@ type inspectOptions struct {
 	source   string
 	out      outputFlags
 	platform *registry.Platform
+	gateKeys string
 }
 
 func newInspectCmd(g *globalOptions) *cobra.Command {
@@ -68,6 +69,7 @@ Exit codes: 0 the image is acceptable, 3 it is rejected, 1 other errors.`,
 	addSourceFlags(cmd, &o.sourceFlags)
 	addRegistryFlags(cmd, &o.registryFlags)
 	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
+	cmd.Flags().StringVar(&o.gateKeys, "gate-keys", "", "with docker://: the provider's public keys (PEM): show the gate's signed verdict on the image, which hubs require before they import it")
 	addPlatformFlag(cmd, &o.platform, "with docker://: the platform (os/arch[/variant], e.g. linux/arm64) whose image to describe from an index, and that an image must be built for (default: an index's linux/amd64 image; an image as it is)")
 	return cmd
 }
@@ -195,6 +197,11 @@ func runInspectRemote(cmd *cobra.Command, o *inspectOptions, ref string) error {
 	if err != nil {
 		return err
 	}
+	if o.gateKeys != "" {
+		if r.Gate, err = gateReport(cmd.Context(), client, parsed, o.gateKeys); err != nil {
+			return err
+		}
+	}
 	err = o.out.print(cmd.OutOrStdout(), r, table(func(tw *tabwriter.Writer) {
 		row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
 		row("reference", r.Reference)
@@ -229,11 +236,12 @@ func runInspectRemote(cmd *cobra.Command, o *inspectOptions, ref string) error {
 		for _, reason := range r.Reasons {
 			row("reason", reason.Code+": "+reason.Message)
 		}
+		gateRows(row, r.Gate)
 	}))
 	if err != nil {
 		return err
 	}
-	if r.Verdict == api.VerdictRejected {
+	if r.Verdict == api.VerdictRejected || (r.Gate != nil && r.Gate.Verdict != nil && r.Gate.Verdict.Verdict == api.VerdictRejected) {
 		return &reportedError{code: exitRejected}
 	}
 	return nil

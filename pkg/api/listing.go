@@ -69,6 +69,21 @@ type ContainerDiskReport struct {
 	Verdict string `json:"verdict"`
 	// Reasons explain a rejection.
 	Reasons []Rejection `json:"reasons,omitempty"`
+	// Gate is the gate's verdict on the digest the reference names, as
+	// hubs see it; nil when no provider key was given to check it.
+	Gate *GateReport `json:"gate,omitempty"`
+}
+
+// GateReport is what `imagectl inspect docker://…` found of the gate's
+// signed verdicts on an image.
+type GateReport struct {
+	// Subject is the digest the verdicts are about: the one the reference
+	// names (an index's, for an index).
+	Subject string `json:"subject"`
+	// Verdict is the newest verdict a trusted key signed, nil when none.
+	Verdict *Verdict `json:"verdict,omitempty"`
+	// Refused are verdicts found but not trusted, each with why.
+	Refused []string `json:"refused,omitempty"`
 }
 
 // CheckedHeader is ContainerDiskReport.Checked when the disk's header was

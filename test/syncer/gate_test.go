@@ -271,9 +271,21 @@ func TestGateKeepsHostilePushesOffBothHubs(t *testing.T) {
 	if !bytes.Contains(out, []byte("payload")) {
 		t.Errorf("cosign verify-attestation printed no attestation: %s", out)
 	}
+	// imagectl inspect shows the tenant the verdicts hubs act on.
+	r := testenv.RunCommand(t, testenv.Command{Name: testenv.Imagectl, Args: []string{"inspect", "--gate-keys", pub, "docker://" + ref}})
+	if r.Code != 0 || !strings.Contains(r.Stdout, "gate:") || !strings.Contains(r.Stdout, "accepted by imagepipe-gate") || !strings.Contains(r.Stdout, canonical) {
+		t.Errorf("imagectl inspect of the crane image: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	r = testenv.RunCommand(t, testenv.Command{Name: testenv.Imagectl, Args: []string{"inspect", "--gate-keys", pub, "-o", "json", "docker://" + reg.Host + "/acme/evil-amplifier:1"}})
+	var report api.ContainerDiskReport
+	if err := json.Unmarshal([]byte(r.Stdout), &report); err != nil || r.Code != 3 || report.Gate == nil || report.Gate.Verdict == nil ||
+		report.Gate.Verdict.Verdict != api.VerdictRejected || report.Gate.Verdict.Reasons[0].Code != "shared-cluster" {
+		t.Errorf("imagectl inspect of the amplifier: exit %d, %v\n%s%s", r.Code, err, r.Stdout, r.Stderr)
+	}
+
 	other := filepath.Join(t.TempDir(), "other.pub")
 	otherKey(t, other)
-	r := testenv.RunCommand(t, testenv.Command{Name: cosign, Args: append(args, "--key", other, reg.Host+"/acme/crane@"+pushed)})
+	r = testenv.RunCommand(t, testenv.Command{Name: cosign, Args: append(args, "--key", other, reg.Host+"/acme/crane@"+pushed)})
 	if r.Code == 0 {
 		t.Errorf("cosign accepted the verdict with another key")
 	}

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/imagepipe/imagepipe/internal/attest"
+	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/verdict"
+	"github.com/imagepipe/imagepipe/pkg/api"
+)
+
+// maxKeyFile bounds a key file read.
+const maxKeyFile = 64 << 10
+
+// gateReport finds the gate's verdict on the digest ref names, trusting
+// the public keys in keysFile.
+func gateReport(ctx context.Context, client *registry.Client, ref name.Reference, keysFile string) (*api.GateReport, error) {
+	data, err := os.ReadFile(keysFile)
+	if err != nil {
+		return nil, fmt.Errorf("--gate-keys: %w", err)
+	}
+	if len(data) > maxKeyFile {
+		return nil, fmt.Errorf("--gate-keys %s is larger than %d bytes", keysFile, maxKeyFile)
+	}
+	keys, err := attest.ParsePublicKeys(data)
+	if err != nil {
+		return nil, fmt.Errorf("--gate-keys %s: %w", keysFile, err)
+	}
+	trust, err := attest.NewVerifier(keys)
+	if err != nil {
+		return nil, err
+	}
+	d, ok := ref.(name.Digest)
+	if !ok {
+		raw, err := client.FetchManifest(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		d = ref.Context().Digest(raw.Digest)
+	}
+	report := &api.GateReport{Subject: d.DigestStr()}
+	v, err := verdict.Find(ctx, client, trust, d)
+	var nv *verdict.NoVerdictError
+	switch {
+	case errors.As(err, &nv):
+		report.Refused = nv.Refused
+	case err != nil:
+		return nil, err
+	default:
+		report.Verdict = v
+	}
+	return report, nil
+}
+
+// gateRows adds the gate's verdict to inspect's table.
+func gateRows(row func(string, any), g *api.GateReport) {
+	if g == nil {
+		return
+	}
+	v := g.Verdict
+	if v == nil {
+		msg := "no verdict signed by the given keys yet: no hub imports the image until there is one"
+		if len(g.Refused) > 0 {
+			msg = "no trusted verdict (" + strings.Join(g.Refused, "; ") + "): no hub imports the image"
+		}
+		row("gate", msg)
+		return
+	}
+	row("gate", fmt.Sprintf("%s by %s %s at %s", v.Verdict, v.Engine, v.EngineVersion, v.VerifiedAt))
+	for _, r := range v.Reasons {
+		row("gate reason", r.Code+": "+r.Message)
+	}
+	for _, im := range v.Images {
+		row("hubs import", fmt.Sprintf("%s: %s (%s, %s)", im.Platform, im.Canonical, im.Format, humanBytes(im.VirtualSize)))
+	}
+}
