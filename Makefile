@@ -13,7 +13,7 @@ FUZZTIME  ?= 10s
 # it, imagectl falls back to klauspost/pgzip.
 TAGS      ?= $(shell test -f /usr/include/isa-l/igzip_lib.h && echo isal)
 # Fuzz targets as package:target pairs; `make fuzz` runs each for FUZZTIME.
-FUZZ_TARGETS := ./internal/convert:FuzzOpen ./internal/convert:FuzzQCOW2Header ./internal/convert:FuzzL2Table ./internal/convert:FuzzTableSharing ./internal/convert:FuzzUnwrap ./internal/convert:FuzzDetect ./internal/containerdisk:FuzzDiskEntry ./internal/registry:FuzzParseReference ./internal/intake:FuzzParseWebhook ./internal/cdi:FuzzNames
+FUZZ_TARGETS := ./internal/convert:FuzzOpen ./internal/convert:FuzzQCOW2Header ./internal/convert:FuzzL2Table ./internal/convert:FuzzTableSharing ./internal/convert:FuzzUnwrap ./internal/convert:FuzzDetect ./internal/containerdisk:FuzzDiskEntry ./internal/registry:FuzzParseReference ./internal/intake:FuzzParseWebhook ./internal/cdi:FuzzNames ./internal/gate:FuzzParseDocument
 
 CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
 

@@ -119,7 +119,7 @@ func (d descriptor) check() error {
 	if len(d.Data) > 0 && !bytes.Equal(d.Data, []byte("null")) {
 		return reject.New(reject.ManifestShape, "the descriptor of %s embeds data; clients would read it instead of the blob", d.Digest)
 	}
-	if d.Digest.Algorithm() != "sha256" || d.Digest.Validate() != nil {
+	if d.Digest.Validate() != nil || d.Digest.Algorithm() != "sha256" {
 		return reject.New(reject.ManifestShape, "the descriptor's digest %q is not a valid sha256 digest", d.Digest)
 	}
 	if d.Size < 0 {

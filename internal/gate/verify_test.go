@@ -320,3 +320,104 @@ func mustDigest(t *testing.T, s string) name.Digest {
 	}
 	return d
 }
+
+// TestMoreReadingsAreRejected: more ways for one push to mean two things,
+// each refused by the gate: a second compression inside the first, a hard
+// link or a symlink where the disk should be, a disk under a GNU long
+// name that is not disk/disk.img, and indexes that readers resolve
+// differently.
+func TestMoreReadingsAreRejected(t *testing.T) {
+	e := newEnv(t)
+	disk := rawDisk(t, 1<<20, 7)
+	entry := func(h *tar.Header, data []byte) []byte {
+		var b bytes.Buffer
+		tw := tar.NewWriter(&b)
+		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: api.DiskDir, Mode: 0o555, Uid: 107, Gid: 107})
+		tw.WriteHeader(h)
+		tw.Write(data)
+		tw.Close()
+		return b.Bytes()
+	}
+	withTar := func(tb []byte) func(*crafted) {
+		return func(c *crafted) {
+			var gz bytes.Buffer
+			zw := gzip.NewWriter(&gz)
+			zw.Write(tb)
+			zw.Close()
+			c.layer, c.diffID = gz.Bytes(), digest.FromBytes(tb).String()
+		}
+	}
+	cases := map[string]struct {
+		edit func(*crafted)
+		want reject.Reason
+	}{
+		"gzip inside gzip": {func(c *crafted) {
+			inner := c.layer
+			var gz bytes.Buffer
+			zw := gzip.NewWriter(&gz)
+			zw.Write(inner)
+			zw.Close()
+			c.layer, c.diffID = gz.Bytes(), digest.FromBytes(inner).String()
+		}, reject.InvalidLayer},
+		"a hard link as the disk": {withTar(entry(&tar.Header{Typeflag: tar.TypeLink, Name: api.DiskPath, Linkname: "/etc/passwd", Mode: 0o444, Uid: 107, Gid: 107}, nil)), reject.TarEntry},
+		"a symlink as the disk":   {withTar(entry(&tar.Header{Typeflag: tar.TypeSymlink, Name: api.DiskPath, Linkname: "/etc/passwd", Mode: 0o444, Uid: 107, Gid: 107}, nil)), reject.TarEntry},
+		"a GNU long name":         {withTar(entry(&tar.Header{Typeflag: tar.TypeReg, Name: "disk/" + strings.Repeat("d", 120) + ".img", Mode: 0o444, Uid: 107, Gid: 107, Size: int64(len(disk)), Format: tar.FormatGNU}, disk)), reject.TarEntry},
+		"a Docker foreign layer": {func(c *crafted) {
+			c.layerMediaType = "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip"
+		}, reject.LayerMediaType},
+	}
+	for name, tc := range cases {
+		c := craftImage(t, disk)
+		tc.edit(c)
+		repo := "acme/" + strings.ToLower(strings.NewReplacer(" ", "-").Replace(name))
+		v := e.verify(t, repo, c.push(t, e, repo))
+		if v.Verdict != api.VerdictRejected || v.Reasons[0].Code != string(tc.want) {
+			t.Errorf("%s: %+v; want rejected for %s", name, v, tc.want)
+		}
+	}
+
+	// Indexes: an entry whose media type is not what the registry serves,
+	// an index inside an index, the same platform twice, and an entry
+	// whose config names another platform.
+	good := craftImage(t, disk).push(t, e, "acme/parts")
+	goodRaw, err := e.reg.FetchManifest(t.Context(), mustDigest(t, e.host+"/acme/parts@"+good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	arm := craftImage(t, disk)
+	arm.config.Architecture = "arm64"
+	armDigest := arm.push(t, e, "acme/parts")
+	index := func(entries ...map[string]any) []byte {
+		b, _ := json.Marshal(map[string]any{"schemaVersion": 2, "mediaType": ocispec.MediaTypeImageIndex, "manifests": entries})
+		return b
+	}
+	desc := func(d, mt string, size int, arch string) map[string]any {
+		return map[string]any{"mediaType": mt, "digest": d, "size": size, "platform": map[string]string{"os": "linux", "architecture": arch}}
+	}
+	amd := desc(good, ocispec.MediaTypeImageManifest, len(goodRaw.Bytes), "amd64")
+	inner := index(amd)
+	indexes := map[string]struct {
+		doc   []byte
+		blobs [][]byte
+		want  reject.Reason
+	}{
+		"an entry typed as a Docker manifest": {index(desc(good, "application/vnd.docker.distribution.manifest.v2+json", len(goodRaw.Bytes), "amd64")), nil, reject.ManifestShape},
+		"the same platform twice":             {index(amd, amd), nil, reject.ManifestShape},
+		"an arm64 image listed as amd64":      {index(desc(armDigest, ocispec.MediaTypeImageManifest, 0, "amd64")), nil, reject.PlatformMismatch},
+		"an index in an index":                {index(desc(digest.FromBytes(inner).String(), ocispec.MediaTypeImageIndex, len(inner), "amd64")), [][]byte{inner}, reject.ManifestShape},
+	}
+	for what, tc := range indexes {
+		repo := "acme/parts"
+		for _, b := range tc.blobs {
+			r, _ := name.NewRepository(e.host + "/" + repo)
+			if err := e.reg.PutManifest(t.Context(), r.Digest(digest.FromBytes(b).String()), b, types.OCIImageIndex); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d := e.pushRaw(t, repo, tc.doc, ocispec.MediaTypeImageIndex)
+		v := e.verify(t, repo, d)
+		if v.Verdict != api.VerdictRejected || v.Reasons[0].Code != string(tc.want) {
+			t.Errorf("%s: %+v; want rejected for %s", what, v, tc.want)
+		}
+	}
+}
