@@ -22,6 +22,7 @@ CACHE=${IMAGEPIPE_CACHE:-$HOME/.cache/imagepipe}
 TOOLS_BIN=${IMAGEPIPE_BIN:-$CACHE/bin}
 
 BENCH_NAME="bench gate"
+OUT= # the section, from go test
 . test/bench/lib.sh
 
 abs() { [[ $1 == /* ]] && printf '%s\n' "$1" || printf '%s\n' "$CALLER_DIR/$1"; }
@@ -34,17 +35,16 @@ main() {
 	[[ ${1:-} != --check ]] || return 0
 
 	IMAGEPIPE_CACHE=$CACHE bash test/bench/bench.sh --raw >&2
-	local out
-	out=$(mktemp)
-	trap 'rm -f "$out"' EXIT
+	OUT=$(mktemp)
+	trap 'rm -f "$OUT"' EXIT
 	log "running test/bench/gate (about 3 minutes)"
-	if ! IMAGEPIPE_BENCH=1 IMAGEPIPE_BENCH_OUT=$out IMAGEPIPE_BENCH_DISK=$CACHE/bench/a.raw IMAGECTL=$IMAGECTL \
+	if ! IMAGEPIPE_BENCH=1 IMAGEPIPE_BENCH_OUT=$OUT IMAGEPIPE_BENCH_DISK=$CACHE/bench/a.raw IMAGECTL=$IMAGECTL \
 		IMAGE_GATE=${IMAGE_GATE:+$(abs "$IMAGE_GATE")} IMAGEPIPE_CACHE=$CACHE IMAGEPIPE_BIN=$TOOLS_BIN \
 		go test ./test/bench/gate -run TestGateBench -count=1 -v -timeout 30m >&2; then
 		die "go test ./test/bench/gate failed (its log is above)"
 	fi
-	[[ -s $out ]] || die "test/bench/gate wrote no report: was TestGateBench skipped?"
-	cat "$out"
+	[[ -s $OUT ]] || die "test/bench/gate wrote no report: was TestGateBench skipped?"
+	cat "$OUT"
 }
 
 main "$@"
