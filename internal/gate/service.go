@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -117,7 +118,7 @@ func (s *Service) Run(ctx context.Context) error {
 				if !ok {
 					return
 				}
-				err := s.handleWork(ctx, w)
+				err := s.handleSafely(ctx, w)
 				if err != nil && ctx.Err() == nil {
 					s.Logger.Warn("no verdict yet; retrying with backoff", "repository", w.repo, "tag", w.tag, "digest", w.digest, "error", err)
 				}
@@ -128,6 +129,20 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// handleSafely is handleWork with a panic turned into an error: a bug that
+// one image triggers stops neither the other verifications nor the
+// process, and the image is tried again after a backoff.
+func (s *Service) handleSafely(ctx context.Context, w work) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.Metrics.failed()
+			s.Logger.Error("verification panicked; it is retried with backoff", "repository", w.repo, "tag", w.tag, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			err = fmt.Errorf("verification panicked: %v", p)
+		}
+	}()
+	return s.handleWork(ctx, w)
 }
 
 // handleWork resolves a tag that came without a digest and gives the

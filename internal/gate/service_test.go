@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 
@@ -153,5 +154,23 @@ func TestVerdictsThatProveNothing(t *testing.T) {
 	}
 	if v, err := verdict.Find(t.Context(), e.reg, trust, badRef); err != nil || v.Verdict != api.VerdictRejected {
 		t.Errorf("a hub on the forged image: %+v, %v", v, err)
+	}
+}
+
+// panicky is a registry whose look-ups panic, as a bug would.
+type panicky struct{ *registry.Client }
+
+func (panicky) Resolve(context.Context, name.Tag) (string, bool, error) { panic("a bug") }
+
+// TestPanicIsAnErrorNotACrash: a panic while one image is handled is that
+// image's error, retried later; the process and the other work go on.
+func TestPanicIsAnErrorNotACrash(t *testing.T) {
+	e := newEnv(t)
+	reg, _ := name.NewRegistry(e.host)
+	s := &Service{Verifier: e.v, Registry: panicky{e.reg}, RegistryName: reg, Signer: newSigner(t)}
+	s.init()
+	err := s.handleSafely(t.Context(), work{repo: "acme/rhel", tag: "1"})
+	if err == nil || !strings.Contains(err.Error(), "panicked") {
+		t.Errorf("a panicking look-up: %v; want an error", err)
 	}
 }
