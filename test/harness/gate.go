@@ -14,9 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
 )
 
 // providerKey is the provider's signing key of this test process: the gate
@@ -146,19 +144,5 @@ func (g *Gate) Stop(t testing.TB) {
 		return
 	}
 	g.stopped = true
-	if !g.proc.exited() {
-		_ = g.proc.cmd.Process.Signal(syscall.SIGTERM)
-	}
-	select {
-	case <-g.proc.done:
-		g.proc.cancel()
-		if g.proc.err != nil {
-			t.Errorf("image-gate did not exit cleanly on SIGTERM: %v (log %s)", g.proc.err, g.LogPath)
-		}
-	case <-time.After(syncerStopTimeout):
-		if err := g.proc.kill(); err != nil {
-			t.Error(err)
-		}
-		t.Errorf("image-gate did not stop within %s of SIGTERM (log %s)", syncerStopTimeout, g.LogPath)
-	}
+	stopDaemon(t, g.proc, "image-gate", g.LogPath)
 }

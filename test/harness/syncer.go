@@ -335,20 +335,28 @@ func (s *Syncer) Stop(t testing.TB) {
 		return
 	}
 	s.stopped = true
-	if !s.proc.exited() {
-		_ = s.proc.cmd.Process.Signal(syscall.SIGTERM)
+	stopDaemon(t, s.proc, s.String(), s.LogPath)
+}
+
+// stopDaemon ends a daemon (image-syncer, image-gate) with SIGTERM and
+// fails the test unless it exits cleanly within syncerStopTimeout; it then
+// gets SIGKILL. what names it in messages.
+func stopDaemon(t testing.TB, p *proc, what, logPath string) {
+	t.Helper()
+	if !p.exited() {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	}
 	select {
-	case <-s.proc.done:
-		s.proc.cancel()
-		if s.proc.err != nil {
-			t.Errorf("image-syncer on %s did not exit cleanly on SIGTERM: %v (log %s)", s.hub, s.proc.err, s.LogPath)
+	case <-p.done:
+		p.cancel()
+		if p.err != nil {
+			t.Errorf("%s did not exit cleanly on SIGTERM: %v (log %s)", what, p.err, logPath)
 		}
 	case <-time.After(syncerStopTimeout):
-		if err := s.proc.kill(); err != nil {
+		if err := p.kill(); err != nil {
 			t.Error(err)
 		}
-		t.Errorf("image-syncer on %s did not stop within %s of SIGTERM (log %s)", s.hub, syncerStopTimeout, s.LogPath)
+		t.Errorf("%s did not stop within %s of SIGTERM (log %s)", what, syncerStopTimeout, logPath)
 	}
 }
 
