@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/registry"
@@ -32,6 +33,7 @@ type importOptions struct {
 	preference   string
 	osName       string
 	created      string
+	signKey      string
 	out          outputFlags
 	quiet        bool
 }
@@ -94,6 +96,7 @@ the same command again to resume).`,
 	f.StringVar(&o.preference, "default-preference", "", "default KubeVirt preference for VMs from this image")
 	f.StringVar(&o.osName, "os-name", "", "operating system name recorded in the annotations, e.g. fedora-41")
 	f.StringVar(&o.created, "created", "", `creation time to record: "now" or RFC 3339 (default none, which keeps images reproducible)`)
+	f.StringVar(&o.signKey, "sign-key", "", "after the push, sign what the tag holds with this private key, as imagectl sign --key does")
 	addOutputFlag(cmd, &o.out, resultFormats...)
 	f.BoolVarP(&o.quiet, "quiet", "q", false, "no progress bars")
 	return cmd
@@ -122,6 +125,13 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	tag, err := client.ParseTag(o.ref)
 	if err != nil {
 		return err
+	}
+	var signer *attest.Signer
+	if o.signKey != "" {
+		// A key that cannot be read is found before anything is pushed.
+		if signer, err = loadSigningKey(o.signKey); err != nil {
+			return err
+		}
 	}
 	// A wrong password or an unreachable registry is found before the
 	// source is read, not after a long download.
@@ -157,6 +167,11 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	pushBar.finish()
 	if err != nil {
 		return interrupted(ctx, err, errors.Is(err, registry.ErrResumable))
+	}
+	if signer != nil {
+		if _, err := signImage(ctx, client, signer, tag.Context().Digest(result.Digest)); err != nil {
+			return fmt.Errorf("the image is pushed (%s) but not signed: %w; sign it with imagectl sign", result.Pinned, err)
+		}
 	}
 	if result.Reused && !o.quiet && !o.out.machine() {
 		if o.append {

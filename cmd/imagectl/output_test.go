@@ -129,6 +129,7 @@ func TestEveryCommandThatPrintsDataSpeaksJSON(t *testing.T) {
 		"export":           {reg + "/acme/disk:1", filepath.Join(dir, "out.qcow2")},
 		"delete":           {reg + "/acme/disk:1"},
 		"copy":             {reg + "/acme/disk:1", reg + "/acme/disk:2"},
+		"sign":             {reg + "/acme/disk:1", "--key", filepath.Join(dir, "no.key")},
 		"version":          {},
 		"login":            {reg, "--username", "alice", "--password-stdin"},
 		"logout":           {reg},

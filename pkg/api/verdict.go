@@ -69,3 +69,16 @@ var ChecksPassed = []string{
 	"manifest-digest", "manifest-shape", "config-shape", "blob-digest",
 	"layer-framing", "tar-shape", "disk-header", "disk-tables", "disk-data", "canonical-form",
 }
+
+// SignResult is what `imagectl sign -o json` prints.
+type SignResult struct {
+	// Reference is the image signed, pinned by digest.
+	Reference string `json:"reference"`
+	// Digest is its digest.
+	Digest string `json:"digest"`
+	// Signature is the digest of the referrer holding the signature.
+	Signature string `json:"signature"`
+	// KeyID identifies the signing key (base64 of the sha256 of its public
+	// key), as sigstore bundles name it.
+	KeyID string `json:"keyID"`
+}

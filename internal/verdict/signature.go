@@ -1,0 +1,87 @@
+package verdict
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/imagepipe/imagepipe/internal/attest"
+	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/pkg/api"
+)
+
+// Sign signs subject (whose manifest subjectDesc describes) as cosign 3's
+// `cosign sign --key` does: an in-toto statement of predicate type
+// attest.CosignSignPredicateType with an empty predicate, in a sigstore
+// bundle attached as a referrer. `cosign verify --key` accepts it. It
+// returns the referrer's digest.
+func Sign(ctx context.Context, reg Registry, signer *attest.Signer, subject name.Digest, subjectDesc ocispec.Descriptor) (string, error) {
+	bundle, err := signer.Sign(ctx, attest.Statement{
+		Subject: subject.DigestStr(), SubjectName: subject.Context().Name(), PredicateType: attest.CosignSignPredicateType,
+	})
+	if err != nil {
+		return "", err
+	}
+	return reg.AttachArtifact(ctx, subject, subjectDesc, registry.Artifact{
+		ArtifactType: api.VerdictArtifactType, MediaType: attest.BundleMediaType, Content: bundle,
+		Annotations: map[string]string{
+			PredicateTypeAnnotation:       attest.CosignSignPredicateType,
+			"dev.sigstore.bundle.content": "dsse-envelope",
+		},
+	})
+}
+
+// ErrNotSigned is matched by FindSignature's error when no signature by a
+// trusted key is attached to the subject.
+var ErrNotSigned = errors.New("not signed by a trusted key")
+
+// NotSignedError says why no signature was trusted: none attached, or
+// only ones that failed a check (Refused says which and why).
+type NotSignedError struct {
+	Subject string
+	Refused []string
+}
+
+func (e *NotSignedError) Error() string {
+	if len(e.Refused) == 0 {
+		return fmt.Sprintf("%s has no signature", e.Subject)
+	}
+	return fmt.Sprintf("%s has no signature by a trusted key: %s", e.Subject, strings.Join(e.Refused, "; "))
+}
+
+func (e *NotSignedError) Is(target error) bool { return target == ErrNotSigned }
+
+// FindSignature returns the ID of a trusted key that signed subject (as
+// Sign or `cosign sign --key` sign), or a *NotSignedError. Registry
+// failures are errors. Only sigstore bundles are looked at (cosign 3's
+// format), at most registry.MaxReferrers of them.
+func FindSignature(ctx context.Context, reg Registry, trust *attest.Verifier, subject name.Digest) (string, error) {
+	refs, err := reg.Referrers(ctx, subject, "")
+	if err != nil {
+		return "", err
+	}
+	ns := &NotSignedError{Subject: subject.String()}
+	for _, r := range refs {
+		if p, ok := r.Annotations[PredicateTypeAnnotation]; ok && p != attest.CosignSignPredicateType {
+			continue
+		}
+		if r.ArtifactType != api.VerdictArtifactType && r.Annotations[PredicateTypeAnnotation] != attest.CosignSignPredicateType {
+			continue
+		}
+		bundle, err := reg.FetchArtifact(ctx, subject.Context(), r.Digest.String(), attest.BundleMediaType, attest.MaxBundleSize)
+		if err != nil {
+			return "", err
+		}
+		v, err := trust.Verify(bundle, subject.DigestStr(), attest.CosignSignPredicateType)
+		if err != nil {
+			ns.Refused = append(ns.Refused, fmt.Sprintf("%s: %v", r.Digest, err))
+			continue
+		}
+		return v.KeyID, nil
+	}
+	return "", ns
+}

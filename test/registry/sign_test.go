@@ -1,0 +1,113 @@
+package registry
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/imagepipe/imagepipe/internal/attest"
+	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/verdict"
+	"github.com/imagepipe/imagepipe/test/harness"
+	"github.com/imagepipe/imagepipe/test/testenv"
+)
+
+// TestSignaturesReadBothWays: a tenant signs with a key made by cosign
+// (encrypted, its password in COSIGN_PASSWORD), with imagectl import
+// --sign-key and with imagectl sign; cosign verify --key accepts both
+// signatures, and imagepipe's reader accepts a signature cosign sign made.
+// A signature is a statement about one digest: another digest, or another
+// key ring, finds none.
+func TestSignaturesReadBothWays(t *testing.T) {
+	testenv.RequireQEMU(t)
+	cosign := harness.Binary(t, "cosign")
+	reg := harness.StartRegistry(t, harness.RegistryOptions{})
+	dir := t.TempDir()
+	env := []string{"COSIGN_PASSWORD=tenant-secret", "IMAGEPIPE_CACHE=" + t.TempDir()}
+	keygen := testenv.RunCommand(t, testenv.Command{Name: cosign, Args: []string{"generate-key-pair", "--output-key-prefix", filepath.Join(dir, "cosign")}, Env: env})
+	if keygen.Code != 0 {
+		t.Fatalf("cosign generate-key-pair: %s", keygen.Stderr)
+	}
+	key, pub := filepath.Join(dir, "cosign.key"), filepath.Join(dir, "cosign.pub")
+
+	disk := makeDisk(t, t.TempDir(), 16, 2, "raw")
+	imported := testenv.RunCommand(t, testenv.Command{Name: testenv.Imagectl, Env: env,
+		Args: []string{"import", "--quiet", "--sign-key", key, disk, reg.Host + "/acme/signed:1"}})
+	if imported.Code != 0 {
+		t.Fatalf("imagectl import --sign-key: exit %d\n%s", imported.Code, imported.Stderr)
+	}
+	other := makeDisk(t, t.TempDir(), 16, 3, "raw")
+	importOK(t, t.TempDir(), other, reg.Host+"/acme/later:1")
+	signed := testenv.RunCommand(t, testenv.Command{Name: testenv.Imagectl, Env: env, Args: []string{"sign", "--key", key, reg.Host + "/acme/later:1"}})
+	if signed.Code != 0 {
+		t.Fatalf("imagectl sign: exit %d\n%s", signed.Code, signed.Stderr)
+	}
+	for _, ref := range []string{"acme/signed:1", "acme/later:1"} {
+		r := testenv.RunCommand(t, testenv.Command{Name: cosign, Args: []string{"verify", "--key", pub, "--insecure-ignore-tlog=true", "--allow-http-registry=true", reg.Host + "/" + ref}})
+		if r.Code != 0 {
+			t.Errorf("cosign verify %s: exit %d\n%s", ref, r.Code, r.Stderr)
+		}
+	}
+
+	// cosign sign, without a transparency log, and imagepipe's reader.
+	cosignSigned := reg.Host + "/acme/bycosign:1"
+	importOK(t, t.TempDir(), makeDisk(t, t.TempDir(), 16, 4, "raw"), cosignSigned)
+	config := filepath.Join(dir, "signing-config.json")
+	if err := os.WriteFile(config, []byte(`{"mediaType":"application/vnd.dev.sigstore.signingconfig.v0.2+json"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := testenv.RunCommand(t, testenv.Command{Name: cosign, Env: env, Args: []string{"sign", "--key", key, "--signing-config", config, "--allow-http-registry=true", "-y", cosignSigned}})
+	if r.Code != 0 {
+		t.Fatalf("cosign sign: exit %d\n%s", r.Code, r.Stderr)
+	}
+	data, err := os.ReadFile(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := attest.ParsePublicKeys(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant, _ := attest.NewVerifier(keys)
+	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	stranger, _ := attest.NewVerifier([]crypto.PublicKey{k.Public()})
+	rc, err := registry.New(registry.WithCacheDir(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range []string{cosignSigned, reg.Host + "/acme/signed:1", reg.Host + "/acme/later:1"} {
+		d := digestOf(t, rc, ref)
+		if _, err := verdict.FindSignature(t.Context(), rc, tenant, d); err != nil {
+			t.Errorf("%s: %v; want the tenant's signature found", ref, err)
+		}
+		if _, err := verdict.FindSignature(t.Context(), rc, stranger, d); !errors.Is(err, verdict.ErrNotSigned) {
+			t.Errorf("%s with another key ring: %v; want not signed", ref, err)
+		}
+	}
+	unsigned := reg.Host + "/acme/unsigned:1"
+	importOK(t, t.TempDir(), makeDisk(t, t.TempDir(), 16, 5, "raw"), unsigned)
+	if _, err := verdict.FindSignature(t.Context(), rc, tenant, digestOf(t, rc, unsigned)); !errors.Is(err, verdict.ErrNotSigned) {
+		t.Errorf("an unsigned image: %v; want not signed", err)
+	}
+}
+
+// digestOf is the digest ref's tag points at.
+func digestOf(t *testing.T, rc *registry.Client, ref string) name.Digest {
+	t.Helper()
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := rc.FetchManifest(t.Context(), tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tag.Context().Digest(raw.Digest)
+}
