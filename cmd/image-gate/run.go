@@ -28,6 +28,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/gate"
 	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/trust"
 	"github.com/imagepipe/imagepipe/internal/version"
 )
 
@@ -132,7 +133,7 @@ func serve(ctx context.Context, o *options, log *slog.Logger) error {
 
 // loadKeys reads the signing key and the key ring of verdicts that count
 // as given (the signing key's own by default).
-func loadKeys(o *options) (*attest.Signer, *attest.Verifier, error) {
+func loadKeys(o *options) (*attest.Signer, *trust.Verifier, error) {
 	data, err := readBounded(o.signingKey)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--signing-key: %w", err)
@@ -163,8 +164,8 @@ func loadKeys(o *options) (*attest.Signer, *attest.Verifier, error) {
 	}) {
 		return nil, nil, fmt.Errorf("--trusted-keys %s does not hold the signing key's public key: the gate would not recognise its own verdicts", o.trustedKeys)
 	}
-	trust, err := attest.NewVerifier(keys)
-	return signer, trust, err
+	verifier, err := trust.NewVerifier(keys)
+	return signer, verifier, err
 }
 
 // newRegistryClient builds the client of the central registry with the

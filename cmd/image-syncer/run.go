@@ -33,6 +33,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/hub"
 	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/trust"
 	"github.com/imagepipe/imagepipe/internal/version"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
@@ -286,7 +287,7 @@ func newWebhookServer(o *options, queue *intake.Queue, metrics *hub.Metrics, log
 
 // loadGateKeys reads the provider's public keys the gate's verdicts must
 // be signed with.
-func loadGateKeys(path string) (*attest.Verifier, error) {
+func loadGateKeys(path string) (*trust.Verifier, error) {
 	data, err := readBounded(path)
 	if err != nil {
 		return nil, fmt.Errorf("--gate-keys: %w", err)
@@ -295,7 +296,7 @@ func loadGateKeys(path string) (*attest.Verifier, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--gate-keys %s: %w", path, err)
 	}
-	return attest.NewVerifier(keys)
+	return trust.NewVerifier(keys)
 }
 
 // readBounded reads a small secret file: at most maxSecretFile bytes, not

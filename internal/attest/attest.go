@@ -1,24 +1,16 @@
 package attest
 
 import (
+	"bytes"
 	"context"
 	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
-	"time"
-
-	protobundle "github.com/sigstore/protobuf-specs/gen/pb-go/bundle/v1"
-	protocommon "github.com/sigstore/protobuf-specs/gen/pb-go/common/v1"
-	sgbundle "github.com/sigstore/sigstore-go/pkg/bundle"
-	"github.com/sigstore/sigstore-go/pkg/root"
-	"github.com/sigstore/sigstore-go/pkg/sign"
-	"github.com/sigstore/sigstore-go/pkg/verify"
-	"github.com/sigstore/sigstore/pkg/signature"
-	"google.golang.org/protobuf/encoding/protojson"
 )
 
 // Media and payload types of what this package writes.
@@ -26,8 +18,8 @@ const (
 	// BundleMediaType is a sigstore bundle v0.3 as JSON: the media type of
 	// the referrer's blob and its artifact type.
 	BundleMediaType = "application/vnd.dev.sigstore.bundle.v0.3+json"
-	// inTotoPayloadType is the DSSE payload type of an in-toto statement.
-	inTotoPayloadType = "application/vnd.in-toto+json"
+	// InTotoPayloadType is the DSSE payload type of an in-toto statement.
+	InTotoPayloadType = "application/vnd.in-toto+json"
 	// statementType is the in-toto statement version written.
 	statementType = "https://in-toto.io/Statement/v1"
 	// CosignSignPredicateType is the predicate type of a cosign 3 image
@@ -39,43 +31,18 @@ const (
 // is a few KiB.
 const MaxBundleSize = 256 << 10
 
-// Signer signs statements with one private key. It is safe for
-// concurrent use.
-type Signer struct {
-	key  crypto.Signer
-	alg  protocommon.PublicKeyDetails
-	hash crypto.Hash
-	id   string
+// ErrNotVerified is matched by every error of a Checker that says the
+// bundle does not prove what was asked.
+var ErrNotVerified = errors.New("not verified")
+
+// Verified is a statement whose signature checked out.
+type Verified struct {
+	// KeyID identifies the trusted key that signed it.
+	KeyID string
+	// PredicateType and Predicate are the statement's.
+	PredicateType string
+	Predicate     json.RawMessage
 }
-
-// LoadSigner reads a private key (PEM: PKCS#8, SEC 1, or a cosign
-// encrypted key, which needs password; nil means none was given).
-func LoadSigner(data, password []byte) (*Signer, error) {
-	key, err := parsePrivateKey(data, password)
-	if err != nil {
-		return nil, err
-	}
-	return NewSigner(key)
-}
-
-// NewSigner signs with key: ECDSA P-256 or P-384, or Ed25519.
-func NewSigner(key crypto.Signer) (*Signer, error) {
-	alg, hash, err := algorithm(key.Public())
-	if err != nil {
-		return nil, err
-	}
-	id, err := KeyID(key.Public())
-	if err != nil {
-		return nil, err
-	}
-	return &Signer{key: key, alg: alg, hash: hash, id: id}, nil
-}
-
-// KeyID is the identifier of the signer's public key (see KeyID).
-func (s *Signer) KeyID() string { return s.id }
-
-// Public is the signer's public key.
-func (s *Signer) Public() crypto.PublicKey { return s.key.Public() }
 
 // Statement is an in-toto statement about one image digest.
 type Statement struct {
@@ -89,6 +56,7 @@ type Statement struct {
 	Predicate json.RawMessage
 }
 
+// inTotoStatement is a statement as JSON.
 type inTotoStatement struct {
 	Type          string          `json:"_type"`
 	Subject       []inTotoSubject `json:"subject"`
@@ -101,8 +69,40 @@ type inTotoSubject struct {
 	Digest map[string]string `json:"digest"`
 }
 
-// Sign returns the sigstore bundle (JSON) of st, signed.
-func (s *Signer) Sign(ctx context.Context, st Statement) ([]byte, error) {
+// bundle is the part of a sigstore bundle v0.3 this package writes and
+// reads: a public key hint and one DSSE envelope.
+type bundle struct {
+	MediaType            string               `json:"mediaType"`
+	VerificationMaterial verificationMaterial `json:"verificationMaterial"`
+	DSSEEnvelope         *dsseEnvelope        `json:"dsseEnvelope"`
+}
+
+type verificationMaterial struct {
+	PublicKey *struct {
+		Hint string `json:"hint"`
+	} `json:"publicKey,omitempty"`
+}
+
+type dsseEnvelope struct {
+	Payload     []byte          `json:"payload"`
+	PayloadType string          `json:"payloadType"`
+	Signatures  []dsseSignature `json:"signatures"`
+}
+
+type dsseSignature struct {
+	Sig   []byte `json:"sig"`
+	KeyID string `json:"keyid,omitempty"`
+}
+
+// pae is DSSE's pre-authentication encoding, what a signature signs.
+func pae(payloadType string, payload []byte) []byte {
+	return fmt.Appendf(nil, "DSSEv1 %d %s %d %s", len(payloadType), payloadType, len(payload), payload)
+}
+
+// Sign returns the sigstore bundle (JSON) of st: its in-toto statement in
+// a DSSE envelope signed with the signer's key, and the key's ID as the
+// bundle's public key hint. cosign 3 and sigstore-go read it.
+func (s *Signer) Sign(_ context.Context, st Statement) ([]byte, error) {
 	hexDigest, ok := strings.CutPrefix(st.Subject, "sha256:")
 	if !ok {
 		return nil, fmt.Errorf("the subject %q is not a sha256 digest", st.Subject)
@@ -120,182 +120,136 @@ func (s *Signer) Sign(ctx context.Context, st Statement) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := sign.Bundle(&sign.DSSEData{Data: payload, PayloadType: inTotoPayloadType}, keypair{s}, sign.BundleOptions{Context: ctx})
+	signed := pae(InTotoPayloadType, payload)
+	if s.hash != 0 {
+		h := s.hash.New()
+		h.Write(signed)
+		signed = h.Sum(nil)
+	}
+	sig, err := s.key.Sign(rand.Reader, signed, s.hash)
 	if err != nil {
 		return nil, fmt.Errorf("signing the statement: %w", err)
 	}
-	return protojson.Marshal(b)
+	b := bundle{MediaType: BundleMediaType, DSSEEnvelope: &dsseEnvelope{Payload: payload, PayloadType: InTotoPayloadType, Signatures: []dsseSignature{{Sig: sig}}}}
+	b.VerificationMaterial.PublicKey = &struct {
+		Hint string `json:"hint"`
+	}{s.id}
+	return json.Marshal(b)
 }
 
-// keypair adapts a Signer to sigstore-go's sign.Keypair.
-type keypair struct{ s *Signer }
-
-var _ sign.Keypair = keypair{}
-
-func (k keypair) GetHashAlgorithm() protocommon.HashAlgorithm {
-	if k.s.hash == crypto.SHA384 {
-		return protocommon.HashAlgorithm_SHA2_384
-	}
-	return protocommon.HashAlgorithm_SHA2_256
-}
-func (k keypair) GetSigningAlgorithm() protocommon.PublicKeyDetails { return k.s.alg }
-func (k keypair) GetHint() []byte                                   { return []byte(k.s.id) }
-func (k keypair) GetKeyAlgorithm() string {
-	if k.s.alg == protocommon.PublicKeyDetails_PKIX_ED25519 {
-		return "ED25519"
-	}
-	return "ECDSA"
-}
-func (k keypair) GetPublicKey() crypto.PublicKey { return k.s.key.Public() }
-func (k keypair) GetPublicKeyPem() (string, error) {
-	b, err := MarshalPublicKey(k.s.key.Public())
-	return string(b), err
+// KeyChecker checks bundles against trusted public keys with the
+// standard library alone: the DSSE signature over the statement, its one
+// subject and its predicate type. It is for showing a verdict to people
+// (imagectl); hubs decide with internal/trust, through sigstore-go, and
+// the tests hold both to the same answers.
+type KeyChecker struct {
+	keys []crypto.PublicKey
 }
 
-// SignData signs data's digest (ECDSA) or data itself (Ed25519) and
-// returns the signature and what was signed.
-func (k keypair) SignData(_ context.Context, data []byte) ([]byte, []byte, error) {
-	signed := data
-	if k.s.hash != 0 {
-		h := k.s.hash.New()
-		h.Write(data)
-		signed = h.Sum(nil)
-	}
-	sig, err := k.s.key.Sign(rand.Reader, signed, k.s.hash)
-	return sig, signed, err
-}
-
-// Verifier checks bundles against a set of trusted public keys.
-type Verifier struct {
-	keys []trustedKey
-}
-
-type trustedKey struct {
-	id       string
-	verifier signature.Verifier
-}
-
-// NewVerifier trusts keys; at least one is needed.
-func NewVerifier(keys []crypto.PublicKey) (*Verifier, error) {
+// NewKeyChecker trusts keys; at least one is needed.
+func NewKeyChecker(keys []crypto.PublicKey) (*KeyChecker, error) {
 	if len(keys) == 0 {
 		return nil, errors.New("no trusted key")
 	}
-	v := &Verifier{}
-	for _, pub := range keys {
-		_, hash, err := algorithm(pub)
-		if err != nil {
+	for _, k := range keys {
+		if _, _, err := algorithm(k); err != nil {
 			return nil, err
 		}
-		if hash == 0 {
-			hash = crypto.SHA512 // ignored by Ed25519; LoadVerifier wants one
-		}
-		sv, err := signature.LoadVerifier(pub, hash)
-		if err != nil {
-			return nil, err
-		}
-		id, err := KeyID(pub)
-		if err != nil {
-			return nil, err
-		}
-		v.keys = append(v.keys, trustedKey{id: id, verifier: sv})
 	}
-	return v, nil
-}
-
-// ErrNotVerified is matched by every error of Verify that says the bundle
-// does not prove what was asked (as opposed to one that is unreadable).
-var ErrNotVerified = errors.New("not verified")
-
-// Verified is a statement whose signature checked out.
-type Verified struct {
-	// KeyID identifies the trusted key that signed it.
-	KeyID string
-	// PredicateType and Predicate are the statement's.
-	PredicateType string
-	Predicate     json.RawMessage
+	return &KeyChecker{keys: keys}, nil
 }
 
 // Verify checks that bundleJSON is signed by one of the trusted keys and
-// holds an in-toto statement whose subject is exactly subject (a sha256
-// digest) and whose predicate type is predicateType.
-func (v *Verifier) Verify(bundleJSON []byte, subject, predicateType string) (*Verified, error) {
+// holds an in-toto statement whose one subject is exactly subject and
+// whose predicate type is predicateType.
+func (c *KeyChecker) Verify(bundleJSON []byte, subject, predicateType string) (*Verified, error) {
 	if len(bundleJSON) > MaxBundleSize {
 		return nil, fmt.Errorf("%w: the bundle is %d bytes, over the limit of %d", ErrNotVerified, len(bundleJSON), MaxBundleSize)
 	}
-	want, err := hex.DecodeString(strings.TrimPrefix(subject, "sha256:"))
-	if err != nil || !strings.HasPrefix(subject, "sha256:") || len(want) != 32 {
-		return nil, fmt.Errorf("the subject %q is not a sha256 digest", subject)
-	}
-	var pb protobundle.Bundle
-	if err := protojson.Unmarshal(bundleJSON, &pb); err != nil {
+	var b bundle
+	if err := json.Unmarshal(bundleJSON, &b); err != nil {
 		return nil, fmt.Errorf("%w: reading the bundle: %v", ErrNotVerified, err)
 	}
-	b, err := sgbundle.NewBundle(&pb)
+	env := b.DSSEEnvelope
+	if !strings.HasPrefix(b.MediaType, "application/vnd.dev.sigstore.bundle") || env == nil || env.PayloadType != InTotoPayloadType || len(env.Signatures) != 1 {
+		return nil, fmt.Errorf("%w: not a bundle of one signed in-toto statement", ErrNotVerified)
+	}
+	msg := pae(env.PayloadType, env.Payload)
+	var keyID string
+	for _, k := range c.keys {
+		if checkSignature(k, msg, env.Signatures[0].Sig) {
+			keyID, _ = KeyID(k)
+			break
+		}
+	}
+	if keyID == "" {
+		return nil, fmt.Errorf("%w: no trusted key verifies the bundle for %s", ErrNotVerified, subject)
+	}
+	var st inTotoStatement
+	dec := json.NewDecoder(bytes.NewReader(env.Payload))
+	if err := dec.Decode(&st); err != nil {
+		return nil, fmt.Errorf("%w: reading the statement: %v", ErrNotVerified, err)
+	}
+	want, _ := strings.CutPrefix(subject, "sha256:")
+	if st.Type != statementType || len(st.Subject) != 1 || len(st.Subject[0].Digest) != 1 || st.Subject[0].Digest["sha256"] != want {
+		return nil, fmt.Errorf("%w: the statement is not about %s alone", ErrNotVerified, subject)
+	}
+	if st.PredicateType != predicateType {
+		return nil, fmt.Errorf("%w: the statement's predicate type is %q, not %q", ErrNotVerified, st.PredicateType, predicateType)
+	}
+	return &Verified{KeyID: keyID, PredicateType: st.PredicateType, Predicate: st.Predicate}, nil
+}
+
+// checkSignature reports whether sig is key's signature of msg.
+func checkSignature(key crypto.PublicKey, msg, sig []byte) bool {
+	_, hash, err := algorithm(key)
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading the bundle: %v", ErrNotVerified, err)
+		return false
 	}
-	if b.GetDsseEnvelope() == nil {
-		return nil, fmt.Errorf("%w: the bundle holds no DSSE envelope", ErrNotVerified)
+	switch k := key.(type) {
+	case ed25519.PublicKey:
+		return ed25519.Verify(k, msg, sig)
+	case *ecdsa.PublicKey:
+		h := hash.New()
+		h.Write(msg)
+		return ecdsa.VerifyASN1(k, h.Sum(nil), sig)
 	}
-	var lastErr error
-	for _, k := range v.ordered(b) {
-		res, err := verifyWith(k, b, want)
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		st := res.Statement
-		if st == nil || st.PredicateType != predicateType {
-			got := ""
-			if st != nil {
-				got = st.PredicateType
-			}
-			return nil, fmt.Errorf("%w: the statement's predicate type is %q, not %q", ErrNotVerified, got, predicateType)
-		}
-		if len(st.Subject) != 1 {
-			return nil, fmt.Errorf("%w: the statement names %d subjects; one is expected", ErrNotVerified, len(st.Subject))
-		}
-		pred, err := protojson.Marshal(st.Predicate)
-		if err != nil {
-			return nil, err
-		}
-		return &Verified{KeyID: k.id, PredicateType: st.PredicateType, Predicate: pred}, nil
-	}
-	return nil, fmt.Errorf("%w: no trusted key verifies the bundle for %s: %v", ErrNotVerified, subject, lastErr)
+	return false
 }
 
-// ordered puts the key the bundle's hint names first.
-func (v *Verifier) ordered(b *sgbundle.Bundle) []trustedKey {
-	hint := ""
-	if pk := b.GetVerificationMaterial().GetPublicKey(); pk != nil {
-		hint = pk.GetHint()
-	}
-	out := make([]trustedKey, 0, len(v.keys))
-	for _, k := range v.keys {
-		if k.id == hint {
-			out = append([]trustedKey{k}, out...)
-		} else {
-			out = append(out, k)
-		}
-	}
-	return out
+// Signer signs statements with one private key. It is safe for
+// concurrent use.
+type Signer struct {
+	key  crypto.Signer
+	hash crypto.Hash
+	id   string
 }
 
-// verifyWith checks b's signature with k alone, and that its statement's
-// subject digest is want.
-func verifyWith(k trustedKey, b *sgbundle.Bundle, want []byte) (*verify.VerificationResult, error) {
-	material := root.NewTrustedPublicKeyMaterial(func(string) (root.TimeConstrainedVerifier, error) {
-		return alwaysValid{k.verifier}, nil
-	})
-	sv, err := verify.NewVerifier(material, verify.WithNoObserverTimestamps())
+// LoadSigner reads a private key (PEM: PKCS#8, SEC 1, or a cosign
+// encrypted key, which needs password; nil means none was given).
+func LoadSigner(data, password []byte) (*Signer, error) {
+	key, err := parsePrivateKey(data, password)
 	if err != nil {
 		return nil, err
 	}
-	return sv.Verify(b, verify.NewPolicy(verify.WithArtifactDigest("sha256", want), verify.WithKey()))
+	return NewSigner(key)
 }
 
-// alwaysValid is a trusted key without a validity period: the provider
-// removes a key from its key ring to stop trusting it.
-type alwaysValid struct{ signature.Verifier }
+// NewSigner signs with key: ECDSA P-256 or P-384, or Ed25519.
+func NewSigner(key crypto.Signer) (*Signer, error) {
+	_, hash, err := algorithm(key.Public())
+	if err != nil {
+		return nil, err
+	}
+	id, err := KeyID(key.Public())
+	if err != nil {
+		return nil, err
+	}
+	return &Signer{key: key, hash: hash, id: id}, nil
+}
 
-func (alwaysValid) ValidAtTime(time.Time) bool { return true }
+// KeyID is the identifier of the signer's public key (see KeyID).
+func (s *Signer) KeyID() string { return s.id }
+
+// Public is the signer's public key.
+func (s *Signer) Public() crypto.PublicKey { return s.key.Public() }

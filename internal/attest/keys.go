@@ -13,7 +13,6 @@ import (
 	"fmt"
 
 	"github.com/secure-systems-lab/go-securesystemslib/encrypted"
-	protocommon "github.com/sigstore/protobuf-specs/gen/pb-go/common/v1"
 )
 
 // PEM block types of the private keys LoadSigner reads.
@@ -31,21 +30,38 @@ const (
 // when no password was given.
 var ErrPasswordNeeded = errors.New("the key is encrypted; a password is needed")
 
-// algorithm is how a key signs, in sigstore's terms.
-func algorithm(pub crypto.PublicKey) (protocommon.PublicKeyDetails, crypto.Hash, error) {
+// Algorithm names how a key signs, in sigstore's terms.
+type Algorithm string
+
+// The algorithms attest signs and checks with.
+const (
+	ECDSAP256 Algorithm = "PKIX_ECDSA_P256_SHA_256"
+	ECDSAP384 Algorithm = "PKIX_ECDSA_P384_SHA_384"
+	Ed25519   Algorithm = "PKIX_ED25519"
+)
+
+// algorithm is how a key signs and the hash it signs (0: Ed25519 signs
+// the message itself).
+func algorithm(pub crypto.PublicKey) (Algorithm, crypto.Hash, error) {
 	switch k := pub.(type) {
 	case *ecdsa.PublicKey:
 		switch k.Curve {
 		case elliptic.P256():
-			return protocommon.PublicKeyDetails_PKIX_ECDSA_P256_SHA_256, crypto.SHA256, nil
+			return ECDSAP256, crypto.SHA256, nil
 		case elliptic.P384():
-			return protocommon.PublicKeyDetails_PKIX_ECDSA_P384_SHA_384, crypto.SHA384, nil
+			return ECDSAP384, crypto.SHA384, nil
 		}
-		return 0, 0, fmt.Errorf("unsupported ECDSA curve %s: attest signs with P-256 or P-384", k.Curve.Params().Name)
+		return "", 0, fmt.Errorf("unsupported ECDSA curve %s: attest signs with P-256 or P-384", k.Curve.Params().Name)
 	case ed25519.PublicKey:
-		return protocommon.PublicKeyDetails_PKIX_ED25519, crypto.Hash(0), nil
+		return Ed25519, crypto.Hash(0), nil
 	}
-	return 0, 0, fmt.Errorf(errUnsupportedKey, pub)
+	return "", 0, fmt.Errorf(errUnsupportedKey, pub)
+}
+
+// HashOf is the hash a key's signatures are made over; 0 for Ed25519.
+func HashOf(pub crypto.PublicKey) (crypto.Hash, error) {
+	_, h, err := algorithm(pub)
+	return h, err
 }
 
 // KeyID is a public key's identifier: the standard base64 of the sha256

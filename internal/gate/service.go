@@ -60,7 +60,7 @@ type Service struct {
 	Signer       *attest.Signer
 	// Trust recognises verdicts already given: the provider's key ring,
 	// which holds the signer's key.
-	Trust *attest.Verifier
+	Trust verdict.Checker
 	// Leases coordinate replicas; nil means this is the only one.
 	Leases Leases
 	// Workers and PerTenant bound verifications at once, in all and per

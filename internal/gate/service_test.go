@@ -19,6 +19,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/trust"
 	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -47,13 +48,13 @@ func newSigner(t *testing.T) *attest.Signer {
 	return s
 }
 
-func trusting(t *testing.T, signers ...*attest.Signer) *attest.Verifier {
+func trusting(t *testing.T, signers ...*attest.Signer) *trust.Verifier {
 	t.Helper()
 	var keys []crypto.PublicKey
 	for _, s := range signers {
 		keys = append(keys, s.Public())
 	}
-	v, err := attest.NewVerifier(keys)
+	v, err := trust.NewVerifier(keys)
 	if err != nil {
 		t.Fatal(err)
 	}

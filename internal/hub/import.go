@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/verdict"
@@ -39,7 +38,7 @@ type Verdicts interface {
 // provider's keys (Trust) signed for the digest and its repository.
 type GateVerdicts struct {
 	Registry verdict.Registry
-	Trust    *attest.Verifier
+	Trust    verdict.Checker
 }
 
 // Verdict implements Verdicts.

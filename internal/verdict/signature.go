@@ -59,7 +59,7 @@ func (e *NotSignedError) Is(target error) bool { return target == ErrNotSigned }
 // Sign or `cosign sign --key` sign), or a *NotSignedError. Registry
 // failures are errors. Only sigstore bundles are looked at (cosign 3's
 // format), at most registry.MaxReferrers of them.
-func FindSignature(ctx context.Context, reg Registry, trust *attest.Verifier, subject name.Digest) (string, error) {
+func FindSignature(ctx context.Context, reg Registry, trust Checker, subject name.Digest) (string, error) {
 	refs, err := reg.Referrers(ctx, subject, "")
 	if err != nil {
 		return "", err

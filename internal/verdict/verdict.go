@@ -34,6 +34,13 @@ import (
 // bundles of other kinds without fetching them.
 const PredicateTypeAnnotation = "dev.sigstore.bundle.predicateType"
 
+// Checker checks a bundle: signed by a trusted key, about exactly
+// subject, of predicateType. *trust.Verifier (sigstore-go, what hubs and
+// the gate use) and *attest.KeyChecker implement it.
+type Checker interface {
+	Verify(bundle []byte, subject, predicateType string) (*attest.Verified, error)
+}
+
 // Registry is what publishing and finding verdicts needs of a registry;
 // *registry.Client implements it.
 type Registry interface {
@@ -96,7 +103,7 @@ func (e *NoVerdictError) Forged() bool { return len(e.Refused) > 0 }
 // Find returns the newest verdict on subject that trust verifies and that
 // was given in subject's repository. Registry failures are errors; a
 // subject without such a verdict is a *NoVerdictError.
-func Find(ctx context.Context, reg Registry, trust *attest.Verifier, subject name.Digest) (*api.Verdict, error) {
+func Find(ctx context.Context, reg Registry, trust Checker, subject name.Digest) (*api.Verdict, error) {
 	// All referrers, not those of the verdict's artifact type: some
 	// registries (zot 1.4) report the config's media type as a referrer's
 	// artifact type. What is not a verdict bundle fails its checks below.
@@ -133,7 +140,7 @@ func Find(ctx context.Context, reg Registry, trust *attest.Verifier, subject nam
 }
 
 // check verifies one bundle as a verdict on subject.
-func check(bundle []byte, trust *attest.Verifier, subject name.Digest) (*api.Verdict, error) {
+func check(bundle []byte, trust Checker, subject name.Digest) (*api.Verdict, error) {
 	st, err := trust.Verify(bundle, subject.DigestStr(), api.VerdictPredicateType)
 	if err != nil {
 		return nil, err

@@ -22,6 +22,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
+	"github.com/imagepipe/imagepipe/internal/trust"
 	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/test/harness"
@@ -46,7 +47,7 @@ func TestCorpusPushedAsContainerDisksIsRefusedByTheGate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	trust, err := attest.NewVerifier(keys)
+	trust, err := trust.NewVerifier(keys)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/trust"
 	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
@@ -75,9 +76,9 @@ func TestSignaturesReadBothWays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tenant, _ := attest.NewVerifier(keys)
+	tenant, _ := trust.NewVerifier(keys)
 	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	stranger, _ := attest.NewVerifier([]crypto.PublicKey{k.Public()})
+	stranger, _ := trust.NewVerifier([]crypto.PublicKey{k.Public()})
 	rc, err := registry.New(registry.WithCacheDir(""))
 	if err != nil {
 		t.Fatal(err)
