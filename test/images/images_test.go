@@ -34,7 +34,7 @@ const version = "v0.0.0-imagestest"
 var binaries = []string{"image-syncer", "image-gate", "imagectl"}
 
 // pushedLine is a line `make images` prints: REF:TAG@DIGEST.
-var pushedLine = regexp.MustCompile(`^(\S+/(image-syncer|imagectl)):([\w.-]+)@(sha256:[0-9a-f]{64})$`)
+var pushedLine = regexp.MustCompile(`^(\S+/(image-syncer|image-gate|imagectl)):([\w.-]+)@(sha256:[0-9a-f]{64})$`)
 
 // pushed is one index make printed.
 type pushed struct {
@@ -381,7 +381,8 @@ func checkELF(t *testing.T, path string, machine elf.Machine) {
 }
 
 // checkRuns runs the extracted binary: imagectl reports the stamped
-// version; image-syncer at least starts and prints its help.
+// version; image-syncer and image-gate print their help and the stamped
+// version.
 func checkRuns(t *testing.T, binary, name, revision, platform string) {
 	t.Helper()
 	switch name {
