@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -319,8 +320,18 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 	if lr.DiskSize() > v.maxDiskSize() {
 		return nil, reject.New(reject.VirtualSize, "disk/disk.img is %d bytes, over the limit of %d for a disk of at most %d bytes", lr.DiskSize(), v.maxDiskSize(), v.maxVirtualSize())
 	}
+	// The disk's hash and the spool's writes run beside the decompression,
+	// on a core of their own.
 	sum := sha256.New()
-	diffID, err := lr.CopyDisk(ctx, io.MultiWriter(spool, hashWriter{sum}))
+	pr, pw := io.Pipe()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, err := io.CopyBuffer(io.MultiWriter(spool, hashWriter{sum}), pr, make([]byte, 1<<20))
+		pr.CloseWithError(err)
+	})
+	diffID, err := lr.CopyDisk(ctx, pw)
+	pw.CloseWithError(err)
+	wg.Wait()
 	if err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, fmt.Errorf("reading layer %s: %w", desc.Digest, err)
