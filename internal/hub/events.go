@@ -28,7 +28,7 @@ type statusEvent struct {
 // statusEvents returns the Events that the change of a BaseImage's status
 // from before to after calls for, at most one per transition:
 //
-//   - the digest is refused at revalidation (Warning, the rejection's reason);
+//   - the gate's verdict refuses the digest (Warning, the rejection's reason);
 //   - an import attempt failed and will be retried (Warning, Retrying);
 //   - the BaseImage turned Failed: retries exhausted or a conflict (Warning,
 //     the Progressing condition's reason);
@@ -40,7 +40,9 @@ type statusEvent struct {
 func statusEvents(before, after *v1alpha1.BaseImageStatus) []statusEvent {
 	var out []statusEvent
 	progressing := meta.FindStatusCondition(after.Conditions, v1alpha1.ConditionProgressing)
-	if rej := meta.FindStatusCondition(after.Conditions, v1alpha1.ConditionRejected); rej != nil && rej.Status == "True" {
+	// A digest waiting for the gate's verdict (NoVerdict) is no rejection
+	// yet: the verdict usually follows within a second.
+	if rej := meta.FindStatusCondition(after.Conditions, v1alpha1.ConditionRejected); rej != nil && rej.Status == "True" && rej.Reason != ReasonNoVerdict {
 		was := meta.IsStatusConditionTrue(before.Conditions, v1alpha1.ConditionRejected) && before.ObservedDigest == after.ObservedDigest
 		if !was {
 			out = append(out, statusEvent{corev1.EventTypeWarning, rej.Reason, "digest " + after.ObservedDigest + ": " + rej.Message})

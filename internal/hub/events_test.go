@@ -35,6 +35,11 @@ func TestStatusEventsOnePerTransition(t *testing.T) {
 		before, after v1alpha1.BaseImageStatus
 		want          []statusEvent
 	}{
+		"new digest awaiting the gate's verdict": {
+			st(v1alpha1.PhaseReady, d1, 0, validated),
+			st(v1alpha1.PhasePending, d1, 0, cond(v1alpha1.ConditionRejected, true, ReasonNoVerdict, "the gate has not given its verdict on "+d2+" yet")),
+			nil,
+		},
 		"new digest rejected": {
 			st(v1alpha1.PhasePending, "", 0), st(v1alpha1.PhaseRejected, d1, 0, rejected),
 			[]statusEvent{{"Warning", "BackingFile", "digest " + d1 + ": " + rejected.Message}},

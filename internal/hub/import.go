@@ -46,6 +46,10 @@ func (g GateVerdicts) Verdict(ctx context.Context, subject name.Digest) (*api.Ve
 	return verdict.Find(ctx, g.Registry, g.Trust, subject)
 }
 
+// ReasonNoVerdict is the Rejected condition's reason while a digest has
+// no verdict from the gate yet; it records no Event.
+const ReasonNoVerdict = "NoVerdict"
+
 // Bounds of the wait for a verdict: a digest without one is looked at
 // again after a quarter of the time since the syncer learnt of it.
 const (
@@ -64,7 +68,7 @@ func (r *Reconciler) admit(ctx context.Context, bi *v1alpha1.BaseImage, digest s
 	var nv *verdict.NoVerdictError
 	switch {
 	case errors.As(err, &nv):
-		reason := "NoVerdict"
+		reason := ReasonNoVerdict
 		msg := fmt.Sprintf("the gate has not given its verdict on %s yet; nothing is imported without one", digest)
 		if nv.Forged() {
 			reason, msg = "UntrustedVerdict", nv.Error()+"; nothing is imported without a verdict signed by a provider key"
