@@ -143,7 +143,7 @@ type Result struct {
 
 // RunCommand runs c and returns its exit code and output; only a failure to
 // start it fails the test.
-func RunCommand(t *testing.T, c Command) Result {
+func RunCommand(t testing.TB, c Command) Result {
 	t.Helper()
 	var o, e strings.Builder
 	cmd := exec.Command(c.Name, c.Args...)

@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { os.Exit(testenv.MainWithGate(m)) }
 // reps is how many imports of the bench image are measured.
 const reps = 3
 
-// TestGateBench measures, against the CNCF distribution registry:
+// BenchmarkGate measures, against the CNCF distribution registry:
 //
 //   - overhead: imagectl import of the bench image, then the gate's own
 //     time to verify it in full, publish its canonical image and sign the
@@ -33,11 +33,16 @@ const reps = 3
 //   - memory: a gate started with four images of four tenants waiting,
 //     verifying them at once; its peak RSS (VmHWM, target ≤ 256 MiB).
 //
-// The section goes to $IMAGEPIPE_BENCH_OUT.
-func TestGateBench(t *testing.T) {
-	if os.Getenv("IMAGEPIPE_BENCH") != "1" {
-		t.Skip("a benchmark for make bench: set IMAGEPIPE_BENCH=1 to run it")
+// It is a Go benchmark, so that `go test ./...` never runs it; gate.sh runs
+// it once (-bench Gate -benchtime 1x). The section goes to
+// $IMAGEPIPE_BENCH_OUT.
+func BenchmarkGate(b *testing.B) {
+	for b.Loop() {
+		benchGate(b)
 	}
+}
+
+func benchGate(t testing.TB) {
 	disk := os.Getenv("IMAGEPIPE_BENCH_DISK")
 	if disk == "" {
 		t.Fatal("IMAGEPIPE_BENCH_DISK names no disk (gate.sh sets it)")
@@ -81,7 +86,7 @@ func TestGateBench(t *testing.T) {
 
 // importImage runs imagectl import with a cache of its own, so that no
 // build is reused, and returns the digest.
-func importImage(t *testing.T, disk, ref string) string {
+func importImage(t testing.TB, disk, ref string) string {
 	t.Helper()
 	r := testenv.RunCommand(t, testenv.Command{Name: testenv.Imagectl, Args: []string{"import", "--quiet", disk, ref}, Env: []string{"IMAGEPIPE_CACHE=" + t.TempDir()}})
 	if r.Code != 0 {
@@ -98,7 +103,7 @@ var verdictLine = regexp.MustCompile(`msg="verdict given" subject=(\S+) verdict=
 
 // waitVerdict waits for the gate's log line of the verdict on repo@digest
 // and returns the seconds it took.
-func waitVerdict(t *testing.T, logPath, digest, repo string) float64 {
+func waitVerdict(t testing.TB, logPath, digest, repo string) float64 {
 	t.Helper()
 	var secs float64
 	harness.WaitUntil(t, "the verdict on "+repo, 10*time.Minute, 200*time.Millisecond, func() (bool, error) {
@@ -122,7 +127,7 @@ func waitVerdict(t *testing.T, logPath, digest, repo string) float64 {
 
 // layerReads counts the registry's completed GETs of repo's largest blob
 // (the layer) by clients whose User-Agent contains agent.
-func layerReads(t *testing.T, logPath, repo, agent string) int {
+func layerReads(t testing.TB, logPath, repo, agent string) int {
 	t.Helper()
 	f, err := os.Open(logPath)
 	if err != nil {
@@ -159,7 +164,7 @@ func layerReads(t *testing.T, logPath, repo, agent string) int {
 }
 
 // vmHWM is a process's peak resident set, in MiB.
-func vmHWM(t *testing.T, pid int) float64 {
+func vmHWM(t testing.TB, pid int) float64 {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
 	if err != nil {
