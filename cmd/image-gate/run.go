@@ -28,15 +28,13 @@ import (
 	"github.com/imagepipe/imagepipe/internal/gate"
 	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/secretfile"
 	"github.com/imagepipe/imagepipe/internal/trust"
 	"github.com/imagepipe/imagepipe/internal/version"
 )
 
 // keyPasswordEnv holds the password of a cosign-encrypted signing key.
 const keyPasswordEnv = "IMAGEPIPE_GATE_KEY_PASSWORD"
-
-// maxSecretFile bounds the key, token and docker config files read.
-const maxSecretFile = 64 << 10
 
 // loggedError is an error run has already logged.
 type loggedError struct{ error }
@@ -104,7 +102,7 @@ func serve(ctx context.Context, o *options, log *slog.Logger) error {
 	g.Go(func() error { return svc.Run(ctx) })
 	g.Go(func() error { return pollLoop(ctx, intake.NewPoller(reg, rc, allTenants{}), svc, o, log) })
 	if o.webhookListen != "" {
-		token, err := readBounded(o.webhookTokenFile)
+		token, err := secretfile.Read(o.webhookTokenFile)
 		if err != nil {
 			return err
 		}
@@ -134,7 +132,7 @@ func serve(ctx context.Context, o *options, log *slog.Logger) error {
 // loadKeys reads the signing key and the key ring of verdicts that count
 // as given (the signing key's own by default).
 func loadKeys(o *options) (*attest.Signer, *trust.Verifier, error) {
-	data, err := readBounded(o.signingKey)
+	data, err := secretfile.Read(o.signingKey)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--signing-key: %w", err)
 	}
@@ -148,7 +146,7 @@ func loadKeys(o *options) (*attest.Signer, *trust.Verifier, error) {
 	}
 	keys := []crypto.PublicKey{signer.Public()}
 	if o.trustedKeys != "" {
-		data, err := readBounded(o.trustedKeys)
+		data, err := secretfile.Read(o.trustedKeys)
 		if err != nil {
 			return nil, nil, fmt.Errorf("--trusted-keys: %w", err)
 		}
@@ -275,25 +273,4 @@ func listen(ctx context.Context, addr string, h http.Handler, shutdown time.Dura
 		return err
 	}
 	return nil
-}
-
-// readBounded reads a small secret file: at most maxSecretFile bytes, not
-// empty.
-func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	if len(data) > maxSecretFile {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxSecretFile)
-	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, fmt.Errorf("%s is empty", path)
-	}
-	return data, nil
 }

@@ -33,13 +33,11 @@ import (
 	"github.com/imagepipe/imagepipe/internal/hub"
 	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/secretfile"
 	"github.com/imagepipe/imagepipe/internal/trust"
 	"github.com/imagepipe/imagepipe/internal/version"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
-
-// maxSecretFile bounds the token and docker config files read.
-const maxSecretFile = 64 << 10
 
 // loggedError is an error run has already logged, in the log format, so
 // that main exits without printing it again.
@@ -159,7 +157,7 @@ func newRegistryClient(o *options, reg name.Registry, metrics *hub.Metrics, log 
 		ropts = append(ropts, registry.WithBasicAuth(user, pass))
 	}
 	if o.registryCAFile != "" {
-		if ca, err = readBounded(o.registryCAFile); err != nil {
+		if ca, err = secretfile.Read(o.registryCAFile); err != nil {
 			return nil, nil, err
 		}
 		ropts = append(ropts, registry.WithCAFile(o.registryCAFile))
@@ -271,7 +269,7 @@ func newReconciler(o *options, mgr manager.Manager, reg name.Registry, verdicts 
 // newWebhookServer builds the webhook endpoint, which hands the events it
 // accepts to queue.
 func newWebhookServer(o *options, queue *intake.Queue, metrics *hub.Metrics, log *slog.Logger) (*hub.WebhookServer, error) {
-	token, err := readBounded(o.webhookTokenFile)
+	token, err := secretfile.Read(o.webhookTokenFile)
 	if err != nil {
 		return nil, err
 	}
@@ -288,7 +286,7 @@ func newWebhookServer(o *options, queue *intake.Queue, metrics *hub.Metrics, log
 // loadGateKeys reads the provider's public keys the gate's verdicts must
 // be signed with.
 func loadGateKeys(path string) (*trust.Verifier, error) {
-	data, err := readBounded(path)
+	data, err := secretfile.Read(path)
 	if err != nil {
 		return nil, fmt.Errorf("--gate-keys: %w", err)
 	}
@@ -297,25 +295,4 @@ func loadGateKeys(path string) (*trust.Verifier, error) {
 		return nil, fmt.Errorf("--gate-keys %s: %w", path, err)
 	}
 	return trust.NewVerifier(keys)
-}
-
-// readBounded reads a small secret file: at most maxSecretFile bytes, not
-// empty.
-func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	if len(data) > maxSecretFile {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, maxSecretFile)
-	}
-	if len(bytes.TrimSpace(data)) == 0 {
-		return nil, fmt.Errorf("%s is empty", path)
-	}
-	return data, nil
 }
