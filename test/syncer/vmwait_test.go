@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -46,10 +47,12 @@ func TestVMCreateWaitsUntilKubeVirtReportsReady(t *testing.T) {
 		return append(append([]string{"vm", "create", name, "--image", "acme/rhel:9", "--template-file", tmpl}, args...), kube...)
 	}
 
-	// --wait returns when KubeVirt reports the VM Ready.
-	var stdout, stderr strings.Builder
+	// --wait tells each status KubeVirt reports, and returns when it
+	// reports the VM Ready.
+	var stdout strings.Builder
+	stderr := &lockedBuffer{}
 	cmd := exec.Command(testenv.Imagectl, create("web", "--wait", "--timeout", "3m")...)
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.Stdout, cmd.Stderr = &stdout, stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -76,8 +79,12 @@ func TestVMCreateWaitsUntilKubeVirtReportsReady(t *testing.T) {
 		t.Fatalf("vm create --wait returned before KubeVirt reported anything: %v\n%s\n%s", err, stdout.String(), stderr.String())
 	default:
 	}
+	virtControllerReportsStatus(t, hub, &vm, kubevirtv1.VirtualMachineStatus{PrintableStatus: kubevirtv1.VirtualMachineStatusStarting})
+	waitFor(t, "vm create --wait to tell the status Starting", func() (bool, error) {
+		return strings.Contains(stderr.String(), "VM web: Starting\n"), nil
+	})
 	virtControllerStartsInstance(t, hub, &vm)
-	virtControllerReportsReady(t, hub, &vm)
+	virtControllerReportsStatus(t, hub, &vm, harness.RunningVMStatus())
 	err := <-exited
 	waited = true
 	if err != nil {
@@ -87,7 +94,7 @@ func TestVMCreateWaitsUntilKubeVirtReportsReady(t *testing.T) {
 		!strings.HasSuffix(stdout.String(), "virtualmachine acme/web is Running on node node-1, IP 10.0.0.7\n") {
 		t.Errorf("vm create --wait printed:\n%s", stdout.String())
 	}
-	if !strings.Contains(stderr.String(), "waiting up to 3m0s for VM acme/web to be Ready (or its instance Running)") || !strings.Contains(stderr.String(), "VM web: Running") {
+	if !strings.Contains(stderr.String(), "waiting up to 3m0s for VM acme/web to be Ready (or its instance Running)") || !strings.Contains(stderr.String(), "VM web: Starting") {
 		t.Errorf("vm create --wait told on stderr:\n%s", stderr.String())
 	}
 
@@ -104,15 +111,34 @@ func TestVMCreateWaitsUntilKubeVirtReportsReady(t *testing.T) {
 	}
 }
 
-// virtControllerReportsReady plays virt-controller: the VM's status says
-// it runs and is ready, written through the status subresource.
-func virtControllerReportsReady(t *testing.T, h *testHub, vm *kubevirtv1.VirtualMachine) {
+// virtControllerReportsStatus plays virt-controller: it writes status
+// as the VM's, through the status subresource.
+func virtControllerReportsStatus(t *testing.T, h *testHub, vm *kubevirtv1.VirtualMachine, status kubevirtv1.VirtualMachineStatus) {
 	t.Helper()
 	if err := h.Client.Get(t.Context(), client.ObjectKeyFromObject(vm), vm); err != nil {
 		t.Fatal(err)
 	}
-	vm.Status = harness.RunningVMStatus()
+	vm.Status = status
 	if err := h.Client.Status().Update(t.Context(), vm); err != nil {
-		t.Fatalf("reporting VM %s ready: %v", vm.Name, err)
+		t.Fatalf("reporting VM %s status %s: %v", vm.Name, status.PrintableStatus, err)
 	}
+}
+
+// lockedBuffer is a strings.Builder a running command writes to while the
+// test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
