@@ -21,6 +21,7 @@ type options struct {
 	dockerConfig         string
 	signingKey           string
 	trustedKeys          string
+	tenantKeysDir        string
 	webhookListen        string
 	webhookPath          string
 	webhookTokenFile     string
@@ -56,7 +57,12 @@ the provider's keys, and only the canonical image it names.
 Each digest is verified once: a digest with a verdict signed by one of
 --trusted-keys is not verified again (a restart redoes nothing), and with
 --lease-namespace replicas share the work through Kubernetes Leases, one
-replica per digest at a time.`,
+replica per digest at a time.
+
+With --tenant-keys-dir, a tenant that has a key file there must sign what
+it pushes: an unsigned image, or one signed by no key of that tenant, is
+refused (unsigned, untrusted-signature) without being read, and looked at
+again when a signature is pushed for it.`,
 		Version:       version.Get().String(),
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
@@ -75,6 +81,7 @@ replica per digest at a time.`,
 	f.StringVar(&o.dockerConfig, "docker-config", "", "docker config.json holding the gate's registry credential: it reads every tenant repository and pushes canonical images and verdicts into it")
 	f.StringVar(&o.signingKey, "signing-key", "", "PEM private key verdicts are signed with: PKCS#8 or EC, ECDSA P-256/P-384 or Ed25519, or a cosign key with its password in $"+keyPasswordEnv+" (required)")
 	f.StringVar(&o.trustedKeys, "trusted-keys", "", "PEM public keys whose verdicts count as given (add the old key while rotating); default: the signing key's")
+	f.StringVar(&o.tenantKeysDir, "tenant-keys-dir", "", "folder of the tenants' signature policy: TENANT.pub holds the PEM public keys one of which must have signed each image TENANT pushes (cosign sign --key, imagectl sign); tenants without a file need no signature. Read for each image, so edits apply at once")
 	f.StringVar(&o.webhookListen, "webhook-listen", ":8080", "address of the webhook endpoint; empty disables it")
 	f.StringVar(&o.webhookPath, "webhook-path", "/webhook", "path of the webhook endpoint")
 	f.StringVar(&o.webhookTokenFile, "webhook-token-file", "", "file holding the bearer token registries must send (required with --webhook-listen)")

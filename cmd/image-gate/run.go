@@ -88,6 +88,12 @@ func serve(ctx context.Context, o *options, log *slog.Logger) error {
 		Metrics:      metrics,
 		Logger:       log,
 	}
+	if o.tenantKeysDir != "" {
+		if st, err := os.Stat(o.tenantKeysDir); err != nil || !st.IsDir() {
+			return fmt.Errorf("--tenant-keys-dir %s: not a folder (%v)", o.tenantKeysDir, err)
+		}
+		svc.TenantKeys = &gate.TenantKeys{Dir: o.tenantKeysDir}
+	}
 	if o.leaseNamespace != "" {
 		leases, err := newLeases(o)
 		if err != nil {
@@ -96,7 +102,7 @@ func serve(ctx context.Context, o *options, log *slog.Logger) error {
 		svc.Leases = leases
 	}
 	log.Info("image-gate starting", "version", build.Version, "commit", build.Commit, "registry", reg.RegistryStr(),
-		"keyID", signer.KeyID(), "workers", o.workers, "perTenant", o.perTenant, "leaseNamespace", o.leaseNamespace)
+		"keyID", signer.KeyID(), "tenantKeysDir", o.tenantKeysDir, "workers", o.workers, "perTenant", o.perTenant, "leaseNamespace", o.leaseNamespace)
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return svc.Run(ctx) })
@@ -223,7 +229,8 @@ func (allTenants) Namespace(repository string) (string, string, error) {
 }
 
 // pollLoop polls the registry until ctx ends: a fast pass every
-// --poll-interval, a full one every --digest-resync-interval.
+// --poll-interval, a full one every --digest-resync-interval. After a full
+// pass, images awaiting a tenant's signature are looked at again.
 func pollLoop(ctx context.Context, p *intake.Poller, svc *gate.Service, o *options, log *slog.Logger) error {
 	var lastFull time.Time
 	t := time.NewTicker(o.pollInterval)
@@ -243,6 +250,9 @@ func pollLoop(ctx context.Context, p *intake.Poller, svc *gate.Service, o *optio
 			log.Warn("polling the registry failed", "error", err)
 		}
 		svc.Add(events)
+		if full {
+			svc.Recheck()
+		}
 		log.Debug("poll done", "full", full, "events", len(events), "seconds", time.Since(start).Seconds())
 		select {
 		case <-ctx.Done():

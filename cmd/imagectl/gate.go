@@ -78,6 +78,9 @@ func gateRows(row func(string, any), g *api.GateReport) {
 	for _, r := range v.Reasons {
 		row("gate reason", r.Code+": "+r.Message)
 	}
+	if v.SignedBy != "" {
+		row("signed by", "the tenant's key "+v.SignedBy+", as the tenant's policy requires")
+	}
 	for _, im := range v.Images {
 		row("hubs import", fmt.Sprintf("%s: %s (%s, %s)", im.Platform, im.Canonical, im.Format, humanBytes(im.VirtualSize)))
 	}

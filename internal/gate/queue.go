@@ -5,14 +5,25 @@ import (
 	"time"
 )
 
-// work is one tag to give a verdict: its digest when the event named one.
+// work is one tag to give a verdict (with its digest when the event named
+// one), or a digest whose verdict may await a signature: recheck names it,
+// or referrer names a manifest that may be a signature attached to it.
 type work struct {
 	repo, tag, digest string
+	recheck, referrer string
 }
 
-// key identifies the image a piece of work is about; newer work for the
-// same key replaces older work that has not started.
-func (w work) key() string { return w.repo + ":" + w.tag }
+// key identifies what a piece of work is about; newer work for the same
+// key replaces older work that has not started.
+func (w work) key() string {
+	switch {
+	case w.recheck != "":
+		return w.repo + "@" + w.recheck
+	case w.referrer != "":
+		return w.repo + "@" + w.referrer + "~referrer"
+	}
+	return w.repo + ":" + w.tag
+}
 
 // fairQueue hands out work tenant by tenant in turn, at most perTenant of
 // one tenant at once, so that a tenant pushing a thousand images delays

@@ -2,10 +2,13 @@ package gate
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -61,6 +64,9 @@ type Service struct {
 	// Trust recognises verdicts already given: the provider's key ring,
 	// which holds the signer's key.
 	Trust verdict.Checker
+	// TenantKeys is the tenants' signature policy; nil means no tenant
+	// requires signatures.
+	TenantKeys *TenantKeys
 	// Leases coordinate replicas; nil means this is the only one.
 	Leases Leases
 	// Workers and PerTenant bound verifications at once, in all and per
@@ -69,8 +75,9 @@ type Service struct {
 	Metrics            *Metrics
 	Logger             *slog.Logger
 
-	once  sync.Once
-	queue *fairQueue
+	once     sync.Once
+	queue    *fairQueue
+	awaiting awaitingSet
 }
 
 func (s *Service) init() {
@@ -86,17 +93,40 @@ func (s *Service) init() {
 	})
 }
 
-// Add takes events from the webhook or the poller: pushes under a tag are
-// queued; deletes and pushes by digest alone (the gate's own canonical
-// images and verdicts among them) are not images to verify.
+// Add takes events from the webhook or the poller. Pushes under a tag are
+// queued for a verdict; deletes are not images to verify. A push of an
+// attachment (a referrers tag, a manifest pushed by digest alone) may be a
+// tenant's signature, or a write that dropped the gate's verdict from a
+// referrers tag that another writer was extending at once: the digest it
+// is about is looked at again when its verdict awaits a signature or is
+// gone.
 func (s *Service) Add(events []intake.Event) {
 	s.init()
 	for _, e := range events {
-		if e.Action != intake.ActionPush || e.Tag == "" || api.IsAttachmentTag(e.Tag) {
+		if e.Action != intake.ActionPush {
 			continue
 		}
 		tenant, _, _ := strings.Cut(e.Repository, "/")
-		s.queue.add(tenant, work{repo: e.Repository, tag: e.Tag, digest: e.Digest})
+		switch {
+		case e.Tag != "" && !api.IsAttachmentTag(e.Tag):
+			s.queue.add(tenant, work{repo: e.Repository, tag: e.Tag, digest: e.Digest})
+		case e.Tag != "":
+			s.queue.add(tenant, work{repo: e.Repository, recheck: "sha256:" + e.Tag[len("sha256-"):len("sha256-")+64]})
+		case e.Digest != "":
+			s.queue.add(tenant, work{repo: e.Repository, referrer: e.Digest})
+		}
+	}
+	s.Metrics.queued(s.queue.len())
+}
+
+// Recheck queues every subject refused for want of a signature, to be
+// looked at again: the poller's way to learn of signatures on registries
+// that announce them by webhook only.
+func (s *Service) Recheck() {
+	s.init()
+	for _, d := range s.awaiting.list() {
+		tenant, _, _ := strings.Cut(d.RepositoryStr(), "/")
+		s.queue.add(tenant, work{repo: d.RepositoryStr(), recheck: d.DigestStr()})
 	}
 	s.Metrics.queued(s.queue.len())
 }
@@ -145,12 +175,24 @@ func (s *Service) handleSafely(ctx context.Context, w work) (err error) {
 	return s.handleWork(ctx, w)
 }
 
-// handleWork resolves a tag that came without a digest and gives the
-// digest its verdict.
+// handleWork gives the digest w is about its verdict: a tag's (resolved
+// when the event named no digest), or, for a possible signature, the
+// subject's when its verdict awaits one.
 func (s *Service) handleWork(ctx context.Context, w work) error {
 	repo, err := name.NewRepository(s.RegistryName.RegistryStr() + "/" + w.repo)
 	if err != nil {
 		return err
+	}
+	s.Logger.Debug("handling", "repository", w.repo, "tag", w.tag, "digest", w.digest, "recheck", w.recheck, "referrer", w.referrer)
+	switch {
+	case w.referrer != "":
+		subject, ok, err := s.subjectOf(ctx, repo.Digest(w.referrer))
+		if err != nil || !ok {
+			return err
+		}
+		return s.recheck(ctx, repo.Digest(subject), w.referrer)
+	case w.recheck != "":
+		return s.recheck(ctx, repo.Digest(w.recheck), "")
 	}
 	d := w.digest
 	if d == "" {
@@ -164,18 +206,61 @@ func (s *Service) handleWork(ctx context.Context, w work) error {
 	return err
 }
 
+// recheck handles subject again when it has no verdict, or one that
+// awaits a signature; referrer, when set, is a manifest just pushed with
+// subject as its subject, checked as a signature even if the referrers
+// listing lost it.
+func (s *Service) recheck(ctx context.Context, subject name.Digest, referrer string) error {
+	_, done, err := s.given(ctx, subject)
+	if err != nil || done {
+		s.awaiting.remove(subject)
+		return err
+	}
+	_, err = s.handle(ctx, subject, referrer)
+	return err
+}
+
+// subjectOf reads the manifest pushed as referrer and returns the digest
+// it is attached to; ok is false for a manifest attached to nothing, and
+// for the gate's own verdicts.
+func (s *Service) subjectOf(ctx context.Context, referrer name.Digest) (string, bool, error) {
+	raw, err := s.Registry.FetchManifest(ctx, referrer)
+	if err != nil {
+		return "", false, err
+	}
+	var m struct {
+		Subject     *struct{ Digest string } `json:"subject"`
+		Annotations map[string]string        `json:"annotations"`
+	}
+	if json.Unmarshal(raw.Bytes, &m) != nil || m.Subject == nil || m.Annotations[verdict.PredicateTypeAnnotation] == api.VerdictPredicateType {
+		return "", false, nil
+	}
+	if _, err := digest.Parse(m.Subject.Digest); err != nil || !strings.HasPrefix(m.Subject.Digest, "sha256:") {
+		return "", false, nil
+	}
+	return m.Subject.Digest, true, nil
+}
+
 // ErrBusy is Handle's error while another replica holds the digest's
 // lease: it is tried again later, by which time the verdict may be there.
 var ErrBusy = errors.New("another replica is verifying the digest")
 
 // Handle gives subject its verdict: the one already attached and signed
-// by a trusted key, or a new one, verified, signed and attached.
+// by a trusted key, or a new one, verified, signed and attached. A
+// verdict that refused the subject only for want of its tenant's
+// signature is looked at again: when the signature check now answers
+// otherwise, the subject gets a new verdict (the newest counts).
 func (s *Service) Handle(ctx context.Context, subject name.Digest) (*api.Verdict, error) {
+	return s.handle(ctx, subject, "")
+}
+
+// handle is Handle, with referrer (when set) checked as a signature on
+// subject besides those the registry lists.
+func (s *Service) handle(ctx context.Context, subject name.Digest, referrer string) (*api.Verdict, error) {
 	s.init()
-	if v, err := verdict.Find(ctx, s.Registry, s.Trust, subject); err == nil {
-		return v, nil
-	} else if !errors.Is(err, verdict.ErrNoVerdict) {
-		return nil, err
+	prev, done, err := s.given(ctx, subject)
+	if err != nil || done {
+		return prev, err
 	}
 	if s.Leases != nil {
 		release, ok, err := s.Leases.Acquire(ctx, subject.String())
@@ -187,15 +272,29 @@ func (s *Service) Handle(ctx context.Context, subject name.Digest) (*api.Verdict
 		}
 		defer release()
 		// Another replica may have finished between the look-up and the lease.
-		if v, err := verdict.Find(ctx, s.Registry, s.Trust, subject); err == nil {
-			return v, nil
+		if prev, done, err = s.given(ctx, subject); err != nil || done {
+			return prev, err
 		}
 	}
 	start := time.Now()
-	v, err := s.Verifier.Verify(ctx, subject)
+	keyID, refusal, err := s.signatureCheck(ctx, subject, referrer)
 	if err != nil {
 		s.Metrics.failed()
 		return nil, err
+	}
+	var v *api.Verdict
+	switch {
+	case refusal != nil && prev != nil && sameRefusal(prev, refusal):
+		s.awaiting.add(subject)
+		return prev, nil // nothing new: no second verdict saying the same
+	case refusal != nil:
+		v = s.Verifier.refusal(subject, *refusal)
+	default:
+		if v, err = s.Verifier.Verify(ctx, subject); err != nil {
+			s.Metrics.failed()
+			return nil, err
+		}
+		v.SignedBy = keyID
 	}
 	raw, err := s.Registry.FetchManifest(ctx, subject)
 	if err != nil {
@@ -206,7 +305,66 @@ func (s *Service) Handle(ctx context.Context, subject name.Digest) (*api.Verdict
 	if err != nil {
 		return nil, fmt.Errorf("publishing the verdict on %s: %w", subject, err)
 	}
+	if verdict.AwaitsSignature(v) {
+		s.awaiting.add(subject)
+	} else {
+		s.awaiting.remove(subject)
+	}
 	s.Metrics.verdict(v, time.Since(start))
-	s.Logger.Info("verdict given", "subject", subject.String(), "verdict", v.Verdict, "reasons", v.Reasons, "referrer", ref, "seconds", time.Since(start).Seconds())
+	s.Logger.Info("verdict given", "subject", subject.String(), "verdict", v.Verdict, "reasons", v.Reasons, "signedBy", v.SignedBy, "referrer", ref, "seconds", time.Since(start).Seconds())
 	return v, nil
+}
+
+// given finds the verdict subject already has. done is true when it
+// stands; a verdict that awaits the tenant's signature is returned with
+// done false, to be looked at again.
+func (s *Service) given(ctx context.Context, subject name.Digest) (v *api.Verdict, done bool, err error) {
+	v, err = verdict.Find(ctx, s.Registry, s.Trust, subject)
+	switch {
+	case errors.Is(err, verdict.ErrNoVerdict):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, err
+	}
+	return v, !verdict.AwaitsSignature(v), nil
+}
+
+// sameRefusal reports whether v already refused its subject for the
+// reason r gives.
+func sameRefusal(v *api.Verdict, r *api.Rejection) bool {
+	return len(v.Reasons) == 1 && v.Reasons[0] == *r
+}
+
+// maxAwaiting bounds the subjects kept for Recheck. Beyond it, a subject
+// is looked at again when its signature's push is announced, or after a
+// restart (the first poll takes in every tag).
+const maxAwaiting = 10000
+
+// awaitingSet is the subjects refused for want of a signature.
+type awaitingSet struct {
+	mu  sync.Mutex
+	set map[string]name.Digest
+}
+
+func (a *awaitingSet) add(d name.Digest) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.set == nil {
+		a.set = map[string]name.Digest{}
+	}
+	if len(a.set) < maxAwaiting {
+		a.set[d.String()] = d
+	}
+}
+
+func (a *awaitingSet) remove(d name.Digest) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.set, d.String())
+}
+
+func (a *awaitingSet) list() []name.Digest {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Collect(maps.Values(a.set))
 }

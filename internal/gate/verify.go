@@ -94,26 +94,36 @@ func (v *Verifier) logger() *slog.Logger {
 // reasons. An error means no verdict (the registry failed, the context
 // ended): nothing about the image is known.
 func (v *Verifier) Verify(ctx context.Context, subject name.Digest) (*api.Verdict, error) {
-	verdict := &api.Verdict{
-		Repository: subject.RepositoryStr(), Subject: subject.DigestStr(),
-		Engine: v.Engine, EngineVersion: v.Version,
-	}
 	images, err := v.verifySubject(ctx, subject)
-	now := time.Now
-	if v.Now != nil {
-		now = v.Now
-	}
-	verdict.VerifiedAt = now().UTC().Format(time.RFC3339)
 	if re := reject.As(err); re != nil {
-		verdict.Verdict = api.VerdictRejected
-		verdict.Reasons = []api.Rejection{{Code: string(re.Reason), Message: re.Detail}}
-		return verdict, nil
+		return v.refusal(subject, api.Rejection{Code: string(re.Reason), Message: re.Detail}), nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	verdict := v.verdict(subject)
 	verdict.Verdict, verdict.Images = api.VerdictAccepted, images
 	return verdict, nil
+}
+
+// refusal is the verdict rejecting subject for reason.
+func (v *Verifier) refusal(subject name.Digest, reason api.Rejection) *api.Verdict {
+	verdict := v.verdict(subject)
+	verdict.Verdict, verdict.Reasons = api.VerdictRejected, []api.Rejection{reason}
+	return verdict
+}
+
+// verdict is a verdict on subject given now, without an answer yet.
+func (v *Verifier) verdict(subject name.Digest) *api.Verdict {
+	now := time.Now
+	if v.Now != nil {
+		now = v.Now
+	}
+	return &api.Verdict{
+		Repository: subject.RepositoryStr(), Subject: subject.DigestStr(),
+		Engine: v.Engine, EngineVersion: v.Version,
+		VerifiedAt: now().UTC().Format(api.VerdictTimeFormat),
+	}
 }
 
 // verifySubject verifies the image subject names, or each image of the

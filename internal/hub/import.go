@@ -51,11 +51,34 @@ func (g GateVerdicts) Verdict(ctx context.Context, subject name.Digest) (*api.Ve
 const ReasonNoVerdict = "NoVerdict"
 
 // Bounds of the wait for a verdict: a digest without one is looked at
-// again after a quarter of the time since the syncer learnt of it.
+// again after a quarter of the time since the syncer learnt of it, at
+// least verdictRecheckMin and at most verdictRecheckMax; a digest refused
+// for want of its tenant's signature at most signatureRecheckMax.
 const (
-	verdictRecheckMin = 2 * time.Second
-	verdictRecheckMax = time.Minute
+	verdictRecheckMin   = 2 * time.Second
+	verdictRecheckMax   = time.Minute
+	signatureRecheckMax = 5 * time.Minute
 )
+
+// recheckAfter is when to look for bi's verdict again: a quarter of the
+// time since the syncer learnt of its digest, bounded by
+// verdictRecheckMin and longest.
+func (r *Reconciler) recheckAfter(bi *v1alpha1.BaseImage, longest time.Duration) time.Duration {
+	seen, err := time.Parse(time.RFC3339Nano, bi.Annotations[v1alpha1.AnnotationSeenAt])
+	if err != nil {
+		return verdictRecheckMin
+	}
+	return min(max(r.now().Sub(seen)/4, verdictRecheckMin), longest)
+}
+
+// joinReasons is a verdict's reasons as one sentence.
+func joinReasons(reasons []api.Rejection) string {
+	var parts []string
+	for _, rj := range reasons {
+		parts = append(parts, rj.Code+": "+rj.Message)
+	}
+	return strings.Join(parts, "; ")
+}
 
 // admit reads the gate's verdict on the digest: nothing is imported
 // without an accepted one, signed by a provider key, and what is imported
@@ -76,14 +99,19 @@ func (r *Reconciler) admit(ctx context.Context, bi *v1alpha1.BaseImage, digest s
 		bi.Status.Phase = v1alpha1.PhasePending
 		r.condition(bi, v1alpha1.ConditionRejected, true, reason, msg)
 		r.condition(bi, v1alpha1.ConditionProgressing, true, "AwaitingVerdict", msg)
-		wait := verdictRecheckMin
-		if seen, err := time.Parse(time.RFC3339Nano, bi.Annotations[v1alpha1.AnnotationSeenAt]); err == nil {
-			wait = min(max(r.now().Sub(seen)/4, verdictRecheckMin), verdictRecheckMax)
-		}
-		return wait, nil
+		return r.recheckAfter(bi, verdictRecheckMax), nil
 	case err != nil:
 		r.condition(bi, v1alpha1.ConditionProgressing, true, "RegistryUnavailable", "reading the gate's verdict: "+err.Error())
 		return 0, fmt.Errorf("reading the verdict on %s: %w", ref, err)
+	}
+	if verdict.AwaitsSignature(v) {
+		// The tenant may still sign the digest: the gate then gives a new
+		// verdict, so the digest stays unobserved and is looked at again.
+		msg := "the gate refused the image: " + joinReasons(v.Reasons)
+		bi.Status.Phase = v1alpha1.PhaseRejected
+		r.condition(bi, v1alpha1.ConditionRejected, true, conditionReason([]string{v.Reasons[0].Code}), msg)
+		r.condition(bi, v1alpha1.ConditionProgressing, true, "AwaitingSignature", "nothing is imported until the tenant signs "+digest+" with one of its keys (imagectl sign, cosign sign)")
+		return r.recheckAfter(bi, signatureRecheckMax), nil
 	}
 	st := &bi.Status
 	st.ObservedDigest, st.ShortDigest = digest, strings.TrimPrefix(digest, "sha256:")[:12]
@@ -96,12 +124,11 @@ func (r *Reconciler) admit(ctx context.Context, bi *v1alpha1.BaseImage, digest s
 		}
 	}
 	if img == nil {
-		var codes, messages []string
+		var codes []string
 		for _, rj := range reasons {
 			codes = append(codes, rj.Code)
-			messages = append(messages, rj.Code+": "+rj.Message)
 		}
-		r.condition(bi, v1alpha1.ConditionRejected, true, conditionReason(codes), "the gate refused the image: "+strings.Join(messages, "; "))
+		r.condition(bi, v1alpha1.ConditionRejected, true, conditionReason(codes), "the gate refused the image: "+joinReasons(reasons))
 		r.condition(bi, v1alpha1.ConditionProgressing, false, "Rejected", "nothing is imported from a rejected image")
 		log.FromContext(ctx).Info("image rejected", "image", ref, "reasons", codes)
 		return 0, nil

@@ -7,6 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"slices"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -103,6 +106,18 @@ const MaxReferrers = 64
 // that answers with more than MaxReferrers is an error, not a partial
 // list.
 func (c *Client) Referrers(ctx context.Context, subject name.Digest, artifactType string) ([]v1.Descriptor, error) {
+	refs, err := c.referrers(ctx, subject, artifactType)
+	if err != nil {
+		return nil, err
+	}
+	if len(refs) > MaxReferrers {
+		return nil, fmt.Errorf("%s has %d referrers, over the limit of %d", subject, len(refs), MaxReferrers)
+	}
+	return refs, nil
+}
+
+// referrers is Referrers without the bound.
+func (c *Client) referrers(ctx context.Context, subject name.Digest, artifactType string) ([]v1.Descriptor, error) {
 	ropts, err := c.remoteOptions(ctx, subject.Registry)
 	if err != nil {
 		return nil, err
@@ -117,9 +132,6 @@ func (c *Client) Referrers(ctx context.Context, subject name.Digest, artifactTyp
 	m, err := idx.IndexManifest()
 	if err != nil {
 		return nil, fmt.Errorf("listing the referrers of %s: %w", subject, err)
-	}
-	if len(m.Manifests) > MaxReferrers {
-		return nil, fmt.Errorf("%s has %d referrers, over the limit of %d", subject, len(m.Manifests), MaxReferrers)
 	}
 	return m.Manifests, nil
 }
@@ -165,11 +177,36 @@ func (c *Client) AttachArtifact(ctx context.Context, subject name.Digest, subjec
 		return "", err
 	}
 	d := digest.FromBytes(m).String()
-	if err := c.putManifest(ctx, repo.Digest(d), m, types.OCIManifestSchema1); err != nil {
-		return "", err
+	// A registry without the referrers API lists referrers in one index
+	// under the referrers tag, which each writer reads, extends and writes
+	// back: two writers at once can drop each other's entry. The listing
+	// is read back, and the manifest pushed again (which extends the index
+	// again) until it lists d.
+	for attempt := 1; ; attempt++ {
+		if err := c.putManifest(ctx, repo.Digest(d), m, types.OCIManifestSchema1); err != nil {
+			return "", err
+		}
+		refs, err := c.referrers(ctx, subject, "")
+		if err != nil {
+			return "", err
+		}
+		if slices.ContainsFunc(refs, func(r v1.Descriptor) bool { return r.Digest.String() == d }) {
+			return d, nil
+		}
+		if attempt == attachAttempts {
+			return "", fmt.Errorf("the registry does not list %s among the referrers of %s after %d pushes", d, subject, attempt)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(time.Duration(attempt*(10+rand.IntN(40))) * time.Millisecond):
+		}
 	}
-	return d, nil
 }
+
+// attachAttempts bounds the pushes of one referrer (see AttachArtifact).
+const attachAttempts = 5
+
 
 // FetchArtifact fetches the referrer manifest d of repo and its one layer,
 // which must have mediaType and be at most max bytes.

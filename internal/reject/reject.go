@@ -115,6 +115,20 @@ const (
 	ManifestShape Reason = "manifest-shape"
 )
 
+// Signature codes: the tenant requires its images to be signed (the gate's
+// per-tenant policy) and this one is not. The image itself was not read.
+const (
+	// Unsigned: no signature is attached to the pushed digest.
+	Unsigned Reason = "unsigned"
+	// UntrustedSignature: signatures are attached, but none by one of the
+	// tenant's keys, about this digest.
+	UntrustedSignature Reason = "untrusted-signature"
+)
+
+// IsSignature reports whether r says the image lacks the signature its
+// tenant requires: a rejection that a signature pushed later lifts.
+func (r Reason) IsSignature() bool { return r == Unsigned || r == UntrustedSignature }
+
 // shapeReasons are the codes about the containerDisk around a disk.
 var shapeReasons = map[Reason]bool{
 	LayerCount: true, LayerMediaType: true, InvalidLayer: true, TarEntry: true,

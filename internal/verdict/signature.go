@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -58,13 +60,15 @@ func (e *NotSignedError) Is(target error) bool { return target == ErrNotSigned }
 // FindSignature returns the ID of a trusted key that signed subject (as
 // Sign or `cosign sign --key` sign), or a *NotSignedError. Registry
 // failures are errors. Only sigstore bundles are looked at (cosign 3's
-// format), at most registry.MaxReferrers of them.
-func FindSignature(ctx context.Context, reg Registry, trust Checker, subject name.Digest) (string, error) {
+// format), at most registry.MaxReferrers of them, and the manifest
+// referrer names when it is not "" (one its pusher said it attached, which
+// a referrers tag rewritten by two writers at once may have lost).
+func FindSignature(ctx context.Context, reg Registry, trust Checker, subject name.Digest, referrer string) (string, error) {
 	refs, err := reg.Referrers(ctx, subject, "")
 	if err != nil {
 		return "", err
 	}
-	ns := &NotSignedError{Subject: subject.String()}
+	candidates := []string{}
 	for _, r := range refs {
 		if p, ok := r.Annotations[PredicateTypeAnnotation]; ok && p != attest.CosignSignPredicateType {
 			continue
@@ -72,16 +76,41 @@ func FindSignature(ctx context.Context, reg Registry, trust Checker, subject nam
 		if r.ArtifactType != api.VerdictArtifactType && r.Annotations[PredicateTypeAnnotation] != attest.CosignSignPredicateType {
 			continue
 		}
-		bundle, err := reg.FetchArtifact(ctx, subject.Context(), r.Digest.String(), attest.BundleMediaType, attest.MaxBundleSize)
+		candidates = append(candidates, r.Digest.String())
+	}
+	if referrer != "" && !slices.Contains(candidates, referrer) {
+		candidates = append(candidates, referrer)
+	}
+	ns := &NotSignedError{Subject: subject.String()}
+	for _, d := range candidates {
+		bundle, err := reg.FetchArtifact(ctx, subject.Context(), d, attest.BundleMediaType, attest.MaxBundleSize)
+		if d == referrer && err != nil {
+			continue // not a bundle: whatever it is, it is no signature
+		}
 		if err != nil {
 			return "", err
 		}
 		v, err := trust.Verify(bundle, subject.DigestStr(), attest.CosignSignPredicateType)
 		if err != nil {
-			ns.Refused = append(ns.Refused, fmt.Sprintf("%s: %v", r.Digest, err))
+			ns.Refused = append(ns.Refused, fmt.Sprintf("%s: %v", d, err))
 			continue
 		}
 		return v.KeyID, nil
 	}
 	return "", ns
+}
+
+// AwaitsSignature reports whether v refused its subject only for want of
+// the tenant's signature (reject.Unsigned, reject.UntrustedSignature): a
+// signature pushed since may lift it, so the gate and the hubs look again.
+func AwaitsSignature(v *api.Verdict) bool {
+	if v.Verdict != api.VerdictRejected || len(v.Reasons) == 0 {
+		return false
+	}
+	for _, r := range v.Reasons {
+		if !reject.Reason(r.Code).IsSignature() {
+			return false
+		}
+	}
+	return true
 }

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -129,7 +130,7 @@ func Find(ctx context.Context, reg Registry, trust Checker, subject name.Digest)
 			nv.Refused = append(nv.Refused, fmt.Sprintf("%s: %v", r.Digest, err))
 			continue
 		}
-		if best == nil || v.VerifiedAt > best.VerifiedAt {
+		if best == nil || newer(v, best) {
 			best = v
 		}
 	}
@@ -137,6 +138,20 @@ func Find(ctx context.Context, reg Registry, trust Checker, subject name.Digest)
 		return nil, nv
 	}
 	return best, nil
+}
+
+// newer reports whether a was given after b. A time that does not parse
+// is older than any that does.
+func newer(a, b *api.Verdict) bool {
+	ta, errA := time.Parse(time.RFC3339Nano, a.VerifiedAt)
+	tb, errB := time.Parse(time.RFC3339Nano, b.VerifiedAt)
+	switch {
+	case errA != nil:
+		return false
+	case errB != nil:
+		return true
+	}
+	return ta.After(tb)
 }
 
 // check verifies one bundle as a verdict on subject.

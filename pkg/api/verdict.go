@@ -32,9 +32,20 @@ type Verdict struct {
 	Engine string `json:"engine"`
 	// EngineVersion is its version.
 	EngineVersion string `json:"engineVersion"`
-	// VerifiedAt is when the verdict was given (RFC 3339, UTC).
+	// VerifiedAt is when the verdict was given, in VerdictTimeFormat
+	// (RFC 3339, UTC, nanoseconds). Of several verdicts on one subject the
+	// newest counts.
 	VerifiedAt string `json:"verifiedAt"`
+	// SignedBy is the ID of the tenant's key (as KeyID in SignResult)
+	// whose signature on Subject the gate found, when the tenant's policy
+	// requires one.
+	SignedBy string `json:"signedBy,omitempty"`
 }
+
+// VerdictTimeFormat is the layout of Verdict.VerifiedAt: RFC 3339 with
+// all nine fractional digits, so that verdicts given within one second
+// still order, as times and as strings.
+const VerdictTimeFormat = "2006-01-02T15:04:05.000000000Z07:00"
 
 // VerifiedImage is one image the gate read in full and the canonical
 // containerDisk it published for it: the image hubs import.

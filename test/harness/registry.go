@@ -35,6 +35,8 @@ type RegistryOptions struct {
 	// the registry's credential and CA and the process's provider key.
 	// Syncers import nothing without it.
 	Gate string
+	// GateArgs add to or override the gate's flags (Gate.Start).
+	GateArgs []string
 }
 
 // Registry is a running CNCF distribution registry (cmd/registry, v3) with filesystem storage
@@ -106,7 +108,7 @@ func StartRegistry(t testing.TB, opts RegistryOptions) *Registry {
 		t.Fatalf("starting registry: %v", err)
 	}
 	if r.Gate != nil {
-		r.Gate.Start(t, opts.Gate, r.Host, r.CAFile, opts.Username, opts.Password)
+		r.Gate.Start(t, opts.Gate, r.Host, r.CAFile, opts.Username, opts.Password, opts.GateArgs...)
 	}
 	return r
 }

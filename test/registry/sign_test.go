@@ -5,17 +5,24 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/trust"
 	"github.com/imagepipe/imagepipe/internal/verdict"
+	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
 )
@@ -85,16 +92,16 @@ func TestSignaturesReadBothWays(t *testing.T) {
 	}
 	for _, ref := range []string{cosignSigned, reg.Host + "/acme/signed:1", reg.Host + "/acme/later:1"} {
 		d := digestOf(t, rc, ref)
-		if _, err := verdict.FindSignature(t.Context(), rc, tenant, d); err != nil {
+		if _, err := verdict.FindSignature(t.Context(), rc, tenant, d, ""); err != nil {
 			t.Errorf("%s: %v; want the tenant's signature found", ref, err)
 		}
-		if _, err := verdict.FindSignature(t.Context(), rc, stranger, d); !errors.Is(err, verdict.ErrNotSigned) {
+		if _, err := verdict.FindSignature(t.Context(), rc, stranger, d, ""); !errors.Is(err, verdict.ErrNotSigned) {
 			t.Errorf("%s with another key ring: %v; want not signed", ref, err)
 		}
 	}
 	unsigned := reg.Host + "/acme/unsigned:1"
 	importOK(t, t.TempDir(), makeDisk(t, t.TempDir(), 16, 5, "raw"), unsigned)
-	if _, err := verdict.FindSignature(t.Context(), rc, tenant, digestOf(t, rc, unsigned)); !errors.Is(err, verdict.ErrNotSigned) {
+	if _, err := verdict.FindSignature(t.Context(), rc, tenant, digestOf(t, rc, unsigned), ""); !errors.Is(err, verdict.ErrNotSigned) {
 		t.Errorf("an unsigned image: %v; want not signed", err)
 	}
 }
@@ -111,4 +118,48 @@ func digestOf(t *testing.T, rc *registry.Client, ref string) name.Digest {
 		t.Fatal(err)
 	}
 	return tag.Context().Digest(raw.Digest)
+}
+
+// TestSignatureLostFromTheReferrersTag: on a registry without the
+// referrers API, a writer extending the referrers tag at the same time as
+// another can drop the other's entry. A signature whose push was announced
+// still counts when the gate is told its digest, and only then.
+func TestSignatureLostFromTheReferrersTag(t *testing.T) {
+	testenv.RequireQEMU(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{})
+	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(t.TempDir(), "tenant.key")
+	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ref := reg.Host + "/acme/lost:1"
+	importOK(t, t.TempDir(), makeDisk(t, t.TempDir(), 16, 6, "raw"), ref)
+	r := testenv.RunCommand(t, testenv.Command{Name: testenv.Imagectl, Args: []string{"sign", "--key", key, "-o", "json", ref}})
+	var signed api.SignResult
+	if r.Code != 0 || json.Unmarshal([]byte(r.Stdout), &signed) != nil {
+		t.Fatalf("imagectl sign: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	rc, err := registry.New(registry.WithCacheDir(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := digestOf(t, rc, ref)
+
+	// The other writer's index, read before the signature was added.
+	tag := subject.Context().Tag(strings.Replace(subject.DigestStr(), ":", "-", 1))
+	empty := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}`)
+	if err := rc.PutManifest(t.Context(), tag, empty, types.MediaType(ocispec.MediaTypeImageIndex)); err != nil {
+		t.Fatal(err)
+	}
+	tenant, _ := trust.NewVerifier([]crypto.PublicKey{k.Public()})
+	if _, err := verdict.FindSignature(t.Context(), rc, tenant, subject, ""); !errors.Is(err, verdict.ErrNotSigned) {
+		t.Fatalf("the listing without the signature: %v; want not signed", err)
+	}
+	if id, err := verdict.FindSignature(t.Context(), rc, tenant, subject, signed.Signature); err != nil || id != signed.KeyID {
+		t.Errorf("told the signature's digest: key %q, %v; want %s", id, err, signed.KeyID)
+	}
 }
