@@ -207,7 +207,6 @@ func (c *Client) AttachArtifact(ctx context.Context, subject name.Digest, subjec
 // attachAttempts bounds the pushes of one referrer (see AttachArtifact).
 const attachAttempts = 5
 
-
 // FetchArtifact fetches the referrer manifest d of repo and its one layer,
 // which must have mediaType and be at most max bytes.
 func (c *Client) FetchArtifact(ctx context.Context, repo name.Repository, d string, mediaType string, max int64) ([]byte, error) {
