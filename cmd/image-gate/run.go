@@ -36,18 +36,16 @@ import (
 // keyPasswordEnv holds the password of a cosign-encrypted signing key.
 const keyPasswordEnv = "IMAGEPIPE_GATE_KEY_PASSWORD"
 
+// engine names the gate in its verdicts.
+const engine = "imagepipe-gate"
+
 // loggedError is an error run has already logged.
 type loggedError struct{ error }
 
 func run(ctx context.Context, o *options, stderr io.Writer) error {
 	level, _ := o.level()
-	hopts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler = slog.NewJSONHandler(stderr, hopts)
-	if o.logFormat == "text" {
-		h = slog.NewTextHandler(stderr, hopts)
-	}
-	log := slog.New(h)
-	if err := serve(ctx, o, log); err != nil {
+	log := newLogger(stderr, o.logFormat, level)
+	if err := serve(ctx, o, log, stderr); err != nil {
 		log.Error("image-gate stopped on an error", "error", err, "version", version.Get().Version)
 		return loggedError{err}
 	}
@@ -57,7 +55,7 @@ func run(ctx context.Context, o *options, stderr io.Writer) error {
 
 // serve wires the gate: registry client, signer, the service with its
 // workers, the poller, and the webhook, metrics and health endpoints.
-func serve(ctx context.Context, o *options, log *slog.Logger) error {
+func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) error {
 	reg, err := name.NewRegistry(o.registry)
 	if err != nil {
 		return fmt.Errorf("--registry %q: %w", o.registry, err)
@@ -77,8 +75,13 @@ func serve(ctx context.Context, o *options, log *slog.Logger) error {
 		return err
 	}
 	build := version.Get()
+	exe, err := childPath()
+	if err != nil {
+		return err
+	}
 	svc := &gate.Service{
-		Verifier:     &gate.Verifier{Registry: rc, TempDir: o.tempDir, MaxVirtualSize: o.maxVirtualSize, Engine: "imagepipe-gate", Version: build.Version, Logger: log},
+		Verifier:     &gate.Verifier{Registry: rc, TempDir: o.tempDir, MaxVirtualSize: o.maxVirtualSize, Engine: engine, Version: build.Version, Logger: log},
+		Isolated:     &gate.Child{Path: exe, Args: o.childArgs(), TempDir: o.tempDir, MemoryLimit: o.verifyMemoryLimit, Stderr: stderr},
 		Registry:     rc,
 		RegistryName: reg,
 		Signer:       signer,

@@ -56,7 +56,12 @@ type Leases interface {
 // and a digest that already has a verdict signed by a trusted key is not
 // verified again, so a restart redoes nothing that finished.
 type Service struct {
+	// Verifier verifies in this process, and names the engine in verdicts.
 	Verifier *Verifier
+	// Isolated, when set, runs each verification in a child process
+	// instead, so that one that crashes or runs out of memory stops no
+	// other.
+	Isolated *Child
 	Registry ServiceRegistry
 	// RegistryName is the central registry events are about.
 	RegistryName name.Registry
@@ -290,7 +295,7 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 	case refusal != nil:
 		v = s.Verifier.refusal(subject, *refusal)
 	default:
-		if v, err = s.Verifier.Verify(ctx, subject); err != nil {
+		if v, err = s.verify(ctx, subject); err != nil {
 			s.Metrics.failed()
 			return nil, err
 		}
@@ -313,6 +318,14 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 	s.Metrics.verdict(v, time.Since(start))
 	s.Logger.Info("verdict given", "subject", subject.String(), "verdict", v.Verdict, "reasons", v.Reasons, "signedBy", v.SignedBy, "referrer", ref, "seconds", time.Since(start).Seconds())
 	return v, nil
+}
+
+// verify reads subject in full, in a child process when Isolated is set.
+func (s *Service) verify(ctx context.Context, subject name.Digest) (*api.Verdict, error) {
+	if s.Isolated != nil {
+		return s.Isolated.Verify(ctx, subject)
+	}
+	return s.Verifier.Verify(ctx, subject)
 }
 
 // given finds the verdict subject already has. done is true when it

@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"os"
 	"slices"
 	"testing"
@@ -38,19 +39,7 @@ import (
 func TestCorpusPushedAsContainerDisksIsRefusedByTheGate(t *testing.T) {
 	testenv.RequireQEMU(t)
 	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate})
-	_, pubFile := harness.ProviderKeyFiles(t)
-	pem, err := os.ReadFile(pubFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := attest.ParsePublicKeys(pem)
-	if err != nil {
-		t.Fatal(err)
-	}
-	trust, err := trust.NewVerifier(keys)
-	if err != nil {
-		t.Fatal(err)
-	}
+	trust := providerTrust(t)
 	rc, err := registry.New(registry.WithCacheDir(""))
 	if err != nil {
 		t.Fatal(err)
@@ -144,3 +133,75 @@ type rawManifest []byte
 
 func (m rawManifest) RawManifest() ([]byte, error)        { return m, nil }
 func (m rawManifest) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
+
+// TestVerificationOutOfMemoryStopsNoOther: each verification runs in a
+// process of its own, stopped past --verify-memory-limit (48 MiB here). A
+// disk whose tables need more (a 120 GiB qcow2 of 512-byte clusters: a
+// 30 MiB L1 table) ends its own verification, which is reported and tried
+// again later, while the gate goes on and gives another tenant's image,
+// pushed at the same time, its verdict.
+func TestVerificationOutOfMemoryStopsNoOther(t *testing.T) {
+	testenv.RequireQEMU(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, GateArgs: []string{"--verify-memory-limit", "50331648"}})
+	trust := providerTrust(t)
+	rc, err := registry.New(registry.WithCacheDir(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := t.TempDir() + "/big.qcow2"
+	testenv.Run(t, "qemu-img", "create", "-q", "-f", "qcow2", "-o", "cluster_size=512", big, "120G")
+	bigDisk, err := os.ReadFile(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bigRef, _ := name.NewTag(reg.Host+"/acme/big:1", name.Insecure)
+	smallRef, _ := name.NewTag(reg.Host+"/globex/small:1", name.Insecure)
+	bigSubject := bigRef.Context().Digest(pushContainerDisk(t, bigRef, bigDisk))
+	smallSubject := smallRef.Context().Digest(pushContainerDisk(t, smallRef, bytes.Repeat([]byte("small"), 1<<18)[:1<<20]))
+
+	var v *api.Verdict
+	harness.WaitUntil(t, "the gate's verdict on the small image", time.Minute, 100*time.Millisecond, func() (bool, error) {
+		v, err = verdict.Find(t.Context(), rc, trust, smallSubject)
+		if errors.Is(err, verdict.ErrNoVerdict) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	if v.Verdict != api.VerdictAccepted {
+		t.Errorf("the small image: %+v", v)
+	}
+	harness.WaitUntil(t, "the gate to report the big image's verification over its memory limit", time.Minute, 100*time.Millisecond, func() (bool, error) {
+		log, err := os.ReadFile(reg.Gate.LogPath)
+		return bytes.Contains(log, []byte("acme/big@"+bigSubject.DigestStr()+" used ")) && bytes.Contains(log, []byte("over its limit of 48 MiB")), err
+	})
+	if _, err := verdict.Find(t.Context(), rc, trust, bigSubject); !errors.Is(err, verdict.ErrNoVerdict) {
+		t.Errorf("the image whose verification ran out of memory has a verdict: %v", err)
+	}
+	harness.WaitUntil(t, "the gate to answer its health check", 10*time.Second, 100*time.Millisecond, func() (bool, error) {
+		resp, err := http.Get(reg.Gate.HealthURL + "/healthz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	})
+}
+
+// providerTrust trusts the process's provider key, as a hub does.
+func providerTrust(t *testing.T) *trust.Verifier {
+	t.Helper()
+	_, pubFile := harness.ProviderKeyFiles(t)
+	pem, err := os.ReadFile(pubFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := attest.ParsePublicKeys(pem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := trust.NewVerifier(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}

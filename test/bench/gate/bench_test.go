@@ -31,7 +31,9 @@ const reps = 3
 //   - reads: the registry's GETs of the tenant's layer by imagepipe per
 //     digest (target 1; syncers read none, test/syncer checks that);
 //   - memory: a gate started with four images of four tenants waiting,
-//     verifying them at once; its peak RSS (VmHWM, target ≤ 256 MiB).
+//     verifying them at once, each in a child process; the peak of the
+//     resident memory of the gate and its children together, sampled
+//     every 50 ms (target ≤ 256 MiB).
 //
 // It is a Go benchmark, so that `go test ./...` never runs it; gate.sh runs
 // it once (-bench Gate -benchtime 1x). The section goes to
@@ -69,11 +71,15 @@ func benchGate(t testing.TB) {
 	}
 	g := harness.ReserveGate(t)
 	g.Start(t, testenv.ImageGate, reg.Host, "", "", "", "--workers", "4", "--webhook-listen", "")
+	stop := make(chan struct{})
+	peakCh := make(chan float64, 1)
+	go func() { peakCh <- peakTreeRSS(g.Pid(), stop) }()
 	var parallel []float64
 	for i, d := range digests {
 		parallel = append(parallel, waitVerdict(t, g.LogPath, d, fmt.Sprintf("tenant%d/img", i)))
 	}
-	peak := vmHWM(t, g.Pid())
+	close(stop)
+	peak := max(<-peakCh, vmHWM(t, g.Pid()))
 
 	section := render(disk, imports, gates, reads, parallel, peak)
 	fmt.Print(section)
@@ -163,6 +169,50 @@ func layerReads(t testing.TB, logPath, repo, agent string) int {
 	return reads[largest]
 }
 
+// peakTreeRSS samples, every 50 ms until stop is closed, the resident
+// memory of process pid and its children together, and returns the
+// largest sum seen, in MiB.
+func peakTreeRSS(pid int, stop <-chan struct{}) float64 {
+	var peak int64
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		sum := statusKB(pid, "VmRSS:")
+		// Each thread lists the children it started.
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+		for _, task := range tasks {
+			kids, _ := os.ReadFile(task)
+			for _, f := range strings.Fields(string(kids)) {
+				if child, err := strconv.Atoi(f); err == nil {
+					sum += statusKB(child, "VmRSS:")
+				}
+			}
+		}
+		peak = max(peak, sum)
+		select {
+		case <-stop:
+			return float64(peak) / 1024
+		case <-t.C:
+		}
+	}
+}
+
+// statusKB is a kB field of /proc/PID/status; 0 when it cannot be read
+// (the process ended).
+func statusKB(pid int, field string) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, field); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb
+		}
+	}
+	return 0
+}
+
 // vmHWM is a process's peak resident set, in MiB.
 func vmHWM(t testing.TB, pid int) float64 {
 	t.Helper()
@@ -200,7 +250,7 @@ func render(disk string, imports, gates []float64, reads int, parallel []float64
 	fmt.Fprintf(&b, "| gate / import | %.2f | ≤ 0.25 | %s |\n", ratio, verdict(ratio <= 0.25))
 	fmt.Fprintf(&b, "| full reads of the tenant's layer by imagepipe, per digest | %d | 1 | %s |\n", reads, verdict(reads == 1))
 	fmt.Fprintf(&b, "| 4 verifications at once (4 tenants): slowest | %.2f s | | |\n", slowest(parallel))
-	fmt.Fprintf(&b, "| gate peak RSS with 4 at once | %.0f MiB | ≤ 256 MiB | %s |\n", peak, verdict(peak <= 256))
+	fmt.Fprintf(&b, "| gate peak RSS with 4 at once (gate and children) | %.0f MiB | ≤ 256 MiB | %s |\n", peak, verdict(peak <= 256))
 	return b.String()
 }
 

@@ -1,0 +1,99 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/spf13/cobra"
+
+	"github.com/imagepipe/imagepipe/internal/gate"
+	"github.com/imagepipe/imagepipe/internal/version"
+)
+
+// verifyOneCmd is the command the gate runs as a child process for each
+// verification (gate.Child): it verifies one subject, publishes its
+// canonical image and prints the verdict as JSON. It signs nothing and
+// reads no signing key; the parent signs.
+func verifyOneCmd(o *options) *cobra.Command {
+	var tempDir string
+	cmd := &cobra.Command{
+		Use:    "verify-one SUBJECT",
+		Short:  "Verify one pushed digest and print the verdict (run by image-gate for each verification)",
+		Args:   cobra.ExactArgs(1),
+		Hidden: true,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			subject, err := name.NewDigest(args[0])
+			if err != nil {
+				return err
+			}
+			gate.LimitSelf(o.verifyMemoryLimit)
+			level, err := o.level()
+			if err != nil {
+				return err
+			}
+			log := newLogger(cmd.ErrOrStderr(), o.logFormat, level).With("subject", subject.String())
+			reg, err := name.NewRegistry(o.registry)
+			if err != nil {
+				return fmt.Errorf("--registry %q: %w", o.registry, err)
+			}
+			rc, err := newRegistryClient(o, reg, log)
+			if err != nil {
+				return err
+			}
+			v := &gate.Verifier{Registry: rc, TempDir: tempDir, MaxVirtualSize: o.maxVirtualSize, Engine: engine, Version: version.Get().Version, Logger: log}
+			verdict, err := v.Verify(cmd.Context(), subject)
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(verdict)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&tempDir, "verify-temp-dir", "", "folder for the disk being verified")
+	return cmd
+}
+
+// childArgs are the arguments of verify-one that carry the parent's
+// settings (gate.Child adds the folder and the subject).
+func (o *options) childArgs() []string {
+	args := []string{"verify-one",
+		"--registry", o.registry,
+		"--max-virtual-size", strconv.FormatInt(o.maxVirtualSize, 10),
+		"--verify-memory-limit", strconv.FormatInt(o.verifyMemoryLimit, 10),
+		"--log-format", o.logFormat, "--log-level", o.logLevel,
+	}
+	if o.registryCAFile != "" {
+		args = append(args, "--registry-ca-file", o.registryCAFile)
+	}
+	if o.registryInsecure {
+		args = append(args, "--registry-insecure")
+	}
+	if o.dockerConfig != "" {
+		args = append(args, "--docker-config", o.dockerConfig)
+	}
+	return args
+}
+
+// newLogger is the gate's logger in format json or text.
+func newLogger(w io.Writer, format string, level slog.Level) *slog.Logger {
+	hopts := &slog.HandlerOptions{Level: level}
+	if format == "text" {
+		return slog.New(slog.NewTextHandler(w, hopts))
+	}
+	return slog.New(slog.NewJSONHandler(w, hopts))
+}
+
+// childPath is the gate's own executable, run for each verification.
+func childPath() (string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return "", errors.New("finding the gate's own executable for its verifications: " + err.Error())
+	}
+	return exe, nil
+}
