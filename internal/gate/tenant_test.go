@@ -173,3 +173,29 @@ func TestRecheckFindsSignaturesNobodyAnnounced(t *testing.T) {
 		t.Errorf("still awaiting a signature: %v", got)
 	}
 }
+
+// TestBrokenPolicyHoldsImagesBack: a tenant's key file that cannot be
+// read is an error, never "no policy": the image gets no verdict, and is
+// tried again, rather than passing unsigned. Names that could leave the
+// folder name no file.
+func TestBrokenPolicyHoldsImagesBack(t *testing.T) {
+	e := newEnv(t)
+	s, _ := e.service(t, newSigner(t))
+	s.TenantKeys = &TenantKeys{Dir: t.TempDir()}
+	if err := os.WriteFile(filepath.Join(s.TenantKeys.Dir, "acme.pub"), []byte("not a key"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := e.importDisk(t, "acme/rhel", rawDisk(t, 1<<20, 14), containerdisk.Options{}, registry.ImportOptions{})
+	subject := mustDigest(t, e.host+"/acme/rhel@"+d)
+	if v, err := s.Handle(t.Context(), subject); err == nil {
+		t.Errorf("a broken key file gave the verdict %+v; want an error", v)
+	}
+	if n := e.verdictCount(t, subject); n != 0 {
+		t.Errorf("%d verdicts published under a broken policy", n)
+	}
+	for _, tenant := range []string{"..", ".", "a/b", "", "acme/../x"} {
+		if _, err := s.TenantKeys.checker(tenant); err == nil {
+			t.Errorf("tenant %q named a key file", tenant)
+		}
+	}
+}
