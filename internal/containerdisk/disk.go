@@ -1,6 +1,7 @@
 package containerdisk
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -126,6 +127,55 @@ func (d *Disk) TarDigest(ctx context.Context) (diffID string, diskSize int64, er
 	}
 	info, err := WriteLayer(ctx, io.Discard, d.plan, CompressionNone, nil)
 	return info.DiffID, d.plan.Size(), err
+}
+
+// SameAs reports whether the disk imagepipe writes (its planned
+// disk/disk.img, not the tar) is byte for byte the size bytes of r: one
+// pass that compares instead of hashing, and stops at the first byte that
+// differs. It prepares the disk first if Prepare was not called.
+func (d *Disk) SameAs(ctx context.Context, r io.ReaderAt, size int64) (bool, error) {
+	if d.plan == nil {
+		if _, err := d.Prepare(ctx); err != nil {
+			return false, err
+		}
+	}
+	if d.plan.Size() != size {
+		return false, nil
+	}
+	err := d.plan.Write(ctx, &compareWriter{r: r, buf: make([]byte, 1<<20)})
+	if errors.Is(err, errDiffers) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// errDiffers stops a compareWriter's writer at the first difference.
+var errDiffers = errors.New("the bytes differ")
+
+// compareWriter compares what is written to it with r from offset 0.
+type compareWriter struct {
+	r   io.ReaderAt
+	off int64
+	buf []byte
+}
+
+func (c *compareWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		k := min(len(p), len(c.buf))
+		if _, err := c.r.ReadAt(c.buf[:k], c.off); err != nil {
+			if errors.Is(err, io.EOF) {
+				return 0, errDiffers
+			}
+			return 0, err
+		}
+		if !bytes.Equal(c.buf[:k], p[:k]) {
+			return 0, errDiffers
+		}
+		c.off += int64(k)
+		p = p[k:]
+	}
+	return n, nil
 }
 
 // CompressionOf is the compression a layer media type names: gzip, zstd

@@ -1,6 +1,7 @@
 package containerdisk
 
 import (
+	"bytes"
 	"archive/tar"
 	"context"
 	"crypto/sha256"
@@ -96,6 +97,18 @@ var tarEpoch = time.Unix(0, 0).UTC()
 // byte, which is why the disk engine fixes sizes before writing.
 func writeDiskTar(ctx context.Context, w io.Writer, disk Payload) error {
 	tw := tar.NewWriter(w)
+	if err := writeDiskHeaders(tw, disk.Size()); err != nil {
+		return err
+	}
+	if err := disk.Write(ctx, tw); err != nil {
+		return err
+	}
+	return tw.Close()
+}
+
+// writeDiskHeaders writes the headers of disk/ and of disk/disk.img of
+// size n.
+func writeDiskHeaders(tw *tar.Writer, n int64) error {
 	dir := &tar.Header{
 		Typeflag: tar.TypeDir,
 		Name:     api.DiskDir,
@@ -107,22 +120,27 @@ func writeDiskTar(ctx context.Context, w io.Writer, disk Payload) error {
 	if err := tw.WriteHeader(dir); err != nil {
 		return err
 	}
-	file := &tar.Header{
+	return tw.WriteHeader(&tar.Header{
 		Typeflag: tar.TypeReg,
 		Name:     api.DiskPath,
 		Mode:     0o444,
 		Uid:      api.DiskUID,
 		Gid:      api.DiskGID,
-		Size:     disk.Size(),
+		Size:     n,
 		ModTime:  tarEpoch,
+	})
+}
+
+// TarFraming is what imagepipe's tar holds around a disk of n bytes: the
+// bytes before the disk's first byte, and after its last (padding to a
+// whole block, then the two zero blocks that end an archive). The tar is
+// head, the disk, tail.
+func TarFraming(n int64) (head, tail []byte) {
+	var b bytes.Buffer
+	if err := writeDiskHeaders(tar.NewWriter(&b), n); err != nil {
+		panic(err) // fixed headers: only a negative size fails
 	}
-	if err := tw.WriteHeader(file); err != nil {
-		return err
-	}
-	if err := disk.Write(ctx, tw); err != nil {
-		return err
-	}
-	return tw.Close()
+	return b.Bytes(), make([]byte, (512-n%512)%512+1024)
 }
 
 // countingHash hashes and counts what passes through it.

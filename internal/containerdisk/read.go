@@ -8,7 +8,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash"
 	"io"
 	"strconv"
 
@@ -34,7 +33,7 @@ type LayerReader struct {
 	src   *trackedReader
 	buf   *bufio.Reader // src, read ahead; what the decompressor reads
 	zr    io.ReadCloser
-	diff  hash.Hash
+	diff  *asyncHash
 	tarIn io.Reader
 	tr    *tar.Reader
 	file  *tar.Header
@@ -50,18 +49,21 @@ func OpenLayer(mediaType string, blob io.Reader) (*LayerReader, error) {
 	if err != nil {
 		return nil, layerError(err, src)
 	}
-	l := &LayerReader{src: src, buf: buf, zr: zr, diff: sha256.New()}
+	l := &LayerReader{src: src, buf: buf, zr: zr, diff: newAsyncHash(sha256.New())}
 	l.tarIn = io.TeeReader(zr, l.diff)
 	l.tr = tar.NewReader(l.tarIn)
 	if l.file, err = diskEntry(l.tr); err != nil {
-		zr.Close()
+		l.Close()
 		return nil, layerError(err, src)
 	}
 	return l, nil
 }
 
-// Close releases the decompressor.
-func (l *LayerReader) Close() error { return l.zr.Close() }
+// Close releases the decompressor and the tar's hash.
+func (l *LayerReader) Close() error {
+	l.diff.close()
+	return l.zr.Close()
+}
 
 // DiskSize is the size of disk/disk.img its tar header declares.
 func (l *LayerReader) DiskSize() int64 { return l.file.Size }
@@ -117,7 +119,7 @@ func (l *LayerReader) CopyDisk(ctx context.Context, w io.Writer) (diffID string,
 	if err := l.finish(); err != nil {
 		return "", err
 	}
-	return fmt.Sprintf("sha256:%x", l.diff.Sum(nil)), nil
+	return fmt.Sprintf("sha256:%x", l.diff.Sum()), nil
 }
 
 // MaxTarTrailer bounds the bytes a layer's tar may hold after its end

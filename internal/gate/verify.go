@@ -239,12 +239,12 @@ func (v *Verifier) verifyImage(ctx context.Context, repo name.Repository, raw *r
 	if err != nil {
 		return nil, err
 	}
-	canonical, diskSize, err := v.publish(ctx, repo, disk, cfg, doc, layerDesc, pushed.diffID)
+	canonical, diskSize, err := v.publish(ctx, repo, disk, spool.File, cfg, doc, layerDesc, pushed)
 	if err != nil {
 		return nil, err
 	}
 	out := &api.VerifiedImage{
-		Platform: platformOf(cfg), Source: raw.Digest, DiskDigest: pushed.diskDigest, Canonical: canonical,
+		Platform: platformOf(cfg), Source: raw.Digest, Canonical: canonical,
 		Format: string(info.Format), VirtualSize: info.VirtualSize, DiskSize: diskSize,
 		Checks: api.ChecksPassed,
 	}
@@ -307,9 +307,12 @@ func (v *Verifier) readBlob(ctx context.Context, repo name.Repository, desc ocis
 
 // extracted is what reading a pushed layer found.
 type extracted struct {
-	diffID     string // sha256 of the layer's tar
-	diskDigest string // sha256 of disk/disk.img
-	size       int64  // size of disk/disk.img
+	diffID string // sha256 of the layer's tar
+	size   int64  // size of disk/disk.img
+	// framedDiffID is the sha256 of the tar imagepipe's writer would
+	// make around the pushed disk: the canonical layer's diff ID when the
+	// canonical disk is the pushed one.
+	framedDiffID string
 }
 
 // extract streams the layer from the registry, checks its shape and
@@ -330,9 +333,11 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 	if lr.DiskSize() > v.maxDiskSize() {
 		return nil, reject.New(reject.VirtualSize, "disk/disk.img is %d bytes, over the limit of %d for a disk of at most %d bytes", lr.DiskSize(), v.maxDiskSize(), v.maxVirtualSize())
 	}
-	// The disk's hash and the spool's writes run beside the decompression,
-	// on a core of their own.
+	// The spool's writes, and the hash of the pushed disk in imagepipe's
+	// framing, run beside the decompression, on a core of their own.
+	head, tail := containerdisk.TarFraming(lr.DiskSize())
 	sum := sha256.New()
+	sum.Write(head)
 	pr, pw := io.Pipe()
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -354,7 +359,8 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 	if err := spool.Finish(); err != nil {
 		return nil, fmt.Errorf("writing the disk spool: %w", err)
 	}
-	return &extracted{diffID: diffID, diskDigest: fmt.Sprintf("sha256:%x", sum.Sum(nil)), size: lr.DiskSize()}, nil
+	sum.Write(tail)
+	return &extracted{diffID: diffID, size: lr.DiskSize(), framedDiffID: fmt.Sprintf("sha256:%x", sum.Sum(nil))}, nil
 }
 
 // publish makes sure the canonical image of disk is in repo and returns
@@ -364,17 +370,20 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 // manifest and config are always written here, from the verified values
 // and the pushed ones that passed their checks, so that an image built by
 // imagectl publishes to its own digest and costs nothing.
-func (v *Verifier) publish(ctx context.Context, repo name.Repository, disk *containerdisk.Disk, cfg *ocispec.Image, doc *document, pushed ocispec.Descriptor, pushedDiffID string) (string, int64, error) {
-	diffID, size, err := disk.TarDigest(ctx)
+func (v *Verifier) publish(ctx context.Context, repo name.Repository, disk *containerdisk.Disk, spool io.ReaderAt, cfg *ocispec.Image, doc *document, pushedLayer ocispec.Descriptor, pushed *extracted) (string, int64, error) {
+	diffID, size, err := canonicalDiffID(ctx, disk, spool, pushed)
 	if err != nil {
 		return "", 0, err
 	}
-	comp, _ := containerdisk.CompressionOf(pushed.MediaType)
-	layer := ocispec.Descriptor{MediaType: comp.MediaType(), Digest: pushed.Digest, Size: pushed.Size}
-	if diffID != pushedDiffID {
+	comp, _ := containerdisk.CompressionOf(pushedLayer.MediaType)
+	layer := ocispec.Descriptor{MediaType: comp.MediaType(), Digest: pushedLayer.Digest, Size: pushedLayer.Size}
+	if diffID != pushed.diffID {
 		info, err := v.Registry.PushLayer(ctx, repo, disk)
 		if err != nil {
 			return "", 0, fmt.Errorf("pushing the canonical layer: %w", err)
+		}
+		if info.DiffID != diffID {
+			return "", 0, fmt.Errorf("the canonical layer written has diff ID %s, not %s", info.DiffID, diffID)
 		}
 		layer.Digest, layer.Size = digest.Digest(info.Digest), info.Size
 		v.logger().Info("canonical layer written", "repository", repo.RepositoryStr(), "digest", info.Digest, "bytes", info.Size)
@@ -408,6 +417,22 @@ func (v *Verifier) publish(ctx context.Context, repo name.Repository, disk *cont
 		return "", 0, fmt.Errorf("pushing the canonical manifest: %w", err)
 	}
 	return d, size, nil
+}
+
+// canonicalDiffID is the diff ID and disk size of the canonical layer of
+// disk. When the canonical disk is the pushed one (an imagectl build),
+// comparing it with the spool, which costs no hash, proves the diff ID is
+// the one computed while the layer was read; otherwise the canonical tar
+// is hashed.
+func canonicalDiffID(ctx context.Context, disk *containerdisk.Disk, spool io.ReaderAt, pushed *extracted) (string, int64, error) {
+	same, err := disk.SameAs(ctx, spool, pushed.size)
+	if err != nil {
+		return "", 0, err
+	}
+	if same {
+		return pushed.framedDiffID, pushed.size, nil
+	}
+	return disk.TarDigest(ctx)
 }
 
 // countingReader counts the bytes read through it.

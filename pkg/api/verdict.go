@@ -54,8 +54,6 @@ type VerifiedImage struct {
 	Platform string `json:"platform"`
 	// Source is the manifest digest of the image as pushed.
 	Source string `json:"source"`
-	// DiskDigest is the sha256 of disk/disk.img as pushed.
-	DiskDigest string `json:"diskDigest"`
 	// Canonical is the manifest digest of the canonical containerDisk, in
 	// the same repository, written by imagepipe. It equals Source when the
 	// pushed image already was canonical (an `imagectl import`).
