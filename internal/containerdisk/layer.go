@@ -1,8 +1,8 @@
 package containerdisk
 
 import (
-	"bytes"
 	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"fmt"
