@@ -46,6 +46,10 @@ type Child struct {
 	StopGrace time.Duration
 }
 
+// ErrOverLimit is matched by Verify's error when the child was stopped
+// for passing MemoryLimit.
+var ErrOverLimit = errors.New("over the verification's memory limit")
+
 // maxChildVerdict bounds what a child may print: one verdict.
 const maxChildVerdict = 1 << 20
 
@@ -82,7 +86,7 @@ func (c *Child) Verify(ctx context.Context, subject name.Digest) (*api.Verdict, 
 	close(stop)
 	select {
 	case rss := <-over:
-		return nil, fmt.Errorf("the verification of %s used %d MiB, over its limit of %d MiB, and was stopped", subject, rss>>20, c.MemoryLimit>>20)
+		return nil, fmt.Errorf("the verification of %s used %d MiB, over its limit of %d MiB, and was stopped: %w", subject, rss>>20, c.MemoryLimit>>20, ErrOverLimit)
 	default:
 	}
 	if err != nil {

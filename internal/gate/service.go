@@ -19,6 +19,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/intake"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -80,9 +81,39 @@ type Service struct {
 	Metrics            *Metrics
 	Logger             *slog.Logger
 
-	once     sync.Once
-	queue    *fairQueue
-	awaiting awaitingSet
+	once      sync.Once
+	queue     *fairQueue
+	awaiting  awaitingSet
+	overLimit limitCounts
+}
+
+// MaxOverLimit is how many verifications of one digest in a row may go
+// past the memory limit before the digest is refused (verification-limit)
+// instead of tried again.
+const MaxOverLimit = 3
+
+// limitCounts counts, per digest, the verifications in a row that went
+// past the memory limit.
+type limitCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// count records one more and returns how many in a row.
+func (l *limitCounts) count(d name.Digest) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n == nil {
+		l.n = map[string]int{}
+	}
+	l.n[d.String()]++
+	return l.n[d.String()]
+}
+
+func (l *limitCounts) forget(d name.Digest) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.n, d.String())
 }
 
 func (s *Service) init() {
@@ -295,10 +326,16 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 	case refusal != nil:
 		v = s.Verifier.refusal(subject, *refusal)
 	default:
-		if v, err = s.verify(ctx, subject); err != nil {
+		v, err = s.verify(ctx, subject)
+		if errors.Is(err, ErrOverLimit) && s.overLimit.count(subject) >= MaxOverLimit {
+			v, err = s.Verifier.refusal(subject, api.Rejection{Code: string(reject.VerificationLimit),
+				Message: fmt.Sprintf("%d verifications in a row went past the memory limit: %v", MaxOverLimit, err)}), nil
+		}
+		if err != nil {
 			s.Metrics.failed()
 			return nil, err
 		}
+		s.overLimit.forget(subject)
 		v.SignedBy = keyID
 	}
 	raw, err := s.Registry.FetchManifest(ctx, subject)

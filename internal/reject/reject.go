@@ -80,6 +80,9 @@ const (
 	// spool cap allows (a stream or a compressed file is copied to a
 	// temporary file for random access).
 	SpoolLimit Reason = "spool-limit"
+	// VerificationLimit: the gate's verification of the image went past
+	// its memory limit, time after time.
+	VerificationLimit Reason = "verification-limit"
 )
 
 // Platform code: the image in a registry is for another machine.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/gate"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/trust"
@@ -138,8 +140,9 @@ func (m rawManifest) MediaType() (types.MediaType, error) { return types.OCIMani
 // process of its own, stopped past --verify-memory-limit (48 MiB here). A
 // disk whose tables need more (a 120 GiB qcow2 of 512-byte clusters: a
 // 30 MiB L1 table) ends its own verification, which is reported and tried
-// again later, while the gate goes on and gives another tenant's image,
-// pushed at the same time, its verdict.
+// again, and refused as verification-limit after the third time, while
+// the gate goes on and gives another tenant's image, pushed at the same
+// time, its verdict.
 func TestVerificationOutOfMemoryStopsNoOther(t *testing.T) {
 	testenv.RequireQEMU(t)
 	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, GateArgs: []string{"--verify-memory-limit", "50331648"}})
@@ -170,12 +173,23 @@ func TestVerificationOutOfMemoryStopsNoOther(t *testing.T) {
 	if v.Verdict != api.VerdictAccepted {
 		t.Errorf("the small image: %+v", v)
 	}
-	harness.WaitUntil(t, "the gate to report the big image's verification over its memory limit", time.Minute, 100*time.Millisecond, func() (bool, error) {
-		log, err := os.ReadFile(reg.Gate.LogPath)
-		return bytes.Contains(log, []byte("acme/big@"+bigSubject.DigestStr()+" used ")) && bytes.Contains(log, []byte("over its limit of 48 MiB")), err
+	// Tried again after a backoff, then refused: the tenant learns why.
+	harness.WaitUntil(t, "the gate's verdict on the big image", time.Minute, 100*time.Millisecond, func() (bool, error) {
+		v, err = verdict.Find(t.Context(), rc, trust, bigSubject)
+		if errors.Is(err, verdict.ErrNoVerdict) {
+			return false, nil
+		}
+		return err == nil, err
 	})
-	if _, err := verdict.Find(t.Context(), rc, trust, bigSubject); !errors.Is(err, verdict.ErrNoVerdict) {
-		t.Errorf("the image whose verification ran out of memory has a verdict: %v", err)
+	if v.Verdict != api.VerdictRejected || v.Reasons[0].Code != string(reject.VerificationLimit) || !strings.Contains(v.Reasons[0].Message, "over its limit of 48 MiB") {
+		t.Errorf("the big image: %+v; want a verification-limit rejection", v)
+	}
+	log, err := os.ReadFile(reg.Gate.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(log, []byte("acme/big@"+bigSubject.DigestStr()+" used ")); n != gate.MaxOverLimit {
+		t.Errorf("the big image went past its limit %d times; want %d before the verdict", n, gate.MaxOverLimit)
 	}
 	harness.WaitUntil(t, "the gate to answer its health check", 10*time.Second, 100*time.Millisecond, func() (bool, error) {
 		resp, err := http.Get(reg.Gate.HealthURL + "/healthz")
