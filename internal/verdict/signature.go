@@ -64,19 +64,9 @@ func (e *NotSignedError) Is(target error) bool { return target == ErrNotSigned }
 // referrer names when it is not "" (one its pusher said it attached, which
 // a referrers tag rewritten by two writers at once may have lost).
 func FindSignature(ctx context.Context, reg Registry, trust Checker, subject name.Digest, referrer string) (string, error) {
-	refs, err := reg.Referrers(ctx, subject, "")
+	candidates, err := bundles(ctx, reg, subject, attest.CosignSignPredicateType)
 	if err != nil {
 		return "", err
-	}
-	candidates := []string{}
-	for _, r := range refs {
-		if p, ok := r.Annotations[PredicateTypeAnnotation]; ok && p != attest.CosignSignPredicateType {
-			continue
-		}
-		if r.ArtifactType != api.VerdictArtifactType && r.Annotations[PredicateTypeAnnotation] != attest.CosignSignPredicateType {
-			continue
-		}
-		candidates = append(candidates, r.Digest.String())
 	}
 	if referrer != "" && !slices.Contains(candidates, referrer) {
 		candidates = append(candidates, referrer)

@@ -105,29 +105,20 @@ func (e *NoVerdictError) Forged() bool { return len(e.Refused) > 0 }
 // was given in subject's repository. Registry failures are errors; a
 // subject without such a verdict is a *NoVerdictError.
 func Find(ctx context.Context, reg Registry, trust Checker, subject name.Digest) (*api.Verdict, error) {
-	// All referrers, not those of the verdict's artifact type: some
-	// registries (zot 1.4) report the config's media type as a referrer's
-	// artifact type. What is not a verdict bundle fails its checks below.
-	refs, err := reg.Referrers(ctx, subject, "")
+	candidates, err := bundles(ctx, reg, subject, api.VerdictPredicateType)
 	if err != nil {
 		return nil, err
 	}
 	var best *api.Verdict
 	nv := &NoVerdictError{Subject: subject.String()}
-	for _, r := range refs {
-		if p, ok := r.Annotations[PredicateTypeAnnotation]; ok && p != api.VerdictPredicateType {
-			continue
-		}
-		if r.ArtifactType != api.VerdictArtifactType && r.Annotations[PredicateTypeAnnotation] != api.VerdictPredicateType {
-			continue
-		}
-		bundle, err := reg.FetchArtifact(ctx, subject.Context(), r.Digest.String(), attest.BundleMediaType, attest.MaxBundleSize)
+	for _, d := range candidates {
+		bundle, err := reg.FetchArtifact(ctx, subject.Context(), d, attest.BundleMediaType, attest.MaxBundleSize)
 		if err != nil {
 			return nil, err
 		}
 		v, err := check(bundle, trust, subject)
 		if err != nil {
-			nv.Refused = append(nv.Refused, fmt.Sprintf("%s: %v", r.Digest, err))
+			nv.Refused = append(nv.Refused, fmt.Sprintf("%s: %v", d, err))
 			continue
 		}
 		if best == nil || newer(v, best) {
@@ -138,6 +129,28 @@ func Find(ctx context.Context, reg Registry, trust Checker, subject name.Digest)
 		return nil, nv
 	}
 	return best, nil
+}
+
+// bundles lists the referrers of subject that may be sigstore bundles of
+// predicateType: those whose predicate annotation names it, and those
+// without one whose artifact type is a bundle's. All referrers are asked
+// for, not those of the bundle's artifact type: some registries (zot 1.4)
+// report the config's media type as a referrer's artifact type. What is
+// not such a bundle fails the checks that follow.
+func bundles(ctx context.Context, reg Registry, subject name.Digest, predicateType string) ([]string, error) {
+	refs, err := reg.Referrers(ctx, subject, "")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, r := range refs {
+		p, annotated := r.Annotations[PredicateTypeAnnotation]
+		if annotated && p != predicateType || !annotated && r.ArtifactType != api.VerdictArtifactType {
+			continue
+		}
+		out = append(out, r.Digest.String())
+	}
+	return out, nil
 }
 
 // newer reports whether a was given after b. A time that does not parse
