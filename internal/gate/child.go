@@ -202,3 +202,32 @@ func (t *tailBuffer) lastLines(n int) string {
 	}
 	return strings.Join(lines, " | ")
 }
+
+// MaxOverLimit is how many verifications of one digest in a row may go
+// past the memory limit before the digest is refused (verification-limit)
+// instead of tried again.
+const MaxOverLimit = 3
+
+// limitCounts counts, per digest, the verifications in a row that went
+// past the memory limit.
+type limitCounts struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+// count records one more and returns how many in a row.
+func (l *limitCounts) count(d name.Digest) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n == nil {
+		l.n = map[string]int{}
+	}
+	l.n[d.String()]++
+	return l.n[d.String()]
+}
+
+func (l *limitCounts) forget(d name.Digest) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.n, d.String())
+}

@@ -27,4 +27,11 @@
 //
 // A rejection is a verdict too, with the reason codes of internal/reject.
 // Errors (a registry that fails, a context that ends) are not verdicts.
+//
+// Service runs verifications for the events of a registry: in turn per
+// tenant, each in a child process of its own (Child) that is stopped past
+// its memory limit, after the tenant's signature policy (TenantKeys), if
+// any, found the signature it requires; the verdict is signed and attached
+// by the service, and a refusal for want of a signature is looked at again
+// when one is pushed.
 package gate

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -85,35 +83,6 @@ type Service struct {
 	queue     *fairQueue
 	awaiting  awaitingSet
 	overLimit limitCounts
-}
-
-// MaxOverLimit is how many verifications of one digest in a row may go
-// past the memory limit before the digest is refused (verification-limit)
-// instead of tried again.
-const MaxOverLimit = 3
-
-// limitCounts counts, per digest, the verifications in a row that went
-// past the memory limit.
-type limitCounts struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-// count records one more and returns how many in a row.
-func (l *limitCounts) count(d name.Digest) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.n == nil {
-		l.n = map[string]int{}
-	}
-	l.n[d.String()]++
-	return l.n[d.String()]
-}
-
-func (l *limitCounts) forget(d name.Digest) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.n, d.String())
 }
 
 func (s *Service) init() {
@@ -383,38 +352,4 @@ func (s *Service) given(ctx context.Context, subject name.Digest) (v *api.Verdic
 // reason r gives.
 func sameRefusal(v *api.Verdict, r *api.Rejection) bool {
 	return len(v.Reasons) == 1 && v.Reasons[0] == *r
-}
-
-// maxAwaiting bounds the subjects kept for Recheck. Beyond it, a subject
-// is looked at again when its signature's push is announced, or after a
-// restart (the first poll takes in every tag).
-const maxAwaiting = 10000
-
-// awaitingSet is the subjects refused for want of a signature.
-type awaitingSet struct {
-	mu  sync.Mutex
-	set map[string]name.Digest
-}
-
-func (a *awaitingSet) add(d name.Digest) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.set == nil {
-		a.set = map[string]name.Digest{}
-	}
-	if len(a.set) < maxAwaiting {
-		a.set[d.String()] = d
-	}
-}
-
-func (a *awaitingSet) remove(d name.Digest) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.set, d.String())
-}
-
-func (a *awaitingSet) list() []name.Digest {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return slices.Collect(maps.Values(a.set))
 }

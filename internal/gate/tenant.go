@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
 
@@ -81,4 +84,38 @@ func (s *Service) signatureCheck(ctx context.Context, subject name.Digest, refer
 		return "", nil, fmt.Errorf("looking for the signatures on %s: %w", subject, err)
 	}
 	return keyID, nil, nil
+}
+
+// maxAwaiting bounds the subjects kept for Recheck. Beyond it, a subject
+// is looked at again when its signature's push is announced, or after a
+// restart (the first poll takes in every tag).
+const maxAwaiting = 10000
+
+// awaitingSet is the subjects refused for want of a signature.
+type awaitingSet struct {
+	mu  sync.Mutex
+	set map[string]name.Digest
+}
+
+func (a *awaitingSet) add(d name.Digest) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.set == nil {
+		a.set = map[string]name.Digest{}
+	}
+	if len(a.set) < maxAwaiting {
+		a.set[d.String()] = d
+	}
+}
+
+func (a *awaitingSet) remove(d name.Digest) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.set, d.String())
+}
+
+func (a *awaitingSet) list() []name.Digest {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Collect(maps.Values(a.set))
 }
