@@ -34,6 +34,7 @@ type LayerReader struct {
 	buf   *bufio.Reader // src, read ahead; what the decompressor reads
 	zr    io.ReadCloser
 	diff  *asyncHash
+	frame *framing
 	tarIn io.Reader
 	tr    *tar.Reader
 	file  *tar.Header
@@ -49,14 +50,67 @@ func OpenLayer(mediaType string, blob io.Reader) (*LayerReader, error) {
 	if err != nil {
 		return nil, layerError(err, src)
 	}
-	l := &LayerReader{src: src, buf: buf, zr: zr, diff: newAsyncHash(sha256.New())}
-	l.tarIn = io.TeeReader(zr, l.diff)
+	l := &LayerReader{src: src, buf: buf, zr: zr, diff: newAsyncHash(sha256.New()), frame: &framing{disk: -1}}
+	l.tarIn = io.TeeReader(zr, io.MultiWriter(l.diff, l.frame))
 	l.tr = tar.NewReader(l.tarIn)
 	if l.file, err = diskEntry(l.tr); err != nil {
 		l.Close()
 		return nil, layerError(err, src)
 	}
+	// archive/tar reads a header's blocks and nothing more: what passed
+	// so far is all the tar holds before the disk's first byte.
+	l.frame.disk = l.file.Size
 	return l, nil
+}
+
+// Head is the tar's bytes before the disk's first byte, as read; nil when
+// they are more than maxFraming.
+func (l *LayerReader) Head() []byte {
+	if l.frame.overflow {
+		return nil
+	}
+	return l.frame.head
+}
+
+// Tail is the tar's bytes after the disk's last byte, the end marker and
+// any padding after it, once CopyDisk has read them; nil when they are
+// more than maxFraming.
+func (l *LayerReader) Tail() []byte {
+	if l.frame.overflow {
+		return nil
+	}
+	return l.frame.tail
+}
+
+// maxFraming bounds the bytes framing keeps on each side of the disk:
+// imagepipe's own headers and end marker are a few KiB.
+const maxFraming = 64 << 10
+
+// framing keeps the tar's bytes before and after the disk, as they pass.
+type framing struct {
+	disk       int64 // disk bytes still to pass; -1 while the headers are read
+	head, tail []byte
+	overflow   bool
+}
+
+func (f *framing) Write(p []byte) (int, error) {
+	n := len(p)
+	if f.disk < 0 {
+		f.head = f.keep(f.head, p)
+		return n, nil
+	}
+	k := int(min(int64(len(p)), f.disk))
+	f.disk -= int64(k)
+	f.tail = f.keep(f.tail, p[k:])
+	return n, nil
+}
+
+func (f *framing) keep(b, p []byte) []byte {
+	if len(b)+len(p) > maxFraming {
+		f.overflow = true
+		return b
+	}
+	return append(b, p...)
 }
 
 // Close releases the decompressor and the tar's hash.

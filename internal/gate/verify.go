@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -311,7 +312,8 @@ type extracted struct {
 	size   int64  // size of disk/disk.img
 	// framedDiffID is the sha256 of the tar imagepipe's writer would
 	// make around the pushed disk: the canonical layer's diff ID when the
-	// canonical disk is the pushed one.
+	// canonical disk is the pushed one. "" when unknown (the pushed tar
+	// has imagepipe's headers but another end).
 	framedDiffID string
 }
 
@@ -333,15 +335,22 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 	if lr.DiskSize() > v.maxDiskSize() {
 		return nil, reject.New(reject.VirtualSize, "disk/disk.img is %d bytes, over the limit of %d for a disk of at most %d bytes", lr.DiskSize(), v.maxDiskSize(), v.maxVirtualSize())
 	}
-	// The spool's writes, and the hash of the pushed disk in imagepipe's
-	// framing, run beside the decompression, on a core of their own.
+	// The spool's writes run beside the decompression, on a core of their
+	// own. The pushed disk's diff ID in imagepipe's framing is its own
+	// when the pushed tar's headers are imagepipe's (the end marker is
+	// compared after); else it is hashed there too.
 	head, tail := containerdisk.TarFraming(lr.DiskSize())
+	ownHead := bytes.Equal(lr.Head(), head)
 	sum := sha256.New()
 	sum.Write(head)
+	sink := io.MultiWriter(spool, hashWriter{sum})
+	if ownHead {
+		sink = spool
+	}
 	pr, pw := io.Pipe()
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		_, err := io.CopyBuffer(io.MultiWriter(spool, hashWriter{sum}), pr, make([]byte, 1<<20))
+		_, err := io.CopyBuffer(sink, pr, make([]byte, 1<<20))
 		pr.CloseWithError(err)
 	})
 	diffID, err := lr.CopyDisk(ctx, pw)
@@ -359,8 +368,15 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 	if err := spool.Finish(); err != nil {
 		return nil, fmt.Errorf("writing the disk spool: %w", err)
 	}
-	sum.Write(tail)
-	return &extracted{diffID: diffID, size: lr.DiskSize(), framedDiffID: fmt.Sprintf("sha256:%x", sum.Sum(nil))}, nil
+	x := &extracted{diffID: diffID, size: lr.DiskSize()}
+	switch {
+	case !ownHead:
+		sum.Write(tail)
+		x.framedDiffID = fmt.Sprintf("sha256:%x", sum.Sum(nil))
+	case bytes.Equal(lr.Tail(), tail):
+		x.framedDiffID = diffID // the pushed tar is imagepipe's, byte for byte
+	}
+	return x, nil
 }
 
 // publish makes sure the canonical image of disk is in repo and returns
@@ -429,7 +445,7 @@ func canonicalDiffID(ctx context.Context, disk *containerdisk.Disk, spool io.Rea
 	if err != nil {
 		return "", 0, err
 	}
-	if same {
+	if same && pushed.framedDiffID != "" {
 		return pushed.framedDiffID, pushed.size, nil
 	}
 	return disk.TarDigest(ctx)

@@ -421,3 +421,58 @@ func TestMoreReadingsAreRejected(t *testing.T) {
 		}
 	}
 }
+
+// TestImagepipeHeadersAnotherEnd: a tar with imagepipe's own headers and
+// disk but more zero padding after its end marker (as tools padding to
+// 10 KiB records write) is not taken for imagepipe's tar: the canonical
+// image gets imagepipe's layer, whose diff ID its config names, and it
+// verifies to itself.
+func TestImagepipeHeadersAnotherEnd(t *testing.T) {
+	e := newEnv(t)
+	disk := rawDisk(t, 1<<20, 15)
+	var tb bytes.Buffer
+	if _, err := containerdisk.WriteLayer(t.Context(), io.Discard, payload(disk), containerdisk.CompressionNone, &tb); err != nil {
+		t.Fatal(err)
+	}
+	canonicalTar := digest.FromBytes(tb.Bytes()).String()
+	tb.Write(make([]byte, 9*1024))
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(tb.Bytes())
+	zw.Close()
+	c := &crafted{layer: gz.Bytes(), layerMediaType: ocispec.MediaTypeImageLayerGzip, diffID: digest.FromBytes(tb.Bytes()).String(),
+		config: ocispec.Image{Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"}}}
+	d := c.push(t, e, "acme/padded")
+	v := e.verify(t, "acme/padded", d)
+	if v.Verdict != api.VerdictAccepted || v.Images[0].Canonical == d {
+		t.Fatalf("%+v", v)
+	}
+	raw, err := e.reg.FetchManifest(t.Context(), mustDigest(t, e.host+"/acme/padded@"+v.Images[0].Canonical))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(raw.Bytes, &m); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := e.v.readBlob(t.Context(), mustDigest(t, e.host+"/acme/padded@"+d).Context(), m.Config, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var img ocispec.Image
+	if err := json.Unmarshal(cfg, &img); err != nil || img.RootFS.DiffIDs[0].String() != canonicalTar {
+		t.Errorf("the canonical config names diff ID %v (%v); want imagepipe's tar %s", img.RootFS.DiffIDs, err, canonicalTar)
+	}
+	if again := e.verify(t, "acme/padded", v.Images[0].Canonical); again.Verdict != api.VerdictAccepted || again.Images[0].Canonical != v.Images[0].Canonical {
+		t.Errorf("the canonical image does not verify to itself: %+v", again)
+	}
+}
+
+// payload is a disk held in memory, as containerdisk writes it.
+type payload []byte
+
+func (p payload) Size() int64 { return int64(len(p)) }
+func (p payload) Write(_ context.Context, w io.Writer) error {
+	_, err := w.Write(p)
+	return err
+}
