@@ -341,11 +341,12 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 	// compared after); else it is hashed there too.
 	head, tail := containerdisk.TarFraming(lr.DiskSize())
 	ownHead := bytes.Equal(lr.Head(), head)
-	sum := sha256.New()
-	sum.Write(head)
-	sink := io.MultiWriter(spool, hashWriter{sum})
-	if ownHead {
-		sink = spool
+	var sum hash.Hash
+	sink := io.Writer(spool)
+	if !ownHead {
+		sum = sha256.New()
+		sum.Write(head)
+		sink = io.MultiWriter(spool, hashWriter{sum})
 	}
 	pr, pw := io.Pipe()
 	var wg sync.WaitGroup

@@ -20,7 +20,6 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/gate"
 	"github.com/imagepipe/imagepipe/internal/registry"
@@ -204,18 +203,6 @@ func TestVerificationOutOfMemoryStopsNoOther(t *testing.T) {
 // providerTrust trusts the process's provider key, as a hub does.
 func providerTrust(t *testing.T) *trust.Verifier {
 	t.Helper()
-	_, pubFile := harness.ProviderKeyFiles(t)
-	pem, err := os.ReadFile(pubFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := attest.ParsePublicKeys(pem)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := trust.NewVerifier(keys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
+	_, pub := harness.ProviderKeyFiles(t)
+	return harness.TrustKeyFile(t, pub)
 }

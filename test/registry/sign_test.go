@@ -18,7 +18,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/trust"
 	"github.com/imagepipe/imagepipe/internal/verdict"
@@ -35,15 +34,10 @@ import (
 // key ring, finds none.
 func TestSignaturesReadBothWays(t *testing.T) {
 	testenv.RequireQEMU(t)
-	cosign := harness.Binary(t, "cosign")
+	cosign := harness.NewCosign(t)
 	reg := harness.StartRegistry(t, harness.RegistryOptions{})
-	dir := t.TempDir()
-	env := []string{"COSIGN_PASSWORD=tenant-secret", "IMAGEPIPE_CACHE=" + t.TempDir()}
-	keygen := testenv.RunCommand(t, testenv.Command{Name: cosign, Args: []string{"generate-key-pair", "--output-key-prefix", filepath.Join(dir, "cosign")}, Env: env})
-	if keygen.Code != 0 {
-		t.Fatalf("cosign generate-key-pair: %s", keygen.Stderr)
-	}
-	key, pub := filepath.Join(dir, "cosign.key"), filepath.Join(dir, "cosign.pub")
+	env := []string{"COSIGN_PASSWORD=" + harness.CosignPassword, "IMAGEPIPE_CACHE=" + t.TempDir()}
+	key, pub := cosign.KeyPair(t, filepath.Join(t.TempDir(), "cosign"))
 
 	disk := makeDisk(t, t.TempDir(), 16, 2, "raw")
 	imported := testenv.RunCommand(t, testenv.Command{Name: testenv.Imagectl, Env: env,
@@ -58,7 +52,7 @@ func TestSignaturesReadBothWays(t *testing.T) {
 		t.Fatalf("imagectl sign: exit %d\n%s", signed.Code, signed.Stderr)
 	}
 	for _, ref := range []string{"acme/signed:1", "acme/later:1"} {
-		r := testenv.RunCommand(t, testenv.Command{Name: cosign, Args: []string{"verify", "--key", pub, "--insecure-ignore-tlog=true", "--allow-http-registry=true", reg.Host + "/" + ref}})
+		r := testenv.RunCommand(t, testenv.Command{Name: cosign.Bin, Args: []string{"verify", "--key", pub, "--insecure-ignore-tlog=true", "--allow-http-registry=true", reg.Host + "/" + ref}})
 		if r.Code != 0 {
 			t.Errorf("cosign verify %s: exit %d\n%s", ref, r.Code, r.Stderr)
 		}
@@ -67,23 +61,8 @@ func TestSignaturesReadBothWays(t *testing.T) {
 	// cosign sign, without a transparency log, and imagepipe's reader.
 	cosignSigned := reg.Host + "/acme/bycosign:1"
 	importOK(t, t.TempDir(), makeDisk(t, t.TempDir(), 16, 4, "raw"), cosignSigned)
-	config := filepath.Join(dir, "signing-config.json")
-	if err := os.WriteFile(config, []byte(`{"mediaType":"application/vnd.dev.sigstore.signingconfig.v0.2+json"}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r := testenv.RunCommand(t, testenv.Command{Name: cosign, Env: env, Args: []string{"sign", "--key", key, "--signing-config", config, "--allow-http-registry=true", "-y", cosignSigned}})
-	if r.Code != 0 {
-		t.Fatalf("cosign sign: exit %d\n%s", r.Code, r.Stderr)
-	}
-	data, err := os.ReadFile(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys, err := attest.ParsePublicKeys(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tenant, _ := trust.NewVerifier(keys)
+	cosign.Sign(t, key, cosignSigned)
+	tenant := harness.TrustKeyFile(t, pub)
 	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	stranger, _ := trust.NewVerifier([]crypto.PublicKey{k.Public()})
 	rc, err := registry.New(registry.WithCacheDir(""))

@@ -23,35 +23,19 @@ import (
 // initech, without a key file, needs no signature.
 func TestTenantSignaturesOnTheGate(t *testing.T) {
 	testenv.RequireQEMU(t)
-	cosign := harness.Binary(t, "cosign")
-	env := []string{"COSIGN_PASSWORD=tenant-secret", "IMAGEPIPE_CACHE=" + t.TempDir()}
+	cosign := harness.NewCosign(t)
+	env := []string{"COSIGN_PASSWORD=" + harness.CosignPassword, "IMAGEPIPE_CACHE=" + t.TempDir()}
 	keys := map[string]string{}
 	policy := t.TempDir()
 	for _, tenant := range []string{"acme", "globex"} {
-		prefix := filepath.Join(t.TempDir(), tenant)
-		r := testenv.RunCommand(t, testenv.Command{Name: cosign, Args: []string{"generate-key-pair", "--output-key-prefix", prefix}, Env: env})
-		if r.Code != 0 {
-			t.Fatalf("cosign generate-key-pair: %s", r.Stderr)
-		}
-		keys[tenant] = prefix + ".key"
-		pub, err := os.ReadFile(prefix + ".pub")
+		key, pub := cosign.KeyPair(t, filepath.Join(t.TempDir(), tenant))
+		keys[tenant] = key
+		data, err := os.ReadFile(pub)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(policy, tenant+".pub"), pub, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(policy, tenant+".pub"), data, 0o644); err != nil {
 			t.Fatal(err)
-		}
-	}
-	// cosign 3 signs without a transparency log with an empty signing config.
-	signingConfig := filepath.Join(t.TempDir(), "signing-config.json")
-	if err := os.WriteFile(signingConfig, []byte(`{"mediaType":"application/vnd.dev.sigstore.signingconfig.v0.2+json"}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cosignSign := func(tenant, ref string) {
-		t.Helper()
-		r := testenv.RunCommand(t, testenv.Command{Name: cosign, Env: env, Args: []string{"sign", "--key", keys[tenant], "--signing-config", signingConfig, "--allow-http-registry=true", "-y", ref}})
-		if r.Code != 0 {
-			t.Fatalf("cosign sign with %s's key: exit %d\n%s", tenant, r.Code, r.Stderr)
 		}
 	}
 
@@ -75,12 +59,12 @@ func TestTenantSignaturesOnTheGate(t *testing.T) {
 		t.Errorf("the Unsigned condition says %q", c.Message)
 	}
 	ref := reg.Host + "/acme/rhel@" + unsigned.Digest
-	cosignSign("globex", ref)
+	cosign.Sign(t, keys["globex"], ref)
 	hub.baseImage(t, "acme", "rhel--9", "rejected as UntrustedSignature", rejectedAs("UntrustedSignature"))
 	if dvs := hub.dataVolumes(t, "acme", cdi.ImageName("acme/rhel")); len(dvs) != 0 {
 		t.Errorf("an image no acme key signed has DataVolumes %v", dvs)
 	}
-	cosignSign("acme", ref)
+	cosign.Sign(t, keys["acme"], ref)
 	hub.waitReady(t, "acme", "rhel--9", unsigned.Digest)
 	// imagectl inspect shows the tenant the key the gate found.
 	_, gatePub := harness.ProviderKeyFiles(t)
