@@ -47,7 +47,9 @@ const reps = 3
 //     memory of the gate and its children together, sampled every 50 ms
 //     as the sum of their proportional set sizes (PSS: pages the
 //     processes share, such as the binary's, counted once in all), and
-//     the gate's own VmHWM (target ≤ 256 MiB).
+//     the gate's own VmHWM (target ≤ 256 MiB);
+//   - floor: what any verifier of the layer must spend, decompressing it
+//     alone and decompressing it while hashing blob and tar (floor.go).
 //
 // It is a Go benchmark, so that `go test ./...` never runs it; gate.sh runs
 // it once (-bench Gate -benchtime 1x). The section goes to
@@ -74,6 +76,7 @@ func benchGate(t testing.TB) {
 		gates = append(gates, waitVerdict(t, reg.Gate.LogPath, digest, repo))
 	}
 	reads := layerReads(t, reg.LogPath(), "acme/bench-0", "imagepipe-gate/")
+	gzFloor := measureFloor(t, reg.Host+"/acme/bench-0:1")
 
 	// The same disk with zstd layers: the gate's floor is the layer's
 	// decompression, and zstd's is several times faster than gzip's.
@@ -85,6 +88,7 @@ func benchGate(t testing.TB) {
 		zImports = append(zImports, time.Since(start).Seconds())
 		zGates = append(zGates, waitVerdict(t, reg.Gate.LogPath, digest, repo))
 	}
+	zFloor := measureFloor(t, reg.Host+"/acme/bench-zstd-0:1")
 
 	// Four tenants' images waiting for a gate that starts once they are
 	// pushed: its first poll finds all four and its four workers take one
@@ -108,7 +112,7 @@ func benchGate(t testing.TB) {
 
 	hubs := pushToReady(t, disk)
 
-	section := render(disk, imports, gates, zImports, zGates, reads, parallel, peak) + hubs.render(median(imports))
+	section := render(disk, imports, gates, zImports, zGates, gzFloor, zFloor, reads, parallel, peak) + hubs.render(median(imports))
 	fmt.Print(section)
 	if out := os.Getenv("IMAGEPIPE_BENCH_OUT"); out != "" {
 		if err := os.WriteFile(out, []byte(section), 0o644); err != nil {
@@ -359,7 +363,7 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-func render(disk string, imports, gates, zImports, zGates []float64, reads int, parallel []float64, peak float64) string {
+func render(disk string, imports, gates, zImports, zGates []float64, gzFloor, zFloor floor, reads int, parallel []float64, peak float64) string {
 	var b strings.Builder
 	ratio := median(gates) / median(imports)
 	fmt.Fprintf(&b, "\n### image-gate\n\n")
@@ -368,14 +372,23 @@ func render(disk string, imports, gates, zImports, zGates []float64, reads int, 
 	fmt.Fprintf(&b, "| `imagectl import`, median of %d | %.2f s | | |\n", len(imports), median(imports))
 	fmt.Fprintf(&b, "| gate: verify in full, publish, sign; median | %.2f s | | |\n", median(gates))
 	fmt.Fprintf(&b, "| gate / import | %.2f | ≤ 0.25 | %s |\n", ratio, verdict(ratio <= 0.25))
+	floorRows(&b, "gzip", gzFloor, median(imports))
 	zRatio := median(zGates) / median(zImports)
 	fmt.Fprintf(&b, "| `imagectl import --compression zstd`, median of %d | %.2f s | | |\n", len(zImports), median(zImports))
 	fmt.Fprintf(&b, "| gate on the zstd images; median | %.2f s | | |\n", median(zGates))
 	fmt.Fprintf(&b, "| gate / import, zstd | %.2f | ≤ 0.25 | %s |\n", zRatio, verdict(zRatio <= 0.25))
+	floorRows(&b, "zstd", zFloor, median(zImports))
 	fmt.Fprintf(&b, "| full reads of the tenant's layer by imagepipe, per digest | %d | 1 | %s |\n", reads, verdict(reads == 1))
 	fmt.Fprintf(&b, "| 4 verifications at once (4 tenants): slowest | %.2f s | | |\n", slowest(parallel))
 	fmt.Fprintf(&b, "| gate peak memory with 4 at once (gate and children, PSS) | %.0f MiB | ≤ 256 MiB | %s |\n", peak, verdict(peak <= 256))
 	return b.String()
+}
+
+// floorRows are the floor of any verifier of the layer, next to the import
+// it is a share of.
+func floorRows(b *strings.Builder, comp string, f floor, importSecs float64) {
+	fmt.Fprintf(b, "| floor, %s: decompressing the layer alone, one stream | %.2f s = %.2f of the import | | |\n", comp, f.decodeSecs, f.decodeSecs/importSecs)
+	fmt.Fprintf(b, "| floor, %s: decompressing and hashing blob and tar, one core | %.2f s = %.2f of the import | | |\n", comp, f.cpuSecs, f.cpuSecs/importSecs)
 }
 
 func slowest(xs []float64) float64 {
