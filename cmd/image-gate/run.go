@@ -232,14 +232,24 @@ func (allTenants) Namespace(repository string) (string, string, error) {
 }
 
 // pollLoop polls the registry until ctx ends: a fast pass every
-// --poll-interval, a full one every --digest-resync-interval. After a full
-// pass, images awaiting a tenant's signature are looked at again.
+// --poll-interval, a full one every --digest-resync-interval. A fast pass
+// is skipped while work is queued: it would list again what the gate is
+// still working through. After a full pass, images awaiting a tenant's
+// signature are looked at again.
 func pollLoop(ctx context.Context, p *intake.Poller, svc *gate.Service, o *options, log *slog.Logger) error {
 	var lastFull time.Time
 	t := time.NewTicker(o.pollInterval)
 	defer t.Stop()
 	for {
 		full := lastFull.IsZero() || time.Since(lastFull) >= o.digestResyncInterval
+		if !full && svc.Queued() > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+			continue
+		}
 		poll := p.Poll
 		if full {
 			poll = p.PollDigests

@@ -40,6 +40,8 @@ type options struct {
 	maxAttempts          int32
 	retryDelay           time.Duration
 	workers              int
+	kubeQPS              float32
+	kubeBurst            int
 	metricsListen        string
 	healthListen         string
 	leaderElect          bool
@@ -113,6 +115,8 @@ the first log line says which, and which build runs:
 	f.Int32Var(&o.maxAttempts, "max-attempts", hub.DefaultMaxAttempts, "failed imports of one digest before retries stop")
 	f.DurationVar(&o.retryDelay, "retry-delay", hub.DefaultRetryDelay, "wait after a failed import, doubling after each further one (at most 10m)")
 	f.IntVar(&o.workers, "workers", 4, "concurrent reconciles and event handlers")
+	f.Float32Var(&o.kubeQPS, "kube-qps", defaultKubeQPS, "requests per second to the hub's API server, on average; a first sync of N images makes about 2N writes")
+	f.IntVar(&o.kubeBurst, "kube-burst", defaultKubeBurst, "requests to the hub's API server allowed at once above --kube-qps")
 	f.StringVar(&o.metricsListen, "metrics-listen", ":9090", "address of the Prometheus /metrics endpoint; 0 disables it")
 	f.StringVar(&o.healthListen, "health-listen", ":8081", "address of /healthz and /readyz; 0 disables them")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "run one active replica at a time (webhooks are accepted by all)")
@@ -168,6 +172,9 @@ func (o *options) validate() error {
 	}
 	if o.workers < 1 {
 		errs = append(errs, fmt.Errorf("--workers %d: want at least 1", o.workers))
+	}
+	if o.kubeQPS < 1 || o.kubeBurst < 1 {
+		errs = append(errs, fmt.Errorf("--kube-qps %v and --kube-burst %d: want at least 1 each", o.kubeQPS, o.kubeBurst))
 	}
 	if _, err := o.level(); err != nil {
 		errs = append(errs, err)

@@ -74,6 +74,7 @@ func serve(ctx context.Context, o *options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	cfg.QPS, cfg.Burst = o.kubeQPS, o.kubeBurst
 	build := version.Get()
 	start := []any{
 		"version", build.Version, "commit", build.Commit, "modified", build.Modified, "goVersion", build.GoVersion, "platform", build.Platform,
@@ -107,14 +108,14 @@ func serve(ctx context.Context, o *options, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	rec, err := newReconciler(o, mgr, reg, hub.GateVerdicts{Registry: rc, Trust: trust}, ca, metrics)
+	rec, err := newReconciler(o, mgr, reg, hub.NewGateVerdicts(rc, trust), ca, metrics)
 	if err != nil {
 		return err
 	}
 	if err := rec.SetupWithManager(mgr, o.workers); err != nil {
 		return fmt.Errorf("setting up the reconciler: %w", err)
 	}
-	applier := &hub.Applier{Client: mgr.GetClient(), Registry: reg, Resolver: rc, Tenancy: tenancy, Logger: log}
+	applier := &hub.Applier{Client: mgr.GetClient(), Registry: reg, Resolver: rc, Tenancy: tenancy, Wake: rec.Wake, Logger: log}
 	runnables := []manager.Runnable{
 		hub.NewWorkers(queue, applier, metrics, o.workers, log),
 		hub.NewPollLoop(intake.NewPoller(reg, rc, tenancy), queue, metrics, o.pollInterval, o.digestResyncInterval, log),

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/singleflight"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/intake"
@@ -83,6 +84,11 @@ type Service struct {
 	queue     *fairQueue
 	awaiting  awaitingSet
 	overLimit limitCounts
+	// memory holds final verdicts given or found lately, so that the
+	// other tags of a digest cost no look-up; attachments, which may have
+	// dropped a verdict, are always looked up.
+	memory verdict.Memory
+	flight singleflight.Group
 }
 
 func (s *Service) init() {
@@ -122,6 +128,12 @@ func (s *Service) Add(events []intake.Event) {
 		}
 	}
 	s.Metrics.queued(s.queue.len())
+}
+
+// Queued is how many events wait for a worker.
+func (s *Service) Queued() int {
+	s.init()
+	return s.queue.len()
 }
 
 // Recheck queues every subject refused for want of a signature, to be
@@ -207,7 +219,12 @@ func (s *Service) handleWork(ctx context.Context, w work) error {
 			return err // a tag that is gone needs no verdict
 		}
 	}
-	_, err = s.Handle(ctx, repo.Digest(d))
+	subject := repo.Digest(d)
+	if _, ok := s.memory.Get(subject.String()); ok {
+		return nil // another tag of the digest, verified a moment ago
+	}
+	// Tags of one digest handled at once share one verification.
+	_, err, _ = s.flight.Do(subject.String(), func() (any, error) { return s.Handle(ctx, subject) })
 	return err
 }
 
@@ -321,6 +338,7 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 	} else {
 		s.awaiting.remove(subject)
 	}
+	s.memory.Put(subject.String(), v)
 	s.Metrics.verdict(v, time.Since(start))
 	s.Logger.Info("verdict given", "subject", subject.String(), "verdict", v.Verdict, "reasons", v.Reasons, "signedBy", v.SignedBy, "referrer", ref, "seconds", time.Since(start).Seconds())
 	return v, nil
@@ -345,6 +363,7 @@ func (s *Service) given(ctx context.Context, subject name.Digest) (v *api.Verdic
 	case err != nil:
 		return nil, false, err
 	}
+	s.memory.Put(subject.String(), v)
 	return v, !verdict.AwaitsSignature(v), nil
 }
 

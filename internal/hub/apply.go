@@ -37,6 +37,10 @@ type Applier struct {
 	Resolver Resolver
 	Tenancy  *Tenancy
 	Logger   *slog.Logger
+	// Wake, when set, is told of the BaseImages waiting for a verdict on
+	// a digest that something may just have been attached to (the gate's
+	// verdict, a tenant's signature); the Reconciler's Wake.
+	Wake func(ctx context.Context, subject name.Digest, waiting []client.ObjectKey) error
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -50,12 +54,22 @@ func (a *Applier) Apply(ctx context.Context, e intake.Event) error {
 		a.logger().Debug("event ignored", "repository", e.Repository, "reason", err)
 		return nil
 	}
-	if strings.HasPrefix(e.Tag, api.BuildKeyTagPrefix) || api.IsAttachmentTag(e.Tag) {
-		return nil // hidden tags (imagectl's old re-import tags, attachments) are not images
+	if api.IsAttachmentTag(e.Tag) {
+		// Not an image: an attachment to the digest the tag names.
+		if e.Action != intake.ActionPush {
+			return nil
+		}
+		return a.wakeWaiting(ctx, tenant, ns, e.Repository, "sha256:"+strings.TrimPrefix(e.Tag, "sha256-")[:64])
+	}
+	if strings.HasPrefix(e.Tag, api.BuildKeyTagPrefix) {
+		return nil // imagectl's old re-import tags are not images
 	}
 	if e.Tag == "" {
 		if e.Action == intake.ActionPush {
-			return nil // an untagged push: no tag to sync yet
+			// No tag to sync; perhaps a referrer (the gate's verdict on
+			// a registry with the referrers API), whose subject the
+			// event does not name.
+			return a.wakeWaiting(ctx, tenant, ns, e.Repository, "")
 		}
 		return a.applyDigest(ctx, tenant, ns, e)
 	}
@@ -101,6 +115,36 @@ func (a *Applier) applyDigest(ctx context.Context, tenant, ns string, e intake.E
 			continue
 		}
 		if err := a.Apply(ctx, intake.Event{Action: intake.ActionDelete, Repository: e.Repository, Tag: bi.Spec.Tag, Source: e.Source}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wakeWaiting wakes the BaseImages of repo waiting for a verdict on
+// subject, or on any digest when subject is "".
+func (a *Applier) wakeWaiting(ctx context.Context, tenant, ns, repo, subject string) error {
+	if a.Wake == nil {
+		return nil
+	}
+	var list v1alpha1.BaseImageList
+	if err := a.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{cdi.LabelImage: cdi.ImageName(repo), cdi.LabelTenant: tenant}); err != nil {
+		return fmt.Errorf("listing the BaseImages of %s: %w", repo, err)
+	}
+	waiting := map[string][]client.ObjectKey{} // by digest
+	for _, bi := range list.Items {
+		d := bi.Spec.Digest
+		if bi.Spec.Repository != a.repository(repo) || d == "" || bi.Status.ObservedDigest == d || subject != "" && d != subject {
+			continue
+		}
+		waiting[d] = append(waiting[d], client.ObjectKeyFromObject(&bi))
+	}
+	for d, keys := range waiting {
+		ref, err := name.NewDigest(a.repository(repo) + "@" + d)
+		if err != nil {
+			continue // not a digest this syncer could have looked up
+		}
+		if err := a.Wake(ctx, ref, keys); err != nil {
 			return err
 		}
 	}

@@ -29,21 +29,11 @@ import (
 
 // Verdicts finds the gate's signed verdict on a pushed digest; a digest
 // without a trusted one is an error matching verdict.ErrNoVerdict.
-// GateVerdicts implements it.
+// Forget drops what it knows or is finding out about subject, after
+// something was attached to it. GateVerdicts implements it.
 type Verdicts interface {
 	Verdict(ctx context.Context, subject name.Digest) (*api.Verdict, error)
-}
-
-// GateVerdicts finds verdicts in the central registry that one of the
-// provider's keys (Trust) signed for the digest and its repository.
-type GateVerdicts struct {
-	Registry verdict.Registry
-	Trust    verdict.Checker
-}
-
-// Verdict implements Verdicts.
-func (g GateVerdicts) Verdict(ctx context.Context, subject name.Digest) (*api.Verdict, error) {
-	return verdict.Find(ctx, g.Registry, g.Trust, subject)
+	Forget(subject name.Digest)
 }
 
 // ReasonNoVerdict is the Rejected condition's reason while a digest has

@@ -22,7 +22,8 @@ type Metrics struct {
 	// SyncLatency is the time from the syncer learning of a digest to the
 	// DataVolume importing it being created.
 	SyncLatency prometheus.Histogram
-	// Polls counts registry polls by kind (fast, full) and result (ok, error).
+	// Polls counts registry polls by kind (fast, full) and result (ok,
+	// error, skipped: a fast pass not run while events were queued).
 	Polls *prometheus.CounterVec
 	// RegistryRequests counts HTTP requests to the registry by method and code.
 	RegistryRequests *prometheus.CounterVec
@@ -53,7 +54,7 @@ func NewMetrics(reg prometheus.Registerer, queueDepth func() int) (*Metrics, err
 		}),
 		Polls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "imagepipe_syncer_polls_total",
-			Help: "Registry polls, by kind (fast: tag listings; full: every digest too) and result.",
+			Help: "Registry polls, by kind (fast: tag listings; full: every digest too) and result (ok, error, skipped while events were queued).",
 		}, []string{"kind", "result"}),
 		RegistryRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "imagepipe_syncer_registry_requests_total",
@@ -126,6 +127,13 @@ func (m *Metrics) Polled(full bool, err error) {
 		result = "error"
 	}
 	m.Polls.WithLabelValues(kind, result).Inc()
+}
+
+// PollSkipped counts a fast pass not run because events were still queued.
+func (m *Metrics) PollSkipped() {
+	if m != nil {
+		m.Polls.WithLabelValues("fast", "skipped").Inc()
+	}
 }
 
 func (m *Metrics) latency(d time.Duration) {

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -19,9 +20,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
@@ -88,14 +91,18 @@ type Reconciler struct {
 	Recorder record.EventRecorder
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+
+	wake    chan event.GenericEvent // Wake's requests, made by SetupWithManager
+	elected <-chan struct{}         // closed once this replica leads
 }
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
 
 // SetupWithManager registers the reconciler with workers concurrent
 // reconciles. It watches BaseImages (spec and annotation changes, not its
-// own status writes) and the DataVolumes it created.
+// own status writes), the DataVolumes it created, and what Wake asks for.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
+	r.wake, r.elected = make(chan event.GenericEvent, wakeBuffer), mgr.Elected()
 	dvToBaseImage := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		bi := o.GetLabels()[cdi.LabelBaseImage]
 		if bi == "" {
@@ -107,11 +114,61 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 		Named("baseimage").
 		For(&v1alpha1.BaseImage{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
 		Watches(&cdiv1.DataVolume{}, dvToBaseImage).
+		WatchesRawSource(source.Channel(r.wake, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: max(workers, 1),
 			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
 		}).
 		Complete(r)
+}
+
+// wakeBuffer bounds the BaseImages Wake may have waiting for the
+// controller's queue; beyond it a wake is dropped, and the BaseImage's
+// recheck finds the verdict.
+const wakeBuffer = 1024
+
+// Wake has the BaseImages waiting for a verdict on subject looked at
+// again at once, rather than at their next recheck: something (the gate's
+// verdict, a tenant's signature) was just attached to it. On the leader,
+// any look-up of the subject's verdict in flight is forgotten, since it
+// may have missed the attachment, and the BaseImages are queued. Another
+// replica, whose reconciler does not run, stamps them with
+// AnnotationAttachedAt instead, which the leader's watch sees.
+func (r *Reconciler) Wake(ctx context.Context, subject name.Digest, waiting []client.ObjectKey) error {
+	if !r.leading() {
+		stamp := r.now().UTC().Format(time.RFC3339Nano)
+		for _, key := range waiting {
+			bi := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+			patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, v1alpha1.AnnotationAttachedAt, stamp))
+			if err := r.Client.Patch(ctx, bi, patch); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("stamping BaseImage %s for the leader: %w", key, err)
+			}
+		}
+		return nil
+	}
+	r.Verdicts.Forget(subject)
+	for _, key := range waiting {
+		bi := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+		select {
+		case r.wake <- event.GenericEvent{Object: bi}:
+		default:
+		}
+	}
+	return nil
+}
+
+// leading reports whether this replica's reconciler runs: it leads, or
+// leader election is off.
+func (r *Reconciler) leading() bool {
+	if r.elected == nil {
+		return false
+	}
+	select {
+	case <-r.elected:
+		return true
+	default:
+		return false
+	}
 }
 
 // Reconcile implements reconcile.Reconciler: it reads the BaseImage, lets

@@ -73,8 +73,10 @@ func (*Workers) NeedLeaderElection() bool { return false }
 // PollLoop polls the registry on the leader and queues what changed. Every
 // Interval it runs a fast pass, and a full one (every tag's digest looked
 // up again) once Resync has passed since the last full pass that
-// succeeded; the first pass is a full one. A failed poll is logged and
-// changes nothing.
+// succeeded; the first pass is a full one. A fast pass is skipped while
+// the queue still holds events: it would list again what the syncer is
+// still working through (a first sync of thousands of tags), and webhooks
+// go on arriving meanwhile. A failed poll is logged and changes nothing.
 type PollLoop struct {
 	poller           *intake.Poller
 	queue            *intake.Queue
@@ -96,6 +98,15 @@ func (l *PollLoop) Start(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		full := lastFull.IsZero() || time.Since(lastFull) >= l.resync
+		if !full && l.queue.Len() > 0 {
+			l.metrics.PollSkipped()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+			continue
+		}
 		start := time.Now()
 		poll := l.poller.Poll
 		if full {

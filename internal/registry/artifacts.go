@@ -40,7 +40,7 @@ type RawManifest struct {
 // FetchManifest fetches the manifest ref names, at most MaxIndexSize
 // bytes. A digest reference is checked against the bytes received.
 func (c *Client) FetchManifest(ctx context.Context, ref name.Reference) (*RawManifest, error) {
-	ropts, err := c.remoteOptions(ctx, ref.Context().Registry)
+	ropts, err := c.sessionOptions(ctx, ref.Context().Registry)
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +62,7 @@ func (c *Client) FetchManifest(ctx context.Context, ref name.Reference) (*RawMan
 // registry itself (never from a descriptor's urls or data). Reading it to
 // its end checks the digest: a mismatch is an error from Read.
 func (c *Client) OpenBlob(ctx context.Context, repo name.Repository, dgst string) (io.ReadCloser, error) {
-	ropts, err := c.remoteOptions(ctx, repo.Registry)
+	ropts, err := c.sessionOptions(ctx, repo.Registry)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +118,7 @@ func (c *Client) Referrers(ctx context.Context, subject name.Digest, artifactTyp
 
 // referrers is Referrers without the bound.
 func (c *Client) referrers(ctx context.Context, subject name.Digest, artifactType string) ([]v1.Descriptor, error) {
-	ropts, err := c.remoteOptions(ctx, subject.Registry)
+	ropts, err := c.sessionOptions(ctx, subject.Registry)
 	if err != nil {
 		return nil, err
 	}

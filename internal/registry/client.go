@@ -286,8 +286,8 @@ type cachedSession struct {
 }
 
 // session returns an authenticated transport for reg that is kept and
-// reused by the calls that read it often (Repositories, ListTags,
-// Resolve), so that each of them costs one request: go-containerregistry
+// reused by the calls that only read (catalog, tag listings, look-ups,
+// manifests, blobs, referrers), so that each of them costs one request: go-containerregistry
 // opens every remote call with a GET /v2/ and, on token registries, a
 // token exchange, unless it is handed a transport.Wrapper, as here. Bearer
 // tokens are renewed by the transport when the registry challenges them;

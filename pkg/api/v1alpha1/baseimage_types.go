@@ -160,6 +160,10 @@ const (
 	// AnnotationRetry, set by a user on a Failed BaseImage, starts its
 	// imports over; the syncer removes it.
 	AnnotationRetry = "imagepipe.io/retry"
+	// AnnotationAttachedAt is when a replica that does not lead learnt
+	// that something was attached to spec.digest (a verdict, a
+	// signature), so that the leader looks for the verdict again at once.
+	AnnotationAttachedAt = "imagepipe.io/attached-at"
 )
 
 // BaseImage is one tenant image tag replicated onto this hub as a CDI

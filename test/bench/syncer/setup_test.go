@@ -31,8 +31,9 @@ const (
 )
 
 // hub is a hub prepared for the syncer (harness.StartSyncerHub): the BaseImage CRD, the syncer's
-// RBAC from config/syncer bound to the hub user "syncer", the tenant namespace acme, and a
-// default StorageClass whose StorageProfile (played for CDI) offers ReadWriteMany Block.
+// RBAC from config/syncer bound to the hub user "syncer", the tenant namespace acme, a default
+// StorageClass whose StorageProfile offers ReadWriteMany Block, and CDI's controller, with the
+// node stand-in paused: importer pods stay Pending.
 type hub struct {
 	*harness.SyncerHub
 	http *http.Client // admin, for the apiserver's own /metrics
@@ -41,6 +42,10 @@ type hub struct {
 func startHub(t *testing.T, name string) *hub {
 	t.Helper()
 	h := &hub{SyncerHub: harness.StartSyncerHub(t, name, harness.SyncerHubOptions{Namespaces: []string{tenantNS}})}
+	// The node takes no pod: CDI's importers would run on worker nodes,
+	// not on the two cores the bench measures the syncer and the API
+	// server on, and a created DataVolume is where the measured path ends.
+	h.CDI.Node.Pause()
 	var err error
 	if h.http, err = rest.HTTPClientFor(h.RestConfig); err != nil {
 		t.Fatal(err)
