@@ -25,8 +25,10 @@ import (
 
 // Defaults of a Service.
 const (
-	DefaultWorkers   = 4
-	DefaultPerTenant = 1
+	DefaultWorkers = 4
+	// DefaultPerTenant is half the default workers: one tenant's burst
+	// takes two, and two stay free for the others.
+	DefaultPerTenant = 2
 	// retryMin and retryMax bound the wait before a digest whose
 	// verification failed (not a rejection: the registry, a lease) is
 	// tried again.
@@ -89,6 +91,7 @@ type Service struct {
 	// dropped a verdict, are always looked up.
 	memory verdict.Memory
 	flight singleflight.Group
+	own    ownWrites
 }
 
 func (s *Service) init() {
@@ -123,7 +126,7 @@ func (s *Service) Add(events []intake.Event) {
 			s.queue.add(tenant, work{repo: e.Repository, tag: e.Tag, digest: e.Digest})
 		case e.Tag != "":
 			s.queue.add(tenant, work{repo: e.Repository, recheck: "sha256:" + e.Tag[len("sha256-"):len("sha256-")+64]})
-		case e.Digest != "":
+		case e.Digest != "" && !s.own.has(e.Repository+"@"+e.Digest):
 			s.queue.add(tenant, work{repo: e.Repository, referrer: e.Digest})
 		}
 	}
@@ -339,6 +342,11 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 		s.awaiting.remove(subject)
 	}
 	s.memory.Put(subject.String(), v)
+	repoName := subject.Context().RepositoryStr()
+	s.own.add(repoName + "@" + ref)
+	for _, im := range v.Images {
+		s.own.add(repoName + "@" + im.Canonical)
+	}
 	s.Metrics.verdict(v, time.Since(start))
 	s.Logger.Info("verdict given", "subject", subject.String(), "verdict", v.Verdict, "reasons", v.Reasons, "signedBy", v.SignedBy, "referrer", ref, "seconds", time.Since(start).Seconds())
 	return v, nil

@@ -240,7 +240,7 @@ func (v *Verifier) verifyImage(ctx context.Context, repo name.Repository, raw *r
 	if err != nil {
 		return nil, err
 	}
-	canonical, diskSize, err := v.publish(ctx, repo, disk, spool.File, cfg, doc, layerDesc, pushed)
+	canonical, diskSize, err := v.publish(ctx, repo, raw.Digest, disk, spool.File, cfg, doc, layerDesc, pushed)
 	if err != nil {
 		return nil, err
 	}
@@ -384,10 +384,11 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 // its manifest digest and its disk's size. The pushed layer is the
 // canonical one when its tar is exactly the tar imagepipe writes for the
 // verified disk (its framing was checked in full while it was read); the
-// manifest and config are always written here, from the verified values
-// and the pushed ones that passed their checks, so that an image built by
-// imagectl publishes to its own digest and costs nothing.
-func (v *Verifier) publish(ctx context.Context, repo name.Repository, disk *containerdisk.Disk, spool io.ReaderAt, cfg *ocispec.Image, doc *document, pushedLayer ocispec.Descriptor, pushed *extracted) (string, int64, error) {
+// manifest and config are made here, from the verified values and the
+// pushed ones that passed their checks, so that an image built by imagectl
+// publishes to its own digest and costs nothing: its manifest is not
+// written again.
+func (v *Verifier) publish(ctx context.Context, repo name.Repository, source string, disk *containerdisk.Disk, spool io.ReaderAt, cfg *ocispec.Image, doc *document, pushedLayer ocispec.Descriptor, pushed *extracted) (string, int64, error) {
 	diffID, size, err := canonicalDiffID(ctx, disk, spool, pushed)
 	if err != nil {
 		return "", 0, err
@@ -430,6 +431,9 @@ func (v *Verifier) publish(ctx context.Context, repo name.Repository, disk *cont
 		return "", 0, err
 	}
 	d := digest.FromBytes(manifest).String()
+	if d == source {
+		return d, size, nil // the pushed manifest is the canonical one, read a moment ago
+	}
 	if err := v.Registry.PutManifest(ctx, repo.Digest(d), manifest, manifestMediaType); err != nil {
 		return "", 0, fmt.Errorf("pushing the canonical manifest: %w", err)
 	}

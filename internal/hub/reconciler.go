@@ -146,16 +146,25 @@ func (r *Reconciler) Wake(ctx context.Context, subject name.Digest, waiting []cl
 		}
 		return nil
 	}
-	r.Verdicts.Forget(subject)
-	for _, key := range waiting {
-		bi := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-		select {
-		case r.wake <- event.GenericEvent{Object: bi}:
-		default:
+	nudge := func() {
+		r.Verdicts.Forget(subject)
+		for _, key := range waiting {
+			bi := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
+			select {
+			case r.wake <- event.GenericEvent{Object: bi}:
+			default:
+			}
 		}
 	}
+	nudge()
+	// distribution announces a tag push before the tag points at the new
+	// manifest, so the first look may still find the old referrers tag.
+	time.AfterFunc(wakeAgain, nudge)
 	return nil
 }
+
+// wakeAgain is when Wake looks a second time.
+const wakeAgain = 250 * time.Millisecond
 
 // leading reports whether this replica's reconciler runs: it leads, or
 // leader election is off.

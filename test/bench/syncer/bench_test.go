@@ -60,6 +60,10 @@ const (
 	targetReqsPerImage  = 1.0
 )
 
+// gateArgs run the gate as a provider would: the registry notifies it, and
+// it polls at its default interval, not every 2 s as the tests' gates do.
+var gateArgs = []string{"--poll-interval", "5m"}
+
 // TestMain builds imagectl and image-syncer for the bench (unless the
 // Makefile built them: $IMAGECTL, $IMAGE_SYNCER), and nothing otherwise.
 func TestMain(m *testing.M) {
@@ -173,7 +177,7 @@ type push struct {
 func benchLatency(t *testing.T) *latencyResult {
 	hubs := []*hub{startHub(t, "hub-a"), startHub(t, "hub-b")}
 	syncers := []*syncer{reserveSyncer(t), reserveSyncer(t)}
-	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate,
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, GateArgs: gateArgs,
 		NotifyURL: syncers[0].WebhookURL, NotifyURLs: []string{syncers[1].WebhookURL}, NotifyToken: webhookToken,
 	})
 	for i, s := range syncers {
@@ -573,7 +577,7 @@ type resyncResult struct {
 func benchResync(t *testing.T) *resyncResult {
 	res := &resyncResult{repos: resyncRepos, tags: resyncTags}
 	h := startHub(t, "hub-r")
-	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate})
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, GateArgs: gateArgs})
 
 	// One real containerDisk, then the same manifest under every tag of every repository.
 	t.Logf("populating %d repositories × %d tags", resyncRepos, resyncTags)
@@ -704,8 +708,8 @@ func writes(m metrics) map[string]float64 {
 }
 
 // waitSettled waits until the initial sync settled: every BaseImage created, revalidated and
-// importing digest, one DataVolume per repository, the intake and the reconciler's queue empty,
-// and no BaseImage or DataVolume written across two more fast passes. It returns when the state
+// importing digest, one DataVolume per repository, the intake queue empty, and no BaseImage
+// written across two more fast passes. It returns when the state
 // that then stayed unchanged was first seen: the sync had settled by then.
 func waitSettled(t *testing.T, h *hub, s *syncer, digest string, ready time.Time) time.Time {
 	t.Helper()
@@ -713,7 +717,7 @@ func waitSettled(t *testing.T, h *hub, s *syncer, digest string, ready time.Time
 	wantBI, wantDV := resyncRepos*resyncTags, resyncRepos
 	fastOK := func(m metrics) float64 { return m.sum("imagepipe_syncer_polls_total", "kind", "fast", "result", "ok") }
 	lastLog := time.Now()
-	var rvBI, rvDV map[string]string
+	var rvBI map[string]string
 	harness.WaitUntil(t, "the initial sync to settle", settleTimeout, time.Second, func() (bool, error) {
 		m := s.metrics(t)
 		importing := m.sum("imagepipe_syncer_images", "phase", string(v1alpha1.PhaseImporting))
@@ -723,7 +727,9 @@ func waitSettled(t *testing.T, h *hub, s *syncer, digest string, ready time.Time
 				time.Since(ready).Round(time.Second), importing, wantBI, intake, queue)
 			lastLog = time.Now()
 		}
-		if int(importing) != wantBI || intake != 0 || queue != 0 {
+		// The reconcile queue is never empty for long: every Importing
+		// BaseImage is rechecked every 30 s, without writes.
+		if int(importing) != wantBI || intake != 0 {
 			return false, nil
 		}
 		at := time.Now()
@@ -739,9 +745,12 @@ func waitSettled(t *testing.T, h *hub, s *syncer, digest string, ready time.Time
 				return false, nil
 			}
 		}
-		nowBI, nowDV := versions(bis.Items), versions(dvs.Items)
-		quiet := sameVersions(rvBI, nowBI) && sameVersions(rvDV, nowDV)
-		rvBI, rvDV = nowBI, nowDV
+		// The DataVolumes' versions are left out: CDI's controller goes on
+		// writing their status (claims, importer pods) after the syncer
+		// made them, at its own pace.
+		nowBI := versions(bis.Items)
+		quiet := sameVersions(rvBI, nowBI)
+		rvBI = nowBI
 		if quiet {
 			settledAt = seenAt
 		}
@@ -1114,7 +1123,7 @@ func renderResync(p func(string, ...any), rs *resyncResult) {
 	lists := rs.windowLog["GET tag listing"]
 	perPass := func(v float64) float64 { return v / float64(rs.passes) }
 	perRepo := perPass(float64(lists)) / float64(rs.repos)
-	p("\n- resync method: one hub, one syncer (`--poll-interval %s --digest-resync-interval 1h`), the registry without notifications. %d tags = %d repositories × %d tags, all pointing at one imagectl-imported containerDisk (pushed once, then its manifest PUT under every tag, blobs mounted; %s). The syncer's first pass is a full one; the bench then waits until the initial sync settled (all %d BaseImages revalidated and importing, %d DataVolumes — one per repository and digest —, intake and reconcile queues empty, no BaseImage or DataVolume resourceVersion changing across two passes; settled when that unchanged state was first seen: %s after the syncer was ready) and measures %d fast passes (%s): registry requests from the syncer's imagepipe_syncer_registry_requests_total and, independently, from the registry's access log; Kubernetes writes from the apiserver's apiserver_request_total (POST, PUT, PATCH, DELETE), leases left out (the syncer's leader lease and the apiserver's identity lease are renewed every few seconds by design: %v lease writes in the window), cross-checked with the resourceVersions of every BaseImage and DataVolume before and after; RSS from /proc/PID/status of the syncer. No import runs here (the node takes no pod), so every BaseImage stays Importing and is rechecked every 30 s: the window spans those rechecks (%v reconciles in it)\n\n",
+	p("\n- resync method: one hub, one syncer (`--poll-interval %s --digest-resync-interval 1h`), the registry without notifications. %d tags = %d repositories × %d tags, all pointing at one imagectl-imported containerDisk (pushed once, then its manifest PUT under every tag, blobs mounted; %s). The syncer's first pass is a full one; the bench then waits until the initial sync settled (all %d BaseImages revalidated and importing, %d DataVolumes — one per repository and digest —, the intake queue empty, no BaseImage resourceVersion changing across two passes; settled when that unchanged state was first seen: %s after the syncer was ready) and measures %d fast passes (%s): registry requests from the syncer's imagepipe_syncer_registry_requests_total and, independently, from the registry's access log; Kubernetes writes from the apiserver's apiserver_request_total (POST, PUT, PATCH, DELETE), leases left out (the syncer's leader lease and the apiserver's identity lease are renewed every few seconds by design: %v lease writes in the window), cross-checked with the resourceVersions of every BaseImage and DataVolume before and after; RSS from /proc/PID/status of the syncer. No import runs here (the node takes no pod), so every BaseImage stays Importing and is rechecked every 30 s: the window spans those rechecks (%v reconciles in it)\n\n",
 		resyncPoll, rs.repos*rs.tags, rs.repos, rs.tags, rs.populate.Round(time.Millisecond), rs.baseImages, rs.dataVolumes, rs.settle.Round(time.Second), rs.passes, rs.window.Round(time.Millisecond), rs.leaseWrites, rs.reconciles)
 	p("| case | value | target | met |\n")
 	p("|---|---:|---|---|\n")
@@ -1132,7 +1141,11 @@ func renderResync(p func(string, ...any), rs *resyncResult) {
 		}
 	}
 	perImage := float64(beyond) / float64(rs.baseImages)
-	p("| (q) the syncer's registry requests in the initial sync per image, beyond the catalog (registry's log, by User-Agent) | %.2f (%d) | about %g | %s |\n", perImage, beyond, targetReqsPerImage, yesNo(perImage <= targetReqsPerImage*1.1))
+	syncLists := rs.initialSyncer["GET tag listing"]
+	p("| (q) the syncer's registry requests in the initial sync per image, beyond the catalog (registry's log, by User-Agent) | %.2f (%d, of which %d tag listings of fast passes at the bench's %s interval) | about %g | %s |\n",
+		perImage, beyond, syncLists, resyncPoll, targetReqsPerImage, yesNo(perImage <= targetReqsPerImage*1.1))
+	own := float64(beyond-syncLists) / float64(rs.baseImages)
+	p("| (q′) the same without the fast passes' tag listings | %.2f | about %g | %s |\n", own, targetReqsPerImage, yesNo(own <= targetReqsPerImage*1.1))
 	p("\nNotes:\n\n")
 	p("- fast-pass requests in the window by method and code (syncer's counter): %s; by kind (registry's log): %s\n", sortedCounts(rs.reqsByCode), sortedCounts(rs.windowLog))
 	p("- first (full) pass by kind (registry's log up to the next pass's catalog request; the revalidations' manifest GETs and blob requests, which overlap it, left out, but not their GET /v2/): %s\n", sortedCounts(rs.fullPassLog))

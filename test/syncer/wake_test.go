@@ -1,0 +1,96 @@
+package syncer
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
+	"github.com/imagepipe/imagepipe/test/harness"
+	"github.com/imagepipe/imagepipe/test/testenv"
+)
+
+// wakeBound is how soon after the gate starts the DataVolume must appear.
+// A BaseImage that has waited an hour for its verdict is looked at again
+// only a minute later (the syncer's verdictRecheckMax); the verdict's
+// webhook must wake it well before that.
+const wakeBound = 30 * time.Second
+
+// TestAVerdictWakesTheHubAtOnce: a digest whose verdict has not come is
+// looked at again only after a backoff that grows to a minute; the gate's
+// verdict, announced by the registry's webhook, must wake it at once.
+// The gate is down while the image is pushed, and the BaseImage's seen-at
+// stamp is moved an hour back, so that its next recheck is a minute away:
+// the DataVolume appearing within wakeBound of the gate's start is the
+// wake. First the webhooks reach the replica that does not lead, which
+// stamps the BaseImage for the leader; then, the first replica stopped,
+// they reach the leader itself.
+func TestAVerdictWakesTheHubAtOnce(t *testing.T) {
+	testenv.RequireQEMU(t)
+	hub := startTestHub(t, "hub-a")
+	first, second := harness.ReserveSyncer(t), harness.ReserveSyncer(t)
+	gate := harness.ReserveGate(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: second.WebhookURL, NotifyURLs: []string{gate.WebhookURL}, NotifyToken: webhookToken})
+	startSyncer(t, first, hub, reg.Host, "--poll-interval", "1h")
+	waitFor(t, "the first replica leads", func() (bool, error) {
+		return first.Metric(t, "leader_election_master_status") == 1, nil
+	})
+	startSyncer(t, second, hub, reg.Host, "--poll-interval", "1h")
+
+	// awaitingVerdict pushes an image while no gate runs and waits until
+	// its BaseImage waits for the verdict, an hour old.
+	awaitingVerdict := func(tag string) string {
+		t.Helper()
+		res := importImage(t, rawDisk(t, "wake "+tag), reg.Host+"/acme/rhel:"+tag)
+		name := "rhel--" + tag
+		bi := hub.baseImage(t, "acme", name, "awaiting the verdict", func(b *v1alpha1.BaseImage) bool {
+			c := apimeta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionProgressing)
+			return c != nil && c.Reason == "AwaitingVerdict"
+		})
+		patch := client.MergeFrom(bi.DeepCopy())
+		bi.Annotations[v1alpha1.AnnotationSeenAt] = time.Now().Add(-time.Hour).Format(time.RFC3339Nano)
+		if err := hub.Client.Patch(t.Context(), bi, patch); err != nil {
+			t.Fatal(err)
+		}
+		return res.Digest
+	}
+	importsWithin := func(digest string) {
+		t.Helper()
+		harness.WaitUntil(t, fmt.Sprintf("the DataVolume of %s within %s of the gate's start", digest, wakeBound), wakeBound, 50*time.Millisecond, func() (bool, error) {
+			var dv cdiv1.DataVolume
+			err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: dvName(digest)}, &dv)
+			return err == nil, client.IgnoreNotFound(err)
+		})
+	}
+	attachedAt := func(tag string) string {
+		var bi v1alpha1.BaseImage
+		if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "rhel--" + tag}, &bi); err != nil {
+			t.Fatal(err)
+		}
+		return bi.Annotations[v1alpha1.AnnotationAttachedAt]
+	}
+
+	d1 := awaitingVerdict("1")
+	gate.Start(t, testenv.ImageGate, reg.Host, "", "", "")
+	importsWithin(d1)
+	if attachedAt("1") == "" {
+		t.Errorf("the replica that does not lead left no %s stamp for the leader", v1alpha1.AnnotationAttachedAt)
+	}
+
+	gate.Stop(t)
+	first.Stop(t)
+	waitFor(t, "the second replica leads", func() (bool, error) {
+		return second.Metric(t, "leader_election_master_status") == 1, nil
+	})
+	d2 := awaitingVerdict("2")
+	harness.ReserveGate(t).Start(t, testenv.ImageGate, reg.Host, "", "", "")
+	importsWithin(d2)
+	if at := attachedAt("2"); at != "" {
+		t.Errorf("the leader stamped the BaseImage (%s=%s) instead of queueing it", v1alpha1.AnnotationAttachedAt, at)
+	}
+}
