@@ -2,6 +2,8 @@ package syncer
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,7 +45,11 @@ func TestAVerdictWakesTheHubAtOnce(t *testing.T) {
 	startSyncer(t, second, hub, reg.Host, "--poll-interval", "1h")
 
 	// awaitingVerdict pushes an image while no gate runs and waits until
-	// its BaseImage waits for the verdict, an hour old.
+	// its BaseImage waits for the verdict, an hour old, with its next look
+	// a minute away. The leader looks twice after the stamp is moved: once
+	// for the stamp, once for the short recheck its first look had
+	// scheduled (the syncer keeps the earliest); the second look then
+	// schedules the next a minute on.
 	awaitingVerdict := func(tag string) string {
 		t.Helper()
 		res := importImage(t, rawDisk(t, "wake "+tag), reg.Host+"/acme/rhel:"+tag)
@@ -52,11 +58,31 @@ func TestAVerdictWakesTheHubAtOnce(t *testing.T) {
 			c := apimeta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionProgressing)
 			return c != nil && c.Reason == "AwaitingVerdict"
 		})
+		// A look for the verdict is the syncer's GET of the digest's
+		// referrers, in the registry's access log.
+		looks := func() (int, error) {
+			data, err := os.ReadFile(reg.LogPath())
+			n := 0
+			for line := range strings.Lines(string(data)) {
+				if strings.Contains(line, "/referrers/"+res.Digest+" ") && strings.Contains(line, `"image-syncer/`) {
+					n++
+				}
+			}
+			return n, err
+		}
+		before, err := looks()
+		if err != nil {
+			t.Fatal(err)
+		}
 		patch := client.MergeFrom(bi.DeepCopy())
 		bi.Annotations[v1alpha1.AnnotationSeenAt] = time.Now().Add(-time.Hour).Format(time.RFC3339Nano)
 		if err := hub.Client.Patch(t.Context(), bi, patch); err != nil {
 			t.Fatal(err)
 		}
+		waitFor(t, "two looks for the verdict after the stamp moved", func() (bool, error) {
+			n, err := looks()
+			return n >= before+2, err
+		})
 		return res.Digest
 	}
 	importsWithin := func(digest string) {
