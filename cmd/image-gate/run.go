@@ -233,16 +233,20 @@ func (allTenants) Namespace(repository string) (string, string, error) {
 
 // pollLoop polls the registry until ctx ends: a fast pass every
 // --poll-interval, a full one every --digest-resync-interval. A fast pass
-// is skipped while work is queued: it would list again what the gate is
-// still working through. After a full pass, images awaiting a tenant's
-// signature are looked at again.
+// is skipped while work is queued, at most maxSkippedPasses in a row: it
+// would list again what the gate is still working through, and the bound
+// keeps one tenant's endless pushes from holding the others' missed
+// webhooks back. After a full pass, images awaiting a tenant's signature
+// are looked at again.
 func pollLoop(ctx context.Context, p *intake.Poller, svc *gate.Service, o *options, log *slog.Logger) error {
 	var lastFull time.Time
+	skipped := 0
 	t := time.NewTicker(o.pollInterval)
 	defer t.Stop()
 	for {
 		full := lastFull.IsZero() || time.Since(lastFull) >= o.digestResyncInterval
-		if !full && svc.Queued() > 0 {
+		if !full && svc.Queued() > 0 && skipped < maxSkippedPasses {
+			skipped++
 			select {
 			case <-ctx.Done():
 				return nil
@@ -250,6 +254,7 @@ func pollLoop(ctx context.Context, p *intake.Poller, svc *gate.Service, o *optio
 			}
 			continue
 		}
+		skipped = 0
 		poll := p.Poll
 		if full {
 			poll = p.PollDigests
@@ -274,6 +279,10 @@ func pollLoop(ctx context.Context, p *intake.Poller, svc *gate.Service, o *optio
 		}
 	}
 }
+
+// maxSkippedPasses bounds the fast passes skipped in a row while work is
+// queued.
+const maxSkippedPasses = 10
 
 // listen serves h on addr until ctx ends.
 func listen(ctx context.Context, addr string, h http.Handler, shutdown time.Duration, log *slog.Logger) error {
