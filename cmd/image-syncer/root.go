@@ -114,7 +114,7 @@ the first log line says which, and which build runs:
 	f.StringVar(&o.onDelete, "on-delete", string(v1alpha1.DeletionRetain), "when a tag leaves the registry: retain (keep the current import) or delete")
 	f.Int32Var(&o.maxAttempts, "max-attempts", hub.DefaultMaxAttempts, "failed imports of one digest before retries stop")
 	f.DurationVar(&o.retryDelay, "retry-delay", hub.DefaultRetryDelay, "wait after a failed import, doubling after each further one (at most 10m)")
-	f.IntVar(&o.workers, "workers", 8, "concurrent reconciles and event handlers")
+	f.IntVar(&o.workers, "workers", 4, "concurrent reconciles and event handlers")
 	f.Float32Var(&o.kubeQPS, "kube-qps", defaultKubeQPS, "requests per second to the hub's API server, on average; a first sync of N images makes about 2N writes")
 	f.IntVar(&o.kubeBurst, "kube-burst", defaultKubeBurst, "requests to the hub's API server allowed at once above --kube-qps")
 	f.StringVar(&o.metricsListen, "metrics-listen", ":9090", "address of the Prometheus /metrics endpoint; 0 disables it")

@@ -159,12 +159,14 @@ func (r *Reconciler) Wake(ctx context.Context, subject name.Digest, waiting []cl
 	nudge()
 	// distribution announces a tag push before the tag points at the new
 	// manifest, so the first look may still find the old referrers tag.
-	time.AfterFunc(wakeAgain, nudge)
+	for _, after := range wakeAgain {
+		time.AfterFunc(after, nudge)
+	}
 	return nil
 }
 
-// wakeAgain is when Wake looks a second time.
-const wakeAgain = 250 * time.Millisecond
+// wakeAgain are when Wake looks again after the first.
+var wakeAgain = []time.Duration{250 * time.Millisecond, time.Second}
 
 // leading reports whether this replica's reconciler runs: it leads, or
 // leader election is off.

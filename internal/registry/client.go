@@ -32,6 +32,9 @@ type Client struct {
 	mu       sync.Mutex
 	schemes  map[string]string        // registry host → "https" or "http"
 	sessions map[string]cachedSession // registry host → authenticated transport
+	// noReferrersAPI holds the registry hosts whose referrers API answered
+	// 404 through a session: their referrers tag is read directly.
+	noReferrersAPI map[string]bool
 }
 
 type options struct {
@@ -234,7 +237,7 @@ func New(opts ...Option) (*Client, error) {
 	if o.observer != nil {
 		base = observedTransport{inner: tr, observe: o.observer}
 	}
-	return &Client{opts: o, cache: cacheDir{dir: o.cacheDir, logger: o.logger}, base: base, schemes: map[string]string{}, sessions: map[string]cachedSession{}}, nil
+	return &Client{opts: o, cache: cacheDir{dir: o.cacheDir, logger: o.logger}, base: base, schemes: map[string]string{}, sessions: map[string]cachedSession{}, noReferrersAPI: map[string]bool{}}, nil
 }
 
 func defaultCacheDir() string {
@@ -306,7 +309,7 @@ func (c *Client) session(ctx context.Context, reg name.Registry) (http.RoundTrip
 	if err != nil {
 		return nil, err
 	}
-	var rt http.RoundTripper = transport.NewRetry(c.base,
+	var rt http.RoundTripper = transport.NewRetry(referrersProbe{c.base, func() { c.markNoReferrersAPI(key) }},
 		transport.WithRetryBackoff(remote.Backoff{Duration: c.opts.backoff, Factor: 2, Steps: c.opts.retries}),
 		transport.WithRetryStatusCodes(http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
 			http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout))
