@@ -142,3 +142,47 @@ func TestSignatureLostFromTheReferrersTag(t *testing.T) {
 		t.Errorf("told the signature's digest: key %q, %v; want %s", id, err, signed.KeyID)
 	}
 }
+
+// TestReferrersTagReadDirectlyOnceTheAPIIsMissing: distribution has no
+// referrers API. After its first 404, a client reads the referrers tag
+// directly, and still finds what is attached there.
+func TestReferrersTagReadDirectlyOnceTheAPIIsMissing(t *testing.T) {
+	testenv.RequireQEMU(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{})
+	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(t.TempDir(), "tenant.key")
+	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ref := reg.Host + "/acme/direct:1"
+	importOK(t, t.TempDir(), makeDisk(t, t.TempDir(), 16, 6, "raw"), ref)
+	if r := testenv.RunCommand(t, testenv.Command{Name: testenv.Imagectl, Args: []string{"sign", "--key", key, ref}}); r.Code != 0 {
+		t.Fatalf("imagectl sign: exit %d\n%s", r.Code, r.Stderr)
+	}
+	rc, err := registry.New(registry.WithCacheDir(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject := digestOf(t, rc, ref)
+	apiCalls := func() int {
+		data, err := os.ReadFile(reg.LogPath())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(data), `"GET /v2/acme/direct/referrers/`+subject.DigestStr()+` HTTP`)
+	}
+	before := apiCalls()
+	for i := range 3 {
+		refs, err := rc.Referrers(t.Context(), subject, "")
+		if err != nil || len(refs) != 1 {
+			t.Fatalf("listing %d: %d referrers, %v; want the signature", i+1, len(refs), err)
+		}
+	}
+	if n := apiCalls() - before; n != 1 {
+		t.Errorf("the referrers API was asked %d times in three listings; want once, then the referrers tag directly", n)
+	}
+}
