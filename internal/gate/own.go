@@ -1,6 +1,9 @@
 package gate
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
 // maxOwnWrites bounds the manifests the gate remembers writing.
 const maxOwnWrites = 4096
@@ -36,4 +39,42 @@ func (o *ownWrites) has(key string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.set[key]
+}
+
+// subjectLocks lets one handling of a subject run at a time in this
+// process, whatever brought it (a tag, an attachment, a recheck): the
+// second waits, then finds the first's verdict. Replicas coordinate
+// through Leases instead.
+type subjectLocks struct {
+	mu   sync.Mutex
+	held map[string]chan struct{}
+}
+
+// lock waits until key is free and takes it; it fails only when ctx ends.
+func (l *subjectLocks) lock(ctx context.Context, key string) error {
+	for {
+		l.mu.Lock()
+		if l.held == nil {
+			l.held = map[string]chan struct{}{}
+		}
+		busy, ok := l.held[key]
+		if !ok {
+			l.held[key] = make(chan struct{})
+			l.mu.Unlock()
+			return nil
+		}
+		l.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (l *subjectLocks) unlock(key string) {
+	l.mu.Lock()
+	close(l.held[key])
+	delete(l.held, key)
+	l.mu.Unlock()
 }

@@ -92,6 +92,8 @@ type Service struct {
 	memory verdict.Memory
 	flight singleflight.Group
 	own    ownWrites
+	// handling serialises the handlings of one subject in this process.
+	handling subjectLocks
 }
 
 func (s *Service) init() {
@@ -283,6 +285,10 @@ func (s *Service) Handle(ctx context.Context, subject name.Digest) (*api.Verdict
 // subject besides those the registry lists.
 func (s *Service) handle(ctx context.Context, subject name.Digest, referrer string) (*api.Verdict, error) {
 	s.init()
+	if err := s.handling.lock(ctx, subject.String()); err != nil {
+		return nil, err
+	}
+	defer s.handling.unlock(subject.String())
 	prev, done, err := s.given(ctx, subject)
 	if err != nil || done {
 		return prev, err

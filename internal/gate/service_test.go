@@ -175,3 +175,44 @@ func TestPanicIsAnErrorNotACrash(t *testing.T) {
 		t.Errorf("a panicking look-up: %v; want an error", err)
 	}
 }
+
+// TestOneSubjectIsHandledOnceAtATime: two tags of one digest and the
+// recheck an attachment brings, all at once, give one verdict and read the
+// layer once; the others wait and find it.
+func TestOneSubjectIsHandledOnceAtATime(t *testing.T) {
+	e := newEnv(t)
+	signer := newSigner(t)
+	s, counter := e.service(t, signer)
+	d := e.importDisk(t, "acme/rhel", rawDisk(t, 4<<20, 7), containerdisk.Options{}, registry.ImportOptions{})
+	subject := mustDigest(t, e.host+"/acme/rhel@"+d)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for _, handle := range []func() error{
+		func() error { _, err := s.Handle(t.Context(), subject); return err },
+		func() error { _, err := s.Handle(t.Context(), subject); return err },
+		func() error { return s.recheck(t.Context(), subject, "") },
+	} {
+		wg.Go(func() {
+			<-start
+			errs <- handle()
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	refs, err := e.reg.Referrers(t.Context(), subject, api.VerdictArtifactType)
+	if err != nil || len(refs) != 1 {
+		t.Errorf("%d verdicts attached (%v); want one", len(refs), err)
+	}
+	for blob, n := range counter.reads {
+		if n > 1 {
+			t.Errorf("blob %s read %d times", blob, n)
+		}
+	}
+}

@@ -116,15 +116,15 @@ func (c *Client) Referrers(ctx context.Context, subject name.Digest, artifactTyp
 	return refs, nil
 }
 
-// referrers is Referrers without the bound. On a registry known to lack
-// the referrers API, the referrers tag is read at once, as
-// go-containerregistry would after the API's 404.
+// referrers is Referrers without the bound. In a repository whose
+// registry answered that it lacks the referrers API, the referrers tag is
+// read at once, as go-containerregistry would after the API's 404.
 func (c *Client) referrers(ctx context.Context, subject name.Digest, artifactType string) ([]v1.Descriptor, error) {
 	ropts, err := c.sessionOptions(ctx, subject.Registry)
 	if err != nil {
 		return nil, err
 	}
-	if c.lacksReferrersAPI(subject.RegistryStr()) {
+	if c.lacksReferrersAPI(subject.RegistryStr() + "/" + subject.RepositoryStr()) {
 		return referrersTag(subject, artifactType, ropts)
 	}
 	if artifactType != "" {

@@ -32,9 +32,10 @@ type Client struct {
 	mu       sync.Mutex
 	schemes  map[string]string        // registry host → "https" or "http"
 	sessions map[string]cachedSession // registry host → authenticated transport
-	// noReferrersAPI holds the registry hosts whose referrers API answered
-	// 404 through a session: their referrers tag is read directly.
-	noReferrersAPI map[string]bool
+	// noReferrersAPI holds when repositories ("HOST/REPO") answered that
+	// their registry has no referrers API (referrersProbe): their referrers
+	// tag is read directly.
+	noReferrersAPI map[string]time.Time
 }
 
 type options struct {
@@ -237,7 +238,7 @@ func New(opts ...Option) (*Client, error) {
 	if o.observer != nil {
 		base = observedTransport{inner: tr, observe: o.observer}
 	}
-	return &Client{opts: o, cache: cacheDir{dir: o.cacheDir, logger: o.logger}, base: base, schemes: map[string]string{}, sessions: map[string]cachedSession{}, noReferrersAPI: map[string]bool{}}, nil
+	return &Client{opts: o, cache: cacheDir{dir: o.cacheDir, logger: o.logger}, base: base, schemes: map[string]string{}, sessions: map[string]cachedSession{}, noReferrersAPI: map[string]time.Time{}}, nil
 }
 
 func defaultCacheDir() string {
@@ -309,7 +310,7 @@ func (c *Client) session(ctx context.Context, reg name.Registry) (http.RoundTrip
 	if err != nil {
 		return nil, err
 	}
-	var rt http.RoundTripper = transport.NewRetry(referrersProbe{c.base, func() { c.markNoReferrersAPI(key) }},
+	var rt http.RoundTripper = transport.NewRetry(referrersProbe{c.base, c.markNoReferrersAPI},
 		transport.WithRetryBackoff(remote.Backoff{Duration: c.opts.backoff, Factor: 2, Steps: c.opts.retries}),
 		transport.WithRetryStatusCodes(http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
 			http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -12,33 +13,44 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 )
 
-// referrersProbe sees every request of a session and calls missing when
-// the registry answers a referrers API request with 404: it has no such
-// API, and the OCI distribution specification's fallback, the referrers
-// tag, lists the referrers instead.
+// referrersProbe sees every request of a session and calls missing with
+// "HOST/REPOSITORY" when the registry answers a referrers API request of
+// that repository with 404. Such a registry has no referrers API, and the
+// OCI distribution specification's fallback, the referrers tag, lists the
+// referrers instead; or it does not hold the repository (zot answers so,
+// with an empty body). Either way the referrers tag says as much, so the
+// answer is kept for the repository alone.
 type referrersProbe struct {
 	next    http.RoundTripper
-	missing func()
+	missing func(repo string)
 }
 
 func (p referrersProbe) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := p.next.RoundTrip(req)
-	if err == nil && resp.StatusCode == http.StatusNotFound && req.Method == http.MethodGet && strings.Contains(req.URL.Path, "/referrers/sha256:") {
-		p.missing()
+	if err == nil && resp.StatusCode == http.StatusNotFound && req.Method == http.MethodGet {
+		if repo, _, ok := strings.Cut(strings.TrimPrefix(req.URL.Path, "/v2/"), "/referrers/sha256:"); ok {
+			p.missing(req.URL.Host + "/" + repo)
+		}
 	}
 	return resp, err
 }
 
-func (c *Client) markNoReferrersAPI(host string) {
+// noReferrersAPITTL is how long a repository is taken to lack the
+// referrers API after its registry answered so; then the API is asked
+// again (the registry may have been upgraded, the repository pushed).
+const noReferrersAPITTL = 10 * time.Minute
+
+func (c *Client) markNoReferrersAPI(repo string) {
 	c.mu.Lock()
-	c.noReferrersAPI[host] = true
+	c.noReferrersAPI[repo] = time.Now()
 	c.mu.Unlock()
 }
 
-func (c *Client) lacksReferrersAPI(host string) bool {
+func (c *Client) lacksReferrersAPI(repo string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.noReferrersAPI[host]
+	at, ok := c.noReferrersAPI[repo]
+	return ok && time.Since(at) < noReferrersAPITTL
 }
 
 // referrersTag lists subject's referrers of artifactType ("" for all)

@@ -15,7 +15,11 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/registry"
@@ -184,5 +188,57 @@ func TestReferrersTagReadDirectlyOnceTheAPIIsMissing(t *testing.T) {
 	}
 	if n := apiCalls() - before; n != 1 {
 		t.Errorf("the referrers API was asked %d times in three listings; want once, then the referrers tag directly", n)
+	}
+}
+
+// TestReferrersAPIStaysInUseAfterAnUnknownRepository: zot serves the
+// referrers API and answers it with 404 NAME_UNKNOWN for a repository it
+// does not hold. That answer must not make a client read the referrers tag
+// from then on: zot keeps no such tag, and every attachment (a verdict, a
+// signature) would go unseen.
+func TestReferrersAPIStaysInUseAfterAnUnknownRepository(t *testing.T) {
+	z := harness.StartZot(t, harness.ZotOptions{
+		Users:  map[string]string{"pusher": "pusher-pw"},
+		Access: map[string]map[string][]string{"**": {"pusher": {"read", "create", "update", "delete"}}},
+	})
+	rc, err := registry.New(registry.WithCacheDir(""), registry.WithBasicAuth("pusher", "pusher-pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := mutate.AppendLayers(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON),
+		static.NewLayer([]byte("held"), types.OCILayer))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := name.ParseReference(z.Host + "/acme/held:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject, err := rc.PushImage(t.Context(), ref, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := rc.FetchManifest(t.Context(), subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc := ocispec.Descriptor{MediaType: string(raw.MediaType), Digest: digest.Digest(raw.Digest), Size: int64(len(raw.Bytes))}
+	if _, err := rc.AttachArtifact(t.Context(), subject, desc, registry.Artifact{ArtifactType: "application/vnd.example.note", MediaType: "text/plain", Content: []byte("note")}); err != nil {
+		t.Fatal(err)
+	}
+
+	if refs, err := rc.Referrers(t.Context(), subject, ""); err != nil || len(refs) != 1 {
+		t.Fatalf("referrers of the pushed image: %d, %v; want the one attached", len(refs), err)
+	}
+	unknown, err := name.NewDigest(z.Host + "/acme/never-pushed@" + subject.DigestStr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refs, err := rc.Referrers(t.Context(), unknown, ""); err != nil || len(refs) != 0 {
+		t.Fatalf("referrers in a repository zot does not hold: %v, %v; want none", refs, err)
+	}
+	refs, err := rc.Referrers(t.Context(), subject, "")
+	if err != nil || len(refs) != 1 {
+		t.Errorf("referrers of the pushed image after the unknown repository's 404: %d, %v; want the one attached", len(refs), err)
 	}
 }

@@ -59,12 +59,14 @@ func TestAVerdictWakesTheHubAtOnce(t *testing.T) {
 			return c != nil && c.Reason == "AwaitingVerdict"
 		})
 		// A look for the verdict is the syncer's GET of the digest's
-		// referrers, in the registry's access log.
+		// referrers tag (distribution has no referrers API), in the
+		// registry's access log.
+		referrersTag := "/manifests/" + strings.Replace(res.Digest, ":", "-", 1) + " "
 		looks := func() (int, error) {
 			data, err := os.ReadFile(reg.LogPath())
 			n := 0
 			for line := range strings.Lines(string(data)) {
-				if strings.Contains(line, "/referrers/"+res.Digest+" ") && strings.Contains(line, `"image-syncer/`) {
+				if strings.Contains(line, `"GET /v2/acme/rhel`+referrersTag) && strings.Contains(line, `"image-syncer/`) {
 					n++
 				}
 			}
