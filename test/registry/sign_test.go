@@ -90,6 +90,22 @@ func TestSignaturesReadBothWays(t *testing.T) {
 }
 
 // digestOf is the digest ref's tag points at.
+// tenantKey writes a new P-256 tenant key as a PEM file for imagectl sign
+// --key and returns it with the file's path.
+func tenantKey(t *testing.T) (*ecdsa.PrivateKey, string) {
+	t.Helper()
+	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := filepath.Join(t.TempDir(), "tenant.key")
+	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return k, key
+}
+
 func digestOf(t *testing.T, rc *registry.Client, ref string) name.Digest {
 	t.Helper()
 	tag, err := name.NewTag(ref)
@@ -110,15 +126,7 @@ func digestOf(t *testing.T, rc *registry.Client, ref string) name.Digest {
 func TestSignatureLostFromTheReferrersTag(t *testing.T) {
 	testenv.RequireQEMU(t)
 	reg := harness.StartRegistry(t, harness.RegistryOptions{})
-	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := filepath.Join(t.TempDir(), "tenant.key")
-	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	k, key := tenantKey(t)
 	ref := reg.Host + "/acme/lost:1"
 	importOK(t, t.TempDir(), makeDisk(t, t.TempDir(), 16, 6, "raw"), ref)
 	r := testenv.RunCommand(t, testenv.Command{Name: testenv.Imagectl, Args: []string{"sign", "--key", key, "-o", "json", ref}})
@@ -153,15 +161,7 @@ func TestSignatureLostFromTheReferrersTag(t *testing.T) {
 func TestReferrersTagReadDirectlyOnceTheAPIIsMissing(t *testing.T) {
 	testenv.RequireQEMU(t)
 	reg := harness.StartRegistry(t, harness.RegistryOptions{})
-	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := filepath.Join(t.TempDir(), "tenant.key")
-	if err := os.WriteFile(key, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	_, key := tenantKey(t)
 	ref := reg.Host + "/acme/direct:1"
 	importOK(t, t.TempDir(), makeDisk(t, t.TempDir(), 16, 6, "raw"), ref)
 	if r := testenv.RunCommand(t, testenv.Command{Name: testenv.Imagectl, Args: []string{"sign", "--key", key, ref}}); r.Code != 0 {
