@@ -43,8 +43,12 @@ const ReasonNoVerdict = "NoVerdict"
 // Bounds of the wait for a verdict: a digest without one is looked at
 // again after a quarter of the time since the syncer learnt of it, at
 // least verdictRecheckMin and at most verdictRecheckMax; a digest refused
-// for want of its tenant's signature at most signatureRecheckMax.
+// for want of its tenant's signature at most signatureRecheckMax. For
+// attachedRecheckFor after a follower stamped an attachment, every
+// attachedRecheck.
 const (
+	attachedRecheck     = 250 * time.Millisecond
+	attachedRecheckFor  = 2 * time.Second
 	verdictRecheckMin   = 2 * time.Second
 	verdictRecheckMax   = time.Minute
 	signatureRecheckMax = 5 * time.Minute
@@ -52,8 +56,15 @@ const (
 
 // recheckAfter is when to look for bi's verdict again: a quarter of the
 // time since the syncer learnt of its digest, bounded by
-// verdictRecheckMin and longest.
+// verdictRecheckMin and longest. Within attachedRecheckFor of a
+// follower's AnnotationAttachedAt stamp it is attachedRecheck: the
+// registry may not list the attachment yet (distribution announces a tag
+// before the tag points at the new index), as the leader's own wakes
+// allow for by looking again.
 func (r *Reconciler) recheckAfter(bi *v1alpha1.BaseImage, longest time.Duration) time.Duration {
+	if at, err := time.Parse(time.RFC3339Nano, bi.Annotations[v1alpha1.AnnotationAttachedAt]); err == nil && r.now().Sub(at) < attachedRecheckFor {
+		return attachedRecheck
+	}
 	seen, err := time.Parse(time.RFC3339Nano, bi.Annotations[v1alpha1.AnnotationSeenAt])
 	if err != nil {
 		return verdictRecheckMin
