@@ -233,20 +233,16 @@ func (allTenants) Namespace(repository string) (string, string, error) {
 
 // pollLoop polls the registry until ctx ends: a fast pass every
 // --poll-interval, a full one every --digest-resync-interval. A fast pass
-// is skipped while work is queued, at most maxSkippedPasses in a row: it
-// would list again what the gate is still working through, and the bound
-// keeps one tenant's endless pushes from holding the others' missed
-// webhooks back. After a full pass, images awaiting a tenant's signature
-// are looked at again.
+// may wait while work is queued (intake.PassSkipper). After a full pass,
+// images awaiting a tenant's signature are looked at again.
 func pollLoop(ctx context.Context, p *intake.Poller, svc *gate.Service, o *options, log *slog.Logger) error {
 	var lastFull time.Time
-	skipped := 0
+	var skipper intake.PassSkipper
 	t := time.NewTicker(o.pollInterval)
 	defer t.Stop()
 	for {
 		full := lastFull.IsZero() || time.Since(lastFull) >= o.digestResyncInterval
-		if !full && svc.Queued() > 0 && skipped < maxSkippedPasses {
-			skipped++
+		if skipper.Skip(full, svc.Queued()) {
 			select {
 			case <-ctx.Done():
 				return nil
@@ -254,7 +250,6 @@ func pollLoop(ctx context.Context, p *intake.Poller, svc *gate.Service, o *optio
 			}
 			continue
 		}
-		skipped = 0
 		poll := p.Poll
 		if full {
 			poll = p.PollDigests
@@ -279,10 +274,6 @@ func pollLoop(ctx context.Context, p *intake.Poller, svc *gate.Service, o *optio
 		}
 	}
 }
-
-// maxSkippedPasses bounds the fast passes skipped in a row while work is
-// queued.
-const maxSkippedPasses = 10
 
 // listen serves h on addr until ctx ends.
 func listen(ctx context.Context, addr string, h http.Handler, shutdown time.Duration, log *slog.Logger) error {

@@ -14,7 +14,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"golang.org/x/sync/singleflight"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/intake"
@@ -90,7 +89,6 @@ type Service struct {
 	// other tags of a digest cost no look-up; attachments, which may have
 	// dropped a verdict, are always looked up.
 	memory verdict.Memory
-	flight singleflight.Group
 	own    ownWrites
 	// handling serialises the handlings of one subject in this process.
 	handling subjectLocks
@@ -228,8 +226,7 @@ func (s *Service) handleWork(ctx context.Context, w work) error {
 	if _, ok := s.memory.Get(subject.String()); ok {
 		return nil // another tag of the digest, verified a moment ago
 	}
-	// Tags of one digest handled at once share one verification.
-	_, err, _ = s.flight.Do(subject.String(), func() (any, error) { return s.Handle(ctx, subject) })
+	_, err = s.Handle(ctx, subject)
 	return err
 }
 

@@ -416,10 +416,7 @@ func (v *Verifier) publish(ctx context.Context, repo name.Repository, source str
 	if err != nil {
 		return "", 0, err
 	}
-	cfgDesc, err := v.Registry.PushBlob(ctx, repo, ocispec.MediaTypeImageConfig, cfgBytes)
-	if err != nil {
-		return "", 0, fmt.Errorf("pushing the canonical config: %w", err)
-	}
+	cfgDesc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(cfgBytes), Size: int64(len(cfgBytes))}
 	manifest, err := json.Marshal(ocispec.Manifest{
 		Versioned:   specs.Versioned{SchemaVersion: 2},
 		MediaType:   ocispec.MediaTypeImageManifest,
@@ -432,7 +429,10 @@ func (v *Verifier) publish(ctx context.Context, repo name.Repository, source str
 	}
 	d := digest.FromBytes(manifest).String()
 	if d == source {
-		return d, size, nil // the pushed manifest is the canonical one, read a moment ago
+		return d, size, nil // the pushed image is the canonical one, read a moment ago
+	}
+	if _, err := v.Registry.PushBlob(ctx, repo, ocispec.MediaTypeImageConfig, cfgBytes); err != nil {
+		return "", 0, fmt.Errorf("pushing the canonical config: %w", err)
 	}
 	if err := v.Registry.PutManifest(ctx, repo.Digest(d), manifest, manifestMediaType); err != nil {
 		return "", 0, fmt.Errorf("pushing the canonical manifest: %w", err)

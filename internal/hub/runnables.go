@@ -73,13 +73,9 @@ func (*Workers) NeedLeaderElection() bool { return false }
 // PollLoop polls the registry on the leader and queues what changed. Every
 // Interval it runs a fast pass, and a full one (every tag's digest looked
 // up again) once Resync has passed since the last full pass that
-// succeeded; the first pass is a full one. A fast pass is skipped while
-// the queue still holds events, at most maxSkippedPasses in a row: it
-// would list again what the syncer is still working through (a first sync
-// of thousands of tags), and webhooks go on arriving meanwhile; the bound
-// keeps a tenant who pushes without pause from holding every other
-// tenant's missed webhook back. A failed poll is logged and changes
-// nothing.
+// succeeded; the first pass is a full one. A fast pass may wait while the
+// queue still holds events (intake.PassSkipper). A failed poll is logged
+// and changes nothing.
 type PollLoop struct {
 	poller           *intake.Poller
 	queue            *intake.Queue
@@ -97,13 +93,12 @@ func NewPollLoop(poller *intake.Poller, queue *intake.Queue, metrics *Metrics, i
 // Start polls until ctx ends.
 func (l *PollLoop) Start(ctx context.Context) error {
 	var lastFull time.Time
-	skipped := 0
+	var skipper intake.PassSkipper
 	t := time.NewTicker(l.interval)
 	defer t.Stop()
 	for {
 		full := lastFull.IsZero() || time.Since(lastFull) >= l.resync
-		if !full && l.queue.Len() > 0 && skipped < maxSkippedPasses {
-			skipped++
+		if skipper.Skip(full, l.queue.Len()) {
 			l.metrics.PollSkipped()
 			select {
 			case <-ctx.Done():
@@ -112,7 +107,6 @@ func (l *PollLoop) Start(ctx context.Context) error {
 			}
 			continue
 		}
-		skipped = 0
 		start := time.Now()
 		poll := l.poller.Poll
 		if full {
@@ -138,10 +132,6 @@ func (l *PollLoop) Start(ctx context.Context) error {
 		}
 	}
 }
-
-// maxSkippedPasses bounds the fast passes skipped in a row while events
-// are queued.
-const maxSkippedPasses = 10
 
 // NeedLeaderElection reports true: only the leader polls.
 func (*PollLoop) NeedLeaderElection() bool { return true }
