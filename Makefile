@@ -8,14 +8,22 @@ VERSION   ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS   := -X github.com/imagepipe/imagepipe/internal/version.Version=$(VERSION) -X github.com/imagepipe/imagepipe/internal/version.Commit=$(COMMIT)
 FUZZTIME  ?= 10s
-# Build with Intel ISA-L's gzip (several times faster layer compression)
-# when its headers are installed (make tools installs libisal-dev); without
-# it, imagectl falls back to klauspost/pgzip.
-TAGS      ?= $(shell test -f /usr/include/isa-l/igzip_lib.h && echo isal)
+# imagectl compresses gzip layers with Intel ISA-L's igzip (several times
+# faster), so `make build` needs libisal-dev (make tools installs it) and
+# fails without it rather than build another imagectl. `make build TAGS=`
+# chooses the pure-Go klauspost/pgzip build, as the container image has.
+TAGS      ?= isal
 # Fuzz targets as package:target pairs; `make fuzz` runs each for FUZZTIME.
 FUZZ_TARGETS := ./internal/convert:FuzzOpen ./internal/convert:FuzzQCOW2Header ./internal/convert:FuzzL2Table ./internal/convert:FuzzTableSharing ./internal/convert:FuzzUnwrap ./internal/convert:FuzzDetect ./internal/containerdisk:FuzzDiskEntry ./internal/registry:FuzzParseReference ./internal/intake:FuzzParseWebhook ./internal/cdi:FuzzNames ./internal/gate:FuzzParseDocument
 
-CONTROLLER_GEN := $(GO) run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.23.0
+# Tests run through hack/testreport: it prints what go test would, and fails
+# the run when a test skips for a reason outside internal/need's allow-list
+# (a missing tool, privilege or server).
+REPORT := $(GO) run ./hack/testreport
+SHELL := bash
+.SHELLFLAGS := -o pipefail -c
+
+CONTROLLER_GEN := $(GO) tool controller-gen # pinned in go.mod: lint needs no network
 
 .PHONY: all build test unit integration fuzz bench tools lint generate demo clean images release-config
 
@@ -25,6 +33,7 @@ all: build
 # no cgo, -trimpath), so the tests run that binary and make images reuses
 # the compiled packages.
 build:
+	@case " $(TAGS) " in *" isal "*) test -f /usr/include/isa-l/igzip_lib.h || { echo "libisal-dev is not installed: run make tools (or make build TAGS= for the pure-Go gzip)"; exit 1; };; esac
 	$(GO) build -tags "$(TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/imagectl ./cmd/imagectl
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags "$(LDFLAGS)" -o $(BIN)/image-syncer ./cmd/image-syncer
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags "$(LDFLAGS)" -o $(BIN)/image-gate ./cmd/image-gate
@@ -70,15 +79,15 @@ tools:
 test: tools lint build unit integration fuzz
 
 unit:
-	$(GO) test -tags "$(TAGS)" -race -count=1 ./internal/... ./pkg/... ./cmd/...
-	$(GO) test -count=1 -run Gzip ./internal/containerdisk # the pure-Go gzip fallback
+	$(GO) test -json -tags "$(TAGS)" -race -count=1 ./internal/... ./pkg/... ./cmd/... ./hack/... 2>&1 | $(REPORT)
+	$(GO) test -json -count=1 -run Gzip ./internal/containerdisk 2>&1 | $(REPORT) # the pure-Go gzip fallback
 
 # test/images cross-compiles both binaries for two platforms from a cold
 # build cache on a fresh machine, which can pass go test's default 10m.
 # Four packages run at once (-p 4, twice the cores of a small CI machine):
 # most of their time is spent waiting on the servers they start.
 integration: build
-	IMAGECTL=$(BIN)/imagectl IMAGE_SYNCER=$(BIN)/image-syncer IMAGE_GATE=$(BIN)/image-gate IMAGEPIPE_CACHE=$(CACHE) $(GO) test -count=1 -p 4 -timeout 60m ./test/...
+	IMAGECTL=$(BIN)/imagectl IMAGE_SYNCER=$(BIN)/image-syncer IMAGE_GATE=$(BIN)/image-gate IMAGEPIPE_CACHE=$(CACHE) $(GO) test -json -count=1 -p 4 -timeout 60m ./test/... 2>&1 | $(REPORT)
 
 fuzz:
 	@FUZZTIME=$(FUZZTIME) bash test/fuzz.sh $(FUZZ_TARGETS)

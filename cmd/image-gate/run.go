@@ -242,7 +242,7 @@ func pollLoop(ctx context.Context, p *intake.Poller, svc *gate.Service, o *optio
 	defer t.Stop()
 	for {
 		full := lastFull.IsZero() || time.Since(lastFull) >= o.digestResyncInterval
-		if skipper.Skip(full, svc.Queued()) {
+		if skipper.ShouldSkip(full, svc.Queued()) {
 			select {
 			case <-ctx.Done():
 				return nil

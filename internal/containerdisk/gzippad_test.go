@@ -18,6 +18,8 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/reject"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // smallDisks are disks whose layers compress to a few hundred bytes or
@@ -289,9 +291,7 @@ func TestGzipLayerSurvivesCDIsHeaderProbe(t *testing.T) {
 // TestPaddedGzipLayerReadByTheGzipTool decodes a padded layer with GNU
 // gzip, an independent reader.
 func TestPaddedGzipLayerReadByTheGzipTool(t *testing.T) {
-	if _, err := exec.LookPath("gzip"); err != nil {
-		t.Skip("gzip is not installed")
-	}
+	need.Program(t, "gzip")
 	_, layer, tarball := buildLayer(t, smallDisks()["empty qcow2"], CompressionGzip)
 	cmd := exec.Command("gzip", "-d", "-c")
 	cmd.Stdin = bytes.NewReader(layer)

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // bytesPayload is a disk held in memory.
@@ -94,9 +96,7 @@ func TestZstdLayerSurvivesCDIsHeaderProbe(t *testing.T) {
 // TestZstdLayerReadByTheZstdTool decodes the layer with the reference zstd
 // implementation, an independent reader of concatenated frames.
 func TestZstdLayerReadByTheZstdTool(t *testing.T) {
-	if _, err := exec.LookPath("zstd"); err != nil {
-		t.Skip("the zstd tool is not installed (make tools installs it)")
-	}
+	need.Program(t, "zstd")
 	layer, tarball := zstdLayer(t, testDisks()["mixed"])
 	cmd := exec.Command("zstd", "-d", "-c")
 	cmd.Stdin = bytes.NewReader(layer)

@@ -16,6 +16,8 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/imagepipe/imagepipe/internal/reject"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // reusedCluster is the fuzz targets' own account of the sharing rule,
@@ -319,9 +321,7 @@ func sharingSeeds(tb testing.TB) []sharingSeed {
 // to testdata/fuzz, in the format go test -fuzz reads. It only runs with
 // IMAGEPIPE_WRITE_SEEDS=1, since it writes into the source tree.
 func TestWriteFuzzSeeds(t *testing.T) {
-	if os.Getenv("IMAGEPIPE_WRITE_SEEDS") != "1" {
-		t.Skip("set IMAGEPIPE_WRITE_SEEDS=1 to rewrite testdata/fuzz/FuzzTableSharing and FuzzL2Table")
-	}
+	need.OptIn(t, "IMAGEPIPE_WRITE_SEEDS", "rewrite testdata/fuzz/FuzzTableSharing and FuzzL2Table")
 	write := func(target string, i int, values ...any) {
 		dir := filepath.Join("testdata", "fuzz", target)
 		if err := os.MkdirAll(dir, 0o755); err != nil {

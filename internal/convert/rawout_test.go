@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/imagepipe/imagepipe/internal/reject"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // TestRawOutputOfAnotherFormatRefused converts qcow2 images whose guest
@@ -15,9 +17,7 @@ import (
 // reader a file it probes as that format, so it must be refused before a
 // byte is written; qcow2 output names its format and stays accepted.
 func TestRawOutputOfAnotherFormatRefused(t *testing.T) {
-	if _, err := exec.LookPath("qemu-io"); err != nil {
-		t.Skip("qemu-io is not installed (make tools installs it)")
-	}
+	need.Program(t, "qemu-io")
 	tests := []struct {
 		name   string
 		writes []string // qemu-io commands on the guest disk

@@ -98,7 +98,7 @@ func (l *PollLoop) Start(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		full := lastFull.IsZero() || time.Since(lastFull) >= l.resync
-		if skipper.Skip(full, l.queue.Len()) {
+		if skipper.ShouldSkip(full, l.queue.Len()) {
 			l.metrics.PollSkipped()
 			select {
 			case <-ctx.Done():

@@ -227,7 +227,7 @@ const MaxSkippedPasses = 10
 type PassSkipper struct{ skipped int }
 
 // Skip reports whether the pass should wait, with queued events waiting.
-func (s *PassSkipper) Skip(full bool, queued int) bool {
+func (s *PassSkipper) ShouldSkip(full bool, queued int) bool {
 	if full || queued == 0 || s.skipped >= MaxSkippedPasses {
 		s.skipped = 0
 		return false

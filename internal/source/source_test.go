@@ -23,6 +23,8 @@ import (
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/source"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // isolateCache points the digest cache at a fresh directory for one test.
@@ -80,9 +82,7 @@ func digestOf(data []byte) string {
 // compress runs tool (gzip, zstd or xz) on path and returns the new file.
 func compress(t *testing.T, tool, path string) string {
 	t.Helper()
-	if _, err := exec.LookPath(tool); err != nil {
-		t.Skipf("%s is not installed", tool)
-	}
+	need.Program(t, tool)
 	out, err := exec.Command(tool, "-c", path).Output()
 	if err != nil {
 		t.Fatalf("%s -c %s: %v", tool, path, err)

@@ -18,6 +18,8 @@ import (
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/source"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // xzBytes compresses data with the xz program and extra arguments.
@@ -111,10 +113,7 @@ func xzCases(t *testing.T) ([]byte, []xzCase) {
 // broken ones: truncated, corrupt, with garbage after the stream, nested,
 // or expanding past the cap.
 func TestXZProgramAgreesWithGo(t *testing.T) {
-	program, err := exec.LookPath("xz")
-	if err != nil {
-		t.Skip("xz is not installed")
-	}
+	program := need.Program(t, "xz")
 	isolateCache(t)
 	data, cases := xzCases(t)
 	for _, tc := range cases {
@@ -257,9 +256,7 @@ func TestXZProgramStreamAgrees(t *testing.T) {
 // TestXZProgramMissingFallsBack: an xz program that cannot start leaves
 // the stream to the Go decoder.
 func TestXZProgramMissingFallsBack(t *testing.T) {
-	if _, err := exec.LookPath("xz"); err != nil {
-		t.Skip("xz is not installed")
-	}
+	need.Program(t, "xz")
 	isolateCache(t)
 	data := imageBytes(1 << 20)
 	path := writeFile(t, t.TempDir(), "disk.xz", xzBytes(t, data))
@@ -275,10 +272,7 @@ func TestXZProgramMissingFallsBack(t *testing.T) {
 // behind; so is one cut exactly after a complete stream, whose missing
 // rest the program cannot see.
 func TestXZProgramSourceFails(t *testing.T) {
-	program, err := exec.LookPath("xz")
-	if err != nil {
-		t.Skip("xz is not installed")
-	}
+	program := need.Program(t, "xz")
 	source.SetXZProgram(t, program)
 	data := imageBytes(2 << 20)
 	whole := xzBytes(t, data)
@@ -309,9 +303,7 @@ func TestXZProgramSourceFails(t *testing.T) {
 // killer would end it) says nothing about the image: the error is no
 // rejection. The program here is a stand-in that kills itself.
 func TestXZProgramKilled(t *testing.T) {
-	if _, err := exec.LookPath("xz"); err != nil {
-		t.Skip("xz is not installed")
-	}
+	need.Program(t, "xz")
 	isolateCache(t)
 	dir := t.TempDir()
 	killed := writeFile(t, dir, "xz", []byte("#!/bin/sh\nkill -KILL $$\n"))
@@ -367,10 +359,7 @@ func TestOpenTruncatedWrapped(t *testing.T) {
 // needXZ returns the path of the xz program, skipping the test without one.
 func needXZ(t *testing.T) string {
 	t.Helper()
-	program, err := exec.LookPath("xz")
-	if err != nil {
-		t.Skip("xz is not installed")
-	}
+	program := need.Program(t, "xz")
 	return program
 }
 

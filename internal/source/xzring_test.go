@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // onesXZ returns n bytes of 0x01, xz-compressed into a few KiB: data, not
@@ -37,10 +39,7 @@ func waitForStopped(t *testing.T, pid int) {
 // image; once the reader goes on, every byte arrives and the program ends.
 // A reader closed while the program is stopped kills it.
 func TestXZRingPacesTheProgram(t *testing.T) {
-	program, err := exec.LookPath("xz")
-	if err != nil {
-		t.Skip("xz is not installed")
-	}
+	program := need.Program(t, "xz")
 	const size = 3 * xzRingMax
 	stream := onesXZ(t, size)
 

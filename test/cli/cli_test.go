@@ -10,6 +10,8 @@ import (
 
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/test/testenv"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -147,9 +149,7 @@ func TestDeclaredFormatMismatch(t *testing.T) {
 // 64 MiB however large the disk is.
 func TestPeakMemory64GiBSparse(t *testing.T) {
 	testenv.RequireQEMU(t)
-	if _, err := os.Stat("/usr/bin/time"); err != nil {
-		t.Skip("GNU time not installed (make tools installs it)")
-	}
+	need.Program(t, "/usr/bin/time")
 	dir := t.TempDir()
 	raw := filepath.Join(dir, "big.raw")
 	f, err := os.Create(raw)

@@ -3,7 +3,6 @@ package cli
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,6 +10,8 @@ import (
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // imagectl runs imagectl with a private docker config directory, so that
@@ -227,9 +228,7 @@ func TestExportToStandardOutput(t *testing.T) {
 // it), crane export and imagectl export all get the disk back.
 func TestImportOfAnEmptyDiskMakesALayerEveryoneReads(t *testing.T) {
 	testenv.RequireQEMU(t)
-	if _, err := exec.LookPath("skopeo"); err != nil {
-		t.Skip("skopeo is not installed")
-	}
+	need.Program(t, "skopeo")
 	crane := harness.Binary(t, "crane")
 	dir := t.TempDir()
 	empty := filepath.Join(dir, "empty.qcow2")

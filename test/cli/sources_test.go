@@ -3,13 +3,14 @@ package cli
 import (
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // TestTLSFlagsApplyToSources: an https:// source whose certificate a
@@ -111,9 +112,7 @@ func TestCompressedSourcesWholeOrRejected(t *testing.T) {
 	disk := validQCOW2(t, dir, false)
 	for _, tool := range []string{"gzip", "zstd", "xz"} {
 		t.Run(tool, func(t *testing.T) {
-			if _, err := exec.LookPath(tool); err != nil {
-				t.Skipf("%s is not installed", tool)
-			}
+			need.Program(t, tool)
 			packed := filepath.Join(dir, "disk.qcow2."+tool)
 			testenv.Run(t, "sh", "-c", tool+" -c "+disk+" > "+packed)
 			out := filepath.Join(dir, tool+".qcow2")

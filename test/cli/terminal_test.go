@@ -16,6 +16,8 @@ import (
 
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // ptyRun is how a run under a pseudo-terminal ended.
@@ -33,7 +35,7 @@ func runOnTerminal(t *testing.T, stdinTTY, stderrTTY bool, limit time.Duration, 
 	t.Helper()
 	ptmx, tty, err := pty.Open()
 	if err != nil {
-		t.Skipf("no pseudo-terminal here: %v", err)
+		need.Missing(t, "a pseudo-terminal: %v", err)
 	}
 	defer ptmx.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), limit)

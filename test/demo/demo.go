@@ -34,6 +34,8 @@ import (
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 	"github.com/imagepipe/imagepipe/test/harness"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // What the demo imports, and where.
@@ -123,14 +125,12 @@ func (d *tour) findTools() {
 	d.gate = cmp.Or(d.cfg.gate, filepath.Join(d.root, "bin", "image-gate"))
 	for _, bin := range []string{d.imagectl, d.syncer, d.gate} {
 		if _, err := os.Stat(bin); err != nil {
-			d.t.Skipf("%s is missing: run make build (make demo does)", bin)
+			need.Missing(d.t, "%s: run make build (make demo does)", bin)
 		}
 	}
 	d.kubectl = harness.Binary(d.t, "kubectl")
 	var err error
-	if d.qemuImg, err = exec.LookPath("qemu-img"); err != nil {
-		d.t.Skipf("qemu-img is missing: run make tools (it installs qemu-utils)")
-	}
+	d.qemuImg = need.Program(d.t, "qemu-img")
 	d.mkfs, err = exec.LookPath("mkfs.ext4")
 	if err != nil { // /usr/sbin is not in an ordinary user's PATH on Debian
 		for _, p := range []string{"/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"} {
@@ -141,7 +141,7 @@ func (d *tour) findTools() {
 		}
 	}
 	if err != nil {
-		d.t.Skipf("mkfs.ext4 is missing: run make tools (it installs e2fsprogs)")
+		need.Missing(d.t, "mkfs.ext4: run make tools (it installs e2fsprogs)")
 	}
 }
 

@@ -28,6 +28,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/imagepipe/imagepipe/test/nodestandin"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 const (
@@ -58,9 +60,7 @@ type CDI struct {
 // binary is missing or the test does not run as root.
 func (h *Hub) StartCDI(t testing.TB, provisioner string) *CDI {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("CDI's controller and the node stand-in need root for their mount and network namespaces (unshare, mount, losetup)")
-	}
+	need.Root(t, "CDI's controller and the node stand-in make mount and network namespaces (unshare, mount, losetup)")
 	kcmBin := Binary(t, "kube-controller-manager")
 	controllerBin := Binary(t, "cdi-controller")
 	importerBin := Binary(t, "cdi-importer")

@@ -29,6 +29,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // HubUsers are the non-admin users every hub knows, each with its own bearer token and no
@@ -95,7 +97,7 @@ func StartHub(t testing.TB, name string, extraCRDs ...string) *Hub {
 	apiserverBin := Binary(t, "kube-apiserver")
 	for _, d := range hubCRDDirs {
 		if _, err := os.Stat(filepath.Join(CRDDir(), d)); err != nil {
-			t.Skipf("the %s CRDs are not generated in %s: run make tools", d, CRDDir())
+			need.Missing(t, "the %s CRDs are not generated in %s: run make tools", d, CRDDir())
 		}
 	}
 

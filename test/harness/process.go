@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 const (
@@ -44,12 +46,12 @@ func BinDir() string {
 	return filepath.Join(home, ".cache", "imagepipe", "bin")
 }
 
-// Binary returns the path of a built tool, or calls t.Skip with "run make tools" when it is missing.
+// Binary returns the path of a built tool, or skips the test (need.Missing) when it is missing.
 func Binary(t testing.TB, name string) string {
 	t.Helper()
 	path := filepath.Join(BinDir(), name)
 	if fi, err := os.Stat(path); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-		t.Skipf("%s is not built in %s: run make tools", name, BinDir())
+		need.Missing(t, "%s is not built in %s: run make tools", name, BinDir())
 	}
 	return path
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/imagepipe/imagepipe/test/testenv"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // seedSize is how much of each image becomes a fuzz seed: the header and its extensions,
@@ -21,9 +23,7 @@ const seedSize = 16 << 10
 // hostile corpus (and its valid controls, which give the fuzzer well-formed structure to
 // mutate). It only runs with IMAGEPIPE_WRITE_SEEDS=1, since it writes into the source tree.
 func TestWriteFuzzSeeds(t *testing.T) {
-	if os.Getenv("IMAGEPIPE_WRITE_SEEDS") != "1" {
-		t.Skip("set IMAGEPIPE_WRITE_SEEDS=1 to rewrite internal/convert/testdata/fuzz/FuzzOpen")
-	}
+	need.OptIn(t, "IMAGEPIPE_WRITE_SEEDS", "rewrite internal/convert/testdata/fuzz/FuzzOpen")
 	testenv.RequireQEMU(t)
 	// go test runs a test in its package directory, so this is relative to test/hostile.
 	dir := filepath.Join("..", "..", "internal", "convert", "testdata", "fuzz", "FuzzOpen")

@@ -26,6 +26,8 @@ import (
 
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/test/harness"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // version is what the test stamps into the images.
@@ -91,12 +93,8 @@ func makeImages(t *testing.T, root string, args ...string) map[string]pushed {
 func TestImages(t *testing.T) {
 	tl := tools{crane: harness.Binary(t, "crane"), kubectl: harness.Binary(t, "kubectl")}
 	var err error
-	if tl.skopeo, err = exec.LookPath("skopeo"); err != nil {
-		t.Skip("skopeo is not installed (make tools installs it)")
-	}
-	if _, err := exec.LookPath("make"); err != nil {
-		t.Skip("make is not installed")
-	}
+	tl.skopeo = need.Program(t, "skopeo")
+	need.Program(t, "make")
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)

@@ -3,23 +3,20 @@ package nodestandin
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // requireSandbox skips unless this machine can make the sandbox's namespaces (root, unshare).
 func requireSandbox(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("the sandbox needs root to make mount and PID namespaces")
-	}
-	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Skip("unshare is not installed")
-	}
+	need.Root(t, "the sandbox makes mount and PID namespaces")
+	need.Program(t, "unshare")
 }
 
 // TestSandboxShowsTheContainerOnlyItsOwnWorld runs a shell as a container and checks what the

@@ -9,7 +9,6 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,6 +19,8 @@ import (
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
@@ -92,9 +93,7 @@ func pullWithSkopeo(t *testing.T, ref string, skopeoArgs ...string) string {
 // --override-arch) before "copy".
 func skopeoPull(t *testing.T, global []string, ref string, copyArgs ...string) string {
 	t.Helper()
-	if _, err := exec.LookPath("skopeo"); err != nil {
-		t.Skip("skopeo not installed (make tools installs it)")
-	}
+	need.Program(t, "skopeo")
 	out := filepath.Join(t.TempDir(), "pulled")
 	args := append(append(slices.Clone(global), "copy", "--src-tls-verify=false"), copyArgs...)
 	testenv.Run(t, "skopeo", append(args, "docker://"+ref, "dir:"+out)...)
@@ -358,9 +357,7 @@ func corruptCompressedCluster(t *testing.T, dir string) string {
 // size.
 func TestImportPeakMemory(t *testing.T) {
 	testenv.RequireQEMU(t)
-	if _, err := os.Stat("/usr/bin/time"); err != nil {
-		t.Skip("GNU time not installed (make tools installs it)")
-	}
+	need.Program(t, "/usr/bin/time")
 	reg := harness.StartRegistry(t, harness.RegistryOptions{})
 	dir := t.TempDir()
 	for _, tc := range []struct {

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,6 +21,8 @@ import (
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // imagectl runs imagectl with its own cache directory.
@@ -57,9 +58,7 @@ type skopeoIndex struct {
 
 func requireSkopeo(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("skopeo"); err != nil {
-		t.Skip("skopeo not installed (make tools installs it)")
-	}
+	need.Program(t, "skopeo")
 }
 
 // TestPublishOneTagForTwoArchitectures publishes an amd64 and an arm64

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // Imagectl is the imagectl binary under test, set by Main.
@@ -93,9 +95,7 @@ func command(envVar, name string) (path string, cleanup func(), err error) {
 func RequireQEMU(t *testing.T) {
 	t.Helper()
 	for _, tool := range []string{"qemu-img", "qemu-io"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s not installed (make tools installs qemu-utils)", tool)
-		}
+		need.Program(t, tool)
 	}
 }
 

@@ -33,6 +33,8 @@ import (
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // The workloads and the targets.
@@ -77,9 +79,7 @@ func TestMain(m *testing.M) {
 // section to standard output, and to $IMAGEPIPE_BENCH_OUT when set. It fails only when the
 // measurement itself cannot be made; a missed target is reported, not failed.
 func TestSyncerBench(t *testing.T) {
-	if os.Getenv("IMAGEPIPE_BENCH") != "1" {
-		t.Skip("a benchmark for make bench: set IMAGEPIPE_BENCH=1 to run it")
-	}
+	need.OptIn(t, "IMAGEPIPE_BENCH", "run this benchmark (make bench does)")
 	start := time.Now()
 	// Either part can be run alone (-run TestSyncerBench/latency); the section then holds it
 	// only. A part that skips itself (a tool is missing) skips the whole, so that no partial
@@ -91,7 +91,7 @@ func TestSyncerBench(t *testing.T) {
 			f(t)
 		})
 		if skipped {
-			t.Skipf("the %s part was skipped", name)
+			need.Missing(t, "the %s part was skipped", name)
 		}
 		return ok
 	}

@@ -1,0 +1,109 @@
+// Package need is how a test asks for what it runs against: a program on
+// PATH, root, a tool built by `make tools`. When a need is not met the test
+// skips, so that `go test` still works on a bare machine. `make test` and CI
+// pipe `go test -json` through hack/testreport, which fails the run on any
+// skip whose message does not start with AllowedPrefix and a key of
+// Allowed: there, a missing install, privilege or server is a failure.
+//
+// Only this package calls testing's Skip methods (need_test.go checks the
+// module for others).
+package need
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+)
+
+// T is the part of testing.TB this package uses.
+type T interface {
+	Helper()
+	Skip(args ...any)
+}
+
+// Allowed are the only reasons a test may skip under `make test` and CI,
+// by key. Keep it short: every entry is a test that CI does not run.
+var Allowed = map[string]string{
+	"opt-in":     "a test that runs only when its environment variable is set: benchmarks, rewriting fuzz seeds",
+	"in-cluster": "a kubeconfig test on a machine with a Kubernetes service account, whose in-cluster config would hide the order under test",
+}
+
+// AllowedPrefix starts the message of every allowed skip; the key in
+// Allowed follows, then "): " and the reason.
+const AllowedPrefix = "allowed skip ("
+
+// Programs are the programs tests run, each with the Debian package that
+// test/tools.sh installs for it (need_test.go checks that it does).
+var Programs = map[string]string{
+	"gzip":          "gzip",
+	"make":          "make",
+	"mkfs.ext4":     "e2fsprogs",
+	"qemu-img":      "qemu-utils",
+	"qemu-io":       "qemu-utils",
+	"skopeo":        "skopeo",
+	"socat":         "socat",
+	"unshare":       "util-linux",
+	"xz":            "xz-utils",
+	"zstd":          "zstd",
+	"/usr/bin/time": "time",
+}
+
+// Program returns the path of the program name (a key of Programs) on
+// PATH, or skips the test.
+func Program(t T, name string) string {
+	t.Helper()
+	pkg, ok := Programs[name]
+	if !ok {
+		panic(fmt.Sprintf("need.Program: %q is not in need.Programs", name))
+	}
+	path, err := exec.LookPath(name)
+	if err != nil {
+		Missing(t, "%s is not installed (make tools installs the Debian package %s)", name, pkg)
+	}
+	return path
+}
+
+// Root skips the test unless it runs as root; why says what needs it.
+func Root(t T, why string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Missing(t, "needs root: %s", why)
+	}
+}
+
+// Missing skips the test for a need that is not met. Under `make test` and
+// CI the skip fails the run.
+func Missing(t T, format string, args ...any) {
+	t.Helper()
+	t.Skip("missing: " + fmt.Sprintf(format, args...))
+}
+
+// OptIn skips the test unless the environment variable env is set to a
+// non-empty value; what says what the test does when it runs.
+func OptIn(t T, env, what string) {
+	t.Helper()
+	if os.Getenv(env) == "" {
+		Allow(t, "opt-in", "set %s=1 to %s", env, what)
+	}
+}
+
+// Allow skips the test for one of the Allowed reasons.
+func Allow(t T, key, format string, args ...any) {
+	t.Helper()
+	if _, ok := Allowed[key]; !ok {
+		panic(fmt.Sprintf("need.Allow: %q is not in need.Allowed", key))
+	}
+	t.Skip(AllowedPrefix + key + "): " + fmt.Sprintf(format, args...))
+}
+
+// IsAllowed reports whether a skip message is one of the Allowed reasons.
+func IsAllowed(msg string) bool {
+	rest, ok := strings.CutPrefix(strings.TrimSpace(msg), AllowedPrefix)
+	if !ok {
+		return false
+	}
+	key, _, ok := strings.Cut(rest, "): ")
+	_, known := Allowed[key]
+	return ok && known
+}
