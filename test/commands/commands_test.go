@@ -411,11 +411,7 @@ func TestDelete(t *testing.T) {
 	if got := f.list(t, "acme"); len(got) != 0 {
 		t.Errorf("after deleting alpha: %v", tagsOf(got))
 	}
-	repo, err := name.NewRepository(f.reg.Host + "/acme/alpha")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tags, err := remote.List(repo); err == nil && len(tags) > 0 {
+	if tags := f.reg.Tags(t, "acme/alpha"); len(tags) > 0 {
 		t.Errorf("tags left in acme/alpha: %v", tags)
 	}
 

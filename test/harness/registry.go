@@ -15,6 +15,10 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -141,6 +145,31 @@ func (r *Registry) Restart(t testing.TB) {
 
 // LogPath is the file holding the registry's stdout and stderr, across restarts.
 func (r *Registry) LogPath() string { return r.logPath }
+
+// Tags lists repo's tags with the registry's credentials and CA. A
+// repository the registry does not know has none; any other failure (a
+// 401, a registry that is down) fails the test, so that "no tags" is never
+// an error in disguise.
+func (r *Registry) Tags(t testing.TB, repo string) []string {
+	t.Helper()
+	ref, err := name.NewRepository(r.Host + "/" + repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := []remote.Option{remote.WithTransport(r.probe.Transport), remote.WithContext(t.Context())}
+	if r.opts.Username != "" {
+		opts = append(opts, remote.WithAuth(&authn.Basic{Username: r.opts.Username, Password: r.opts.Password}))
+	}
+	tags, err := remote.List(ref, opts...)
+	var terr *transport.Error
+	if errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("listing the tags of %s: %v", ref, err)
+	}
+	return tags
+}
 
 // start writes the config for r.Host and runs the registry until it answers /v2/.
 func (r *Registry) start() error {

@@ -127,7 +127,7 @@ func TestPlantedBuildTagIsNotTrusted(t *testing.T) {
 	disk := pullWithSkopeo(t, victim.Host+"/acme/app:1")
 	testenv.Run(t, "qemu-img", "compare", "-q", "-F", "qcow2", qcow, disk)
 	// imagectl no longer writes build-key tags of its own.
-	for _, tag := range listTags(t, clean.Host, "acme/app") {
+	for _, tag := range clean.Tags(t, "acme/app") {
 		if strings.HasPrefix(tag, api.BuildKeyTagPrefix) {
 			t.Errorf("import wrote the hidden tag %s", tag)
 		}

@@ -95,7 +95,7 @@ func TestImportChecksTheRegistryBeforeTheSource(t *testing.T) {
 			}
 		})
 	}
-	if tags := listTags(t, reg.Host, "acme/early"); len(tags) != 0 {
+	if tags := reg.Tags(t, "acme/early"); len(tags) != 0 {
 		t.Errorf("tags after failed imports: %v", tags)
 	}
 

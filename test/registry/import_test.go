@@ -308,7 +308,7 @@ func TestRegistryDiesMidImport(t *testing.T) {
 		t.Errorf("the failed import does not say to run it again, or prints the upload URL:\n%s", r.Stderr)
 	}
 	reg.Restart(t)
-	if tags := listTags(t, reg.Host, "acme/dying"); len(tags) != 0 {
+	if tags := reg.Tags(t, "acme/dying"); len(tags) != 0 {
 		t.Fatalf("tags after a failed import: %v", tags)
 	}
 	res := importOK(t, cache, raw, ref, "--compression", "none")
@@ -334,7 +334,7 @@ func TestHostileImagesPushNothing(t *testing.T) {
 			t.Errorf("%s: exit %d, want 3\n%s", filepath.Base(src), r.Code, r.Stderr)
 		}
 	}
-	if tags := listTags(t, reg.Host, "acme/hostile"); len(tags) != 0 {
+	if tags := reg.Tags(t, "acme/hostile"); len(tags) != 0 {
 		t.Errorf("tags after rejected imports: %v", tags)
 	}
 }

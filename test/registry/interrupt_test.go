@@ -49,7 +49,7 @@ func TestInterruptedImportResumes(t *testing.T) {
 			cache := t.TempDir()
 			ref := proxy.Addr + "/acme/disk:1"
 			interruptImport(t, proxy, cache, tc.sig, tc.code, raw, ref, "--compression", "none")
-			if tags := listTags(t, reg.Host, "acme/disk"); len(tags) != 0 {
+			if tags := reg.Tags(t, "acme/disk"); len(tags) != 0 {
 				t.Fatalf("tags after the interrupt: %v", tags)
 			}
 

@@ -232,7 +232,7 @@ func TestPlatformFlagRefusals(t *testing.T) {
 			t.Errorf("imagectl %v: exit %d, %s; want exit 1 saying %q", tc.args, r.Code, r.Stderr, tc.err)
 		}
 	}
-	if tags := listTags(t, reg.Host, "acme/win"); len(tags) != 0 {
+	if tags := reg.Tags(t, "acme/win"); len(tags) != 0 {
 		t.Errorf("refused imports pushed %v", tags)
 	}
 	// The deprecated --arch still works, as --platform linux/ARCH.
@@ -367,7 +367,7 @@ func TestHostileIndexesAreRefused(t *testing.T) {
 			if r := imagectl(t, cache, "copy", "--platform", "linux/arm64", ref, dst); r.Code != 3 || !strings.Contains(r.Stderr, tc.want) {
 				t.Errorf("copy --platform: exit %d, %s", r.Code, r.Stderr)
 			}
-			if tags := listTags(t, reg.Host, "acme/copied"); slices.Contains(tags, strings.ReplaceAll(tc.name, " ", "-")) {
+			if tags := reg.Tags(t, "acme/copied"); slices.Contains(tags, strings.ReplaceAll(tc.name, " ", "-")) {
 				t.Errorf("a refused copy wrote %s", dst)
 			}
 		})

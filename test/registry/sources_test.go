@@ -65,7 +65,7 @@ func TestImportFromEverySource(t *testing.T) {
 	if bad.Code == 0 {
 		t.Error("import with a wrong --checksum succeeded")
 	}
-	if tags := listTags(t, reg.Host, "acme/src"); strings.Join(tags, ",") != "http,s3,stdin" {
+	if tags := reg.Tags(t, "acme/src"); strings.Join(tags, ",") != "http,s3,stdin" {
 		t.Errorf("tags %v, want http, s3 and stdin only", tags)
 	}
 }
