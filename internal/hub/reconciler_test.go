@@ -28,13 +28,31 @@ func TestConditionReason(t *testing.T) {
 	}
 }
 
-func TestRetryDelayIsBounded(t *testing.T) {
-	prev := time.Duration(0)
-	for n := int32(1); n <= 20; n++ {
-		d := retryDelay(0, n)
-		if d < prev || d > 10*time.Minute || d < 30*time.Second {
-			t.Errorf("retryDelay(%d) = %s after %s", n, d, prev)
+// TestRetryDelayDoublesUpToTenMinutes: a failed import is retried after
+// the base delay (30 s by default), doubling with each failure, never more
+// than 10 minutes apart.
+func TestRetryDelayDoublesUpToTenMinutes(t *testing.T) {
+	tests := []struct {
+		base     time.Duration
+		attempts int32
+		want     time.Duration
+	}{
+		{0, 0, 30 * time.Second},
+		{0, 1, 30 * time.Second},
+		{0, 2, time.Minute},
+		{0, 3, 2 * time.Minute},
+		{0, 5, 8 * time.Minute},
+		{0, 6, 10 * time.Minute},
+		{0, 1000, 10 * time.Minute},
+		{time.Second, 1, time.Second},
+		{time.Second, 4, 8 * time.Second},
+		{time.Second, 6, 32 * time.Second},
+		{time.Second, 7, 32 * time.Second}, // doubling stops after five
+		{5 * time.Minute, 3, 10 * time.Minute},
+	}
+	for _, tc := range tests {
+		if got := retryDelay(tc.base, tc.attempts); got != tc.want {
+			t.Errorf("retryDelay(%s, %d) = %s, want %s", tc.base, tc.attempts, got, tc.want)
 		}
-		prev = d
 	}
 }

@@ -109,10 +109,17 @@ func listTagsPage(ctx context.Context, client *http.Client, repo name.Repository
 	if err := transport.CheckError(resp, http.StatusOK); err != nil {
 		return nil, "", nil, false, err
 	}
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxTagPageBytes+1))
+	if err != nil {
+		return nil, "", nil, false, fmt.Errorf("reading the tag listing: %w", err)
+	}
+	if len(raw) > maxTagPageBytes {
+		return nil, "", nil, false, fmt.Errorf("a page of the tag listing of %s is over the limit of %d MiB", repo, maxTagPageBytes>>20)
+	}
 	var body struct {
 		Tags []string `json:"tags"`
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxTagPageBytes)).Decode(&body); err != nil {
+	if err := json.Unmarshal(raw, &body); err != nil {
 		return nil, "", nil, false, fmt.Errorf("reading the tag listing: %w", err)
 	}
 	next, err = nextPage(resp, repo.Registry)

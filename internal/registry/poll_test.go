@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -308,9 +307,10 @@ func TestListTags(t *testing.T) {
 	}
 }
 
-// TestListTagsLimits: a registry's listing is bounded before it is read.
+// TestListTagsLimits: a registry's listing is bounded before it is read; a
+// well-formed page one byte over the limit is refused.
 func TestListTagsLimits(t *testing.T) {
-	huge := bytes.Repeat([]byte(" "), maxTagPageBytes+1)
+	huge := []byte(`{"tags":["` + strings.Repeat("a", maxTagPageBytes-len(`{"tags":[""]}`)+1) + `"]}`)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v2/" {
 			return
@@ -323,7 +323,7 @@ func TestListTagsLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, err := c.ListTags(t.Context(), repo, ""); err == nil {
-		t.Error("a listing over the size limit was read")
+	if _, _, _, err := c.ListTags(t.Context(), repo, ""); err == nil || !strings.Contains(err.Error(), "over the limit of 16 MiB") {
+		t.Errorf("a listing over the size limit: %v, want refused for its size", err)
 	}
 }
