@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -260,7 +261,11 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "data1"}, &dv); err != nil || dv.DeletionTimestamp != nil {
 		t.Errorf("the data volume did not survive the VM: %v", err)
 	}
-	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &got); err == nil && got.DeletionTimestamp == nil {
+	switch err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &got); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		t.Fatalf("reading the VM after its delete: %v", err)
+	case got.DeletionTimestamp == nil:
 		t.Error("the VM was not deleted")
 	}
 
