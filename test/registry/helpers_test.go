@@ -6,7 +6,6 @@ import (
 	"os"
 	"testing"
 	"time"
-
 )
 
 // waitABit pauses a polling loop; it times nothing.
