@@ -37,6 +37,7 @@ const AllowedPrefix = "allowed skip ("
 // test/tools.sh installs for it (need_test.go checks that it does).
 var Programs = map[string]string{
 	"gzip":          "gzip",
+	"ip":            "iproute2",
 	"make":          "make",
 	"mkfs.ext4":     "e2fsprogs",
 	"qemu-img":      "qemu-utils",

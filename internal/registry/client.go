@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -82,8 +83,9 @@ func WithCAFile(path string) Option {
 	return func(o *options) error { o.caFile = path; return nil }
 }
 
-// WithInsecure skips TLS verification and allows plain HTTP. Registries on
-// 127.0.0.1 and localhost may use plain HTTP without it, as docker allows.
+// WithInsecure skips TLS verification and allows plain HTTP. Without it
+// only registries on loopback addresses and localhost may use plain HTTP:
+// credentials never cross a network in clear.
 func WithInsecure(insecure bool) Option {
 	return func(o *options) error { o.insecure = insecure; return nil }
 }
@@ -238,6 +240,9 @@ func New(opts ...Option) (*Client, error) {
 	if o.observer != nil {
 		base = observedTransport{inner: tr, observe: o.observer}
 	}
+	if !o.insecure {
+		base = plainHTTPGuard{inner: base}
+	}
 	return &Client{opts: o, cache: cacheDir{dir: o.cacheDir, logger: o.logger}, base: base, schemes: map[string]string{}, sessions: map[string]cachedSession{}, noReferrersAPI: map[string]time.Time{}}, nil
 }
 
@@ -355,7 +360,9 @@ func (c *Client) httpClient(ctx context.Context, repo name.Repository, scopes ..
 }
 
 // scheme finds whether a registry speaks HTTPS, falling back to plain HTTP
-// only where go-containerregistry would (loopback, localhost, --insecure).
+// where go-containerregistry would (loopback, private addresses,
+// --insecure); plainHTTPGuard then refuses it but for loopback and
+// --insecure.
 func (c *Client) scheme(ctx context.Context, reg name.Registry) (string, error) {
 	c.mu.Lock()
 	s, ok := c.schemes[reg.RegistryStr()]
@@ -380,4 +387,36 @@ func (c *Client) scheme(ctx context.Context, reg name.Registry) (string, error) 
 	c.schemes[reg.RegistryStr()] = s
 	c.mu.Unlock()
 	return s, nil
+}
+
+// plainHTTPGuard refuses requests in plain HTTP to anything but a loopback
+// address or localhost. go-containerregistry falls back to HTTP for private
+// addresses (10.0.0.0/8 and the like) and would send a Basic credential
+// there in clear; without --insecure that is refused before a byte is sent.
+type plainHTTPGuard struct{ inner http.RoundTripper }
+
+func (g plainHTTPGuard) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme == "http" && !isLoopback(req.URL.Hostname()) {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, &plainHTTPError{host: req.URL.Host}
+	}
+	return g.inner.RoundTrip(req)
+}
+
+// plainHTTPError is plainHTTPGuard's refusal.
+type plainHTTPError struct{ host string }
+
+func (e *plainHTTPError) Error() string {
+	return fmt.Sprintf("refusing plain HTTP to %s: credentials and images would cross the network unencrypted (--insecure allows it)", e.host)
+}
+
+// isLoopback reports whether host is localhost or a loopback address.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -57,6 +57,10 @@ func (c *Client) Explain(err error, resumable bool) error {
 	if resumable {
 		again = "then run the same command again to resume"
 	}
+	var plain *plainHTTPError
+	if errors.As(err, &plain) { // before the HTTPS attempt's own error, which says less
+		return &Failure{ErrUnreachable, plain.Error(), err}
+	}
 	var terr *transport.Error
 	if errors.As(err, &terr) {
 		host := ""
