@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -79,15 +81,17 @@ func (o *OutputFile) Finish() error {
 	return nil
 }
 
-// Commit sets the size of a file filled by Write (see Finish), makes it
-// readable by all (0644), flushes it when asked and renames it to its path.
+// Commit sets the size of a file filled by Write (see Finish), gives it
+// the mode of the file it replaces, or else the mode a new file gets under
+// the process's umask (0644 under 022), flushes it when asked and renames
+// it to its path.
 func (o *OutputFile) Commit() error {
 	if o.used {
 		if err := o.Finish(); err != nil {
 			return err
 		}
 	}
-	if err := o.File.Chmod(0o644); err != nil {
+	if err := o.File.Chmod(outputMode(o.path)); err != nil {
 		return err
 	}
 	if o.sync {
@@ -129,4 +133,31 @@ func WriteFileAtomic(path string, sync bool, write func(*OutputFile) error) erro
 		return err
 	}
 	return out.Commit()
+}
+
+// outputMode is the permission of a file written to path: that of the
+// regular file there, else 0666 less the umask, as os.Create would give.
+func outputMode(path string) os.FileMode {
+	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() {
+		return fi.Mode().Perm()
+	}
+	return 0o666 &^ umask()
+}
+
+// umask reads the process's umask from /proc/self/status: setting it to
+// read it back would change it for the other threads meanwhile. 022 when
+// it cannot be read.
+func umask() os.FileMode {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0o022
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "Umask:"); ok {
+			if m, err := strconv.ParseUint(strings.TrimSpace(v), 8, 32); err == nil {
+				return os.FileMode(m) & os.ModePerm
+			}
+		}
+	}
+	return 0o022
 }
