@@ -312,11 +312,18 @@ type built struct {
 	layer     containerdisk.LayerInfo
 	sent      int64
 	allocated int64
+	upload    string // the upload's key, whose record publish forgets; "" for none
 }
 
 // build validates the disk, then builds and uploads the layer. key names
-// the upload for resuming, possibly only later.
+// the upload for resuming, possibly only later. A layer that an earlier run
+// committed under the same key, and that the registry still holds, is not
+// built again (the run was stopped before its manifest).
 func (c *Client) build(ctx context.Context, ref name.Tag, key *uploadKey, disk Disk, opts ImportOptions) (built, error) {
+	if b, ok := c.committedLayer(ctx, ref.Context(), key.get()); ok {
+		c.opts.logger.Info("the layer was uploaded by an interrupted run; publishing it", "reference", ref.String(), "digest", b.layer.Digest)
+		return b, nil
+	}
 	// Validate the whole disk before anything is sent: an invalid L2
 	// table is refused with nothing uploaded.
 	allocated, err := disk.Prepare(ctx)
@@ -330,7 +337,11 @@ func (c *Client) build(ctx context.Context, ref name.Tag, key *uploadKey, disk D
 		layer, again, err = c.pushLayer(ctx, ref.Context(), key, disk, opts)
 		sent += again
 	}
-	return built{layer: layer, sent: sent, allocated: allocated}, err
+	b := built{layer: layer, sent: sent, allocated: allocated, upload: key.get()}
+	if err == nil {
+		c.rememberCommitted(ref.Context(), b)
+	}
+	return b, err
 }
 
 // publish pushes the config and the manifest, which writes ref (with
@@ -384,6 +395,7 @@ func (c *Client) publish(ctx context.Context, ref name.Tag, key, sourceDigest st
 	if err := c.putManifest(ctx, where, manifest, types.OCIManifestSchema1); err != nil {
 		return nil, err
 	}
+	c.forgetCommitted(ref.Context(), b.upload)
 	result := newResult(ref, sourceDigest, desc)
 	result.LayerSize, result.UploadedBytes = b.layer.Size, b.sent
 	result.Digest = manifestDigest

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/imagepipe/imagepipe/internal/cachefile"
+	"github.com/imagepipe/imagepipe/internal/containerdisk"
 )
 
 // errUploadLost means the registry no longer knows the upload session; the
@@ -55,12 +56,81 @@ type blobUpload struct {
 	result  chan error    // the sender's outcome
 }
 
-// uploadState is what a state file remembers of an interrupted upload.
+// uploadState is what a state file remembers of an interrupted upload:
+// the session to resume, or, once the layer is committed and until its
+// manifest is put, the layer.
 type uploadState struct {
 	path     string
-	Key      string `json:"key"`
-	Repo     string `json:"repository"`
-	Location string `json:"location"`
+	Key      string          `json:"key"`
+	Repo     string          `json:"repository"`
+	Location string          `json:"location,omitempty"`
+	Layer    *committedLayer `json:"layer,omitempty"`
+}
+
+// committedLayer is a layer the registry holds whose image is not written
+// yet.
+type committedLayer struct {
+	containerdisk.LayerInfo
+	Allocated int64 `json:"allocated"`
+}
+
+// statePath is the state file of the upload key names in repo; "" when
+// there is no cache directory or key is "".
+func (c *Client) statePath(repo name.Repository, key string) string {
+	if c.cache.dir == "" || key == "" {
+		return ""
+	}
+	return filepath.Join(c.cache.dir, "uploads", stateFileName(repo.Name(), key))
+}
+
+// rememberCommitted records b's committed layer under its upload key, so
+// that a run stopped before the manifest does not upload it again.
+// Failing to is not an error.
+func (c *Client) rememberCommitted(repo name.Repository, b built) {
+	path := c.statePath(repo, b.upload)
+	if path == "" {
+		return
+	}
+	st := uploadState{Key: b.upload, Repo: repo.Name(), Layer: &committedLayer{LayerInfo: b.layer, Allocated: b.allocated}}
+	data, _ := json.Marshal(st)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil || c.cache.privateCachePath(path) == "" {
+		return
+	}
+	_ = cachefile.WriteFile(path, data)
+}
+
+// forgetCommitted removes the record of rememberCommitted once the
+// manifest is put.
+func (c *Client) forgetCommitted(repo name.Repository, key string) {
+	if path := c.statePath(repo, key); path != "" {
+		os.Remove(path)
+	}
+}
+
+// committedLayer returns the layer an earlier run committed to repo under
+// key when its record is this user's and the registry holds the blob.
+func (c *Client) committedLayer(ctx context.Context, repo name.Repository, key string) (built, bool) {
+	path := c.statePath(repo, key)
+	if path == "" || c.cache.privateCachePath(path) == "" {
+		return built{}, false
+	}
+	st, err := readUploadState(path)
+	if err != nil || st.Key != key || st.Repo != repo.Name() || st.Layer == nil ||
+		!digestPattern.MatchString(st.Layer.Digest) || !digestPattern.MatchString(st.Layer.DiffID) || st.Layer.Size <= 0 || st.Layer.Allocated < 0 {
+		return built{}, false
+	}
+	client, base, err := c.httpClient(ctx, repo, repo.Scope(transport.PullScope))
+	if err != nil {
+		return built{}, false
+	}
+	baseURL, err := url.Parse(base)
+	if err != nil {
+		return built{}, false
+	}
+	if ok, err := c.blobExists(ctx, client, baseURL, repo, st.Layer.Digest); err != nil || !ok {
+		return built{}, false
+	}
+	return built{layer: st.Layer.LayerInfo, allocated: st.Layer.Allocated, upload: key}, true
 }
 
 // startUpload opens an upload session in repo, resuming the one a state
@@ -152,9 +222,9 @@ func readUploadState(path string) (*uploadState, error) {
 // stateFile sets up the upload's state file once its key is known, and
 // reports whether there is one.
 func (u *blobUpload) stateFile() bool {
-	if u.state == nil && u.c.cache.dir != "" {
-		if key := u.key.get(); key != "" {
-			u.state = &uploadState{path: filepath.Join(u.c.cache.dir, "uploads", stateFileName(u.repo.Name(), key)), Key: key, Repo: u.repo.Name()}
+	if u.state == nil {
+		if key := u.key.get(); key != "" && u.c.statePath(u.repo, key) != "" {
+			u.state = &uploadState{path: u.c.statePath(u.repo, key), Key: key, Repo: u.repo.Name()}
 		}
 	}
 	return u.state != nil
