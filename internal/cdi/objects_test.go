@@ -61,3 +61,39 @@ func TestImportObjects(t *testing.T) {
 		t.Errorf("DataSource source %+v", ds.Spec.Source)
 	}
 }
+
+// TestImportVolumeHoldsQcow2LargerThanItsVirtualSize: a qcow2 file can be
+// larger than its virtual size (preallocated, with small clusters' many
+// tables, or a small virtual size); CDI's scratch claim copies the
+// DataVolume's request and must hold the whole file in a filesystem, in
+// Block and Filesystem mode alike, or the importer restarts on "no space
+// left on device". The sizes are those of the files `qemu-img create -f
+// qcow2 -o preallocation=full[,cluster_size=512] FILE SIZE` writes.
+func TestImportVolumeHoldsQcow2LargerThanItsVirtualSize(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name              string
+		virtual, diskFile int64
+	}{
+		{"64 MiB in 512-byte clusters", 64 * mib, 68446720},
+		{"1 MiB", 1 * mib, 1376256},
+	} {
+		for _, mode := range []corev1.PersistentVolumeMode{corev1.PersistentVolumeBlock, corev1.PersistentVolumeFilesystem} {
+			t.Run(tc.name+" "+string(mode), func(t *testing.T) {
+				im := Import{
+					Namespace: "acme", Tenant: "acme", Image: "rhel", Registry: "registry.example.com", Repository: "acme/rhel",
+					Digest: "sha256:" + strings.Repeat("ab", 32), VirtualSize: tc.virtual, DiskSize: tc.diskFile,
+					Storage: Storage{AccessMode: corev1.ReadWriteMany, VolumeMode: mode},
+				}
+				q := im.DataVolume().Spec.Storage.Resources.Requests[corev1.ResourceStorage]
+				room := float64(q.Value()) * (1 - DefaultFilesystemOverhead)
+				if room < float64(tc.diskFile) {
+					t.Errorf("request %s leaves %.0f bytes in the scratch filesystem for a %d-byte qcow2 file", q.String(), room, tc.diskFile)
+				}
+				if q.Value()%mib != 0 || room >= float64(tc.diskFile+mib) {
+					t.Errorf("request %s for a %d-byte qcow2 file: want the least whole MiB that holds it", q.String(), tc.diskFile)
+				}
+			})
+		}
+	}
+}

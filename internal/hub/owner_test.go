@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -82,5 +83,38 @@ func TestOwnership(t *testing.T) {
 	pvc.OwnerReferences = []metav1.OwnerReference{{Kind: "DataVolume", Name: dv.Name}}
 	if !volumeOf(pvc, dv.Name, "acme", "rhel") {
 		t.Error("CDI's PVC of the DataVolume is not its volume")
+	}
+}
+
+// TestImportsForOnlyItsPlatform: a DataVolume that picks another platform
+// from an index imports another image's bytes, so the syncer does not
+// follow it as its import, whether the import it wants names a platform or
+// not (the gate's canonical image needs none). One that names no platform
+// picks the node's, as DataVolumes made before platforms were set did.
+func TestImportsForOnlyItsPlatform(t *testing.T) {
+	digest := "sha256:" + strings.Repeat("ab", 32)
+	im := cdi.Import{Namespace: "acme", Tenant: "acme", Image: "rhel", Registry: "reg.example.com", Repository: "acme/rhel", Tag: "9", Digest: digest,
+		Storage: cdi.Storage{AccessMode: corev1.ReadWriteMany, VolumeMode: corev1.PersistentVolumeBlock}}
+	for _, tc := range []struct {
+		want, existing string // architectures; "" names none
+		follows        bool
+	}{
+		{"", "", true},
+		{"", "arm64", false},
+		{"amd64", "amd64", true},
+		{"amd64", "arm64", false},
+		{"amd64", "", true},
+	} {
+		t.Run(fmt.Sprintf("want %q, existing %q", tc.want, tc.existing), func(t *testing.T) {
+			wim, eim := im, im
+			wim.Architecture, eim.Architecture = tc.want, tc.existing
+			want, existing := wim.DataVolume(), eim.DataVolume()
+			if got := existing.Spec.Source.Registry.Platform; (got != nil) != (tc.existing != "") {
+				t.Fatalf("the existing DataVolume's platform is %+v, want %q", got, tc.existing)
+			}
+			if got := importsFor(existing, want); got != tc.follows {
+				t.Errorf("followed %v, want %v", got, tc.follows)
+			}
+		})
 	}
 }
