@@ -37,9 +37,13 @@
 // Options.TempDir, or, with Options.StreamRaw, through a size count only.
 // HTTP(S) and S3 downloads interrupted by a network failure
 // are resumed with a Range request from the first byte not yet read (at most
-// three times, with backoff, pinned to the object's ETag or Last-Modified), so
-// the hash stays one continuous pass. A Content-Length or S3 object size over
-// MaxSize fails before the body is read.
+// three times, with backoff), so the hash stays one continuous pass. A resume
+// is pinned to the object's ETag or Last-Modified (If-Range, or If-Match for
+// S3): an object changed in between fails Open rather than splicing two
+// versions, and an HTTP download with neither is not resumed. A download
+// that fails for good fails Open; it never passes for a shorter image. A
+// Content-Length or S3 object size over MaxSize fails before the body is
+// read.
 //
 // # TLS and S3 endpoints
 //

@@ -83,7 +83,8 @@ func (o *config) httpClient() *http.Client {
 }
 
 // openHTTP downloads an http(s) URL with one GET, resuming it with Range
-// requests when the server advertises Accept-Ranges: bytes.
+// requests when the server advertises Accept-Ranges: bytes and a version
+// to pin them to (httpReopen).
 func openHTTP(ctx context.Context, rawURL string, o *config) (*Image, error) {
 	client := o.httpClient()
 	resp, err := httpGet(ctx, client, rawURL, nil)
@@ -149,19 +150,21 @@ func acceptsRanges(h http.Header) bool {
 
 // httpReopen resumes the download of first's final URL, pinned with
 // If-Range to the version first served, so a changed object fails instead
-// of splicing two versions.
+// of splicing two versions. It is nil when first has neither a strong ETag
+// nor a Last-Modified: nothing would tell a changed object apart.
 func httpReopen(client *http.Client, first *http.Response) reopenFunc {
 	finalURL := first.Request.URL.String()
 	validator := first.Header.Get("ETag")
 	if validator == "" || strings.HasPrefix(validator, "W/") {
 		validator = first.Header.Get("Last-Modified")
 	}
+	if validator == "" {
+		return nil
+	}
 	return func(ctx context.Context, off int64) (io.ReadCloser, bool, error) {
 		h := http.Header{}
 		h.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-")
-		if validator != "" {
-			h.Set("If-Range", validator)
-		}
+		h.Set("If-Range", validator)
 		resp, err := httpGet(ctx, client, finalURL, h)
 		if err != nil {
 			return nil, ctx.Err() != nil, err

@@ -65,7 +65,10 @@ func openS3(ctx context.Context, spec string, o *config) (*Image, error) {
 			rc, err := get(ctx, off)
 			if err != nil {
 				code := minio.ToErrorResponse(err).Code
-				return nil, ctx.Err() != nil || code == "PreconditionFailed" || code == "NoSuchKey", err
+				if code == "PreconditionFailed" {
+					return nil, true, fmt.Errorf("the object has changed since the download began: %w", err)
+				}
+				return nil, ctx.Err() != nil || code == "NoSuchKey", err
 			}
 			return rc, false, nil
 		},
@@ -93,7 +96,7 @@ func (o *config) s3Client() (*minio.Core, error) {
 	if strings.Contains(endpoint, "://") {
 		u, err := url.Parse(endpoint)
 		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-			return nil, fmt.Errorf("the S3 endpoint %q is neither host[:port] nor an http(s) URL", endpoint)
+			return nil, fmt.Errorf("the S3 endpoint %q is neither host[:port] nor an http(s) URL", displayName(endpoint))
 		}
 		if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
 			// minio-go addresses buckets from the host's root; a path would

@@ -346,12 +346,18 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 	} else {
 		img, err = o.unwrap(ctx, br, total, nil)
 	}
-	if err != nil {
-		// A failure of the source itself (network, stdin) surfaces from a
-		// decoder as a corrupt stream; report what actually happened.
-		if src.err != nil && !errors.Is(src.err, io.EOF) {
-			return nil, fmt.Errorf("reading: %w", src.err)
+	// A failure of the source itself (network, stdin) surfaces from a
+	// decoder as a corrupt stream, or, when it wraps io.EOF or
+	// io.ErrUnexpectedEOF as a cut download does, passes for the end of the
+	// stream and would leave a short image; report what actually happened.
+	// Only io.EOF itself ends a source.
+	if src.err != nil && src.err != io.EOF {
+		if err == nil {
+			img.Close()
 		}
+		return nil, fmt.Errorf("reading: %w", src.err)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if img.Wrapper != convert.WrapperNone {
@@ -359,7 +365,7 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 		// padding); the digest covers every byte given, within the cap.
 		if err := drain(src, o.maxSize); err != nil {
 			img.Close()
-			if src.err != nil && !errors.Is(src.err, io.EOF) {
+			if src.err != nil && src.err != io.EOF {
 				return nil, fmt.Errorf("reading: %w", src.err)
 			}
 			return nil, err
