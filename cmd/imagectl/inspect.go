@@ -13,6 +13,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
+	"github.com/imagepipe/imagepipe/internal/source"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -94,7 +95,7 @@ func runInspect(cmd *cobra.Command, o *inspectOptions) error {
 		return err
 	}
 	ctx := cmd.Context()
-	report := api.ImageReport{Source: o.source, Verdict: api.VerdictAccepted}
+	report := api.ImageReport{Source: source.DisplayName(o.source), Verdict: api.VerdictAccepted}
 	img, err := openSource(ctx, o.globalOptions, &o.sourceFlags, o.source, o.maxVirtualSize, true, nil)
 	if err != nil {
 		if reject.As(err) == nil {

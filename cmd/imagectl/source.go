@@ -106,7 +106,7 @@ func reportRejection(cmd *cobra.Command, out *outputFlags, spec string, err erro
 		return err
 	}
 	report := api.ImageReport{
-		Source:  spec,
+		Source:  source.DisplayName(spec),
 		Format:  "unknown",
 		Verdict: api.VerdictRejected,
 		Reasons: []api.Rejection{rejection(re)},

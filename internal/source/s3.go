@@ -96,7 +96,7 @@ func (o *config) s3Client() (*minio.Core, error) {
 	if strings.Contains(endpoint, "://") {
 		u, err := url.Parse(endpoint)
 		if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-			return nil, fmt.Errorf("the S3 endpoint %q is neither host[:port] nor an http(s) URL", displayName(endpoint))
+			return nil, fmt.Errorf("the S3 endpoint %q is neither host[:port] nor an http(s) URL", DisplayName(endpoint))
 		}
 		if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
 			// minio-go addresses buckets from the host's root; a path would

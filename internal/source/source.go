@@ -209,7 +209,7 @@ var schemeRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*://`)
 func Open(ctx context.Context, spec string, opts Options) (*Image, error) {
 	img, err := open(ctx, spec, opts)
 	if err != nil {
-		return nil, fmt.Errorf("opening %s: %w", displayName(spec), err)
+		return nil, fmt.Errorf("opening %s: %w", DisplayName(spec), err)
 	}
 	img.Name = spec
 	return img, nil
@@ -240,7 +240,7 @@ func open(ctx context.Context, spec string, opts Options) (*Image, error) {
 // displayName is how errors name a spec: stdin by that name, URLs without
 // their password and query string, since presigned URLs carry credentials
 // there.
-func displayName(spec string) string {
+func DisplayName(spec string) string {
 	if spec == "-" {
 		return "stdin"
 	}
