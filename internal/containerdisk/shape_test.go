@@ -7,7 +7,10 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strings"
 	"testing"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/reject"
@@ -51,6 +54,9 @@ func FuzzDiskEntry(f *testing.F) {
 	f.Add(api.DiskDir, byte(tar.TypeDir), api.DiskPath, byte(tar.TypeReg), 107, 107, int64(0o444), int64(100<<10), qcowHead(16), []byte(nil))
 	f.Add(api.DiskDir, byte(tar.TypeDir), api.DiskPath, byte(tar.TypeSymlink), 107, 107, int64(0o444), int64(0), []byte(nil), []byte(nil))
 	f.Add("disk", byte(tar.TypeDir), "disk/other.img", byte(tar.TypeReg), 0, 0, int64(0o666), int64(10), []byte(nil), []byte(nil))
+	// The owner's halves apart: each is checked on its own.
+	f.Add(api.DiskDir, byte(tar.TypeDir), api.DiskPath, byte(tar.TypeReg), 107, 0, int64(0o444), int64(1000), []byte(nil), []byte(nil))
+	f.Add(api.DiskDir, byte(tar.TypeDir), api.DiskPath, byte(tar.TypeReg), 0, 107, int64(0o444), int64(1000), []byte(nil), []byte(nil))
 	f.Fuzz(checkDiskEntry)
 }
 
@@ -137,6 +143,46 @@ func checkDiskEntry(t *testing.T, dirName string, dirType byte, fileName string,
 			t.Fatal("the head is not the disk's first bytes")
 		}
 		convert.Open(&headReaderAt{head: head}, h.Size, convert.OpenOptions{AllowISO: true})
+	}
+}
+
+// TestDiskOwnerIsQemuUserAndGroup: KubeVirt's qemu runs as 107:107 and
+// reads disk/disk.img as that user, so a disk whose uid or whose gid alone
+// is not 107 is refused as a disk-owner rejection that names the owner
+// found; 107:107 is accepted.
+func TestDiskOwnerIsQemuUserAndGroup(t *testing.T) {
+	disk := make([]byte, 4096)
+	for _, tc := range []struct {
+		name     string
+		uid, gid int
+		want     reject.Reason // "" for acceptance
+		owner    string        // what the rejection must name
+	}{
+		{"the qemu user and group", api.DiskUID, api.DiskGID, "", ""},
+		{"the right uid and gid 0", api.DiskUID, 0, reject.DiskOwner, "107:0"},
+		{"the right uid and gid 1000", api.DiskUID, 1000, reject.DiskOwner, "107:1000"},
+		{"uid 0 and the right gid", 0, api.DiskGID, reject.DiskOwner, "0:107"},
+		{"uid 1000 and the right gid", 1000, api.DiskGID, reject.DiskOwner, "1000:107"},
+		{"root", 0, 0, reject.DiskOwner, "0:0"},
+		{"neither is 107", api.DiskUID + 1, api.DiskGID - 1, reject.DiskOwner, "108:106"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			blob := diskTar(t, disk, func(h *tar.Header) { h.Uid, h.Gid = tc.uid, tc.gid }, nil)
+			err := readLayer(t, ocispec.MediaTypeImageLayer, blob)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("owned by %d:%d: %v; want acceptance", tc.uid, tc.gid, err)
+				}
+				return
+			}
+			re := reject.As(err)
+			if re == nil || re.Reason != tc.want {
+				t.Fatalf("owned by %d:%d: %v; want a %s rejection", tc.uid, tc.gid, err, tc.want)
+			}
+			if !strings.Contains(err.Error(), "owned by "+tc.owner) {
+				t.Errorf("the rejection %q does not name the owner %s", err, tc.owner)
+			}
+		})
 	}
 }
 
