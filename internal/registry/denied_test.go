@@ -11,8 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 )
@@ -121,5 +123,49 @@ func TestDeniedPushSaysSoAndIsNotRetried(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDeniedSaysWhoAndWhatTheRegistrySaid: a denial names the user, or says
+// that none was sent, and carries the registry's own reason (a quota)
+// when it says more than the stock sentence.
+func TestDeniedSaysWhoAndWhatTheRegistrySaid(t *testing.T) {
+	req, err := http.NewRequest(http.MethodPut, "https://registry.example/v2/acme/rhel/manifests/9", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	denied := func(msg string) error {
+		return &transport.Error{StatusCode: http.StatusForbidden, Request: req,
+			Errors: []transport.Diagnostic{{Code: transport.DeniedErrorCode, Message: msg}}}
+	}
+	anon, err := New(WithKeychain(authn.NewMultiKeychain()), WithCacheDir(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		c       *Client
+		msg     string
+		want    []string
+		notWant string
+	}{
+		{testClient(t, WithBasicAuth("tenant", "pw")), "storage quota exceeded for project acme\x1b[2J",
+			[]string{`access denied: user "tenant" may not push to`, "(the registry says: storage quota exceeded for project acme [2J)"}, "\x1b"},
+		{testClient(t, WithBasicAuth("tenant", "pw")), "requested access to the resource is denied",
+			[]string{`access denied: user "tenant" may not push to`}, "registry says"},
+		{anon, "", []string{"access denied: an anonymous user (no credentials for registry.example) may not push to"}, `user ""`},
+	}
+	for _, tc := range tests {
+		got := tc.c.Explain(denied(tc.msg), false)
+		if !errors.Is(got, ErrDenied) {
+			t.Errorf("%q: %v, not ErrDenied", tc.msg, got)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(got.Error(), w) {
+				t.Errorf("%q: %q does not say %q", tc.msg, got, w)
+			}
+		}
+		if strings.Contains(got.Error(), tc.notWant) {
+			t.Errorf("%q: %q says %q", tc.msg, got, tc.notWant)
+		}
 	}
 }

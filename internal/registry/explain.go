@@ -84,7 +84,15 @@ func (c *Client) Explain(err error, resumable bool) error {
 					verb = "delete"
 				}
 			}
-			return &Failure{ErrDenied, fmt.Sprintf("user %q may not %s %s", c.userFor(host), verb, what(terr)), err}
+			who := fmt.Sprintf("user %q", c.userFor(host))
+			if c.userFor(host) == "" {
+				who = "an anonymous user (no credentials for " + host + ")"
+			}
+			msg := fmt.Sprintf("access denied: %s may not %s %s", who, verb, what(terr))
+			if said := registryMessage(terr); said != "" {
+				msg += " (the registry says: " + said + ")"
+			}
+			return &Failure{ErrDenied, msg, err}
 		case terr.StatusCode == http.StatusNotFound || hasCode(terr, transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode, transport.BlobUnknownErrorCode):
 			return &Failure{ErrNotFound, fmt.Sprintf("%s not found", what(terr)), err}
 		}
@@ -193,4 +201,28 @@ func dialTarget(err error) (addr, cause string) {
 		return addr, cause
 	}
 	return "", "no answer in time"
+}
+
+// registryMessage is the message of the registry's first error, when it
+// says more than the distribution specification's stock sentences; at most
+// 200 bytes of it, printable.
+func registryMessage(terr *transport.Error) string {
+	if len(terr.Errors) == 0 {
+		return ""
+	}
+	msg := strings.TrimSpace(terr.Errors[0].Message)
+	switch strings.ToLower(msg) {
+	case "", "requested access to the resource is denied", "access denied", "denied":
+		return ""
+	}
+	msg = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, msg)
+	if len(msg) > 200 {
+		msg = strings.ToValidUTF8(msg[:200], "") + "…"
+	}
+	return msg
 }
