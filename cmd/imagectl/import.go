@@ -25,7 +25,6 @@ type importOptions struct {
 	src, ref     string
 	diskFormat   string
 	compression  string
-	arch         string // deprecated: --platform linux/ARCH
 	platform     *registry.Platform
 	append       bool
 	labels       []string
@@ -87,9 +86,6 @@ the same command again to resume).`,
 	f.StringVar(&o.diskFormat, "disk-format", "qcow2", "format of disk/disk.img: qcow2 or raw")
 	f.StringVar(&o.compression, "compression", "gzip", "layer compression: gzip, zstd or none")
 	addPlatformFlag(cmd, &o.platform, "platform of the nodes the VM runs on, recorded in the image config, e.g. linux/arm64 (default linux/amd64)")
-	f.StringVar(&o.arch, "arch", "", "architecture recorded in the image config")
-	_ = f.MarkDeprecated("arch", "use --platform linux/ARCH")
-	cmd.MarkFlagsMutuallyExclusive("arch", "platform")
 	f.BoolVar(&o.append, "append", false, "add the image to the image index at the tag (made from what the tag holds), replacing its entry for the platform, instead of overwriting the tag")
 	f.StringArrayVar(&o.labels, "label", nil, "label KEY=VALUE for the image config (repeatable)")
 	f.StringVar(&o.instancetype, "default-instancetype", "", "default KubeVirt instancetype for VMs from this image")
@@ -218,13 +214,8 @@ func (o *importOptions) importOptions() (registry.ImportOptions, containerdisk.O
 		}
 	}
 	platform := registry.DefaultPlatform
-	switch {
-	case o.platform != nil:
+	if o.platform != nil {
 		platform = *o.platform
-	case o.arch != "":
-		if platform, err = registry.ParsePlatform("linux/" + o.arch); err != nil {
-			return registry.ImportOptions{}, containerdisk.Options{}, fmt.Errorf("--arch: %w", err)
-		}
 	}
 	dopts := containerdisk.Options{DiskFormat: convert.Format(o.diskFormat), Compression: comp}
 	return registry.ImportOptions{

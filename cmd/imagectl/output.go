@@ -25,9 +25,6 @@ const (
 	outputJSON  outputFormat = "json"
 	outputYAML  outputFormat = "yaml"
 	outputName  outputFormat = "name"
-	// outputText is the old name of table for import and inspect; it is
-	// still accepted where table is offered, and not listed.
-	outputText outputFormat = "text"
 )
 
 // Format sets the commands offer.
@@ -73,9 +70,6 @@ func formatList(formats []outputFormat) string {
 func (o *outputFlags) validate() error {
 	if o.format == "" && o.defaultFor != nil {
 		o.format = o.defaultFor()
-	}
-	if o.format == outputText && slices.Contains(o.allowed, outputTable) {
-		o.format = outputTable
 	}
 	if slices.Contains(o.allowed, o.format) {
 		return nil

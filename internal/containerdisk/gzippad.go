@@ -7,8 +7,8 @@ import (
 )
 
 // cdiPeekSize is how many bytes of a layer CDI's importer reads before it
-// knows the layer's format (image.MaxExpectedHdrSize, 512 in every release
-// up to v1.66 and on its main branch when this was written). A shorter
+// knows the layer's format (image.MaxExpectedHdrSize, 512 in releases up to
+// v1.66 at least). A shorter
 // layer fails there with "could not process image header: unexpected EOF",
 // and the DataVolume retries it forever.
 const cdiPeekSize = 512
@@ -18,8 +18,7 @@ const cdiPeekSize = 512
 const gzipPaddedHeaderSize = cdiPeekSize
 
 // gzipPadding names the padding rule in Compression.Compressor, part of
-// the build key: an image built before small gzip layers were padded must
-// not be reused by an identical re-import.
+// the build key: an image built under another rule is never reused.
 const gzipPadding = "pad-512"
 
 // gzip header fields (RFC 1952, section 2.3).

@@ -61,9 +61,6 @@ func (a *Applier) Apply(ctx context.Context, e intake.Event) error {
 		}
 		return a.wakeWaiting(ctx, tenant, ns, e.Repository, "sha256:"+strings.TrimPrefix(e.Tag, "sha256-")[:64])
 	}
-	if strings.HasPrefix(e.Tag, api.BuildKeyTagPrefix) {
-		return nil // imagectl's old re-import tags are not images
-	}
 	if e.Tag == "" {
 		if e.Action == intake.ActionPush {
 			// No tag to sync; perhaps a referrer (the gate's verdict on

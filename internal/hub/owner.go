@@ -43,7 +43,7 @@ func ownerOf(obj client.Object) string {
 	case l[cdi.LabelManagedBy] != cdi.ManagedByValue:
 		return "someone other than image-syncer (no " + cdi.LabelManagedBy + "=" + cdi.ManagedByValue + " label)"
 	case a[cdi.AnnotationRepository] == "":
-		return fmt.Sprintf("BaseImage %q under the naming before owners were recorded", l[cdi.LabelBaseImage])
+		return "someone other than image-syncer (no " + cdi.AnnotationRepository + " annotation)"
 	case a[cdi.AnnotationTag] != "":
 		return fmt.Sprintf("BaseImage %q of %s:%s", l[cdi.LabelBaseImage], a[cdi.AnnotationRepository], a[cdi.AnnotationTag])
 	}

@@ -227,12 +227,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res reconcile.Result, gone bool, err error) {
 	image := cdi.ImageName(r.repoPath(bi))
 	if want := cdi.BaseImageName(r.repoPath(bi), bi.Spec.Tag); bi.Name != want {
-		// Named by an earlier version, or made by hand: the syncer leaves
-		// it and everything it made alone (docs/syncer.md, Upgrading).
-		msg := fmt.Sprintf("this BaseImage's name is not the one image-syncer derives for %s:%s (%s); the syncer no longer updates it or what it made. Delete it, its DataSource and its DataVolumes (label %s=%s) once %s serves the image",
-			bi.Spec.Repository, bi.Spec.Tag, want, cdi.LabelBaseImage, bi.Name, want)
-		r.condition(bi, v1alpha1.ConditionReady, false, "LegacyName", msg)
-		r.condition(bi, v1alpha1.ConditionProgressing, false, "LegacyName", msg)
+		// Made by hand: the syncer manages only the BaseImages it names,
+		// and leaves this one alone.
+		msg := fmt.Sprintf("this BaseImage's name is not the one image-syncer derives for %s:%s (%s); image-syncer leaves it alone. Delete it: image-syncer makes %s by itself",
+			bi.Spec.Repository, bi.Spec.Tag, want, want)
+		r.condition(bi, v1alpha1.ConditionReady, false, "UnexpectedName", msg)
+		r.condition(bi, v1alpha1.ConditionProgressing, false, "UnexpectedName", msg)
 		return reconcile.Result{}, false, nil
 	}
 	if _, removed := bi.Annotations[v1alpha1.AnnotationRemoved]; removed {

@@ -30,8 +30,7 @@ import (
 const (
 	// buildsFileName is the record's file name in the cache directory.
 	buildsFileName = "builds.json"
-	// buildsVersion is the file's format; other versions are ignored
-	// (version 1 was a map keyed by build key only).
+	// buildsVersion is the file's format; other versions are ignored.
 	buildsVersion = 2
 	// buildsMaxEntries bounds the record; the newest entries are kept.
 	buildsMaxEntries = 1000

@@ -130,7 +130,7 @@ func listTags(repo name.Repository, ropts []remote.Option) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing the tags of %s: %w", repo, err)
 	}
-	return slices.DeleteFunc(all, func(t string) bool { return strings.HasPrefix(t, api.BuildKeyTagPrefix) || api.IsAttachmentTag(t) }), nil
+	return slices.DeleteFunc(all, api.IsAttachmentTag), nil
 }
 
 // describe fills l from its tag's manifest annotations, falling back to

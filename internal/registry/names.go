@@ -9,8 +9,6 @@ import (
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
-
-	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // Every image reference imagectl is given goes through parseRef, which
@@ -76,8 +74,7 @@ const (
 	// digest, not both (export, inspect, delete, copy's source).
 	formImage refForm = iota
 	// formTag names a tag to write: REGISTRY/TENANT/NAME:TAG (import,
-	// copy's destination, which may also be a digest). Tags with the
-	// reserved prefix api.BuildKeyTagPrefix are refused.
+	// copy's destination, which may also be a digest).
 	formTag
 	// formTagOrDigestTarget is formTag or a digest: copy's destination.
 	formTagOrDigestTarget
@@ -270,9 +267,6 @@ func checkForm(r ref, form refForm) *refFault {
 			return fault("tag", "it has neither a tag nor a digest: add :TAG or @sha256:... (imagectl never assumes :latest)")
 		}
 	}
-	if (form == formTag || form == formTagOrDigestTarget) && strings.HasPrefix(r.Tag, api.BuildKeyTagPrefix) {
-		return fault("tag", "tags starting with %q are reserved for imagepipe", api.BuildKeyTagPrefix)
-	}
 	return nil
 }
 
@@ -391,8 +385,7 @@ func (c *Client) ParseReference(s string) (name.Reference, error) {
 }
 
 // ParseTag parses a reference to a tag that is going to be written,
-// "REGISTRY/TENANT/NAME:TAG", as ParseReference does; a digest is refused
-// and so are tags with the reserved prefix api.BuildKeyTagPrefix.
+// "REGISTRY/TENANT/NAME:TAG", as ParseReference does; a digest is refused.
 func (c *Client) ParseTag(s string) (name.Tag, error) {
 	r, err := parseRef(s, formTag)
 	if err != nil {

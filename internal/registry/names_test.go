@@ -94,7 +94,6 @@ func TestParseRefRefuses(t *testing.T) {
 		{"reg.example.com/acme/rhel:-x", formImage, "tag", "starting with", true},
 		{"reg.example.com/acme/rhel:a+b", formImage, "tag", "starting with", false},
 		{"reg.example.com/acme/rhel:" + strings.Repeat("t", 129), formImage, "tag", "limit is 128", false},
-		{"reg.example.com/acme/rhel:imagepipe-build-abc", formTag, "tag", "reserved", true},
 		{"reg.example.com/acme/rhel@sha256:abc", formImage, "digest", "64 lower-case", false},
 		{"reg.example.com/acme/rhel@sha512:" + strings.Repeat("a", 128), formImage, "digest", "only sha256", true},
 		{"reg.example.com/acme/rhel@" + strings.ToUpper(testDigest), formImage, "digest", "64 lower-case", false},
@@ -227,7 +226,7 @@ func FuzzParseReference(f *testing.F) {
 		if (r.Tag == "") == (r.Digest == "") {
 			t.Fatalf("%q: tag %q and digest %q", s, r.Tag, r.Digest)
 		}
-		if form == formTag && (r.Tag == "" || strings.HasPrefix(r.Tag, "imagepipe-build-")) {
+		if form == formTag && r.Tag == "" {
 			t.Fatalf("%q: tag %q accepted for writing", s, r.Tag)
 		}
 		n, err := c.toName(r)

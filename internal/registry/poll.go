@@ -84,7 +84,7 @@ func (c *Client) ListTags(ctx context.Context, repo name.Repository, etag string
 		tags = append(tags, pageTags...)
 		etag = "" // only the first page is asked conditionally
 	}
-	return slices.DeleteFunc(tags, func(t string) bool { return strings.HasPrefix(t, api.BuildKeyTagPrefix) || api.IsAttachmentTag(t) }), newETag, false, nil
+	return slices.DeleteFunc(tags, api.IsAttachmentTag), newETag, false, nil
 }
 
 // listTagsPage fetches one page of a tag listing: its tags, its ETag, and

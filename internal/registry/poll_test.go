@@ -21,8 +21,6 @@ import (
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-
-	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // request is one request a RequestObserver saw.
@@ -216,7 +214,7 @@ func TestListTags(t *testing.T) {
 	}{
 		{
 			name: "no ETag: every listing is complete",
-			tags: []string{"10", "9", api.BuildKeyTagPrefix + "abc"},
+			tags: []string{"10", "9", "sha256-" + strings.Repeat("a", 64) + ".sig"},
 			want: []string{"10", "9"},
 		},
 		{

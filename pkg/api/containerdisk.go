@@ -81,13 +81,6 @@ type ImportResult struct {
 	DiskFormat  string `json:"diskFormat"`
 }
 
-// BuildKeyTagPrefix starts the hidden tag that older imagectl versions
-// wrote next to every import (followed by the hex of its build key) and
-// trusted on re-import; anyone with push access could plant one. imagectl
-// neither writes nor trusts such tags now and refuses them as a
-// destination; listings hide them and syncers ignore them.
-const BuildKeyTagPrefix = "imagepipe-build-"
-
 // IsAttachmentTag reports whether tag names something attached to an image
 // rather than an image: the OCI referrers tag of a registry without the
 // referrers API ("sha256-" and 64 hex digits, where the gate's verdicts and

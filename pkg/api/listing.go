@@ -6,7 +6,7 @@ package api
 type ImageListing struct {
 	// Repository is the full repository name, e.g. "registry/acme/rhel".
 	Repository string `json:"repository"`
-	// Tag is the tag; build-key tags (BuildKeyTagPrefix) are never listed.
+	// Tag is the tag; attachment tags (IsAttachmentTag) are never listed.
 	Tag string `json:"tag"`
 	// Digest is the manifest digest ("sha256:...").
 	Digest string `json:"digest"`

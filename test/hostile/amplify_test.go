@@ -37,7 +37,7 @@ var amplifyCases = []struct {
 	// qemu-img's compressed image with every L2 entry set to the first
 	// compressed descriptor.
 	{"compressed/one-descriptor-for-every-cluster", patched(compressedQCOW2, copyL2Entry0(16)), reject.SharedCluster},
-	// Found only by decompressing: inspect used to accept it.
+	// Found only by decompressing the cluster.
 	{"compressed/garbage-data", patched(compressedQCOW2, garbleCompressedCluster0), reject.CompressedCluster},
 	// Valid zstd streams, as short as the format allows: 512 MiB of guest
 	// data in 362 KiB, more than deflate could ever pack.

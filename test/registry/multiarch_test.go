@@ -221,8 +221,6 @@ func TestPlatformFlagRefusals(t *testing.T) {
 		{[]string{"import", "--platform", "windows/amd64", disk, reg.Host + "/acme/win:1"}, "the OS must be linux"},
 		{[]string{"import", "--platform", "linux/x86_64", disk, reg.Host + "/acme/win:1"}, "did you mean linux/amd64?"},
 		{[]string{"import", "--platform", "linux/arm64/v7", disk, reg.Host + "/acme/win:1"}, `unknown variant "v7" of arm64`},
-		{[]string{"import", "--arch", "aarch64", disk, reg.Host + "/acme/win:1"}, "did you mean linux/arm64?"},
-		{[]string{"import", "--arch", "arm64", "--platform", "linux/arm64", disk, reg.Host + "/acme/win:1"}, "[arch platform]"},
 		{[]string{"inspect", "--platform", "linux/arm64", disk}, "--platform applies to images in a registry"},
 		{[]string{"export", "--platform", "windows/amd64", reg.Host + "/acme/win:1", filepath.Join(t.TempDir(), "x")}, "the OS must be linux"},
 		{[]string{"copy", "--platform", "linux/mips128", reg.Host + "/acme/win:1", reg.Host + "/acme/win:2"}, "unknown architecture"},
@@ -234,11 +232,6 @@ func TestPlatformFlagRefusals(t *testing.T) {
 	}
 	if tags := reg.Tags(t, "acme/win"); len(tags) != 0 {
 		t.Errorf("refused imports pushed %v", tags)
-	}
-	// The deprecated --arch still works, as --platform linux/ARCH.
-	res := importOK(t, t.TempDir(), disk, reg.Host+"/acme/old:1", "--arch", "arm64")
-	if _, rep := inspectJSON(t, reg.Host+"/acme/old:1"); res.Platform != "linux/arm64" || rep.Platform != "linux/arm64" {
-		t.Errorf("--arch arm64: %+v, %+v", res, rep)
 	}
 }
 

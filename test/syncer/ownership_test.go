@@ -22,7 +22,7 @@ import (
 // DataVolume, and deleting one under --on-delete delete leaves the others.
 // A DataSource someone else made under a BaseImage's name is never taken
 // over: the BaseImage says Conflict, naming the owner, until it is gone.
-// A BaseImage named under the old scheme is left alone, and a tenant
+// A BaseImage made by hand under another name is left alone, and a tenant
 // outside --tenants gets nothing.
 func TestSyncerNamesAreInjectiveAndOwned(t *testing.T) {
 	testenv.RequireQEMU(t)
@@ -36,12 +36,13 @@ func TestSyncerNamesAreInjectiveAndOwned(t *testing.T) {
 		Spec:       cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: "acme", Name: "golden"}}},
 	}
 	hub.Create(t, foreign)
-	// A BaseImage under the old naming of acme/rhel:v1.0.
-	legacy := &v1alpha1.BaseImage{
+	// A BaseImage made by hand for acme/rhel:v1.0, not under the name the
+	// syncer derives.
+	handMade := &v1alpha1.BaseImage{
 		ObjectMeta: metav1.ObjectMeta{Name: "rhel-v1-0", Namespace: "acme"},
 		Spec:       v1alpha1.BaseImageSpec{Tenant: "acme", Repository: reg.Host + "/acme/rhel", Tag: "v1.0"},
 	}
-	hub.Create(t, legacy)
+	hub.Create(t, handMade)
 	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h", "--on-delete", "delete", "--tenants", "acme")
 
 	type img struct{ repo, tag, digest, bi, dv string }
@@ -98,16 +99,17 @@ func TestSyncerNamesAreInjectiveAndOwned(t *testing.T) {
 	hub.baseImage(t, "acme", foo.bi, "ready once the foreign DataSource is gone", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
 	hub.wantDataSourceOf(t, foo.bi, reg.Host+"/"+foo.repo, foo.tag, foo.dv)
 
-	// The legacy BaseImage is marked and left alone.
-	got := hub.baseImage(t, "acme", legacy.Name, "marked legacy", func(b *v1alpha1.BaseImage) bool {
+	// The hand-made BaseImage is marked and left alone.
+	got := hub.baseImage(t, "acme", handMade.Name, "marked as not the syncer's", func(b *v1alpha1.BaseImage) bool {
 		c := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionReady)
-		return c != nil && c.Reason == "LegacyName"
+		return c != nil && c.Reason == "UnexpectedName"
 	})
 	if got.Status.ObservedDigest != "" || got.Status.DataSourceName != "" {
-		t.Errorf("the legacy BaseImage was reconciled: %+v", got.Status)
+		t.Errorf("the hand-made BaseImage was reconciled: %+v", got.Status)
 	}
 
-	// Deleting v1-0 and foo-bar:latest leaves their old namesakes alone.
+	// Deleting v1-0 and foo-bar:latest leaves the tags that once shared
+	// their names alone.
 	testenv.Run(t, testenv.Imagectl, "delete", "--force", reg.Host+"/acme/rhel:v1-0")
 	testenv.Run(t, testenv.Imagectl, "delete", "--force", reg.Host+"/acme/foo-bar:latest")
 	for _, gone := range []*img{imgs[1], imgs[4]} {

@@ -74,14 +74,14 @@ func TestSyncerImportsOnlyItsArchitecture(t *testing.T) {
 			t.Errorf("%s: Rejected condition %+v, want %s naming %q", name, c, reason, want)
 		}
 	}
-	importImageWith(t, "", rawDisk(t, "arm"), reg.Host+"/acme/armonly:1", "--arch", "arm64")
+	importImageWith(t, "", rawDisk(t, "arm"), reg.Host+"/acme/armonly:1", "--platform", "linux/arm64")
 	rejected("armonly--1", "PlatformMismatch", "the image holds linux/arm64; this hub runs amd64")
 	if dvs := hub.dataVolumes(t, "acme", "armonly"); len(dvs) != 0 {
 		t.Errorf("an arm64 image was imported onto an amd64 hub: %v", dvs)
 	}
 
 	amd := importImageWith(t, "", rawDisk(t, "amd"), reg.Host+"/acme/parts:amd64")
-	arm := importImageWith(t, "", rawDisk(t, "arm"), reg.Host+"/acme/parts:arm64", "--arch", "arm64")
+	arm := importImageWith(t, "", rawDisk(t, "arm"), reg.Host+"/acme/parts:arm64", "--platform", "linux/arm64")
 	pushIndex(t, reg.Host+"/acme/multi:1", map[string]string{"amd64": amd.Pinned, "arm64": arm.Pinned})
 	bi := hub.baseImage(t, "acme", "multi--1", "importing", func(b *v1alpha1.BaseImage) bool { return pickedUp(b) })
 	dvs := hub.dataVolumes(t, "acme", "multi")
