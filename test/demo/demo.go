@@ -19,7 +19,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -33,9 +32,9 @@ import (
 	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
-	"github.com/imagepipe/imagepipe/test/harness"
 
 	"github.com/imagepipe/imagepipe/internal/need"
+	"github.com/imagepipe/imagepipe/test/harness"
 )
 
 // What the demo imports, and where.
@@ -65,7 +64,7 @@ type config struct {
 
 // tour runs the demo's steps and prints them.
 type tour struct {
-	t   testing.TB // its Context ends when the demo is interrupted
+	t   harness.T // its Context ends when the demo is interrupted
 	cfg config
 	out io.Writer
 	tty bool
@@ -95,7 +94,7 @@ type hub struct {
 
 // runDemo runs the whole demo. Every failure, and the end of t.Context() (an interrupt), ends it
 // through t.Fatalf; what it started is stopped by t's cleanups either way.
-func runDemo(t testing.TB, cfg config) {
+func runDemo(t harness.T, cfg config) {
 	d := &tour{t: t, cfg: cfg, out: os.Stdout, tty: term.IsTerminal(int(os.Stdout.Fd())), started: time.Now()}
 	d.work = t.TempDir()
 	// Registered before any component starts, so it runs after every one has been stopped.

@@ -20,12 +20,12 @@
 //
 // # Design
 //
-// The demo is one function, runDemo, that takes a testing.TB, so that it can use test/harness
+// The demo is one function, runDemo, that takes a harness.T, so that it can use test/harness
 // as the integration tests do, and run two ways:
 //
 //   - As this program (make demo: go build -o bin/demo ./test/demo, then bin/demo). It owns
 //     the terminal, so imagectl, which draws its progress bars only when stderr is a
-//     terminal, shows them. A minimal testing.TB (runner.go) carries the harness's cleanups
+//     terminal, shows them. A minimal harness.T (runner.go) carries the harness's cleanups
 //     and failures. SIGINT and SIGTERM cancel the demo's context: the step under way stops,
 //     the cleanups stop every server newest first (SIGTERM, then SIGKILL after 5 s), the logs
 //     are kept, and the program exits with 128+signal. The servers run in process groups of

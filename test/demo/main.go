@@ -11,8 +11,9 @@ import (
 	"slices"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
+
+	"github.com/imagepipe/imagepipe/test/harness"
 )
 
 // keptRuns is how many runs' log directories the demo keeps; older ones are removed.
@@ -66,7 +67,7 @@ func run(cfg config) int {
 	errLog := &lazyFile{path: filepath.Join(cfg.logDir, "demo-errors.log")}
 	defer errLog.Close()
 	r := newRunner(ctx, errLog)
-	failed, skipped := r.run(func(t testing.TB) { runDemo(t, cfg) })
+	failed, skipped := r.run(func(t harness.T) { runDemo(t, cfg) })
 	signal.Stop(sigs)
 	close(sigs)
 

@@ -9,22 +9,18 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
-	"testing"
+
+	"github.com/imagepipe/imagepipe/test/harness"
 )
 
-// runner is the smallest testing.TB that lets the demo program use test/harness, whose
-// functions take a testing.TB, outside `go test`. It implements what the harness and the demo
-// call: Helper, Name, Context, Cleanup, TempDir, Log(f), Error(f), Fatal(f), FailNow, Fail,
-// Failed, Skip(f), SkipNow, Skipped and Output. testing.TB has an unexported method, so runner
-// embeds the (nil) interface to satisfy it; calling any other method panics, which the short
-// test (run with a real *testing.T) would not catch, so keep the demo to these methods.
+// runner is the harness.T that lets the demo program use test/harness outside `go test`:
+// Helper, Name, Context, Cleanup, TempDir, Log(f), Error(f), Fatal(f) and Failed, plus Skip,
+// which need calls for a missing tool.
 //
 // As in package testing, Fatal and Skip end the calling goroutine with runtime.Goexit: run
 // the demo in a goroutine of its own (run does), and cleanups run after it, last registered
 // first, each in its own goroutine.
 type runner struct {
-	testing.TB
-
 	ctx  context.Context
 	logs io.Writer // Log and Logf output: the tails of component logs the harness prints on failure
 
@@ -36,7 +32,7 @@ type runner struct {
 	tempSeq  int
 }
 
-var _ testing.TB = (*runner)(nil)
+var _ harness.T = (*runner)(nil)
 
 // newRunner returns a runner whose Context is ctx and whose Log output goes to logs.
 func newRunner(ctx context.Context, logs io.Writer) *runner {
@@ -45,7 +41,7 @@ func newRunner(ctx context.Context, logs io.Writer) *runner {
 
 // run calls f(r) in a new goroutine, waits for it to return or to end through Fatal or Skip,
 // then runs the cleanups. It reports whether f failed and whether it skipped.
-func (r *runner) run(f func(testing.TB)) (failed, skipped bool) {
+func (r *runner) run(f func(harness.T)) (failed, skipped bool) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

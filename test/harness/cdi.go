@@ -16,7 +16,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -58,7 +57,7 @@ type CDI struct {
 // the CDI object and the namespace cdi as CDI's operator would. Pods it runs, volumes and logs
 // live under t.TempDir(); the logs are printed when the test fails. It skips the test when a
 // binary is missing or the test does not run as root.
-func (h *Hub) StartCDI(t testing.TB, provisioner string) *CDI {
+func (h *Hub) StartCDI(t T, provisioner string) *CDI {
 	t.Helper()
 	need.Root(t, "CDI's controller and the node stand-in make mount and network namespaces (unshare, mount, losetup)")
 	kcmBin := Binary(t, "kube-controller-manager")
@@ -144,7 +143,7 @@ func (h *Hub) StartCDI(t testing.TB, provisioner string) *CDI {
 // port (:8443) and the paths it insists on (/var/run/cdi/token/keys, /var/run/certs, /tmp/ready)
 // would otherwise collide between hubs. It reaches the apiserver through a Unix socket that this
 // process forwards to the apiserver's port, listened on inside its namespace by socat.
-func (cdi *CDI) startController(t testing.TB, bin, dir string) {
+func (cdi *CDI) startController(t T, bin, dir string) {
 	t.Helper()
 	h := cdi.hub
 	secrets := filepath.Join(dir, "secrets")
@@ -216,7 +215,7 @@ func (cdi *CDI) startController(t testing.TB, bin, dir string) {
 
 // forwardUnixToTCP listens on a new Unix socket and forwards each connection to addr until the
 // test ends, returning the socket's path (short: Unix socket paths are limited to 108 bytes).
-func forwardUnixToTCP(t testing.TB, addr string) string {
+func forwardUnixToTCP(t T, addr string) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "hub")
 	if err != nil {
@@ -286,7 +285,7 @@ func writeRSAKeyPair(dir string) error {
 // provider does (kubectl patch cdiconfig config) for a registry served over plain HTTP or with a
 // certificate the importer cannot verify. The CDI object carries no config-authority annotation,
 // so CDIConfig's spec is where CDI's controller reads it.
-func (cdi *CDI) AllowInsecureRegistry(t testing.TB, host string) {
+func (cdi *CDI) AllowInsecureRegistry(t T, host string) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var cfg cdiv1.CDIConfig
@@ -306,7 +305,7 @@ func (cdi *CDI) AllowInsecureRegistry(t testing.TB, host string) {
 
 // WaitImported waits until CDI reports the DataVolume Succeeded, failing the test at once when it
 // reports Failed or a third importer restart, and returns it.
-func (cdi *CDI) WaitImported(t testing.TB, ns, name string, timeout time.Duration) *cdiv1.DataVolume {
+func (cdi *CDI) WaitImported(t T, ns, name string, timeout time.Duration) *cdiv1.DataVolume {
 	t.Helper()
 	var dv cdiv1.DataVolume
 	WaitUntil(t, fmt.Sprintf("hub %s: CDI imports DataVolume %s/%s", cdi.hub.Name, ns, name), timeout, 200*time.Millisecond, func() (bool, error) {
@@ -322,7 +321,7 @@ func (cdi *CDI) WaitImported(t testing.TB, ns, name string, timeout time.Duratio
 }
 
 // CopyImportedDisk copies the disk CDI imported into the claim of DataVolume ns/name to dst.
-func (cdi *CDI) CopyImportedDisk(t testing.TB, ns, name, dst string) {
+func (cdi *CDI) CopyImportedDisk(t T, ns, name, dst string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -332,7 +331,7 @@ func (cdi *CDI) CopyImportedDisk(t testing.TB, ns, name, dst string) {
 }
 
 // logPodsOnFailure prints the log of every container the node stand-in ran.
-func logPodsOnFailure(t testing.TB, hub, dir string) {
+func logPodsOnFailure(t T, hub, dir string) {
 	logs, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
 	for _, l := range logs {
 		logOnFailure(t, "hub "+hub+" pod "+filepath.Base(filepath.Dir(l)), l)

@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"testing"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/trust"
@@ -19,11 +18,11 @@ const CosignPassword = "tenant-secret"
 type Cosign struct{ Bin string }
 
 // NewCosign finds cosign among the built tools.
-func NewCosign(t testing.TB) *Cosign { return &Cosign{Bin: Binary(t, "cosign")} }
+func NewCosign(t T) *Cosign { return &Cosign{Bin: Binary(t, "cosign")} }
 
 // KeyPair makes an encrypted key pair with cosign generate-key-pair and
 // returns the paths of PREFIX.key and PREFIX.pub.
-func (c *Cosign) KeyPair(t testing.TB, prefix string) (key, pub string) {
+func (c *Cosign) KeyPair(t T, prefix string) (key, pub string) {
 	t.Helper()
 	c.run(t, "generate-key-pair", "--output-key-prefix", prefix)
 	return prefix + ".key", prefix + ".pub"
@@ -31,7 +30,7 @@ func (c *Cosign) KeyPair(t testing.TB, prefix string) (key, pub string) {
 
 // Sign signs ref with key as cosign sign --key does, without a
 // transparency log (an empty signing config).
-func (c *Cosign) Sign(t testing.TB, key, ref string) {
+func (c *Cosign) Sign(t T, key, ref string) {
 	t.Helper()
 	config := filepath.Join(t.TempDir(), "signing-config.json")
 	if err := os.WriteFile(config, []byte(`{"mediaType":"application/vnd.dev.sigstore.signingconfig.v0.2+json"}`), 0o644); err != nil {
@@ -40,7 +39,7 @@ func (c *Cosign) Sign(t testing.TB, key, ref string) {
 	c.run(t, "sign", "--key", key, "--signing-config", config, "--allow-http-registry=true", "-y", ref)
 }
 
-func (c *Cosign) run(t testing.TB, args ...string) {
+func (c *Cosign) run(t T, args ...string) {
 	t.Helper()
 	cmd := exec.Command(c.Bin, args...)
 	cmd.Env = append(os.Environ(), "COSIGN_PASSWORD="+CosignPassword)
@@ -51,7 +50,7 @@ func (c *Cosign) run(t testing.TB, args ...string) {
 
 // TrustKeyFile is a checker trusting the PEM public keys of path, as a
 // hub trusts its --gate-keys or the gate a tenant's key file.
-func TrustKeyFile(t testing.TB, path string) *trust.Verifier {
+func TrustKeyFile(t T, path string) *trust.Verifier {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {

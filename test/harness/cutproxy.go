@@ -5,7 +5,6 @@ import (
 	"io"
 	"net"
 	"sync"
-	"testing"
 )
 
 // CutProxy is a TCP proxy on 127.0.0.1 that cuts client connections at chosen byte offsets, to
@@ -33,7 +32,7 @@ type CutProxy struct {
 // all is not cut, and the next byte any connection sends is. Equal offsets cut one connection
 // each. Bytes from the target to clients are forwarded uncounted. The proxy stops, closing every
 // connection, when the test ends.
-func StartCutProxy(t testing.TB, target string, cutAt ...int64) *CutProxy {
+func StartCutProxy(t T, target string, cutAt ...int64) *CutProxy {
 	t.Helper()
 	for i := 1; i < len(cutAt); i++ {
 		if cutAt[i] < cutAt[i-1] {

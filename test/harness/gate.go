@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 )
 
 // providerKey is the provider's signing key of this test process: the gate
@@ -31,7 +30,7 @@ var providerKey = sync.OnceValue(func() *ecdsa.PrivateKey {
 // the test: the private key (PKCS#8 PEM), as image-gate's --signing-key
 // reads it, and the public key, as image-syncer's --gate-keys and cosign's
 // --key read it.
-func ProviderKeyFiles(t testing.TB) (private, public string) {
+func ProviderKeyFiles(t T) (private, public string) {
 	t.Helper()
 	dir := t.TempDir()
 	der, err := x509.MarshalPKCS8PrivateKey(providerKey())
@@ -72,7 +71,7 @@ type Gate struct {
 }
 
 // ReserveGate picks free ports on 127.0.0.1 for a gate's endpoints.
-func ReserveGate(t testing.TB) *Gate {
+func ReserveGate(t T) *Gate {
 	t.Helper()
 	addr := func() string { return "127.0.0.1:" + strconv.Itoa(freePort(t)) }
 	return &Gate{WebhookURL: "http://" + addr() + "/webhook", MetricsURL: "http://" + addr() + "/metrics", HealthURL: "http://" + addr()}
@@ -84,7 +83,7 @@ func ReserveGate(t testing.TB) *Gate {
 // caFile and user/password, when set, are the registry's CA and
 // credential. args add to or override these flags. It waits until
 // /readyz answers and stops the gate when the test ends.
-func (g *Gate) Start(t testing.TB, bin, host, caFile, user, password string, args ...string) {
+func (g *Gate) Start(t T, bin, host, caFile, user, password string, args ...string) {
 	t.Helper()
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "webhook-token")
@@ -138,7 +137,7 @@ func (g *Gate) Pid() int { return g.proc.cmd.Process.Pid }
 
 // Stop ends the gate with SIGTERM and fails the test unless it exits
 // cleanly within 30 s.
-func (g *Gate) Stop(t testing.TB) {
+func (g *Gate) Stop(t T) {
 	t.Helper()
 	if g.proc == nil || g.stopped {
 		return

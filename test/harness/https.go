@@ -6,7 +6,6 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
-	"testing"
 )
 
 // HTTPSServer is an HTTPS server on 127.0.0.1 whose certificate a private,
@@ -22,7 +21,7 @@ type HTTPSServer struct {
 // StartHTTPS serves h over HTTPS with a certificate for 127.0.0.1 and
 // localhost signed by a CA made in Go for this server, and stops it when
 // the test ends.
-func StartHTTPS(t testing.TB, h http.Handler) *HTTPSServer {
+func StartHTTPS(t T, h http.Handler) *HTTPSServer {
 	t.Helper()
 	certs, err := writeCerts(t.TempDir())
 	if err != nil {

@@ -19,7 +19,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -91,7 +90,7 @@ func CRDDir() string {
 // The apiserver authenticates bearer tokens from a static file (the admin in system:masters and
 // the HubUsers) and authorizes with RBAC only; service accounts get a key pair made for this hub.
 // Every hub has its own CA and tokens, so a token of one hub is refused by another.
-func StartHub(t testing.TB, name string, extraCRDs ...string) *Hub {
+func StartHub(t T, name string, extraCRDs ...string) *Hub {
 	t.Helper()
 	etcdBin := Binary(t, "etcd")
 	apiserverBin := Binary(t, "kube-apiserver")
@@ -140,7 +139,7 @@ type hubSecrets struct {
 
 // writeSecrets makes the hub's CA, serving certificate, service-account
 // keys and token file.
-func (h *Hub) writeSecrets(t testing.TB) hubSecrets {
+func (h *Hub) writeSecrets(t T) hubSecrets {
 	t.Helper()
 	pki := filepath.Join(h.dir, "pki")
 	if err := os.Mkdir(pki, 0o700); err != nil {
@@ -165,7 +164,7 @@ func (h *Hub) writeSecrets(t testing.TB) hubSecrets {
 
 // startEtcd starts the hub's etcd on free ports, trying again when
 // another process took a port first, and returns its client URL.
-func (h *Hub) startEtcd(t testing.TB, bin, logFile string) string {
+func (h *Hub) startEtcd(t T, bin, logFile string) string {
 	t.Helper()
 	var etcdURL string
 	var err error
@@ -183,7 +182,7 @@ func (h *Hub) startEtcd(t testing.TB, bin, logFile string) string {
 
 // startAPIServer starts kube-apiserver on a free port with token
 // authentication and RBAC, and waits until /readyz answers 200.
-func (h *Hub) startAPIServer(t testing.TB, bin, etcdURL string, sec hubSecrets) {
+func (h *Hub) startAPIServer(t T, bin, etcdURL string, sec hubSecrets) {
 	t.Helper()
 	h.RestConfig = &rest.Config{
 		BearerToken:     h.tokens["admin"],
@@ -229,7 +228,7 @@ func (h *Hub) startAPIServer(t testing.TB, bin, etcdURL string, sec hubSecrets) 
 
 // installHubCRDs installs the CDI, KubeVirt and instancetype CRDs and the
 // test's own, and waits until each is Established.
-func (h *Hub) installHubCRDs(t testing.TB, extraCRDs []string) {
+func (h *Hub) installHubCRDs(t T, extraCRDs []string) {
 	t.Helper()
 	paths := make([]string, 0, len(hubCRDDirs)+len(extraCRDs))
 	for _, d := range hubCRDDirs {
@@ -247,7 +246,7 @@ func (h *Hub) installHubCRDs(t testing.TB, extraCRDs []string) {
 // RestartAPIServer stops the hub's kube-apiserver (SIGTERM), starts it again on the same port
 // with the same etcd, and waits until /readyz answers 200. Clients see the hub vanish and come
 // back, as during an apiserver upgrade; everything stored in etcd survives.
-func (h *Hub) RestartAPIServer(t testing.TB) {
+func (h *Hub) RestartAPIServer(t T) {
 	t.Helper()
 	if err := h.apiserver.stop(); err != nil {
 		t.Fatalf("stopping hub %s kube-apiserver: %v", h.Name, err)
@@ -269,7 +268,7 @@ func (h *Hub) LogPaths() []string {
 
 // UserKubeconfig returns the path of a kubeconfig file for user, one of HubUsers, authenticating
 // with that user's own token. The user starts with no permissions; bind it with RBAC.
-func (h *Hub) UserKubeconfig(t testing.TB, user string) string {
+func (h *Hub) UserKubeconfig(t T, user string) string {
 	t.Helper()
 	if user == "admin" || h.tokens[user] == "" {
 		t.Fatalf("hub %s has no user %q; its users are %v (and the admin, in Kubeconfig)", h.Name, user, HubUsers)

@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"testing"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -151,7 +150,7 @@ const kubeVirtWebhookName = "virtualmachines.kubevirt-admission.imagepipe.test"
 // and waits until a probe VM is mutated and a broken one refused through the apiserver. When the
 // test ends the webhooks are removed and the server stopped; its log is printed if the test
 // failed. It skips the test when kubevirt-admission is not built. One per hub.
-func (h *Hub) StartKubeVirtAdmission(t testing.TB, cr KubeVirtCR) *KubeVirtAdmission {
+func (h *Hub) StartKubeVirtAdmission(t T, cr KubeVirtCR) *KubeVirtAdmission {
 	t.Helper()
 	bin := Binary(t, "kubevirt-admission")
 	start := time.Now()
@@ -223,7 +222,7 @@ func (h *Hub) StartKubeVirtAdmission(t testing.TB, cr KubeVirtCR) *KubeVirtAdmis
 
 // createKubeVirtCR creates the namespace KubeVirtNamespace and the KubeVirt object cr with the
 // phase Deployed, which KubeVirt's configuration code requires before it reads an object.
-func (h *Hub) createKubeVirtCR(t testing.TB, c client.Client, cr KubeVirtCR) *kubevirtv1.KubeVirt {
+func (h *Hub) createKubeVirtCR(t T, c client.Client, cr KubeVirtCR) *kubevirtv1.KubeVirt {
 	t.Helper()
 	ctx := t.Context()
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: KubeVirtNamespace}}
@@ -249,7 +248,7 @@ func (h *Hub) createKubeVirtCR(t testing.TB, c client.Client, cr KubeVirtCR) *ku
 
 // registerWebhooks registers the server for kubevirt.io/v1 virtualmachines on CREATE and UPDATE,
 // as virt-api registers itself, and removes the registrations when the test ends.
-func (a *KubeVirtAdmission) registerWebhooks(t testing.TB, c client.Client, caPEM []byte) {
+func (a *KubeVirtAdmission) registerWebhooks(t T, c client.Client, caPEM []byte) {
 	t.Helper()
 	rules := []admissionregistrationv1.RuleWithOperations{{
 		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
@@ -302,7 +301,7 @@ func (a *KubeVirtAdmission) registerWebhooks(t testing.TB, c client.Client, caPE
 // valid VM comes back with the firmware UUID KubeVirt's mutator sets, and one whose disk names no
 // volume is refused by KubeVirt's admitter. The apiserver may take a moment to see the new
 // webhook configurations.
-func (a *KubeVirtAdmission) waitProbe(t testing.TB, c client.Client) {
+func (a *KubeVirtAdmission) waitProbe(t T, c client.Client) {
 	t.Helper()
 	WaitUntil(t, "hub "+a.hub.Name+" to send VMs through kubevirt-admission", readyTimeout, 100*time.Millisecond, func() (bool, error) {
 		vm := probeVM("probe")
@@ -375,7 +374,7 @@ func (m KubeVirtLiveMigration) LiveMigratable() bool {
 // the claims, or the VM's DataVolume templates where no claim exists), and virt-handler's
 // LiveMigratable condition for it on a node that supports host-model CPUs; and whether
 // virt-controller would find the network binding plugins to launch it.
-func (a *KubeVirtAdmission) LiveMigration(t testing.TB, ns, name string) KubeVirtLiveMigration {
+func (a *KubeVirtAdmission) LiveMigration(t T, ns, name string) KubeVirtLiveMigration {
 	t.Helper()
 	var out KubeVirtLiveMigration
 	q := url.Values{"namespace": {ns}, "name": {name}}

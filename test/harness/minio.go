@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"testing"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -37,13 +36,13 @@ type MinIOOptions struct {
 // StartMinIO starts MinIO on free ports of 127.0.0.1 (S3 API and console) with its data in
 // t.TempDir(), waits for /minio/health/cluster, and stops it when the test ends. It skips the test
 // when the minio binary is not built.
-func StartMinIO(t testing.TB) *MinIO {
+func StartMinIO(t T) *MinIO {
 	t.Helper()
 	return StartMinIOWith(t, MinIOOptions{})
 }
 
 // StartMinIOWith is StartMinIO with options.
-func StartMinIOWith(t testing.TB, opts MinIOOptions) *MinIO {
+func StartMinIOWith(t T, opts MinIOOptions) *MinIO {
 	t.Helper()
 	bin := Binary(t, "minio")
 	dir := t.TempDir()
@@ -121,7 +120,7 @@ func StartMinIOWith(t testing.TB, opts MinIOOptions) *MinIO {
 func (m *MinIO) LogPath() string { return m.logPath }
 
 // PutFile uploads the file at path as bucket/key, creating the bucket if needed.
-func (m *MinIO) PutFile(t testing.TB, bucket, key, path string) {
+func (m *MinIO) PutFile(t T, bucket, key, path string) {
 	t.Helper()
 	ctx := t.Context()
 	client := m.client(t)
@@ -140,7 +139,7 @@ func (m *MinIO) PutFile(t testing.TB, bucket, key, path string) {
 }
 
 // client returns a minio-go client for m whose idle connections close when the test ends.
-func (m *MinIO) client(t testing.TB) *minio.Client {
+func (m *MinIO) client(t T) *minio.Client {
 	t.Helper()
 	secure := m.CAFile != ""
 	transport, err := minio.DefaultTransport(secure)

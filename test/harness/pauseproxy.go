@@ -4,7 +4,6 @@ import (
 	"io"
 	"net"
 	"sync"
-	"testing"
 )
 
 // PauseProxy is a TCP proxy on 127.0.0.1 that stops forwarding client bytes at a chosen offset
@@ -29,7 +28,7 @@ type PauseProxy struct {
 // connections together); the connection carrying byte pauseAt+1 forwards exactly up to pauseAt
 // and then stops reading from its client, which soon blocks; Reached is closed at that moment.
 // Bytes from the target to clients are forwarded uncounted. The proxy stops when the test ends.
-func StartPauseProxy(t testing.TB, target string, pauseAt int64) *PauseProxy {
+func StartPauseProxy(t T, target string, pauseAt int64) *PauseProxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

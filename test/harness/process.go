@@ -12,7 +12,6 @@ import (
 	"slices"
 	"sync"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/imagepipe/imagepipe/internal/need"
@@ -47,7 +46,7 @@ func BinDir() string {
 }
 
 // Binary returns the path of a built tool, or skips the test (need.Missing) when it is missing.
-func Binary(t testing.TB, name string) string {
+func Binary(t T, name string) string {
 	t.Helper()
 	path := filepath.Join(BinDir(), name)
 	if fi, err := os.Stat(path); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
@@ -65,7 +64,7 @@ var handedOut sync.Map // int -> struct{}
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago and that no earlier call in
 // this process returned. Another process may take it before the component binds it, which is
 // why starts are retried.
-func freePort(t testing.TB) int {
+func freePort(t T) int {
 	t.Helper()
 	for range 1000 {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -200,7 +199,7 @@ func httpAnswers(client *http.Client, url string, header http.Header, statuses .
 }
 
 // logOnFailure prints the tail of a component's log when the test has failed.
-func logOnFailure(t testing.TB, name, path string) {
+func logOnFailure(t T, name, path string) {
 	if !t.Failed() {
 		return
 	}
@@ -217,11 +216,11 @@ func logOnFailure(t testing.TB, name, path string) {
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago, for a component a test
 // starts itself; another process may take it first, so such starts should be retried.
-func FreePort(t testing.TB) int { return freePort(t) }
+func FreePort(t T) int { return freePort(t) }
 
 // WaitUntil polls cond every interval until it holds, failing the test when cond errs, after
 // timeout, or when the test's context ends.
-func WaitUntil(t testing.TB, what string, timeout, interval time.Duration, cond func() (bool, error)) {
+func WaitUntil(t T, what string, timeout, interval time.Duration, cond func() (bool, error)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {

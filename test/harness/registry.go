@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"testing"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -61,7 +60,7 @@ type Registry struct {
 // StartRegistry starts a registry on a free port of 127.0.0.1 with its config in t.TempDir(),
 // waits until GET /v2/ answers (200, or 401 with auth), and stops it when the test ends. It skips
 // the test when the registry binary is not built.
-func StartRegistry(t testing.TB, opts RegistryOptions) *Registry {
+func StartRegistry(t T, opts RegistryOptions) *Registry {
 	t.Helper()
 	r := &Registry{bin: Binary(t, "registry"), dir: t.TempDir(), opts: opts}
 	r.RootDir = filepath.Join(r.dir, "storage")
@@ -118,7 +117,7 @@ func StartRegistry(t testing.TB, opts RegistryOptions) *Registry {
 }
 
 // Kill sends the registry SIGKILL now, for tests of a registry that dies mid-operation.
-func (r *Registry) Kill(t testing.TB) {
+func (r *Registry) Kill(t T) {
 	t.Helper()
 	if err := r.proc.kill(); err != nil {
 		t.Fatalf("killing registry: %v", err)
@@ -127,7 +126,7 @@ func (r *Registry) Kill(t testing.TB) {
 
 // Restart starts the registry again on the same port and storage, stopping it first if it is
 // still running, and waits until it answers.
-func (r *Registry) Restart(t testing.TB) {
+func (r *Registry) Restart(t T) {
 	t.Helper()
 	if err := r.proc.stop(); err != nil {
 		t.Fatalf("stopping registry: %v", err)
@@ -150,7 +149,7 @@ func (r *Registry) LogPath() string { return r.logPath }
 // repository the registry does not know has none; any other failure (a
 // 401, a registry that is down) fails the test, so that "no tags" is never
 // an error in disguise.
-func (r *Registry) Tags(t testing.TB, repo string) []string {
+func (r *Registry) Tags(t T, repo string) []string {
 	t.Helper()
 	ref, err := name.NewRepository(r.Host + "/" + repo)
 	if err != nil {

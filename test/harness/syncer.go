@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -53,7 +52,7 @@ const (
 // RepoRoot returns the root of the imagepipe repository: the nearest directory at or above the
 // working directory that holds go.mod. Tests run in their package's directory and a compiled
 // test binary wherever it is started, so paths into config/ are made from this.
-func RepoRoot(t testing.TB) string {
+func RepoRoot(t T) string {
 	t.Helper()
 	dir, err := os.Getwd()
 	if err != nil {
@@ -71,7 +70,7 @@ func RepoRoot(t testing.TB) string {
 
 // NewScheme returns a scheme with the Kubernetes, CDI, KubeVirt and BaseImage types, for
 // clients of a hub.
-func NewScheme(t testing.TB) *runtime.Scheme {
+func NewScheme(t T) *runtime.Scheme {
 	t.Helper()
 	s := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, cdiv1.AddToScheme, kubevirtv1.AddToScheme, v1alpha1.AddToScheme} {
@@ -107,7 +106,7 @@ type SyncerHub struct {
 
 // StartSyncerHub starts a hub (StartHub, with the BaseImage CRD) and prepares it for
 // image-syncer; see SyncerHub. It stops the hub when the test ends.
-func StartSyncerHub(t testing.TB, name string, opts SyncerHubOptions) *SyncerHub {
+func StartSyncerHub(t T, name string, opts SyncerHubOptions) *SyncerHub {
 	t.Helper()
 	root := RepoRoot(t)
 	hub := StartHub(t, name, filepath.Join(root, "config", "crd"))
@@ -144,7 +143,7 @@ func StartSyncerHub(t testing.TB, name string, opts SyncerHubOptions) *SyncerHub
 }
 
 // Create creates obj on the hub as the admin, failing the test on any error.
-func (h *SyncerHub) Create(t testing.TB, obj client.Object) {
+func (h *SyncerHub) Create(t T, obj client.Object) {
 	t.Helper()
 	if err := h.Client.Create(t.Context(), obj); err != nil {
 		t.Fatalf("hub %s: creating %T %s: %v", h.Name, obj, obj.GetName(), err)
@@ -154,7 +153,7 @@ func (h *SyncerHub) Create(t testing.TB, obj client.Object) {
 // BindTenant gives the hub user (one of HubUsers) the tenant RBAC of config/tenant/rbac.yaml:
 // the ClusterRole imagepipe-tenant through a RoleBinding in namespace ns only, and
 // imagepipe-tenant-storage cluster-wide. It may be called for several users and namespaces.
-func (h *SyncerHub) BindTenant(t testing.TB, user, ns string) {
+func (h *SyncerHub) BindTenant(t T, user, ns string) {
 	t.Helper()
 	for _, obj := range ReadManifests(t, filepath.Join(RepoRoot(t), "config", "tenant", "rbac.yaml")) {
 		if err := h.Client.Create(t.Context(), obj); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -182,7 +181,7 @@ func (h *SyncerHub) BindTenant(t testing.TB, user, ns string) {
 // waitAuthorized waits until the API server's authorizer lets user do
 // what attrs says. Its RBAC rules come from informers, so a binding just
 // created may not count yet for the next request.
-func (h *SyncerHub) waitAuthorized(t testing.TB, user string, attrs authorizationv1.ResourceAttributes) {
+func (h *SyncerHub) waitAuthorized(t T, user string, attrs authorizationv1.ResourceAttributes) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -201,7 +200,7 @@ func (h *SyncerHub) waitAuthorized(t testing.TB, user string, attrs authorizatio
 }
 
 // ReadManifests decodes the Kubernetes objects of a multi-document YAML file.
-func ReadManifests(t testing.TB, path string) []client.Object {
+func ReadManifests(t T, path string) []client.Object {
 	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -231,7 +230,7 @@ func ReadManifests(t testing.TB, path string) []client.Object {
 // class supports (spec.claimPropertySets), as a provider does for a provisioner CDI does not
 // know; CDI's controller then publishes them in the profile's status, where image-syncer reads
 // them.
-func (h *SyncerHub) ConfigureStorageProfile(t testing.TB, class string, sets []cdiv1.ClaimPropertySet) {
+func (h *SyncerHub) ConfigureStorageProfile(t T, class string, sets []cdiv1.ClaimPropertySet) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		var sp cdiv1.StorageProfile
@@ -274,7 +273,7 @@ type Syncer struct {
 // ReserveSyncer picks free ports on 127.0.0.1 for a syncer's webhook, metrics and health
 // endpoints. Another process could take one before Start; the ports are short-lived and
 // such a clash fails the test with the syncer's log.
-func ReserveSyncer(t testing.TB) *Syncer {
+func ReserveSyncer(t T) *Syncer {
 	t.Helper()
 	addr := func() string { return "127.0.0.1:" + strconv.Itoa(freePort(t)) }
 	return &Syncer{WebhookURL: "http://" + addr() + "/webhook", MetricsURL: "http://" + addr() + "/metrics", HealthURL: "http://" + addr()}
@@ -285,7 +284,7 @@ func ReserveSyncer(t testing.TB) *Syncer {
 // the webhook (SyncerWebhookToken), leader election in SyncerNamespace, SyncerStorageClass and
 // text logs; args add to or override these flags. It waits until /readyz answers 200 and
 // stops the syncer when the test ends (Stop).
-func (s *Syncer) Start(t testing.TB, bin string, hub *SyncerHub, registryHost string, args ...string) {
+func (s *Syncer) Start(t T, bin string, hub *SyncerHub, registryHost string, args ...string) {
 	t.Helper()
 	dir := t.TempDir()
 	tokenFile := filepath.Join(dir, "webhook-token")
@@ -329,7 +328,7 @@ func (s *Syncer) Pid() int { return s.proc.cmd.Process.Pid }
 
 // Stop ends the syncer with SIGTERM and fails the test unless it exits cleanly (status 0)
 // within 30 s; it then gets SIGKILL. Stopping a stopped syncer does nothing.
-func (s *Syncer) Stop(t testing.TB) {
+func (s *Syncer) Stop(t T) {
 	t.Helper()
 	if s.proc == nil || s.stopped {
 		return
@@ -341,7 +340,7 @@ func (s *Syncer) Stop(t testing.TB) {
 // stopDaemon ends a daemon (image-syncer, image-gate) with SIGTERM and
 // fails the test unless it exits cleanly within syncerStopTimeout; it then
 // gets SIGKILL. what names it in messages.
-func stopDaemon(t testing.TB, p *proc, what, logPath string) {
+func stopDaemon(t T, p *proc, what, logPath string) {
 	t.Helper()
 	if !p.exited() {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -362,7 +361,7 @@ func stopDaemon(t testing.TB, p *proc, what, logPath string) {
 
 // Metric returns the sum of a Prometheus metric's samples on the syncer's /metrics whose label
 // text contains every string in match (`kind="full"`).
-func (s *Syncer) Metric(t testing.TB, name string, match ...string) float64 {
+func (s *Syncer) Metric(t T, name string, match ...string) float64 {
 	t.Helper()
 	resp, err := http.Get(s.MetricsURL)
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"testing"
 
 	"golang.org/x/crypto/bcrypt"
 )
@@ -41,7 +40,7 @@ type Zot struct {
 // StartZot starts zot on a free port of 127.0.0.1 with its storage and config in t.TempDir(),
 // waits until GET /v2/ answers 401, and stops it when the test ends. It skips the test when the
 // zot binary is not built.
-func StartZot(t testing.TB, opts ZotOptions) *Zot {
+func StartZot(t T, opts ZotOptions) *Zot {
 	t.Helper()
 	bin := Binary(t, "zot")
 	dir := t.TempDir()

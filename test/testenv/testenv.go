@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/imagepipe/imagepipe/internal/need"
+	"github.com/imagepipe/imagepipe/test/harness"
 )
 
 // Imagectl is the imagectl binary under test, set by Main.
@@ -143,7 +144,7 @@ type Result struct {
 
 // RunCommand runs c and returns its exit code and output; only a failure to
 // start it fails the test.
-func RunCommand(t testing.TB, c Command) Result {
+func RunCommand(t harness.T, c Command) Result {
 	t.Helper()
 	var o, e strings.Builder
 	cmd := exec.Command(c.Name, c.Args...)
