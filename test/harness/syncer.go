@@ -89,6 +89,10 @@ type SyncerHubOptions struct {
 	// StorageModes are the claim property sets the provider gives CDI's StorageProfile for
 	// SyncerStorageClass (ConfigureStorageProfile); empty means ReadWriteMany Block.
 	StorageModes []cdiv1.ClaimPropertySet
+	// NoCDI leaves CDI's controller and the node stand-in out, for a test that needs only the
+	// API server (and so neither root nor CDI): SyncerHub.CDI is nil, and DataVolumes stay
+	// as created.
+	NoCDI bool
 }
 
 // SyncerHub is a hub prepared for image-syncer as a provider would prepare a real one: the
@@ -100,7 +104,7 @@ type SyncerHub struct {
 	*Hub
 	// Client is the admin's controller-runtime client, with NewScheme's types.
 	Client client.WithWatch
-	// CDI is CDI's controller on this hub, and its node.
+	// CDI is CDI's controller on this hub, and its node; nil with SyncerHubOptions.NoCDI.
 	CDI *CDI
 }
 
@@ -138,7 +142,9 @@ func StartSyncerHub(t T, name string, opts SyncerHubOptions) *SyncerHub {
 		modes = []cdiv1.ClaimPropertySet{{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, VolumeMode: &block}}
 	}
 	h.ConfigureStorageProfile(t, SyncerStorageClass, modes)
-	h.CDI = hub.StartCDI(t, SyncerProvisioner)
+	if !opts.NoCDI {
+		h.CDI = hub.StartCDI(t, SyncerProvisioner)
+	}
 	return h
 }
 

@@ -21,7 +21,7 @@ import (
 // default OpenShift Virtualization install registers (l2bridge) once one
 // exists.
 func TestTenantReadsTheNetworkBindingsKubeVirtRegisters(t *testing.T) {
-	hub := startTestHub(t, "hub-a")
+	hub := startAPIHub(t, "hub-a")
 	cfg, err := clientcmd.BuildConfigFromFlags("", hub.UserKubeconfig(t, "tenant-a"))
 	if err != nil {
 		t.Fatal(err)

@@ -42,11 +42,20 @@ func startTestHub(t *testing.T, name string, modes ...cdiv1.ClaimPropertySet) *t
 	return &testHub{harness.StartSyncerHub(t, name, harness.SyncerHubOptions{Namespaces: []string{"acme", "globex"}, StorageModes: modes})}
 }
 
+// startAPIHub starts a hub like startTestHub but without CDI, for a test
+// that needs only the API server: it needs no root.
+func startAPIHub(t *testing.T, name string) *testHub {
+	t.Helper()
+	return &testHub{harness.StartSyncerHub(t, name, harness.SyncerHubOptions{Namespaces: []string{"acme", "globex"}, NoCDI: true})}
+}
+
 // startSyncer runs the image-syncer under test on hub (see harness.Syncer.Start) for a
 // registry served over plain HTTP, which CDI's importer on the hub is allowed to pull from.
 func startSyncer(t *testing.T, s *harness.Syncer, hub *testHub, registryHost string, args ...string) {
 	t.Helper()
-	hub.CDI.AllowInsecureRegistry(t, registryHost)
+	if hub.CDI != nil {
+		hub.CDI.AllowInsecureRegistry(t, registryHost)
+	}
 	s.Start(t, testenv.ImageSyncer, hub.SyncerHub, registryHost, args...)
 }
 

@@ -34,7 +34,7 @@ const wakeBound = 30 * time.Second
 // they reach the leader itself.
 func TestAVerdictWakesTheHubAtOnce(t *testing.T) {
 	testenv.RequireQEMU(t)
-	hub := startTestHub(t, "hub-a")
+	hub := startAPIHub(t, "hub-a")
 	first, second := harness.ReserveSyncer(t), harness.ReserveSyncer(t)
 	gate := harness.ReserveGate(t)
 	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: second.WebhookURL, NotifyURLs: []string{gate.WebhookURL}, NotifyToken: webhookToken})
