@@ -2,6 +2,7 @@ package hub
 
 import (
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -153,14 +154,74 @@ func (v virtController) reportStatus(ns, name string, status kubevirtv1.VirtualM
 	}
 }
 
-// startInstance creates the VM's instance, running on node with address
-// ip (VirtualMachineInstances have no status subresource: the status is
-// stored as created).
-func (v virtController) startInstance(vm *kubevirtv1.VirtualMachine, node, ip string) {
+// startInstance creates the instance of the VM as the hub now stores it,
+// running on node with address ip, with the LiveMigratable condition
+// KubeVirt would report (harness.StartedInstance), and returns it.
+// VirtualMachineInstances have no status subresource: the status is
+// stored as created.
+func (v virtController) startInstance(vm *kubevirtv1.VirtualMachine, node, ip string) *kubevirtv1.VirtualMachineInstance {
 	v.t.Helper()
-	if err := v.c.Create(v.t.Context(), harness.RunningInstance(vm, node, ip, false)); err != nil {
+	var stored kubevirtv1.VirtualMachine
+	if err := v.c.Get(v.t.Context(), client.ObjectKeyFromObject(vm), &stored); err != nil {
+		v.t.Fatalf("reading VM %s/%s: %v", vm.Namespace, vm.Name, err)
+	}
+	vmi := harness.StartedInstance(&stored, node, ip, v.claims(&stored))
+	if err := v.c.Create(v.t.Context(), vmi); err != nil {
 		v.t.Fatalf("starting the instance of VM %s/%s: %v", vm.Namespace, vm.Name, err)
 	}
+	return vmi
+}
+
+// claims are the access modes of the claims of vm's volumes, as
+// virt-controller reads them. CDI's controller does not run on these
+// hubs, so a claim that does not exist is the one CDI would bind for the
+// DataVolume of its name, the hub's or one of the VM's templates, with
+// the access modes the DataVolume asks for; a claim with neither is
+// missing, as virt-controller would find it.
+func (v virtController) claims(vm *kubevirtv1.VirtualMachine) harness.Claims {
+	v.t.Helper()
+	ctx := v.t.Context()
+	out := harness.Claims{}
+	for _, vol := range vm.Spec.Template.Spec.Volumes {
+		var name string
+		switch {
+		case vol.PersistentVolumeClaim != nil:
+			name = vol.PersistentVolumeClaim.ClaimName
+		case vol.DataVolume != nil:
+			name = vol.DataVolume.Name
+		default:
+			continue
+		}
+		var pvc corev1.PersistentVolumeClaim
+		err := v.c.Get(ctx, client.ObjectKey{Namespace: vm.Namespace, Name: name}, &pvc)
+		if err == nil {
+			out[name] = pvc.Spec.AccessModes
+			continue
+		}
+		if !apierrors.IsNotFound(err) {
+			v.t.Fatalf("reading claim %s/%s: %v", vm.Namespace, name, err)
+		}
+		var dv cdiv1.DataVolume
+		err = v.c.Get(ctx, client.ObjectKey{Namespace: vm.Namespace, Name: name}, &dv)
+		switch {
+		case err == nil:
+		case apierrors.IsNotFound(err):
+			i := slices.IndexFunc(vm.Spec.DataVolumeTemplates, func(t kubevirtv1.DataVolumeTemplateSpec) bool { return t.Name == name })
+			if i < 0 {
+				continue
+			}
+			dv.Spec = vm.Spec.DataVolumeTemplates[i].Spec
+		default:
+			v.t.Fatalf("reading DataVolume %s/%s: %v", vm.Namespace, name, err)
+		}
+		switch {
+		case dv.Spec.Storage != nil:
+			out[name] = dv.Spec.Storage.AccessModes
+		case dv.Spec.PVC != nil:
+			out[name] = dv.Spec.PVC.AccessModes
+		}
+	}
+	return out
 }
 
 // complete asks imagectl, through cobra's hidden __complete command as a
