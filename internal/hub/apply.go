@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -46,13 +47,22 @@ type Applier struct {
 }
 
 // Apply handles one event. It returns nil for events about tenants this
-// hub does not serve, and an error when the event must be retried (the
-// registry could not confirm a delete, the API server failed).
+// hub does not serve or whose namespace belongs to another tenant (logged;
+// see Tenancy), and an error when the event must be retried (the registry
+// could not confirm a delete, the API server failed).
 func (a *Applier) Apply(ctx context.Context, e intake.Event) error {
 	tenant, ns, err := a.Tenancy.Namespace(e.Repository)
 	if err != nil {
 		a.logger().Debug("event ignored", "repository", e.Repository, "reason", err)
 		return nil
+	}
+	if err := a.Tenancy.claim(ctx, a.Client, tenant, ns); err != nil {
+		if taken := (*namespaceTakenError)(nil); errors.As(err, &taken) {
+			a.logger().Warn("event not applied: the namespace belongs to another tenant", "repository", e.Repository, "tag", e.Tag,
+				"tenant", tenant, "namespace", ns, "owner", taken.Owner)
+			return nil
+		}
+		return err
 	}
 	if api.IsAttachmentTag(e.Tag) {
 		// Not an image: an attachment to the digest the tag names.

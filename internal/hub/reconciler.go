@@ -225,6 +225,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 // reconcile moves bi one step on and records the outcome in bi.Status.
 // gone reports that the BaseImage was deleted by the deletion policy.
 func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res reconcile.Result, gone bool, err error) {
+	if err := r.checkNamespaceOwner(ctx, bi); err != nil {
+		return reconcile.Result{}, false, err
+	}
 	image := cdi.ImageName(r.repoPath(bi))
 	if want := cdi.BaseImageName(r.repoPath(bi), bi.Spec.Tag); bi.Name != want {
 		// Made by hand: the syncer manages only the BaseImages it names,

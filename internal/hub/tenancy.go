@@ -1,31 +1,59 @@
 package hub
 
 import (
+	"context"
 	"fmt"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"text/template"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
 
 // DefaultNamespaceTemplate maps a tenant to the hub namespace of the same name.
 const DefaultNamespaceTemplate = "{{.Tenant}}"
 
+// AnnotationTenant, on a Namespace, names the tenant the namespace belongs
+// to: image-syncer acts there for that tenant only. The syncer sets it
+// when a tenant first reaches a namespace that has none; a cluster admin
+// may set it beforehand, or change it, to give a namespace to a tenant.
+const AnnotationTenant = "imagepipe.io/tenant"
+
+// reasonNamespaceOfAnotherTenant is the Ready and Progressing reason of a
+// BaseImage in a namespace that AnnotationTenant gives to another tenant.
+const reasonNamespaceOfAnotherTenant = "NamespaceOfAnotherTenant"
+
+// maxTenantLength is the longest tenant: a tenant is a DNS-1123 label,
+// as the registry package checks a repository's first path component.
+const maxTenantLength = 63
+
 // Tenancy decides which tenants a hub serves and where their images go.
 // Tenant A's images never land in tenant B's namespace: the namespace is
-// computed from the repository's own tenant, a template that renders two
+// computed from the repository's own tenant; a template that renders two
 // probe tenants (or two tenants of the allow list) to one namespace is
-// refused at start, and a namespace that two tenants reach at run time is
-// refused to the second one.
+// refused at start; and a namespace records on the cluster the tenant it
+// belongs to (AnnotationTenant), so that a namespace two tenants reach
+// through the template is served to the first one only, whichever replica
+// acts and however often the syncer restarts.
 type Tenancy struct {
 	tmpl  *template.Template
 	allow []string // empty: every tenant not denied
 	deny  []string
 
 	mu       sync.Mutex
-	owner    map[string]string // namespace → the tenant first mapped to it
 	reserved []string
+
+	// claims serialises claim. recorded holds the owners this process
+	// wrote onto namespaces whose cached copy may not show the annotation
+	// yet; the cluster's annotation, once read, replaces the entry.
+	claims   sync.Mutex
+	recorded map[string]string
 }
 
 // Reserve marks namespaces that are never a tenant's, such as the syncer's
@@ -43,21 +71,25 @@ func (t *Tenancy) isReserved(ns string) bool {
 		slices.Contains(t.reserved, ns)
 }
 
+// longestTenant is a tenant of the longest length allowed.
+var longestTenant = strings.Repeat("a", maxTenantLength)
+
 // probeTenants are rendered when a template is compiled: any two that land
 // in one namespace refuse the template. They differ in their first, last
-// and middle characters and in length, so that a template keeping only a
-// prefix, a suffix or a slice of the tenant is caught.
+// and middle characters and in length, short and as long as a tenant may
+// be, so that a template keeping only a prefix, a suffix or a slice of the
+// tenant, of any length, is caught.
 var probeTenants = []string{"a", "b", "tenant-a", "tenant-b", "a-tenant", "b-tenant", "acme", "acme2", "x0", "y1",
-	strings.Repeat("a", 40), strings.Repeat("a", 39) + "b", "b" + strings.Repeat("a", 39)}
-
-// maxOwnedNamespaces bounds the run-time record of namespace owners; past
-// it the record is emptied (the start-up probe still stands).
-const maxOwnedNamespaces = 1 << 16
+	longestTenant, longestTenant[:maxTenantLength-1] + "b", "b" + longestTenant[1:],
+	longestTenant[:maxTenantLength/2] + "b" + longestTenant[maxTenantLength/2+1:]}
 
 // NewTenancy compiles a namespace template (Go text/template with .Tenant)
 // and the allow and deny lists of tenants. The template must map different
-// tenants to different namespaces: it is rendered for probe tenants and
-// for the allow list, and refused when two of them share a namespace.
+// tenants to different namespaces: it is rendered for probe tenants (up to
+// the longest tenant, 63 characters) and for the allow list, and refused
+// when two of them share a namespace. A template that adds a prefix or
+// suffix is accepted even though it makes the namespace of a long tenant
+// too long: that tenant is not served (Namespace says why).
 func NewTenancy(namespaceTemplate string, allow, deny []string) (*Tenancy, error) {
 	if namespaceTemplate == "" {
 		namespaceTemplate = DefaultNamespaceTemplate
@@ -66,7 +98,7 @@ func NewTenancy(namespaceTemplate string, allow, deny []string) (*Tenancy, error
 	if err != nil {
 		return nil, fmt.Errorf("parsing the namespace template: %w", err)
 	}
-	t := &Tenancy{tmpl: tmpl, allow: allow, deny: deny, owner: map[string]string{}}
+	t := &Tenancy{tmpl: tmpl, allow: allow, deny: deny, recorded: map[string]string{}}
 	seen := map[string]string{}
 	for _, tenant := range append(slices.Clone(probeTenants), allow...) {
 		ns, err := t.render(tenant)
@@ -74,7 +106,11 @@ func NewTenancy(namespaceTemplate string, allow, deny []string) (*Tenancy, error
 			return nil, fmt.Errorf("namespace template %q: %w", namespaceTemplate, err)
 		}
 		if other, ok := seen[ns]; ok && other != tenant {
-			return nil, fmt.Errorf("namespace template %q maps tenants %q and %q to the same namespace %q; it must keep tenants apart, e.g. \"{{.Tenant}}\" or \"vms-{{.Tenant}}\"", namespaceTemplate, other, tenant, ns)
+			hint := ""
+			if len(other) == maxTenantLength && len(tenant) == maxTenantLength {
+				hint = fmt.Sprintf("; a tenant may have %d characters, so the template must not shorten it", maxTenantLength)
+			}
+			return nil, fmt.Errorf("namespace template %q maps tenants %q and %q to the same namespace %q; it must keep tenants apart, e.g. \"{{.Tenant}}\" or \"vms-{{.Tenant}}\"%s", namespaceTemplate, other, tenant, ns, hint)
 		}
 		seen[ns] = tenant
 	}
@@ -93,8 +129,9 @@ func (t *Tenancy) render(tenant string) (string, error) {
 var dns1123Label = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 
 // Namespace returns the hub namespace for repository "TENANT/NAME...", or
-// an error when the tenant is not served here, the names are invalid, or
-// another tenant already reached the same namespace.
+// an error when the tenant is not served here or the names are invalid.
+// It does not look at the cluster: before acting there, the Applier makes
+// sure the namespace is the tenant's (AnnotationTenant).
 func (t *Tenancy) Namespace(repository string) (tenant, namespace string, err error) {
 	tenant, name, ok := strings.Cut(repository, "/")
 	if !ok || name == "" {
@@ -118,12 +155,75 @@ func (t *Tenancy) Namespace(repository string) (tenant, namespace string, err er
 	if t.isReserved(namespace) {
 		return "", "", fmt.Errorf("the template maps tenant %q to namespace %q, which is reserved for the cluster or the syncer", tenant, namespace)
 	}
-	if other, ok := t.owner[namespace]; ok && other != tenant {
-		return "", "", fmt.Errorf("the namespace template maps tenants %q and %q to the same namespace %q; %q is not served", other, tenant, namespace, tenant)
-	}
-	if len(t.owner) >= maxOwnedNamespaces {
-		t.owner = map[string]string{}
-	}
-	t.owner[namespace] = tenant
 	return tenant, namespace, nil
+}
+
+// namespaceTakenError says that a namespace belongs to another tenant.
+type namespaceTakenError struct {
+	Namespace, Owner, Tenant string
+}
+
+func (e *namespaceTakenError) Error() string {
+	return fmt.Sprintf("namespace %s belongs to tenant %q (annotation %s), not to %q; image-syncer does not act there for %q",
+		e.Namespace, e.Owner, AnnotationTenant, e.Tenant, e.Tenant)
+}
+
+// claim makes sure namespace is tenant's before the syncer acts there for
+// tenant. A namespace whose AnnotationTenant names tenant is; one that
+// names another tenant is not (a *namespaceTakenError); one without the
+// annotation, new or made before the syncer recorded owners, is claimed
+// for tenant by setting it. The write is conditional on the namespace as
+// read, so of two tenants (or replicas) claiming at once one wins and the
+// other's claim fails and is retried. A missing namespace is an error: the
+// syncer never creates one.
+func (t *Tenancy) claim(ctx context.Context, c client.Client, tenant, namespace string) error {
+	var ns corev1.Namespace
+	if err := c.Get(ctx, client.ObjectKey{Name: namespace}, &ns); err != nil {
+		return fmt.Errorf("reading namespace %s of tenant %q: %w", namespace, tenant, err)
+	}
+	t.claims.Lock()
+	defer t.claims.Unlock()
+	owner := ns.Annotations[AnnotationTenant]
+	if owner != "" {
+		delete(t.recorded, namespace)
+	} else {
+		owner = t.recorded[namespace] // written by this process, not yet in the cache
+	}
+	switch owner {
+	case tenant:
+		return nil
+	case "":
+	default:
+		return &namespaceTakenError{Namespace: namespace, Owner: owner, Tenant: tenant}
+	}
+	patch := fmt.Appendf(nil, `{"metadata":{"resourceVersion":%q,"annotations":{%q:%q}}}`, ns.ResourceVersion, AnnotationTenant, tenant)
+	if err := c.Patch(ctx, &ns, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("recording tenant %q as the owner of namespace %s: %w", tenant, namespace, err)
+	}
+	t.recorded[namespace] = tenant
+	return nil
+}
+
+// checkNamespaceOwner refuses bi when AnnotationTenant gives its namespace
+// to another tenant than bi's: Phase Failed, Ready and Progressing False
+// with reason NamespaceOfAnotherTenant naming both tenants, and an error,
+// so that the BaseImage is looked at again with backoff and served once
+// the namespace is its tenant's. Nothing else of bi is acted on meanwhile.
+// A namespace without the annotation is not claimed here: the Applier
+// claims it before it creates a BaseImage there.
+func (r *Reconciler) checkNamespaceOwner(ctx context.Context, bi *v1alpha1.BaseImage) error {
+	var ns corev1.Namespace
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: bi.Namespace}, &ns); err != nil {
+		return fmt.Errorf("reading namespace %s: %w", bi.Namespace, err)
+	}
+	owner := ns.Annotations[AnnotationTenant]
+	if owner == "" || owner == bi.Spec.Tenant {
+		return nil
+	}
+	taken := &namespaceTakenError{Namespace: bi.Namespace, Owner: owner, Tenant: bi.Spec.Tenant}
+	bi.Status.Phase = v1alpha1.PhaseFailed
+	msg := fmt.Sprintf("%s; give each tenant a namespace of its own with --namespace-template, or the namespace to %q by changing the annotation", taken, bi.Spec.Tenant)
+	r.condition(bi, v1alpha1.ConditionReady, false, reasonNamespaceOfAnotherTenant, msg)
+	r.condition(bi, v1alpha1.ConditionProgressing, false, reasonNamespaceOfAnotherTenant, msg)
+	return taken
 }

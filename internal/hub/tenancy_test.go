@@ -1,6 +1,7 @@
 package hub
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -41,20 +42,11 @@ func TestTenancy(t *testing.T) {
 		}
 	}
 	// A template that keeps only what the probes do not vary is caught by
-	// the allow list, and at run time by the namespace's first tenant.
+	// the allow list; without one, by the owner recorded on the namespace
+	// (test/syncer TestNamespaceKeepsItsFirstTenantAcrossRestarts).
 	suffix := "{{if eq (len .Tenant) 7}}{{slice .Tenant 0 6}}{{else}}{{.Tenant}}{{end}}"
 	if _, err := NewTenancy(suffix, []string{"globex1", "globex2"}, nil); err == nil {
 		t.Error("a template mapping two allowed tenants to one namespace was accepted")
-	}
-	loose, err := NewTenancy(suffix, nil, nil)
-	if err != nil {
-		t.Fatalf("template %q: %v", suffix, err)
-	}
-	if _, ns, err := loose.Namespace("globex1/rhel"); err != nil || ns != "globex" {
-		t.Fatalf("Namespace(globex1/rhel) = %q, %v", ns, err)
-	}
-	if _, ns, err := loose.Namespace("globex2/rhel"); err == nil {
-		t.Errorf("globex2 was served in %q, the namespace globex1 already has", ns)
 	}
 	// Namespaces of the cluster and of the syncer are nobody's tenant namespace.
 	plain, _ := NewTenancy("", nil, nil)
@@ -72,5 +64,50 @@ func TestTenancy(t *testing.T) {
 	long, _ := NewTenancy("{{.Tenant}}-"+strings.Repeat("x", 60), nil, nil)
 	if _, _, err := long.Namespace("acme/x"); err == nil {
 		t.Error("a namespace over 63 characters was accepted")
+	}
+}
+
+// TestNamespaceTemplateKeepsLongTenantsApart: a tenant may have 63
+// characters, so a template that shortens tenants maps two long ones that
+// differ only at their end to one namespace. It is refused at start, the
+// error naming both tenants and the namespace; a template that only adds
+// a prefix or a suffix is accepted.
+func TestNamespaceTemplateKeepsLongTenantsApart(t *testing.T) {
+	a63, b63 := strings.Repeat("a", 63), strings.Repeat("a", 62)+"b"
+	for tmpl, ns := range map[string]string{
+		`{{printf "%.50s" .Tenant}}`:                   strings.Repeat("a", 50),
+		`{{printf "%.62s" .Tenant}}`:                   strings.Repeat("a", 62),
+		`vms-{{printf "%.59s" .Tenant}}`:               "vms-" + strings.Repeat("a", 59),
+		`{{printf "%.63s" (printf "vms-%s" .Tenant)}}`: "vms-" + strings.Repeat("a", 59),
+	} {
+		_, err := NewTenancy(tmpl, nil, nil)
+		if err == nil {
+			t.Errorf("template %s accepted: it maps %s and %s to %s", tmpl, a63, b63, ns)
+			continue
+		}
+		want := fmt.Sprintf("maps tenants %q and %q to the same namespace %q", a63, b63, ns)
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("template %s refused with %q; want it to say %s", tmpl, err, want)
+		}
+	}
+	// Accepted; long tenants keep namespaces of their own, or, where a
+	// prefix makes the namespace too long, are not served ("").
+	for _, tc := range []struct{ tmpl, acme, a63, b63 string }{
+		{"{{.Tenant}}", "acme", a63, b63},
+		{`{{printf "%.63s" .Tenant}}`, "acme", a63, b63},
+		{"vms-{{.Tenant}}", "vms-acme", "", ""},
+		{"{{.Tenant}}-images", "acme-images", "", ""},
+	} {
+		ten, err := NewTenancy(tc.tmpl, nil, nil)
+		if err != nil {
+			t.Errorf("template %s refused: %v", tc.tmpl, err)
+			continue
+		}
+		for tenant, want := range map[string]string{"acme": tc.acme, a63: tc.a63, b63: tc.b63} {
+			_, ns, err := ten.Namespace(tenant + "/rhel")
+			if ns != want || (err == nil) != (want != "") {
+				t.Errorf("template %s: Namespace(%s/rhel) = %q, %v; want %q", tc.tmpl, tenant, ns, err, want)
+			}
+		}
 	}
 }
