@@ -66,11 +66,11 @@ func runCopy(cmd *cobra.Command, o *copyOptions) error {
 	if err != nil {
 		return err
 	}
-	src, err := client.ParseReference(o.src)
+	src, err := parseImage(client, o.src)
 	if err != nil {
 		return err
 	}
-	dst, err := client.ParseTarget(o.dst)
+	dst, err := parseImage(client, o.dst)
 	if err != nil {
 		return err
 	}

@@ -54,7 +54,7 @@ func runDelete(cmd *cobra.Command, o *deleteOptions) error {
 	if err != nil {
 		return err
 	}
-	ref, err := client.ParseReference(o.ref)
+	ref, err := parseImage(client, o.ref)
 	if err != nil {
 		return err
 	}

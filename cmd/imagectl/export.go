@@ -82,7 +82,7 @@ func runExport(cmd *cobra.Command, o *exportOptions) error {
 	if err != nil {
 		return err
 	}
-	ref, err := client.ParseReference(o.ref)
+	ref, err := parseImage(client, o.ref)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -135,6 +136,16 @@ func (f *registryFlags) client(g *globalOptions, extra ...registry.Option) (*reg
 	client, err := registry.New(append(opts, extra...)...)
 	f.built = client
 	return client, err
+}
+
+// parseImage parses s as an image reference (registry.FormImage) and
+// names it with client, which carries --insecure into the name.
+func parseImage(client *registry.Client, s string) (name.Reference, error) {
+	r, err := registry.Parse(s, registry.FormImage)
+	if err != nil {
+		return nil, err
+	}
+	return client.Reference(r)
 }
 
 // password reads the password for --username: the first line of standard

@@ -118,10 +118,15 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	if err != nil {
 		return err
 	}
-	tag, err := client.ParseTag(o.ref)
+	ref, err := registry.Parse(o.ref, registry.FormTag)
 	if err != nil {
 		return err
 	}
+	repo, err := client.Repository(ref)
+	if err != nil {
+		return err
+	}
+	tag := repo.Tag(ref.Tag)
 	var signer *attest.Signer
 	if o.signKey != "" {
 		// A key that cannot be read is found before anything is pushed.

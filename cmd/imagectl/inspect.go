@@ -190,7 +190,7 @@ func runInspectRemote(cmd *cobra.Command, o *inspectOptions, ref string) error {
 	if err != nil {
 		return err
 	}
-	parsed, err := client.ParseReference(ref)
+	parsed, err := parseImage(client, ref)
 	if err != nil {
 		return err
 	}

@@ -97,7 +97,11 @@ func list(cmd *cobra.Command, client *registry.Client, target string) ([]api.Ima
 		return nil, &usageError{fmt.Errorf("list takes REGISTRY/TENANT or REGISTRY/TENANT/NAME, not a tag or digest: drop the :TAG or @DIGEST from %q, or use imagectl inspect docker://%s", target, target)}
 	}
 	if strings.Count(strings.TrimSuffix(target, "/"), "/") > 1 { // REGISTRY/TENANT/NAME...
-		repo, err := client.ParseRepository(target)
+		ref, err := registry.Parse(target, registry.FormRepository)
+		if err != nil {
+			return nil, err
+		}
+		repo, err := client.Repository(ref)
 		if err != nil {
 			return nil, err
 		}
@@ -106,11 +110,15 @@ func list(cmd *cobra.Command, client *registry.Client, target string) ([]api.Ima
 		}
 		return client.ListRepository(cmd.Context(), repo)
 	}
-	reg, tenant, err := client.ParseTenant(target)
+	ref, err := registry.Parse(target, registry.FormTenant)
 	if err != nil {
 		return nil, err
 	}
-	listings, err := client.List(cmd.Context(), reg, tenant)
+	reg, err := client.Registry(ref)
+	if err != nil {
+		return nil, err
+	}
+	listings, err := client.List(cmd.Context(), reg, ref.Repository)
 	var cat *registry.CatalogError
 	if errors.As(err, &cat) {
 		return nil, &hintedError{client.Explain(err, false), fmt.Sprintf("the registry may restrict its catalog; list one repository instead: imagectl list %s/%s/NAME", cat.Registry, cat.Tenant)}

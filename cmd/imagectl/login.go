@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -77,7 +78,7 @@ func runLogin(cmd *cobra.Command, o *loginOptions) error {
 	if err != nil {
 		return err
 	}
-	reg, err := client.ParseRegistry(o.host)
+	reg, err := parseRegistry(client, o.host)
 	if err != nil {
 		return err
 	}
@@ -128,7 +129,7 @@ func runLogout(cmd *cobra.Command, o *logoutOptions) error {
 	if err != nil {
 		return err
 	}
-	reg, err := client.ParseRegistry(o.host)
+	reg, err := parseRegistry(client, o.host)
 	if err != nil {
 		return err
 	}
@@ -145,4 +146,14 @@ func runLogout(cmd *cobra.Command, o *logoutOptions) error {
 		_, err := io.WriteString(w, msg)
 		return err
 	})
+}
+
+// parseRegistry parses host as login and logout take it
+// (registry.FormRegistry) and names it with client.
+func parseRegistry(client *registry.Client, host string) (name.Registry, error) {
+	r, err := registry.Parse(host, registry.FormRegistry)
+	if err != nil {
+		return name.Registry{}, err
+	}
+	return client.Registry(r)
 }

@@ -46,7 +46,11 @@ func (f *catalogFlags) open(g *globalOptions) (*registry.Client, name.Repository
 	if err != nil {
 		return nil, name.Repository{}, err
 	}
-	repo, err := c.ParseRepository(s)
+	ref, err := registry.Parse(s, registry.FormRepository)
+	if err != nil {
+		return nil, name.Repository{}, fmt.Errorf("--catalog: %w", err)
+	}
+	repo, err := c.Repository(ref)
 	if err != nil {
 		return nil, name.Repository{}, fmt.Errorf("--catalog: %w", err)
 	}

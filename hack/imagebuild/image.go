@@ -147,7 +147,11 @@ func (o options) tags(client *registry.Client) ([]name.Tag, error) {
 	}
 	tags := make([]name.Tag, len(binaries))
 	for i, b := range binaries {
-		repo, err := client.ParseRepository(o.registry + "/" + b)
+		ref, err := registry.Parse(o.registry+"/"+b, registry.FormRepository)
+		if err != nil {
+			return nil, fmt.Errorf("checking -registry: %w", err)
+		}
+		repo, err := client.Repository(ref)
 		if err != nil {
 			return nil, fmt.Errorf("checking -registry: %w", err)
 		}

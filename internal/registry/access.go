@@ -33,8 +33,8 @@ func (c *Client) CheckPush(ctx context.Context, repo name.Repository) error {
 		if ctx.Err() != nil && context.Cause(ctx) != nil && !errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 			return context.Cause(ctx)
 		}
-		var failure *Failure
-		if err := c.Explain(err, false); errors.As(err, &failure) {
+		var explained *failure
+		if err := c.Explain(err, false); errors.As(err, &explained) {
 			return err
 		}
 		return fmt.Errorf("checking that %s accepts a push: %w", repo, err)

@@ -62,7 +62,7 @@ func (r buildRecord) valid() bool {
 		!digestPattern.MatchString(r.Config) || !digestPattern.MatchString(r.Layer) || r.LayerSize <= 0 {
 		return false
 	}
-	_, err := parseRef(r.Registry+"/"+r.Repository+"@"+r.Digest, formImage)
+	_, err := parseRef(r.Registry+"/"+r.Repository+"@"+r.Digest, FormImage)
 	return err == nil
 }
 

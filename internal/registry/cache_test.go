@@ -120,7 +120,7 @@ func TestCheckPushSaysWhy(t *testing.T) {
 		t.Errorf("denied: %v", err)
 	}
 	repo, _ = name.NewRepository(host(wanting) + "/acme/x")
-	if err := testClient(t, WithKeychain(authn.NewMultiKeychain())).CheckPush(t.Context(), repo); err == nil || !strings.Contains(err.Error(), "wants credentials") {
+	if err := testClient(t, withKeychain(authn.NewMultiKeychain())).CheckPush(t.Context(), repo); err == nil || !strings.Contains(err.Error(), "wants credentials") {
 		t.Errorf("anonymous: %v", err)
 	}
 

@@ -111,10 +111,7 @@ func TestCheckAndExtractImportedImages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ref, err := c.ParseReference(res.Pinned)
-			if err != nil {
-				t.Fatal(err)
-			}
+			ref := mustReference(t, c, res.Pinned)
 			rep, err := c.CheckContainerDisk(t.Context(), ref)
 			if err != nil {
 				t.Fatal(err)
@@ -223,7 +220,7 @@ func TestCheckReadsOnlyTheHead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, _ := c.ParseReference(res.Pinned)
+	ref := mustReference(t, c, res.Pinned)
 	rep, err := c.CheckContainerDisk(t.Context(), ref)
 	if err != nil || rep.Verdict != api.VerdictAccepted || rep.Checked != api.CheckedHeader || rep.VirtualSize != 64<<20 {
 		t.Fatalf("check: %+v, %v", rep, err)
@@ -263,10 +260,7 @@ func TestCheckAndExtractAcceptAPaddedGzipLayer(t *testing.T) {
 	if res.LayerSize < 512 {
 		t.Fatalf("the layer is %d bytes", res.LayerSize)
 	}
-	ref, err := c.ParseReference(res.Pinned)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref := mustReference(t, c, res.Pinned)
 	rep, err := c.CheckContainerDisk(t.Context(), ref)
 	if err != nil || rep.Verdict != api.VerdictAccepted || rep.LayerSize != res.LayerSize || rep.VirtualSize != 1<<30 || rep.DiskFormat != "qcow2" {
 		t.Fatalf("check: %+v, %v", rep, err)

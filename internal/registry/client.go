@@ -61,9 +61,9 @@ type options struct {
 // Option configures a Client.
 type Option func(*options) error
 
-// WithKeychain resolves credentials per registry; the default is
+// withKeychain resolves credentials per registry; the default is
 // authn.DefaultKeychain (~/.docker/config.json and credential helpers).
-func WithKeychain(k authn.Keychain) Option {
+func withKeychain(k authn.Keychain) Option {
 	return func(o *options) error { o.keychain = k; return nil }
 }
 
@@ -113,7 +113,7 @@ func WithArchitecture(arch string) Option {
 // (DefaultPlatform) and takes an image outside an index as it is.
 func WithPlatform(p Platform) Option {
 	return func(o *options) error {
-		if err := p.Validate(); err != nil {
+		if err := p.validate(); err != nil {
 			return err
 		}
 		o.platform = &p

@@ -46,7 +46,7 @@ func (c *Client) Copy(ctx context.Context, src, dst name.Reference, opts CopyOpt
 	}
 	var desc *remote.Descriptor
 	if opts.Platform != nil {
-		if err := opts.Platform.Validate(); err != nil {
+		if err := opts.Platform.validate(); err != nil {
 			return name.Digest{}, err
 		}
 		res, err := c.resolve(ctx, src, *opts.Platform, true, opts.Platform.String()+" was asked for")

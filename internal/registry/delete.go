@@ -79,7 +79,7 @@ func (c *Client) Delete(ctx context.Context, ref name.Reference, opts DeleteOpti
 // tagsOf returns the sorted tags of digest's repository, build-key tags
 // left out, that point to digest.
 func (c *Client) tagsOf(ctx context.Context, digest name.Digest) ([]string, error) {
-	all, err := c.TagDigests(ctx, digest.Context())
+	all, err := c.tagDigests(ctx, digest.Context())
 	if err != nil {
 		return nil, err
 	}

@@ -138,7 +138,7 @@ func TestDeniedSaysWhoAndWhatTheRegistrySaid(t *testing.T) {
 		return &transport.Error{StatusCode: http.StatusForbidden, Request: req,
 			Errors: []transport.Diagnostic{{Code: transport.DeniedErrorCode, Message: msg}}}
 	}
-	anon, err := New(WithKeychain(authn.NewMultiKeychain()), WithCacheDir(t.TempDir()))
+	anon, err := New(withKeychain(authn.NewMultiKeychain()), WithCacheDir(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,12 @@
 // listing with ETags (conditional requests, so that polling an unchanged
 // repository costs a 304).
 //
+// A reference given as text is parsed once, by Parse, strictly by the OCI
+// distribution grammar and in the form the caller needs (FormImage,
+// FormTag, ...), into a Ref of plain strings. The Client turns a Ref into
+// go-containerregistry's names (Reference, Repository, Registry), carrying
+// its WithInsecure into them.
+//
 // The containerDisk format itself (the layer's tar, its compression, the
 // shape check) lives in internal/containerdisk; an import is handed a
 // Disk that writes its own layer and a Source that gives the digest of

@@ -28,28 +28,31 @@ var (
 	ErrUnreachable = errors.New("unreachable")
 )
 
-// Failure is a registry error explained in one sentence for people: the
+// failure is a registry error explained in one sentence for people: the
 // host, what went wrong and what to do. It keeps the original error for
 // errors.Is and errors.As, but not its text, which is the registry's raw
 // body (Go map dumps, upload URLs of hundreds of characters).
-type Failure struct {
+type failure struct {
 	kind error
 	msg  string
 	err  error
 }
 
-func (f *Failure) Error() string { return f.msg }
+func (f *failure) Error() string { return f.msg }
 
 // Unwrap gives the kind (ErrUnauthorized, ...) and the original error.
-func (f *Failure) Unwrap() []error { return []error{f.kind, f.err} }
+func (f *failure) Unwrap() []error { return []error{f.kind, f.err} }
 
-// Explain turns a registry error that err carries into a Failure: missing
+// Explain turns a registry error that err carries into one that says, in a
+// sentence for people, the host, what went wrong and what to do: missing
 // or wrong credentials, access denied, something not found, a registry
-// unreachable. Other errors, and nil, are returned as they are. resumable
+// unreachable. It matches its kind with errors.Is (ErrUnauthorized,
+// ErrDenied, ErrNotFound, ErrUnreachable) and keeps err for errors.As.
+// Other errors, and nil, are returned as they are. resumable
 // says that the caller keeps its work, so running the same command again
 // continues it.
 func (c *Client) Explain(err error, resumable bool) error {
-	var done *Failure
+	var done *failure
 	if err == nil || errors.As(err, &done) {
 		return err
 	}
@@ -59,7 +62,7 @@ func (c *Client) Explain(err error, resumable bool) error {
 	}
 	var plain *plainHTTPError
 	if errors.As(err, &plain) { // before the HTTPS attempt's own error, which says less
-		return &Failure{ErrUnreachable, plain.Error(), err}
+		return &failure{ErrUnreachable, plain.Error(), err}
 	}
 	var terr *transport.Error
 	if errors.As(err, &terr) {
@@ -71,9 +74,9 @@ func (c *Client) Explain(err error, resumable bool) error {
 		case terr.StatusCode == http.StatusUnauthorized:
 			user := c.userFor(host)
 			if user == "" {
-				return &Failure{ErrUnauthorized, fmt.Sprintf("registry %s wants credentials: run imagectl login %s, or pass --username and --password-stdin", host, host), err}
+				return &failure{ErrUnauthorized, fmt.Sprintf("registry %s wants credentials: run imagectl login %s, or pass --username and --password-stdin", host, host), err}
 			}
-			return &Failure{ErrUnauthorized, fmt.Sprintf("wrong credentials for %s: the registry refused user %q; run imagectl login %s again", host, user, host), err}
+			return &failure{ErrUnauthorized, fmt.Sprintf("wrong credentials for %s: the registry refused user %q; run imagectl login %s again", host, user, host), err}
 		case terr.StatusCode == http.StatusForbidden || hasCode(terr, transport.DeniedErrorCode):
 			verb := "pull"
 			if terr.Request != nil {
@@ -92,18 +95,18 @@ func (c *Client) Explain(err error, resumable bool) error {
 			if said := registryMessage(terr); said != "" {
 				msg += " (the registry says: " + said + ")"
 			}
-			return &Failure{ErrDenied, msg, err}
+			return &failure{ErrDenied, msg, err}
 		case terr.StatusCode == http.StatusNotFound || hasCode(terr, transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode, transport.BlobUnknownErrorCode):
-			return &Failure{ErrNotFound, fmt.Sprintf("%s not found", what(terr)), err}
+			return &failure{ErrNotFound, fmt.Sprintf("%s not found", what(terr)), err}
 		}
 		return err
 	}
 	if unreachable(err) {
 		host, cause := dialTarget(err)
 		if host == "" {
-			return &Failure{ErrUnreachable, fmt.Sprintf("the registry is unreachable (%s); %s", cause, again), err}
+			return &failure{ErrUnreachable, fmt.Sprintf("the registry is unreachable (%s); %s", cause, again), err}
 		}
-		return &Failure{ErrUnreachable, fmt.Sprintf("registry %s unreachable (%s); %s", host, cause, again), err}
+		return &failure{ErrUnreachable, fmt.Sprintf("registry %s unreachable (%s); %s", host, cause, again), err}
 	}
 	// A connection that broke: the URL, an upload's with its state token,
 	// says nothing to a person.
@@ -117,7 +120,7 @@ func (c *Client) Explain(err error, resumable bool) error {
 		if i := strings.LastIndex(cause, ": "); i >= 0 {
 			cause = cause[i+2:]
 		}
-		return &Failure{ErrUnreachable, fmt.Sprintf("registry %s unreachable (%s); %s", host, cause, again), err}
+		return &failure{ErrUnreachable, fmt.Sprintf("registry %s unreachable (%s); %s", host, cause, again), err}
 	}
 	return err
 }

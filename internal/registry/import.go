@@ -161,7 +161,7 @@ func formatCreated(t time.Time) string {
 func (c *Client) Import(ctx context.Context, ref name.Tag, disk Disk, src Source, opts ImportOptions) (*api.ImportResult, error) {
 	opts = opts.withDefaults()
 	platform := opts.platform()
-	if err := platform.Validate(); err != nil {
+	if err := platform.validate(); err != nil {
 		return nil, err
 	}
 	if _, err := Tenant(ref.Context()); err != nil {

@@ -325,9 +325,12 @@ func TestParseReference(t *testing.T) {
 		"registry.example.com/-acme/rhel:10":      false,
 		"registry.example.com/acme/rhel:bad tag!": false,
 	} {
-		_, err := c.ParseReference(ref)
+		r, err := Parse(ref, FormImage)
+		if err == nil {
+			_, err = c.Reference(r)
+		}
 		if (err == nil) != ok {
-			t.Errorf("ParseReference(%q) = %v, want ok=%v", ref, err, ok)
+			t.Errorf("Parse and Reference of %q: %v, want ok=%v", ref, err, ok)
 		}
 	}
 }

@@ -14,7 +14,7 @@ import (
 // CheckLogin finds out whether reg accepts this client's credentials: it
 // opens an authenticated session (GET /v2/ and, where the registry uses
 // tokens, the token exchange) and reads /v2/ with it. Its error is an
-// explained Failure: unreachable, or the credentials refused.
+// explained failure: unreachable, or the credentials refused.
 func (c *Client) CheckLogin(ctx context.Context, reg name.Registry) error {
 	auth, err := c.authenticator(reg)
 	if err != nil {

@@ -11,22 +11,22 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 )
 
-// Every image reference imagectl is given goes through parseRef, which
+// Every image reference imagectl is given goes through Parse, which
 // follows the OCI distribution grammar strictly, before a byte reaches a
 // registry. go-containerregistry's name package is lenient where that
 // matters for tenancy: it accepts "..", "." and empty path components
 // ("reg/acme/../globex/x:1", which a URL cleaner then turns into
 // globex/x), repeated separators, a missing registry (it assumes Docker
-// Hub) and a missing tag (it assumes "latest"). parseRef refuses all of
+// Hub) and a missing tag (it assumes "latest"). Parse refuses all of
 // them, and says which part breaks which rule.
 //
 // Limits: a name (registry host, "/", repository) of at most
-// MaxNameLength characters, a tag of at most 128, a host of at most 253
+// maxNameLength characters, a tag of at most 128, a host of at most 253
 // with labels of at most 63.
 
-// MaxNameLength bounds a name: registry host, "/" and repository together
+// maxNameLength bounds a name: registry host, "/" and repository together
 // (distribution's NameTotalLengthMax).
-const MaxNameLength = 255
+const maxNameLength = 255
 
 var (
 	// pathComponentPattern is one repository path component.
@@ -66,34 +66,47 @@ func AsReferenceError(err error) *ReferenceError {
 	return nil
 }
 
-// refForm says which parts a reference must have.
-type refForm int
+// Form says which parts a reference must have.
+type Form int
 
 const (
-	// formImage names an image: REGISTRY/TENANT/NAME with a tag or a
-	// digest, not both (export, inspect, delete, copy's source).
-	formImage refForm = iota
-	// formTag names a tag to write: REGISTRY/TENANT/NAME:TAG (import,
-	// copy's destination, which may also be a digest).
-	formTag
-	// formTagOrDigestTarget is formTag or a digest: copy's destination.
-	formTagOrDigestTarget
-	// formRepository names a repository without tag or digest and without
-	// a tenant (the template catalog).
-	formRepository
-	// formTenant is REGISTRY/TENANT (list).
-	formTenant
+	// FormImage names an image: REGISTRY/TENANT/NAME with a tag or a
+	// digest, not both (export, inspect, delete, sign, and both sides of
+	// copy).
+	FormImage Form = iota
+	// FormTag names a tag to write: REGISTRY/TENANT/NAME:TAG (import); a
+	// digest is refused.
+	FormTag
+	// FormRepository names a repository without tag or digest, whose
+	// first path component need not be a tenant (the template catalog;
+	// Tenant checks one).
+	FormRepository
+	// FormTenant is REGISTRY/TENANT (list); a trailing "/" is dropped.
+	FormTenant
+	// FormRegistry is a registry host, HOST[:PORT], as login and logout
+	// take it: a URL's scheme and a trailing slash are dropped, as docker
+	// login drops them; a path is refused. The Ref has only a Registry.
+	FormRegistry
 )
 
-// ref is a parsed reference. Parsing its String gives it back unchanged.
-type ref struct {
+// Ref is a parsed reference: plain strings, checked against the grammar
+// and the form they were parsed in. Parsing its String in the same form
+// gives it back unchanged (but for what FormTenant and FormRegistry drop).
+// Client.Reference, Client.Repository and Client.Registry turn it into
+// go-containerregistry's names.
+type Ref struct {
 	Registry   string // host[:port], lower case
-	Repository string // path components joined by '/'
+	Repository string // path components joined by '/'; "" in FormRegistry
 	Tag        string // "" when absent
 	Digest     string // "" when absent
 }
 
-func (r ref) String() string {
+// String returns the reference as REGISTRY/REPOSITORY[:TAG][@DIGEST], or
+// REGISTRY alone for a Ref of FormRegistry.
+func (r Ref) String() string {
+	if r.Repository == "" {
+		return r.Registry
+	}
 	s := r.Registry + "/" + r.Repository
 	if r.Tag != "" {
 		s += ":" + r.Tag
@@ -104,9 +117,9 @@ func (r ref) String() string {
 	return s
 }
 
-// Tenant is the first path component.
-func (r ref) Tenant() string {
-	t, _, _ := strings.Cut(r.Repository, "/")
+// tenantOf is the first path component of a repository.
+func tenantOf(repository string) string {
+	t, _, _ := strings.Cut(repository, "/")
 	return t
 }
 
@@ -118,47 +131,75 @@ func fault(part, format string, args ...any) *refFault {
 	return &refFault{part: part, rule: fmt.Sprintf(format, args...)}
 }
 
-// parseRef parses s in the given form. It never touches the network.
-func parseRef(s string, form refForm) (ref, error) {
+// Parse parses s in the given form, following the OCI distribution
+// grammar strictly: the registry host is required, no path component is
+// "..", ".", empty or upper case, and, in FormImage and FormTag, the first
+// one is the tenant and exactly one of tag and digest is given. A
+// reference outside the grammar or the form is a *ReferenceError. Parse
+// never touches the network.
+func Parse(s string, form Form) (Ref, error) {
+	switch form {
+	case FormRegistry:
+		return parseRegistry(s)
+	case FormTenant:
+		s = strings.TrimSuffix(s, "/")
+	}
+	return parseRef(s, form)
+}
+
+// parseRef parses s in the given form (not FormRegistry) as it is.
+func parseRef(s string, form Form) (Ref, error) {
 	r, f := parseRefParts(s)
 	if f == nil {
 		f = checkForm(r, form)
 	}
 	if f != nil {
-		return ref{}, &ReferenceError{Input: s, Part: f.part, Rule: f.rule}
+		return Ref{}, &ReferenceError{Input: s, Part: f.part, Rule: f.rule}
 	}
 	return r, nil
 }
 
+// parseRegistry parses a registry host in FormRegistry.
+func parseRegistry(s string) (Ref, error) {
+	host := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(s, "https://"), "http://"), "/")
+	if strings.Contains(host, "/") {
+		return Ref{}, &ReferenceError{Input: s, Part: "registry host", Rule: "it names a repository; give only the registry host, e.g. registry.example.com"}
+	}
+	if why := checkHost(host); why != "" {
+		return Ref{}, &ReferenceError{Input: s, Part: "registry host", Rule: "the registry host " + why}
+	}
+	return Ref{Registry: host}, nil
+}
+
 // parseRefParts splits s into registry, repository, tag and digest and
 // checks each against the grammar, whatever the form.
-func parseRefParts(s string) (ref, *refFault) {
+func parseRefParts(s string) (Ref, *refFault) {
 	if f := checkText(s); f != nil {
-		return ref{}, f
+		return Ref{}, f
 	}
-	var r ref
+	var r Ref
 	rest, digest, f := cutDigest(s)
 	if f != nil {
-		return ref{}, f
+		return Ref{}, f
 	}
 	r.Digest = digest
 	host, path, ok := strings.Cut(rest, "/")
 	if !ok || !looksLikeHost(host) {
-		return ref{}, fault("registry host", "it names no registry host: write REGISTRY/TENANT/NAME:TAG, e.g. registry.example.com/acme/rhel:10 (a host has a '.' or a ':PORT', or is localhost; imagectl never assumes Docker Hub)")
+		return Ref{}, fault("registry host", "it names no registry host: write REGISTRY/TENANT/NAME:TAG, e.g. registry.example.com/acme/rhel:10 (a host has a '.' or a ':PORT', or is localhost; imagectl never assumes Docker Hub)")
 	}
 	if err := checkHost(host); err != "" {
-		return ref{}, fault("registry host", "registry host %q %s", host, err)
+		return Ref{}, fault("registry host", "registry host %q %s", host, err)
 	}
 	r.Registry = host
 	if path, r.Tag, f = cutTag(path); f != nil {
-		return ref{}, f
+		return Ref{}, f
 	}
 	if f := checkRepositoryPath(path); f != nil {
-		return ref{}, f
+		return Ref{}, f
 	}
 	r.Repository = path
-	if n := len(r.Registry) + 1 + len(r.Repository); n > MaxNameLength {
-		return ref{}, fault("repository", "the name (registry host and repository) is %d characters long; the limit is %d", n, MaxNameLength)
+	if n := len(r.Registry) + 1 + len(r.Repository); n > maxNameLength {
+		return Ref{}, fault("repository", "the name (registry host and repository) is %d characters long; the limit is %d", n, maxNameLength)
 	}
 	return r, nil
 }
@@ -235,9 +276,9 @@ func checkRepositoryPath(path string) *refFault {
 }
 
 // checkForm checks that a parsed reference has the parts form asks for.
-func checkForm(r ref, form refForm) *refFault {
+func checkForm(r Ref, form Form) *refFault {
 	switch form {
-	case formTenant:
+	case FormTenant:
 		if strings.Contains(r.Repository, "/") || r.Tag != "" || r.Digest != "" {
 			return fault("tenant", "it names a repository, not a tenant: write REGISTRY/TENANT")
 		}
@@ -245,7 +286,7 @@ func checkForm(r ref, form refForm) *refFault {
 			return fault("tenant", "%s", tenantRule(r.Repository))
 		}
 		return nil
-	case formRepository:
+	case FormRepository:
 		if r.Tag != "" || r.Digest != "" {
 			return fault("repository", "it names a tag or a digest; write REGISTRY/REPOSITORY")
 		}
@@ -259,9 +300,9 @@ func checkForm(r ref, form refForm) *refFault {
 	}
 	if r.Tag == "" {
 		switch {
-		case form == formTag && r.Digest != "":
+		case form == FormTag && r.Digest != "":
 			return fault("digest", "it names a digest, and this command writes a tag: write REGISTRY/TENANT/NAME:TAG")
-		case form == formTag:
+		case form == FormTag:
 			return fault("tag", "it has no tag, and this command writes one: add :TAG (imagectl never assumes :latest)")
 		case r.Digest == "":
 			return fault("tag", "it has neither a tag nor a digest: add :TAG or @sha256:... (imagectl never assumes :latest)")
@@ -354,8 +395,13 @@ func (c *Client) nameOptions() []name.Option {
 	return nopts
 }
 
-// toName turns a parsed reference into go-containerregistry's form.
-func (c *Client) toName(r ref) (name.Reference, error) {
+// Reference returns r, an image reference (FormImage or FormTag), in
+// go-containerregistry's form: a name.Tag, or a name.Digest when r has a
+// digest. Like Repository and Registry, it carries the client's
+// WithInsecure into the name, which is where go-containerregistry reads
+// it: without it, plain HTTP is tried only for localhost, loopback and
+// private addresses.
+func (c *Client) Reference(r Ref) (name.Reference, error) {
 	var (
 		n   name.Reference
 		err error
@@ -365,106 +411,46 @@ func (c *Client) toName(r ref) (name.Reference, error) {
 	} else {
 		n, err = name.NewTag(r.String(), c.nameOptions()...)
 	}
-	if err != nil { // parseRef is stricter: this is a bug, not bad input
+	if err != nil { // Parse is stricter: this is a bug, not bad input
 		return nil, fmt.Errorf("converting the reference %q: %w", r, err)
 	}
 	return n, nil
 }
 
-// ParseReference parses a reference to an image, "REGISTRY/TENANT/NAME:TAG"
-// or "REGISTRY/TENANT/NAME@sha256:...", following the OCI distribution
-// grammar strictly (see ReferenceError): the registry host is required,
-// no path component is "..", ".", empty or upper case, the first one is
-// the tenant, and exactly one of tag and digest is given.
-func (c *Client) ParseReference(s string) (name.Reference, error) {
-	r, err := parseRef(s, formImage)
+// Repository returns the repository r names (REGISTRY/REPOSITORY, any
+// tag or digest left out) in go-containerregistry's form, with the
+// client's WithInsecure (see Reference).
+func (c *Client) Repository(r Ref) (name.Repository, error) {
+	s := r.Registry + "/" + r.Repository
+	repo, err := name.NewRepository(s, c.nameOptions()...)
 	if err != nil {
-		return nil, err
-	}
-	return c.toName(r)
-}
-
-// ParseTag parses a reference to a tag that is going to be written,
-// "REGISTRY/TENANT/NAME:TAG", as ParseReference does; a digest is refused.
-func (c *Client) ParseTag(s string) (name.Tag, error) {
-	r, err := parseRef(s, formTag)
-	if err != nil {
-		return name.Tag{}, err
-	}
-	n, err := c.toName(r)
-	if err != nil {
-		return name.Tag{}, err
-	}
-	return n.(name.Tag), nil
-}
-
-// ParseTarget parses a reference that is going to be written to: a tag
-// as ParseTag, or a digest.
-func (c *Client) ParseTarget(s string) (name.Reference, error) {
-	r, err := parseRef(s, formTagOrDigestTarget)
-	if err != nil {
-		return nil, err
-	}
-	return c.toName(r)
-}
-
-// ParseRepository parses "REGISTRY/REPOSITORY" with the same grammar, for
-// repositories that belong to no tenant (the template catalog).
-func (c *Client) ParseRepository(s string) (name.Repository, error) {
-	r, err := parseRef(s, formRepository)
-	if err != nil {
-		return name.Repository{}, err
-	}
-	repo, err := name.NewRepository(r.String(), c.nameOptions()...)
-	if err != nil {
-		return name.Repository{}, fmt.Errorf("converting the repository %q: %w", r, err)
+		return name.Repository{}, fmt.Errorf("converting the repository %q: %w", s, err)
 	}
 	return repo, nil
 }
 
-// ParseTenant parses "REGISTRY/TENANT" with the same grammar.
-func (c *Client) ParseTenant(s string) (name.Registry, string, error) {
-	r, err := parseRef(strings.TrimSuffix(s, "/"), formTenant)
-	if err != nil {
-		return name.Registry{}, "", err
-	}
+// Registry returns the registry host of r in go-containerregistry's
+// form, with the client's WithInsecure (see Reference).
+func (c *Client) Registry(r Ref) (name.Registry, error) {
 	reg, err := name.NewRegistry(r.Registry, c.nameOptions()...)
 	if err != nil {
-		return name.Registry{}, "", fmt.Errorf("converting the registry %q: %w", r.Registry, err)
+		return name.Registry{}, fmt.Errorf("converting the registry %q: %w", r.Registry, err)
 	}
-	return reg, r.Repository, nil
+	return reg, nil
 }
 
 // Tenant returns the tenant of a repository: its first path component.
 // The repository is checked against the same grammar, so one that did not
-// come from ParseReference (e.g. built by go-containerregistry from a
-// string) is refused too when it has "..", empty or upper-case components.
+// come from Parse (e.g. built by go-containerregistry from a string) is
+// refused too when it has "..", empty or upper-case components.
 func Tenant(repo name.Repository) (string, error) {
 	s := repo.RegistryStr() + "/" + repo.RepositoryStr()
-	r, err := parseRef(s, formRepository)
+	r, err := parseRef(s, FormRepository)
 	if err != nil {
 		return "", err
 	}
 	if rule := checkTenant(r.Repository); rule != "" {
 		return "", &ReferenceError{Input: s, Part: "tenant", Rule: rule}
 	}
-	return r.Tenant(), nil
-}
-
-// ParseRegistry parses a registry host, "HOST[:PORT]", as login and logout
-// take it. A URL's scheme and a trailing slash are dropped, as docker login
-// drops them; a path is refused.
-func (c *Client) ParseRegistry(s string) (name.Registry, error) {
-	host := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(s, "https://"), "http://"), "/")
-	if strings.Contains(host, "/") {
-		return name.Registry{}, &ReferenceError{Input: s, Part: "registry host", Rule: "it names a repository; give only the registry host, e.g. registry.example.com"}
-	}
-	if why := checkHost(host); why != "" {
-		return name.Registry{}, &ReferenceError{Input: s, Part: "registry host", Rule: "the registry host " + why}
-	}
-	reg, err := name.NewRegistry(host, c.nameOptions()...)
-	if err != nil {
-		return name.Registry{}, fmt.Errorf("converting the registry %q: %w", host, err)
-	}
-	return reg, nil
+	return tenantOf(r.Repository), nil
 }

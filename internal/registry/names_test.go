@@ -17,104 +17,128 @@ var ociTagPattern = regexp.MustCompile(`^[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}$`)
 
 const testDigest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
-func TestParseRefAccepts(t *testing.T) {
+func TestParseAccepts(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
-		form refForm
-		want ref
+		form Form
+		want Ref
 	}{
-		{"registry.example.com/acme/rhel:10", formImage, ref{"registry.example.com", "acme/rhel", "10", ""}},
-		{"127.0.0.1:5000/acme/team/rhel:v1.0_rc-2", formTag, ref{"127.0.0.1:5000", "acme/team/rhel", "v1.0_rc-2", ""}},
-		{"localhost/acme/rhel@" + testDigest, formImage, ref{"localhost", "acme/rhel", "", testDigest}},
-		{"[::1]:5000/acme/a.b/c__d/e---f:_x", formImage, ref{"[::1]:5000", "acme/a.b/c__d/e---f", "_x", ""}},
-		{"reg.example.com/acme/x@" + testDigest, formTagOrDigestTarget, ref{"reg.example.com", "acme/x", "", testDigest}},
-		{"reg.example.com/provider-templates", formRepository, ref{"reg.example.com", "provider-templates", "", ""}},
-		{"reg.example.com/acme", formTenant, ref{"reg.example.com", "acme", "", ""}},
-		{"reg.example.com/acme/x:" + strings.Repeat("t", 128), formTag, ref{"reg.example.com", "acme/x", strings.Repeat("t", 128), ""}},
+		{"registry.example.com/acme/rhel:10", FormImage, Ref{"registry.example.com", "acme/rhel", "10", ""}},
+		{"127.0.0.1:5000/acme/team/rhel:v1.0_rc-2", FormTag, Ref{"127.0.0.1:5000", "acme/team/rhel", "v1.0_rc-2", ""}},
+		{"localhost/acme/rhel@" + testDigest, FormImage, Ref{"localhost", "acme/rhel", "", testDigest}},
+		{"[::1]:5000/acme/a.b/c__d/e---f:_x", FormImage, Ref{"[::1]:5000", "acme/a.b/c__d/e---f", "_x", ""}},
+		{"reg.example.com/acme/x@" + testDigest, FormImage, Ref{"reg.example.com", "acme/x", "", testDigest}},
+		{"reg.example.com/provider-templates", FormRepository, Ref{"reg.example.com", "provider-templates", "", ""}},
+		{"reg.example.com/acme", FormTenant, Ref{"reg.example.com", "acme", "", ""}},
+		{"reg.example.com/acme/x:" + strings.Repeat("t", 128), FormTag, Ref{"reg.example.com", "acme/x", strings.Repeat("t", 128), ""}},
+		{"reg.example.com:5000", FormRegistry, Ref{Registry: "reg.example.com:5000"}},
 	} {
-		got, err := parseRef(tc.in, tc.form)
+		got, err := Parse(tc.in, tc.form)
 		if err != nil || got != tc.want {
-			t.Errorf("parseRef(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+			t.Errorf("Parse(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
 			continue
 		}
 		if got.String() != tc.in {
-			t.Errorf("parseRef(%q).String() = %q", tc.in, got.String())
+			t.Errorf("Parse(%q).String() = %q", tc.in, got.String())
+		}
+	}
+	// What FormTenant and FormRegistry drop.
+	for in, want := range map[string]Ref{
+		"127.0.0.1:5000/acme/":     {Registry: "127.0.0.1:5000", Repository: "acme"},
+		"https://reg.example.com/": {Registry: "reg.example.com"},
+		"http://[::1]:5000":        {Registry: "[::1]:5000"},
+	} {
+		form := FormTenant
+		if !strings.HasSuffix(in, "acme/") {
+			form = FormRegistry
+		}
+		if got, err := Parse(in, form); err != nil || got != want {
+			t.Errorf("Parse(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
 	}
 }
 
-// TestParseRefRefuses lists references outside the grammar (or outside
+// TestParseRefuses lists references outside the grammar (or outside
 // what a command may write) with the part the message must name and a
 // word of the sentence. Several of them go-containerregistry accepts;
 // the test checks which, so that it shows why parseRef exists.
-func TestParseRefRefuses(t *testing.T) {
+func TestParseRefuses(t *testing.T) {
 	long := strings.Repeat("a", 250)
 	for _, tc := range []struct {
 		in       string
-		form     refForm
+		form     Form
 		part     string
 		says     string
 		ggcrTake bool // go-containerregistry (strict) accepts it
 	}{
-		{"reg.example.com/acme/../globex/evil:1", formTag, "repository", `".." of the repository is a relative path step`, true},
-		{"reg.example.com/acme/./evil:1", formTag, "repository", "relative path step", true},
-		{"reg.example.com/acme/%2e%2e/globex/evil:1", formTag, "repository", "OCI name grammar", false},
-		{`reg.example.com/acme/..\globex:1`, formTag, "repository", "OCI name grammar", false},
-		{"reg.example.com/acme/evil?x=1:1", formTag, "repository", "OCI name grammar", false},
-		{"user@reg.example.com/acme/evil:1", formTag, "digest", "64 lower-case", false},
-		{"reg.example.com/acme//evil:1", formTag, "repository", "empty path component", true},
-		{"reg.example.com/acme/evil/:1", formTag, "repository", "empty path component", true},
-		{"reg.example.com//acme/evil:1", formTag, "repository", "empty path component", true},
-		{"reg.example.com/acme/Evil:1", formTag, "repository", "upper-case", false},
-		{"reg.example.com/acme/a..b:1", formTag, "repository", "OCI name grammar", true},
-		{"reg.example.com/acme/a._b:1", formTag, "repository", "OCI name grammar", true},
-		{"reg.example.com/acme/a___b:1", formTag, "repository", "OCI name grammar", true},
-		{"reg.example.com/acme/-a:1", formTag, "repository", "OCI name grammar", true},
-		{"reg.example.com/acme/a-:1", formTag, "repository", "OCI name grammar", true},
-		{"reg.example.com/acme/_a:1", formTag, "repository", "OCI name grammar", true},
-		{"reg.example.com/ac_me/x:1", formTag, "tenant", "not a valid name", true},
-		{"reg.example.com/a.cme/x:1", formTag, "tenant", "not a valid name", true},
-		{"reg.example.com/x:1", formTag, "tenant", "no tenant", true},
-		{"acme/rhel:1", formTag, "registry host", "no registry host", false},
-		{"registry/acme/rhel:1", formTag, "registry host", "no registry host", false},
-		{"Reg.Example.com/acme/rhel:1", formTag, "registry host", "upper-case", true},
-		{"reg..example.com/acme/rhel:1", formTag, "registry host", "label", true},
-		{"-reg.example.com/acme/rhel:1", formTag, "registry host", "label", true},
-		{"reg.example.com:0/acme/rhel:1", formTag, "registry host", "port", true},
-		{"reg.example.com:05000/acme/rhel:1", formTag, "registry host", "leading zeros", true},
-		{"reg.example.com:99999/acme/rhel:1", formTag, "registry host", "port", true},
-		{"reg.example.com:/acme/rhel:1", formTag, "registry host", "empty port", true},
-		{"[::1/acme/rhel:1", formTag, "registry host", "unclosed", false},
-		{"[zz]:5000/acme/rhel:1", formTag, "registry host", "IPv6", false},
-		{"https://reg.example.com/acme/rhel:1", formTag, "reference", "URL scheme", false},
-		{"reg.example.com/acme/rhel", formTag, "tag", "no tag", false},
-		{"reg.example.com/acme/rhel", formImage, "tag", "neither a tag nor a digest", false},
-		{"reg.example.com/acme/rhel:", formImage, "tag", "empty", false},
-		{"reg.example.com/acme/rhel:.x", formImage, "tag", "starting with", true},
-		{"reg.example.com/acme/rhel:-x", formImage, "tag", "starting with", true},
-		{"reg.example.com/acme/rhel:a+b", formImage, "tag", "starting with", false},
-		{"reg.example.com/acme/rhel:" + strings.Repeat("t", 129), formImage, "tag", "limit is 128", false},
-		{"reg.example.com/acme/rhel@sha256:abc", formImage, "digest", "64 lower-case", false},
-		{"reg.example.com/acme/rhel@sha512:" + strings.Repeat("a", 128), formImage, "digest", "only sha256", true},
-		{"reg.example.com/acme/rhel@" + strings.ToUpper(testDigest), formImage, "digest", "64 lower-case", false},
-		{"reg.example.com/acme/rhel:1@" + testDigest, formImage, "reference", "both a tag and a digest", true},
-		{"reg.example.com/acme/rhel@" + testDigest, formTag, "digest", "writes a tag", true},
-		{"reg.example.com/acme/rhel:1\n", formImage, "reference", "printable ASCII", false},
-		{"reg.example.com/acme/rh el:1", formImage, "reference", "printable ASCII", false},
-		{"reg.example.com/acme/rhél:1", formImage, "reference", "printable ASCII", false},
-		{"", formImage, "reference", "empty", false},
-		{"reg.example.com/acme/" + long + ":1", formImage, "repository", "limit is 255", true},
-		{"reg.example.com/acme/x", formTenant, "tenant", "not a tenant", false},
-		{"reg.example.com/Acme", formTenant, "repository", "upper-case", false},
-		{"reg.example.com/a_b", formTenant, "tenant", "not a valid name", false},
-		{"reg.example.com/cat:1", formRepository, "repository", "tag or a digest", false},
+		{"reg.example.com/acme/../globex/evil:1", FormTag, "repository", `".." of the repository is a relative path step`, true},
+		{"reg.example.com/acme/./evil:1", FormTag, "repository", "relative path step", true},
+		{"reg.example.com/acme/%2e%2e/globex/evil:1", FormTag, "repository", "OCI name grammar", false},
+		{`reg.example.com/acme/..\globex:1`, FormTag, "repository", "OCI name grammar", false},
+		{"reg.example.com/acme/evil?x=1:1", FormTag, "repository", "OCI name grammar", false},
+		{"user@reg.example.com/acme/evil:1", FormTag, "digest", "64 lower-case", false},
+		{"reg.example.com/acme//evil:1", FormTag, "repository", "empty path component", true},
+		{"reg.example.com/acme/evil/:1", FormTag, "repository", "empty path component", true},
+		{"reg.example.com//acme/evil:1", FormTag, "repository", "empty path component", true},
+		{"reg.example.com/acme/Evil:1", FormTag, "repository", "upper-case", false},
+		{"reg.example.com/acme/a..b:1", FormTag, "repository", "OCI name grammar", true},
+		{"reg.example.com/acme/a._b:1", FormTag, "repository", "OCI name grammar", true},
+		{"reg.example.com/acme/a___b:1", FormTag, "repository", "OCI name grammar", true},
+		{"reg.example.com/acme/-a:1", FormTag, "repository", "OCI name grammar", true},
+		{"reg.example.com/acme/a-:1", FormTag, "repository", "OCI name grammar", true},
+		{"reg.example.com/acme/_a:1", FormTag, "repository", "OCI name grammar", true},
+		{"reg.example.com/ac_me/x:1", FormTag, "tenant", "not a valid name", true},
+		{"reg.example.com/a.cme/x:1", FormTag, "tenant", "not a valid name", true},
+		{"reg.example.com/x:1", FormTag, "tenant", "no tenant", true},
+		{"acme/rhel:1", FormTag, "registry host", "no registry host", false},
+		{"registry/acme/rhel:1", FormTag, "registry host", "no registry host", false},
+		{"Reg.Example.com/acme/rhel:1", FormTag, "registry host", "upper-case", true},
+		{"reg..example.com/acme/rhel:1", FormTag, "registry host", "label", true},
+		{"-reg.example.com/acme/rhel:1", FormTag, "registry host", "label", true},
+		{"reg.example.com:0/acme/rhel:1", FormTag, "registry host", "port", true},
+		{"reg.example.com:05000/acme/rhel:1", FormTag, "registry host", "leading zeros", true},
+		{"reg.example.com:99999/acme/rhel:1", FormTag, "registry host", "port", true},
+		{"reg.example.com:/acme/rhel:1", FormTag, "registry host", "empty port", true},
+		{"[::1/acme/rhel:1", FormTag, "registry host", "unclosed", false},
+		{"[zz]:5000/acme/rhel:1", FormTag, "registry host", "IPv6", false},
+		{"https://reg.example.com/acme/rhel:1", FormTag, "reference", "URL scheme", false},
+		{"reg.example.com/acme/rhel", FormTag, "tag", "no tag", false},
+		{"reg.example.com/acme/rhel", FormImage, "tag", "neither a tag nor a digest", false},
+		{"reg.example.com/acme/rhel:", FormImage, "tag", "empty", false},
+		{"reg.example.com/acme/rhel:.x", FormImage, "tag", "starting with", true},
+		{"reg.example.com/acme/rhel:-x", FormImage, "tag", "starting with", true},
+		{"reg.example.com/acme/rhel:a+b", FormImage, "tag", "starting with", false},
+		{"reg.example.com/acme/rhel:" + strings.Repeat("t", 129), FormImage, "tag", "limit is 128", false},
+		{"reg.example.com/acme/rhel@sha256:abc", FormImage, "digest", "64 lower-case", false},
+		{"reg.example.com/acme/rhel@sha512:" + strings.Repeat("a", 128), FormImage, "digest", "only sha256", true},
+		{"reg.example.com/acme/rhel@" + strings.ToUpper(testDigest), FormImage, "digest", "64 lower-case", false},
+		{"reg.example.com/acme/rhel:1@" + testDigest, FormImage, "reference", "both a tag and a digest", true},
+		{"reg.example.com/acme/rhel@" + testDigest, FormTag, "digest", "writes a tag", true},
+		{"reg.example.com/acme/rhel:1\n", FormImage, "reference", "printable ASCII", false},
+		{"reg.example.com/acme/rh el:1", FormImage, "reference", "printable ASCII", false},
+		{"reg.example.com/acme/rhél:1", FormImage, "reference", "printable ASCII", false},
+		{"", FormImage, "reference", "empty", false},
+		{"reg.example.com/acme/" + long + ":1", FormImage, "repository", "limit is 255", true},
+		{"reg.example.com/acme/x", FormTenant, "tenant", "not a tenant", false},
+		{"reg.example.com/Acme", FormTenant, "repository", "upper-case", false},
+		{"reg.example.com/a_b", FormTenant, "tenant", "not a valid name", false},
+		{"reg.example.com/cat:1", FormRepository, "repository", "tag or a digest", false},
+		{"reg.example.com/acme//", FormTenant, "repository", "empty path component", false},
+		{"reg.example.com/acme", FormRegistry, "registry host", "names a repository", false},
+		{"https://Reg.example.com", FormRegistry, "registry host", "upper-case", false},
+		{"reg.example.com:0", FormRegistry, "registry host", "port", false},
+		{"", FormRegistry, "registry host", "label", false},
 	} {
-		_, err := parseRef(tc.in, tc.form)
+		_, err := Parse(tc.in, tc.form)
 		re := AsReferenceError(err)
-		if re == nil || re.Part != tc.part || !strings.Contains(re.Rule, tc.says) || re.Input != tc.in {
-			t.Errorf("parseRef(%q) = %v; want a %s error saying %q", tc.in, err, tc.part, tc.says)
+		input := tc.in
+		if tc.form == FormTenant {
+			input = strings.TrimSuffix(input, "/")
 		}
-		if tc.form == formTag || tc.form == formImage {
+		if re == nil || re.Part != tc.part || !strings.Contains(re.Rule, tc.says) || re.Input != input {
+			t.Errorf("Parse(%q) = %v; want a %s error saying %q", tc.in, err, tc.part, tc.says)
+		}
+		if tc.form == FormTag || tc.form == FormImage {
 			_, gerr := name.ParseReference(tc.in, name.StrictValidation)
 			if (gerr == nil) != tc.ggcrTake {
 				t.Errorf("go-containerregistry on %q: %v; the test expected accepted=%v", tc.in, gerr, tc.ggcrTake)
@@ -123,28 +147,74 @@ func TestParseRefRefuses(t *testing.T) {
 	}
 }
 
-// TestClientParsers checks the exported parsers: the form each command
-// needs, and go-containerregistry values that say the same as the input.
-func TestClientParsers(t *testing.T) {
+// mustReference parses s in FormImage and converts it with c.
+func mustReference(t *testing.T, c *Client, s string) name.Reference {
+	t.Helper()
+	r, err := Parse(s, FormImage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.Reference(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestClientNames checks the conversions to go-containerregistry's
+// names: values that say the same as the input, and the client's
+// WithInsecure carried into them.
+func TestClientNames(t *testing.T) {
 	c := testClient(t)
-	r, err := c.ParseReference("reg.example.com/acme/team/rhel:10")
+	mustParse := func(s string, form Form) Ref {
+		t.Helper()
+		r, err := Parse(s, form)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r, err := c.Reference(mustParse("reg.example.com/acme/team/rhel:10", FormImage))
 	if err != nil || r.Context().RepositoryStr() != "acme/team/rhel" || r.Identifier() != "10" || r.Context().RegistryStr() != "reg.example.com" {
-		t.Errorf("ParseReference: %v, %v", r, err)
+		t.Errorf("Reference: %v, %v", r, err)
 	}
-	if tag, err := c.ParseTag("127.0.0.1:5000/acme/rhel:10"); err != nil || tag.TagStr() != "10" {
-		t.Errorf("ParseTag: %v, %v", tag, err)
+	if tag, err := c.Reference(mustParse("127.0.0.1:5000/acme/rhel:10", FormTag)); err != nil || tag.(name.Tag).TagStr() != "10" {
+		t.Errorf("Reference of a tag: %v, %v", tag, err)
 	}
-	if _, err := c.ParseTag("127.0.0.1:5000/acme/rhel@" + testDigest); AsReferenceError(err) == nil {
-		t.Errorf("ParseTag of a digest: %v", err)
+	if d, err := c.Reference(mustParse("127.0.0.1:5000/acme/rhel@"+testDigest, FormImage)); err != nil || d.(name.Digest).DigestStr() != testDigest {
+		t.Errorf("Reference of a digest: %v, %v", d, err)
 	}
-	if d, err := c.ParseTarget("127.0.0.1:5000/acme/rhel@" + testDigest); err != nil || d.Identifier() != testDigest {
-		t.Errorf("ParseTarget: %v, %v", d, err)
+	tenant := mustParse("127.0.0.1:5000/acme/", FormTenant)
+	if reg, err := c.Registry(tenant); err != nil || tenant.Repository != "acme" || reg.RegistryStr() != "127.0.0.1:5000" {
+		t.Errorf("Registry: %v %+v %v", reg, tenant, err)
 	}
-	if reg, tenant, err := c.ParseTenant("127.0.0.1:5000/acme/"); err != nil || tenant != "acme" || reg.RegistryStr() != "127.0.0.1:5000" {
-		t.Errorf("ParseTenant: %v %q %v", reg, tenant, err)
+	if repo, err := c.Repository(mustParse("reg.example.com/provider-templates", FormRepository)); err != nil || repo.RepositoryStr() != "provider-templates" {
+		t.Errorf("Repository: %v, %v", repo, err)
 	}
-	if repo, err := c.ParseRepository("reg.example.com/provider-templates"); err != nil || repo.RepositoryStr() != "provider-templates" {
-		t.Errorf("ParseRepository: %v, %v", repo, err)
+	// go-containerregistry refuses Docker Hub repositories without a
+	// namespace under StrictValidation, and so does Repository.
+	if _, err := c.Repository(mustParse("index.docker.io/provider-templates", FormRepository)); err == nil {
+		t.Error("Repository of index.docker.io/provider-templates: no error")
+	}
+	// Plain HTTP only where the client allows it.
+	insecure := testClient(t, WithInsecure(true))
+	host := mustParse("reg.example.com", FormRegistry)
+	for _, tc := range []struct {
+		c    *Client
+		want string
+	}{{c, "https"}, {insecure, "http"}} {
+		reg, err := tc.c.Registry(host)
+		if err != nil || reg.Scheme() != tc.want {
+			t.Errorf("Registry(%v).Scheme() = %q, %v; want %q", host, reg.Scheme(), err, tc.want)
+		}
+		n, err := tc.c.Reference(mustParse("reg.example.com/acme/x:1", FormTag))
+		if err != nil || n.Context().Scheme() != tc.want {
+			t.Errorf("Reference: scheme %q, %v; want %q", n.Context().Scheme(), err, tc.want)
+		}
+		repo, err := tc.c.Repository(mustParse("reg.example.com/provider-templates", FormRepository))
+		if err != nil || repo.Scheme() != tc.want {
+			t.Errorf("Repository: scheme %q, %v; want %q", repo.Scheme(), err, tc.want)
+		}
 	}
 	// A repository go-containerregistry built from a lenient string has no
 	// tenant either.
@@ -178,7 +248,7 @@ func FuzzParseReference(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, s string, formByte uint8) {
-		form := refForm(formByte % 5)
+		form := Form(formByte % 4) // FormRegistry has its own parser
 		r, err := parseRef(s, form)
 		if err != nil {
 			if AsReferenceError(err) == nil {
@@ -204,32 +274,32 @@ func FuzzParseReference(f *testing.F) {
 		if r.Tag != "" && !ociTagPattern.MatchString(r.Tag) {
 			t.Fatalf("%q: tag %q is outside the OCI grammar", s, r.Tag)
 		}
-		if len(r.Registry)+1+len(r.Repository) > MaxNameLength {
-			t.Fatalf("%q: name longer than %d", s, MaxNameLength)
+		if len(r.Registry)+1+len(r.Repository) > maxNameLength {
+			t.Fatalf("%q: name longer than %d", s, maxNameLength)
 		}
 		if r.Registry == "" || strings.ToLower(r.Registry) != r.Registry {
 			t.Fatalf("%q: registry %q", s, r.Registry)
 		}
 		switch form {
-		case formRepository:
+		case FormRepository:
 			return
-		case formTenant:
-			if !tenantPattern.MatchString(r.Repository) || r.Tenant() != r.Repository {
+		case FormTenant:
+			if !tenantPattern.MatchString(r.Repository) || tenantOf(r.Repository) != r.Repository {
 				t.Fatalf("%q: tenant %q", s, r.Repository)
 			}
 			return
 		}
 		first, _, ok := strings.Cut(r.Repository, "/")
-		if !ok || r.Tenant() != first || !tenantPattern.MatchString(first) {
-			t.Fatalf("%q: tenant %q of %q", s, r.Tenant(), r.Repository)
+		if !ok || tenantOf(r.Repository) != first || !tenantPattern.MatchString(first) {
+			t.Fatalf("%q: tenant %q of %q", s, tenantOf(r.Repository), r.Repository)
 		}
 		if (r.Tag == "") == (r.Digest == "") {
 			t.Fatalf("%q: tag %q and digest %q", s, r.Tag, r.Digest)
 		}
-		if form == formTag && r.Tag == "" {
+		if form == FormTag && r.Tag == "" {
 			t.Fatalf("%q: tag %q accepted for writing", s, r.Tag)
 		}
-		n, err := c.toName(r)
+		n, err := c.Reference(r)
 		if err != nil {
 			t.Fatalf("%q: %v", s, err)
 		}

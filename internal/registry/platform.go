@@ -31,10 +31,10 @@ func (p Platform) String() string {
 	return s
 }
 
-// Architectures are the CPU architectures a platform may name: Go's
+// architectures are the CPU architectures a platform may name: Go's
 // GOARCH values for linux (wasm aside). KubeVirt itself builds for amd64,
 // arm64 and s390x.
-var Architectures = []string{"386", "amd64", "arm", "arm64", "loong64", "mips", "mipsle", "mips64", "mips64le", "ppc64", "ppc64le", "riscv64", "s390x"}
+var architectures = []string{"386", "amd64", "arm", "arm64", "loong64", "mips", "mipsle", "mips64", "mips64le", "ppc64", "ppc64le", "riscv64", "s390x"}
 
 // variants are the variants a platform may name per architecture, as the
 // OCI image spec and containerd's platform matcher know them; the other
@@ -58,9 +58,10 @@ var misspelled = map[string]string{
 
 // ParsePlatform parses "os/arch[/variant]" (crane's --platform, the form
 // of go-containerregistry's v1.ParsePlatform) and checks it: the OS must
-// be linux, where KubeVirt runs; the architecture one of Architectures;
-// the variant one that architecture has. An OS version (":10.0.17763")
-// only exists for Windows images and is refused.
+// be linux, where KubeVirt runs; the architecture one of Go's GOARCH
+// values for linux (wasm aside); the variant one that architecture has.
+// An OS version (":10.0.17763") only exists for Windows images and is
+// refused.
 func ParsePlatform(s string) (Platform, error) {
 	if strings.Contains(s, ":") {
 		return Platform{}, fmt.Errorf("platform %q: an OS version (\":...\") only exists for windows images; give os/arch[/variant]", s)
@@ -73,19 +74,19 @@ func ParsePlatform(s string) (Platform, error) {
 	if len(parts) == 3 {
 		p.Variant = parts[2]
 	}
-	return p, p.Validate()
+	return p, p.validate()
 }
 
-// Validate checks p as ParsePlatform does.
-func (p Platform) Validate() error {
+// validate checks p as ParsePlatform does.
+func (p Platform) validate() error {
 	if p.OS != "linux" {
 		return fmt.Errorf("platform %q: the OS must be linux, the OS of the nodes KubeVirt runs VMs on (the guest's own OS does not matter: a Windows guest's disk is linux/amd64)", p)
 	}
-	if !slices.Contains(Architectures, p.Architecture) {
+	if !slices.Contains(architectures, p.Architecture) {
 		if goarch, ok := misspelled[strings.ToLower(p.Architecture)]; ok {
 			return fmt.Errorf("platform %q: unknown architecture %q; did you mean linux/%s?", p, p.Architecture, goarch)
 		}
-		return fmt.Errorf("platform %q: unknown architecture %q (one of %s)", p, p.Architecture, strings.Join(Architectures, ", "))
+		return fmt.Errorf("platform %q: unknown architecture %q (one of %s)", p, p.Architecture, strings.Join(architectures, ", "))
 	}
 	if p.Variant != "" && !slices.Contains(variants[p.Architecture], p.Variant) {
 		if len(variants[p.Architecture]) == 0 {

@@ -155,9 +155,9 @@ func nextPage(resp *http.Response, reg name.Registry) (*url.URL, error) {
 	return u, nil
 }
 
-// TagDigests returns every tag of repo (build-key tags excluded) with the
+// tagDigests returns every tag of repo (build-key tags excluded) with the
 // digest it points at: one listing and one HEAD per tag.
-func (c *Client) TagDigests(ctx context.Context, repo name.Repository) (map[string]string, error) {
+func (c *Client) tagDigests(ctx context.Context, repo name.Repository) (map[string]string, error) {
 	ropts, err := c.remoteOptions(ctx, repo.Registry)
 	if err != nil {
 		return nil, err

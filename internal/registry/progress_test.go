@@ -56,10 +56,7 @@ func TestExtractProgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref, err := c.ParseReference(res.Pinned)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref := mustReference(t, c, res.Pinned)
 	var log progressLog
 	if _, err := c.ExtractDisk(t.Context(), ref, &discard{}, ExtractOptions{Progress: log.report}); err != nil {
 		t.Fatal(err)

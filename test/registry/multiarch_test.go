@@ -175,12 +175,16 @@ func TestPublishOneTagForTwoArchitectures(t *testing.T) {
 	testenv.Run(t, "qemu-img", "compare", "-q", disks["arm64"], pullWithSkopeo(t, reg.Host+"/mirror/fedora:41-arm64"))
 
 	// The syncer's checker picks its hub's architecture from the index.
+	parsed, err := registry.Parse(ref, registry.FormImage)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for arch, image := range images {
 		c, err := registry.New(registry.WithArchitecture(arch), registry.WithCacheDir(""))
 		if err != nil {
 			t.Fatal(err)
 		}
-		tag, err := c.ParseReference(ref)
+		tag, err := c.Reference(parsed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +197,7 @@ func TestPublishOneTagForTwoArchitectures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tag, _ := c.ParseReference(ref)
+	tag, _ := c.Reference(parsed)
 	if rep, err := c.CheckContainerDisk(t.Context(), tag); err != nil || rep.Verdict != api.VerdictRejected ||
 		!strings.Contains(rep.Reasons[0].Message, "holds no linux/s390x image (it holds: linux/amd64, linux/arm64)") {
 		t.Errorf("syncer check on an s390x hub: %+v, %v", rep, err)
