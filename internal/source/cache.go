@@ -17,7 +17,8 @@ import (
 )
 
 // The digest cache remembers the SHA-256 of local files, so importing the
-// same unchanged file again skips reading it. See the package documentation.
+// same unchanged file again skips reading it. docs/import.md says where it
+// lives and why it is keyed so.
 
 const (
 	// cacheFileName is the cache's file name inside the cache directory.

@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
-	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // hashBufferSize is the read size of the digest pass over a local file.
@@ -100,19 +99,11 @@ func openLocal(ctx context.Context, f *os.File, path string, o *config) (*Image,
 }
 
 // spool decompresses a wrapped file into a spooled copy, or reads it
-// through (Options.StreamRaw).
+// through (Options.StreamRaw): an xz file with the xz program (openXZ)
+// when it takes it, anything else as a stream.
 func (l *localFile) spool(ctx context.Context, o *config) (*Image, error) {
-	if path := xzProgram(); path != "" && l.wrapper == convert.WrapperXZ {
-		img, err := l.decodeXZ(ctx, o, func(in *os.File) (*Image, error) {
-			if o.StreamRaw {
-				return o.unwrap(ctx, io.NewSectionReader(in, 0, l.st.Size()), l.st.Size(), in)
-			}
-			return o.spoolXZ(ctx, path, in)
-		})
-		if !errors.Is(err, errXZNotStarted) {
-			return img, err
-		}
-		o.log.Debug("xz could not read the file itself; decoding the stream", "program", path, "error", err)
+	if img, ok, err := l.openXZ(ctx, o); ok {
+		return img, err
 	}
 	_ = unix.Fadvise(int(l.f.Fd()), 0, 0, unix.FADV_SEQUENTIAL)
 	img, err := o.spool(ctx, io.NewSectionReader(l.f, 0, l.st.Size()), l.st.Size(), l.cached)
@@ -122,66 +113,6 @@ func (l *localFile) spool(ctx context.Context, o *config) (*Image, error) {
 	if l.cached == nil {
 		l.remember(img.Digest)
 	}
-	return img, nil
-}
-
-// decodeXZ decodes an xz file with the xz program, which reads the file
-// itself, as `xz -dc FILE` does (decode spools or streams it), while the
-// file is hashed alongside unless the digest cache knows it or nothing
-// needs it (Options.SkipDigest). The program gets a file description of its
-// own, in: opened through /proc/self/fd, so it is the very file opened,
-// whatever its path names now; hashing moves l.f's offset.
-func (l *localFile) decodeXZ(ctx context.Context, o *config, decode func(in *os.File) (*Image, error)) (*Image, error) {
-	size := l.st.Size()
-	if size > o.maxSize {
-		return nil, &reject.Error{
-			Reason: reject.Wrapper,
-			Detail: fmt.Sprintf("the compressed image exceeds %d bytes", o.maxSize),
-		}
-	}
-	in, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", l.f.Fd()))
-	if err != nil {
-		return nil, fmt.Errorf("reopening: %w", err)
-	}
-	defer in.Close()
-	hctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type hashed struct {
-		digest string
-		err    error
-	}
-	digest := make(chan hashed, 1)
-	switch {
-	case l.cached != nil:
-		digest <- hashed{digest: *l.cached}
-	case o.SkipDigest && o.checksum == "":
-		digest <- hashed{} // nothing needs it
-	default:
-		go func() {
-			d, err := hashFile(hctx, l.f, size, nil)
-			digest <- hashed{d, err}
-		}()
-	}
-	img, err := decode(in)
-	if err != nil {
-		cancel()
-		<-digest
-		return nil, err
-	}
-	h := <-digest
-	if h.err != nil {
-		img.Close()
-		return nil, h.err
-	}
-	img.Digest, img.OriginalSize = h.digest, size
-	if err := o.verify(img.Digest); err != nil {
-		img.Close()
-		return nil, err
-	}
-	if l.cached == nil && img.Digest != "" {
-		l.remember(img.Digest)
-	}
-	o.log.Debug("opened xz file", "bytes", img.Size, "original_bytes", size, "digest", img.Digest)
 	return img, nil
 }
 

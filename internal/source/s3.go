@@ -161,9 +161,8 @@ func firstNonEmpty(vs ...string) string {
 
 // unknownCAFailsFast makes a server certificate of an unknown CA fail an
 // S3 request at once. minio-go retries every failed request for seconds
-// except one whose error is an x509.UnknownAuthorityError, which Go has
-// since wrapped in a *tls.CertificateVerificationError: this hands it
-// over unwrapped.
+// except one whose error is an x509.UnknownAuthorityError, which Go wraps
+// in a *tls.CertificateVerificationError: this hands it over unwrapped.
 type unknownCAFailsFast struct{ inner http.RoundTripper }
 
 func (t unknownCAFailsFast) RoundTrip(req *http.Request) (*http.Response, error) {

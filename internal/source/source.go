@@ -237,7 +237,7 @@ func open(ctx context.Context, spec string, opts Options) (*Image, error) {
 	}
 }
 
-// displayName is how errors name a spec: stdin by that name, URLs without
+// DisplayName is how errors name a spec: stdin by that name, URLs without
 // their password and query string, since presigned URLs carry credentials
 // there.
 func DisplayName(spec string) string {
@@ -322,8 +322,8 @@ func (o *config) verify(digest string) error {
 // spool reads the original bytes from r once, front to back: through the
 // hasher, through convert.Unwrap, and into a sparse temporary file capped at
 // MaxSize and MaxSpool, or (Options.StreamRaw, not qcow2) through a size and
-// data count only. An xz stream goes to the xz program instead, which writes
-// the spool itself (spoolXZ). total is the announced size of r (-1 if
+// data count only. An xz stream may go to the xz program instead, which
+// writes the spool itself (openXZ). total is the announced size of r (-1 if
 // unknown), for Progress and the checks before spooling. knownDigest, when
 // not "", is the digest of r already known from the cache, and hashing is
 // skipped.
@@ -335,15 +335,8 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 		src.hash = h
 	}
 	br := bufio.NewReaderSize(src, 64<<10)
-	var img *Image
-	var err error
-	if path := xzProgram(); path != "" && startsXZ(br) && !o.StreamRaw {
-		img, err = o.spoolXZ(ctx, path, br)
-		if errors.Is(err, errXZNotStarted) {
-			o.log.Debug("xz could not write the spool; decoding for a reader or in Go", "program", path, "error", err)
-			img, err = o.unwrap(ctx, br, total, nil)
-		}
-	} else {
+	img, ok, err := o.openXZ(ctx, br)
+	if !ok {
 		img, err = o.unwrap(ctx, br, total, nil)
 	}
 	// A failure of the source itself (network, stdin) surfaces from a
@@ -386,20 +379,20 @@ func (o *config) spool(ctx context.Context, r io.Reader, total int64, knownDiges
 	return img, nil
 }
 
-// unwrap decodes r with convert.Unwrap (xz with the xz program, when there
-// is one: startXZ), then spools or (Options.StreamRaw, not qcow2) streams
-// the image. xzFile, when not nil, is the file r reads, at offset 0, which
-// the xz program then reads itself.
+// unwrap decodes r with convert.UnwrapWith (xz with an xzDecoder), then
+// spools or (Options.StreamRaw, not qcow2) streams the image. xzFile, when
+// not nil, is the file r reads, at offset 0, which the xz program then
+// reads itself.
 func (o *config) unwrap(ctx context.Context, r io.Reader, total int64, xzFile *os.File) (img *Image, err error) {
-	var xz *xzReader // the xz program decoding r, if one is
+	xz := o.newXZDecoder(xzFile)
 	defer func() {
-		// The program's own failure surfaces from convert as a corrupt
+		// The xz program's own failure surfaces from convert as a corrupt
 		// stream; report what actually happened.
-		if err != nil && xz != nil && xz.toolErr != nil {
-			img, err = nil, xz.toolErr
+		if toolErr := xz.toolErr(); err != nil && toolErr != nil {
+			img, err = nil, toolErr
 		}
 	}()
-	unwrapped, wrapper, err := convert.UnwrapWith(r, convert.UnwrapOptions{XZ: o.xzDecoder(&xz, xzFile)})
+	unwrapped, wrapper, err := convert.UnwrapWith(r, xz.unwrapOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -524,30 +517,6 @@ func drain(src *sourceReader, limit int64) error {
 		}
 	}
 	return nil
-}
-
-// xzDecoder is the xz decoder for convert.UnwrapOptions: the xz program
-// when there is one (startXZ), else nil for the pure-Go decoder. The
-// program reads file when it is not nil, and the stream given otherwise.
-// *started is set to the program's reader when it starts.
-func (o *config) xzDecoder(started **xzReader, file *os.File) func(io.Reader) io.ReadCloser {
-	path := xzProgram()
-	if path == "" {
-		return nil
-	}
-	return func(r io.Reader) io.ReadCloser {
-		var progress func(done, total int64) // a stream's reader reports it
-		if file != nil {
-			r, progress = file, o.Progress
-		}
-		x := startXZ(path, r, progress)
-		if x == nil {
-			o.log.Debug("xz did not start; decoding in Go", "program", path)
-			return nil
-		}
-		*started = x
-		return x
-	}
 }
 
 // sourceReader counts, hashes and reports the original bytes as they are

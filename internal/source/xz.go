@@ -2,7 +2,6 @@ package source
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,14 +12,167 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/reject"
 )
+
+// This file is the rest of the package's one way into xz decoding: spool
+// and localFile.spool offer their source to openXZ first, and unwrap gives
+// convert.UnwrapWith an xzDecoder. Behind them, xzspool.go runs the xz
+// program writing a spool, xzread.go runs it for a reader, and xzring.go
+// holds the memory file that reader reads. docs/import.md says why.
+
+// openXZ lets the xz program, when there is one, decode the xz stream br
+// straight into the spool (spoolXZ). ok is false when it does not take the
+// stream (no program, not xz, Options.StreamRaw, or a program that did not
+// start, having read nothing): the caller then decodes br with unwrap.
+func (o *config) openXZ(ctx context.Context, br *bufio.Reader) (img *Image, ok bool, err error) {
+	path := xzProgram()
+	if path == "" || !startsXZ(br) || o.StreamRaw {
+		return nil, false, nil
+	}
+	img, err = o.spoolXZ(ctx, path, br)
+	if errors.Is(err, errXZNotStarted) {
+		o.log.Debug("xz could not write the spool; decoding for a reader or in Go", "program", path, "error", err)
+		return nil, false, nil
+	}
+	return img, true, err
+}
+
+// openXZ lets the xz program, when there is one, decode the xz file l
+// itself, as `xz -dc FILE` does: into the spool (spoolXZ) or, with
+// Options.StreamRaw, for a reader (unwrap), while the file is hashed
+// alongside (decodeXZ). ok is false when it does not take the file (no
+// program, not xz, or a program that could not read the file itself): the
+// caller then reads the file as a stream.
+func (l *localFile) openXZ(ctx context.Context, o *config) (img *Image, ok bool, err error) {
+	path := xzProgram()
+	if path == "" || l.wrapper != convert.WrapperXZ {
+		return nil, false, nil
+	}
+	img, err = l.decodeXZ(ctx, o, func(in *os.File) (*Image, error) {
+		if o.StreamRaw {
+			return o.unwrap(ctx, io.NewSectionReader(in, 0, l.st.Size()), l.st.Size(), in)
+		}
+		return o.spoolXZ(ctx, path, in)
+	})
+	if errors.Is(err, errXZNotStarted) {
+		o.log.Debug("xz could not read the file itself; decoding the stream", "program", path, "error", err)
+		return nil, false, nil
+	}
+	return img, true, err
+}
+
+// decodeXZ decodes an xz file with the xz program, which reads the file
+// itself, as `xz -dc FILE` does (decode spools or streams it), while the
+// file is hashed alongside unless the digest cache knows it or nothing
+// needs it (Options.SkipDigest). The program gets a file description of its
+// own, in: opened through /proc/self/fd, so it is the very file opened,
+// whatever its path names now; hashing moves l.f's offset.
+func (l *localFile) decodeXZ(ctx context.Context, o *config, decode func(in *os.File) (*Image, error)) (*Image, error) {
+	size := l.st.Size()
+	if size > o.maxSize {
+		return nil, &reject.Error{
+			Reason: reject.Wrapper,
+			Detail: fmt.Sprintf("the compressed image exceeds %d bytes", o.maxSize),
+		}
+	}
+	in, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", l.f.Fd()))
+	if err != nil {
+		return nil, fmt.Errorf("reopening: %w", err)
+	}
+	defer in.Close()
+	hctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type hashed struct {
+		digest string
+		err    error
+	}
+	digest := make(chan hashed, 1)
+	switch {
+	case l.cached != nil:
+		digest <- hashed{digest: *l.cached}
+	case o.SkipDigest && o.checksum == "":
+		digest <- hashed{} // nothing needs it
+	default:
+		go func() {
+			d, err := hashFile(hctx, l.f, size, nil)
+			digest <- hashed{d, err}
+		}()
+	}
+	img, err := decode(in)
+	if err != nil {
+		cancel()
+		<-digest
+		return nil, err
+	}
+	h := <-digest
+	if h.err != nil {
+		img.Close()
+		return nil, h.err
+	}
+	img.Digest, img.OriginalSize = h.digest, size
+	if err := o.verify(img.Digest); err != nil {
+		img.Close()
+		return nil, err
+	}
+	if l.cached == nil && img.Digest != "" {
+		l.remember(img.Digest)
+	}
+	o.log.Debug("opened xz file", "bytes", img.Size, "original_bytes", size, "digest", img.Digest)
+	return img, nil
+}
+
+// xzDecoder is the xz decoder unwrap gives convert.UnwrapWith: the xz
+// program when there is one (startXZ), else the pure-Go decoder. The
+// program reads file when it is not nil, and the stream given otherwise.
+type xzDecoder struct {
+	o       *config
+	path    string    // the program, or "" for the pure-Go decoder
+	file    *os.File  // what the program reads, or nil for the stream
+	started *xzReader // the program's output, once it has started
+}
+
+// newXZDecoder returns the xz decoder for one call of unwrap.
+func (o *config) newXZDecoder(file *os.File) *xzDecoder {
+	return &xzDecoder{o: o, path: xzProgram(), file: file}
+}
+
+// unwrapOptions are the options of convert.UnwrapWith that decode xz with d.
+func (d *xzDecoder) unwrapOptions() convert.UnwrapOptions {
+	if d.path == "" {
+		return convert.UnwrapOptions{}
+	}
+	return convert.UnwrapOptions{XZ: d.start}
+}
+
+// start starts the program on r, or on d.file, and returns its output; nil,
+// having read nothing, when it does not start, and convert decodes r itself.
+func (d *xzDecoder) start(r io.Reader) io.ReadCloser {
+	var progress func(done, total int64) // a stream's reader reports it
+	if d.file != nil {
+		r, progress = d.file, d.o.Progress
+	}
+	x := startXZ(d.path, r, progress)
+	if x == nil {
+		d.o.log.Debug("xz did not start; decoding in Go", "program", d.path)
+		return nil
+	}
+	d.started = x
+	return x
+}
+
+// toolErr is the program's failure for a reason of its own (it was killed,
+// e.g. by the OOM killer), which convert reports as a corrupt stream; nil
+// when the program did not fail so, or did not run.
+func (d *xzDecoder) toolErr() error {
+	if d.started == nil {
+		return nil
+	}
+	return d.started.toolErr
+}
 
 // xzProgram finds the xz program that decodes xz sources: "xz" in PATH
 // when it is XZ Utils 5.2 or later, or "" when there is none and the
@@ -58,10 +210,6 @@ func xzUtilsVersionOK(out string) bool {
 	return major > 5 || major == 5 && minor >= 2
 }
 
-// xzStderrMax is how much of xz's standard error is kept for the message of
-// a failure: its first lines say what went wrong.
-const xzStderrMax = 4 << 10
-
 // xzEnv is env without the variables through which xz takes options.
 func xzEnv(env []string) []string {
 	out := make([]string, 0, len(env)+1)
@@ -79,358 +227,3 @@ func startsXZ(r *bufio.Reader) bool {
 	head, _ := r.Peek(8)
 	return convert.DetectWrapper(head) == convert.WrapperXZ
 }
-
-// xzSpaceLook is how often spoolXZ looks at the free space of the temporary
-// directory while the xz program writes the spool. xz writes at most a few
-// GB/s (zeros cost nothing, being holes), so SpoolMargin absorbs what it
-// writes between two looks.
-const xzSpaceLook = 10 * time.Millisecond
-
-// spoolXZ decodes the xz stream r with the xz program at path straight into
-// a sparse temporary file, the spool: about as fast as `xz -dc > FILE`, since
-// the decompressed bytes never cross a pipe (through a pipe, the program
-// spends more time writing than decoding zeros), and faster than `xz -dc` on
-// multi-block files, which it decodes with a thread per core. A stream r is
-// fed to the program through a pipe, so its bytes pass the hasher as any
-// source's do; a local *os.File r at offset 0 is the program's standard
-// input itself, read as `xz -dc FILE` reads it, and Options.Progress follows
-// the program's position in it (the caller hashes the file alongside).
-//
-// The bounds on untrusted input are those of any spool:
-//   - MaxSize and MaxSpool: the program runs under a file size limit
-//     (RLIMIT_FSIZE) of the smaller of the two, so the kernel stops a
-//     decompression bomb at the cap, holes included;
-//   - free space: looked at every xzSpaceLook, and the program is stopped
-//     once less than SpoolMargin plus spaceCheckInterval stays free;
-//   - memory: the program's is bounded by the stream's dictionary size
-//     (64 MiB for xz -9, at most 1.5 GiB for a hostile stream, as with the
-//     Go decoder); its multi-threaded decoder falls back to one thread rather
-//     than pass xz's default memory limit for threads.
-//
-// XZ_DEFAULTS and XZ_OPT are cleared, so the user's settings for compression
-// cannot change decoding. The spool then gets holes for its 4 KiB blocks of
-// zeros (punchZeroBlocks), as convert.Spool leaves them, so the image is the
-// same whichever decoder made it.
-func (o *config) spoolXZ(ctx context.Context, path string, r io.Reader) (*Image, error) {
-	dir := o.tempDir()
-	avail, err := o.freeSpace(dir)
-	if err != nil {
-		return nil, err
-	}
-	if avail-SpoolMargin < spaceCheckInterval {
-		return nil, &SpaceError{Dir: dir, Need: -1, Available: avail}
-	}
-	f, temp, err := createTemp(o.TempDir)
-	if err != nil {
-		return nil, err
-	}
-	img := &Image{ReaderAt: f, Wrapper: convert.WrapperXZ, file: f, temp: temp}
-	if img.Size, err = o.runXZ(ctx, path, r, f); err != nil {
-		img.Close()
-		return nil, err
-	}
-	if err := punchZeroBlocks(f, img.Size); err != nil {
-		img.Close()
-		return nil, fmt.Errorf("spooling the decompressed image: %w", err)
-	}
-	var head [8]byte
-	n, _ := f.ReadAt(head[:], 0)
-	if nested := convert.DetectWrapper(head[:n]); nested != convert.WrapperNone {
-		img.Close()
-		return nil, reject.New(reject.Wrapper, "the xz stream holds another %s stream; decompress it once before uploading", nested)
-	}
-	return img, nil
-}
-
-// errXZNotStarted is runXZ's error when the program did not start or could
-// not be limited, having read nothing: another decoder can still take the
-// stream.
-var errXZNotStarted = errors.New("the xz program did not start")
-
-// runXZ runs the xz program at path with r as its input and the empty file
-// spool as its output, and returns the decompressed size. An *os.File r is
-// the program's standard input itself; any other r is fed to it through a
-// pipe.
-func (o *config) runXZ(ctx context.Context, path string, r io.Reader, spool *os.File) (int64, error) {
-	limit := min(o.maxSize, o.maxSpool)
-	cmd := exec.Command(path, "--decompress", "--stdout", "--threads=0")
-	cmd.Env = xzEnv(os.Environ())
-	cmd.Stdout = spool
-	var stderr cappedBuffer
-	cmd.Stderr = &stderr
-	file, direct := r.(*os.File)
-	var stdin io.WriteCloser
-	progressTotal := int64(-1)
-	if direct {
-		cmd.Stdin = file
-		if st, err := file.Stat(); err == nil {
-			progressTotal = st.Size()
-		}
-	} else {
-		var err error
-		if stdin, err = cmd.StdinPipe(); err != nil {
-			return 0, fmt.Errorf("starting xz: %w", err)
-		}
-	}
-	if err := cmd.Start(); err != nil {
-		if stdin != nil {
-			stdin.Close()
-		}
-		return 0, fmt.Errorf("%w: %w", errXZNotStarted, err)
-	}
-	// The limits are set before a piped program has any input, so before
-	// it can write a byte. A program reading a file directly could in
-	// theory write a buffer or two in the microseconds before; the kernel
-	// stops every later write past the cap whatever came before, and the
-	// size is checked again at the end. No core file when the limit stops
-	// the program.
-	pid := cmd.Process.Pid
-	if err := limitXZ(pid, limit); err != nil {
-		// E.g. a user's own hard limit below the cap, which only root may
-		// raise. The program has read nothing yet: startXZ, whose reader
-		// counts the cap itself, takes the stream.
-		_ = cmd.Process.Kill()
-		if stdin != nil {
-			stdin.Close()
-		}
-		_ = cmd.Wait()
-		return 0, fmt.Errorf("%w: limiting its file size: %w", errXZNotStarted, err)
-	}
-
-	// Feed the compressed bytes, at most MaxSize of them (spool's drain
-	// tells a longer source apart).
-	fed := make(chan error, 1)
-	if direct {
-		fed <- nil
-	} else {
-		go func() {
-			src := &readErrReader{r: io.LimitReader(r, o.maxSize+1)}
-			_, _ = io.Copy(stdin, src) // a failed write means the program has gone, which Wait tells about
-			stdin.Close()
-			fed <- src.err
-		}()
-	}
-
-	// Watch the free space and the context while the program writes.
-	var stopped error // why the watch stopped the program; read after done is closed
-	done, watched := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(watched)
-		tick := time.NewTicker(xzSpaceLook)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				stopped = ctx.Err()
-			case <-tick.C:
-				if direct && o.Progress != nil {
-					if pos, ok := inputPosition(pid); ok {
-						o.Progress(pos, progressTotal)
-					}
-				}
-				avail, err := o.freeSpace(o.tempDir())
-				switch {
-				case err != nil:
-					stopped = err
-				case avail-SpoolMargin < spaceCheckInterval:
-					var st unix.Stat_t
-					_ = unix.Fstat(int(spool.Fd()), &st)
-					stopped = &SpaceError{Dir: o.tempDir(), Need: -1, Spooled: st.Blocks * 512, Available: avail}
-				default:
-					continue
-				}
-			}
-			_ = cmd.Process.Kill()
-			return
-		}
-	}()
-	werr := cmd.Wait()
-	close(done)
-	<-watched
-	feedErr := <-fed
-
-	switch {
-	case stopped != nil:
-		return 0, stopped
-	case feedErr != nil:
-		// The source failed; whatever xz made of its bytes so far, the
-		// image is not complete.
-		return 0, fmt.Errorf("reading the xz stream: %w", feedErr)
-	case werr != nil:
-		return 0, o.xzFailure(werr, stderr.String())
-	}
-	st, err := spool.Stat()
-	if err != nil {
-		return 0, fmt.Errorf("spooling the decompressed image: %w", err)
-	}
-	if st.Size() > limit {
-		return 0, o.capError()
-	}
-	if direct && o.Progress != nil {
-		o.Progress(progressTotal, progressTotal) // the program read it all
-	}
-	return st.Size(), nil
-}
-
-// limitXZ sets the file size limit of the xz program pid to limit bytes,
-// and its core file limit to 0; tests replace it.
-var limitXZ = func(pid int, limit int64) error {
-	err := unix.Prlimit(pid, unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: uint64(limit), Max: uint64(limit)}, nil)
-	if err == nil {
-		err = unix.Prlimit(pid, unix.RLIMIT_CORE, &unix.Rlimit{}, nil)
-	}
-	return err
-}
-
-// inputPosition reads the position of process pid in its standard input
-// from /proc.
-func inputPosition(pid int) (int64, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/0", pid))
-	if err != nil {
-		return 0, false
-	}
-	for line := range strings.Lines(string(b)) {
-		if v, ok := strings.CutPrefix(line, "pos:"); ok {
-			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			return n, err == nil
-		}
-	}
-	return 0, false
-}
-
-// xzFailure is the error of an xz run that ended with werr, having printed
-// stderr.
-func (o *config) xzFailure(werr error, stderr string) error {
-	var ee *exec.ExitError
-	if errors.As(werr, &ee) {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGXFSZ {
-			return o.capError()
-		}
-		if ee.ExitCode() < 0 {
-			// Ended by a signal this process did not send (e.g. by the OOM
-			// killer): no verdict on the image.
-			return fmt.Errorf("the xz program stopped: %w", werr)
-		}
-	}
-	line, _, _ := strings.Cut(strings.TrimSpace(stderr), "\n")
-	// "/usr/bin/xz: (stdin): Compressed data is corrupt"
-	msg := line
-	if _, after, ok := strings.Cut(line, "(stdin): "); ok {
-		msg = after
-	}
-	switch {
-	case strings.Contains(msg, "File too large"):
-		// The file size limit, where SIGXFSZ is ignored.
-		return o.capError()
-	case strings.Contains(msg, "Unexpected end of input"):
-		return reject.New(reject.Wrapper, "the xz stream ends before its end marker (truncated)")
-	case msg == "":
-		return reject.New(reject.Wrapper, "the xz stream is corrupt: xz: %v", werr)
-	}
-	return reject.New(reject.Wrapper, "the xz stream is corrupt: xz: %s", strings.ToLower(msg[:1])+msg[1:])
-}
-
-// capError rejects an image that expands past MaxSize or MaxSpool,
-// whichever is smaller, as the spool of any other stream would.
-func (o *config) capError() error {
-	if o.maxSpool <= o.maxSize {
-		return spoolCapError(-1, o.maxSpool)
-	}
-	return o.wordCap(reject.New(reject.Wrapper, "the decompressed image exceeds %d bytes", o.maxSize), convert.WrapperXZ)
-}
-
-// punchZeroBlocks makes holes of the 4 KiB blocks of zeros (counted from
-// the start of f) that the first size bytes of f hold as data: xz leaves
-// only whole 8 KiB buffers of zeros as holes, convert.Spool every 4 KiB
-// block. A file system that cannot punch holes keeps the zeros.
-func punchZeroBlocks(f *os.File, size int64) error {
-	fd := int(f.Fd())
-	buf := make([]byte, 1<<20)
-	for pos := int64(0); pos < size; {
-		data, err := unix.Seek(fd, pos, unix.SEEK_DATA)
-		switch {
-		case errors.Is(err, unix.ENXIO): // no data after pos
-			return nil
-		case errors.Is(err, unix.EINVAL): // no SEEK_DATA here: all data
-			data = pos
-		case err != nil:
-			return fmt.Errorf("finding data: %w", err)
-		}
-		end, err := unix.Seek(fd, data, unix.SEEK_HOLE)
-		if err != nil {
-			end = size
-		}
-		data -= data % dataBlock
-		for data < min(end, size) {
-			n, err := f.ReadAt(buf[:min(int64(len(buf)), min(end, size)-data)], data)
-			if n == 0 && err != nil {
-				return fmt.Errorf("reading the spool: %w", err)
-			}
-			if err := punchZeros(fd, buf[:n], data); err != nil {
-				return nil // holes are an optimisation; keep the zeros
-			}
-			data += int64(n)
-		}
-		pos = end
-	}
-	return nil
-}
-
-// punchZeros punches a hole for each run of 4 KiB blocks of zeros of b,
-// which f holds at off (a multiple of 4 KiB).
-func punchZeros(fd int, b []byte, off int64) error {
-	run := -1 // start of the current run of zero blocks
-	flush := func(i int) error {
-		if run < 0 {
-			return nil
-		}
-		err := unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off+int64(run), int64(i-run))
-		run = -1
-		return err
-	}
-	var zero [dataBlock]byte
-	for i := 0; i < len(b); i += dataBlock {
-		blk := b[i:min(i+dataBlock, len(b))]
-		if bytes.Equal(blk, zero[:len(blk)]) {
-			if run < 0 {
-				run = i
-			}
-			continue
-		}
-		if err := flush(i); err != nil {
-			return err
-		}
-	}
-	return flush(len(b))
-}
-
-// readErrReader remembers the first error of r other than io.EOF.
-type readErrReader struct {
-	r   io.Reader
-	err error
-}
-
-func (e *readErrReader) Read(p []byte) (int, error) {
-	n, err := e.r.Read(p)
-	if err != nil && !errors.Is(err, io.EOF) && e.err == nil {
-		e.err = err
-	}
-	return n, err
-}
-
-// cappedBuffer keeps the first xzStderrMax bytes written to it. exec
-// writes to it from a goroutine of its own; read it after Wait.
-type cappedBuffer struct {
-	buf bytes.Buffer
-}
-
-func (c *cappedBuffer) Write(p []byte) (int, error) {
-	if room := xzStderrMax - c.buf.Len(); room > 0 {
-		c.buf.Write(p[:min(len(p), room)])
-	}
-	return len(p), nil
-}
-
-func (c *cappedBuffer) String() string { return c.buf.String() }

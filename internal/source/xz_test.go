@@ -587,7 +587,7 @@ func TestXZProgramReadsALocalFile(t *testing.T) {
 // TestXZProgramUnlimitable: when the xz program's file size limit cannot
 // be set (a non-root user whose own hard limit is lower than the cap), the
 // stream is decoded for a reader instead (startXZ), which counts the
-// cap itself: a file and a stream decode as before, and a bomb is still
+// cap itself: a file and a stream decode as usual, and a bomb is still
 // rejected at the cap, leaving nothing behind.
 func TestXZProgramUnlimitable(t *testing.T) {
 	source.SetXZProgram(t, needXZ(t))
