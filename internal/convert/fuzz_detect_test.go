@@ -23,6 +23,14 @@ func FuzzDetect(f *testing.F) {
 			f.Add(b)
 		}
 	}
+	// ISO 9660 is raw to every reader, unlike the formats above: alone it
+	// opens (AllowISO), beside another format's signature it must not.
+	iso := make([]byte, 36<<10)
+	copy(iso[0x8001:], "CD001")
+	f.Add(iso)
+	polyglot := bytes.Clone(iso)
+	copy(polyglot[len(polyglot)-512:], "conectix")
+	f.Add(polyglot)
 	f.Add(make([]byte, 1024))
 	f.Add([]byte("createType=\"monolithicFlat\""))
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -235,24 +236,37 @@ func FuzzTableSharing(f *testing.F) {
 		f.Add(s.l1, s.l2, s.recipe, s.zstd)
 	}
 	f.Fuzz(func(t *testing.T, l1, l2, recipe []byte, useZstd bool) {
-		if len(l1) > shareTables || len(l2) > 4*48 || len(recipe) > 2*32 {
-			return
+		if img, ok := sharingInput(l1, l2, recipe, useZstd); ok {
+			fuzzCheck(t, img)
 		}
-		checkImage(t, sharingImage(l1, l2, recipe, useZstd))
 	})
+}
+
+// sharingInput is the image of a FuzzTableSharing input, false for an
+// input too long to fuzz.
+func sharingInput(l1, l2, recipe []byte, useZstd bool) ([]byte, bool) {
+	if len(l1) > shareTables || len(l2) > 4*48 || len(recipe) > 2*32 {
+		return nil, false
+	}
+	return sharingImage(l1, l2, recipe, useZstd), true
 }
 
 type sharingSeed struct {
 	l1, l2, recipe []byte
 	zstd           bool
+	// want is the rejection, "" for the valid image; detail a piece of
+	// its text that tells the case from others of the same reason.
+	want   reject.Reason
+	detail string
 }
 
 // sharingSeeds are, for each codec, a valid image (a data cluster, two
 // byte-packed compressed clusters and a zero cluster behind every table)
 // and, from it, the sharing the engine must refuse: a table twice, a data
 // cluster twice, a compressed start twice, a data cluster on a table, the
-// next start inside a stream, and descriptors on a chain of empty prefixes
-// of one stream.
+// next start inside a stream, a table on the refcount table, a compressed
+// start inside a data cluster, and descriptors on a chain of empty
+// prefixes of one stream.
 func sharingSeeds(tb testing.TB) []sharingSeed {
 	var seeds []sharingSeed
 	for _, useZstd := range []bool{false, true} {
@@ -286,22 +300,34 @@ func sharingSeeds(tb testing.TB) []sharingSeed {
 			entry(first+3, 2, 0) // a zero cluster
 		}
 		l1 := []byte{shareTableAt, shareTableAt + 1, shareTableAt + 2, shareTableAt + 3}
-		seeds = append(seeds, sharingSeed{l1, l2, recipe, useZstd})
+		seeds = append(seeds, sharingSeed{l1: l1, l2: l2, recipe: recipe, zstd: useZstd})
 		// The same, with the sharing the rule forbids. Entry items: 0 is
 		// the first table's data cluster, 1 and 2 its compressed clusters,
 		// 4 the second table's data cluster.
-		clone := func(edit func(l1, l2 []byte)) {
+		clone := func(want reject.Reason, detail string, edit func(l1, l2 []byte)) {
 			a, b := bytes.Clone(l1), bytes.Clone(l2)
 			edit(a, b)
-			seeds = append(seeds, sharingSeed{a, b, recipe, useZstd})
+			seeds = append(seeds, sharingSeed{a, b, recipe, useZstd, want, detail})
 		}
-		clone(func(l1, _ []byte) { l1[1] = l1[0] })                              // one table twice
-		clone(func(_, l2 []byte) { copy(l2[4*4+1:4*4+4], l2[1:4]) })             // one data cluster twice
-		clone(func(_, l2 []byte) { copy(l2[2*4+1:2*4+4], l2[5:8]) })             // one compressed start twice
-		clone(func(_, l2 []byte) { l2[1], l2[2], l2[3] = 1, shareTableAt+2, 0 }) // data on a table
-		clone(func(_, l2 []byte) {                                               // the next start inside a stream
+		// One table twice.
+		clone(reject.SharedL2Table, "already used as an L2 table", func(l1, _ []byte) { l1[1] = l1[0] })
+		// One data cluster twice.
+		clone(reject.SharedCluster, "already used as a data cluster", func(_, l2 []byte) { copy(l2[4*4+1:4*4+4], l2[1:4]) })
+		// One compressed start twice.
+		clone(reject.SharedCluster, "two compressed clusters start", func(_, l2 []byte) { copy(l2[2*4+1:2*4+4], l2[5:8]) })
+		// Data on a table.
+		clone(reject.MetadataOverlap, "already used as a data cluster", func(_, l2 []byte) { l2[1], l2[2], l2[3] = 1, shareTableAt+2, 0 })
+		// The next start inside a stream.
+		clone(reject.SharedCluster, "runs into the compressed cluster", func(_, l2 []byte) {
 			v := int(l2[6]) | int(l2[7])<<8 + 1
 			l2[10], l2[11] = byte(v), byte(v>>8)
+		})
+		// A table on the refcount table (cluster 2).
+		clone(reject.MetadataOverlap, "qcow2 metadata", func(l1, _ []byte) { l1[1] = 2 })
+		// A compressed start inside the first data cluster.
+		clone(reject.SharedCluster, "lies on a data cluster", func(_, l2 []byte) {
+			v := (int(l2[2])|int(l2[3])<<8)*shareCS + 1
+			l2[5], l2[6], l2[7] = 3, byte(v), byte(v>>8)
 		})
 		// Three descriptors on a chain of empty prefixes before one stream:
 		// each alone decodes the same cluster.
@@ -312,6 +338,8 @@ func sharingSeeds(tb testing.TB) []sharingSeed {
 			l2:     []byte{0, 3, byte(start), byte(start >> 8), 1, 3, byte(start + p), byte((start + p) >> 8), 2, 3, byte(start + 2*p), byte((start + 2*p) >> 8)},
 			recipe: []byte{3, 128, 3, 128, 1, 7},
 			zstd:   useZstd,
+			want:   reject.SharedCluster,
+			detail: "runs into the compressed cluster",
 		})
 	}
 	return seeds
@@ -349,20 +377,19 @@ func TestWriteFuzzSeeds(t *testing.T) {
 }
 
 // TestTableSharingSeeds checks the seeds mean what they say: the first of
-// each codec is accepted, the others rejected for sharing; and that
-// checkImage holds on all of them.
+// each codec is accepted, each other one rejected for its own sharing; and
+// that checkImage holds on all of them.
 func TestTableSharingSeeds(t *testing.T) {
 	for i, s := range sharingSeeds(t) {
 		img, _, err := openBytes(t, sharingImage(s.l1, s.l2, s.recipe, s.zstd), OpenOptions{})
 		if err == nil {
 			_, err = img.Verify(t.Context())
 		}
-		valid := i%7 == 0
 		switch re := reject.As(err); {
-		case valid && err != nil:
+		case s.want == "" && err != nil:
 			t.Errorf("seed %d: %v", i, err)
-		case !valid && (re == nil || (re.Reason != reject.SharedCluster && re.Reason != reject.SharedL2Table && re.Reason != reject.MetadataOverlap)):
-			t.Errorf("seed %d: %v, want a sharing rejection", i, err)
+		case s.want != "" && (re == nil || re.Reason != s.want || !strings.Contains(re.Detail, s.detail)):
+			t.Errorf("seed %d: %v, want %s saying %q", i, err, s.want, s.detail)
 		}
 		checkImage(t, sharingImage(s.l1, s.l2, s.recipe, s.zstd))
 	}

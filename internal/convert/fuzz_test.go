@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"math/rand/v2"
 	"os"
 	"testing"
 
@@ -41,7 +42,10 @@ var fuzzOptions = Options{ClusterSize: 4096, Concurrency: 2}
 //   - work and output are bounded by the file: Verify reads at most twice
 //     its size, Write at most once, and the guest data is at most
 //     maxExpansion+1 bytes per byte of file.
-func checkImage(t *testing.T, data []byte) {
+//
+// For an accepted image it returns what it wrote (for checkWithQEMU), nil
+// otherwise.
+func checkImage(t *testing.T, data []byte) *converted {
 	ctx := context.Background()
 	opts := OpenOptions{MaxVirtualSize: fuzzMaxVirtual}
 	img, rc, err := openBytes(t, data, opts)
@@ -49,7 +53,7 @@ func checkImage(t *testing.T, data []byte) {
 		if reject.As(err) == nil {
 			t.Fatalf("Open returned a non-rejection error: %v", err)
 		}
-		return
+		return nil
 	}
 	size := int64(len(data))
 	rc.n.Store(0)
@@ -76,7 +80,7 @@ func checkImage(t *testing.T, data []byte) {
 		if got := reject.As(werr); got == nil || *got != *re {
 			t.Fatalf("WriteFile's verdict %v differs from Verify's %v", werr, verr)
 		}
-		return
+		return nil
 	}
 	info := img.Info()
 	if info.Format == FormatQCOW2 {
@@ -114,6 +118,11 @@ func checkImage(t *testing.T, data []byte) {
 	if st, err := f.Stat(); err != nil || st.Size() != n {
 		t.Fatalf("WriteFile said %d bytes, the file has %v (%v)", n, st.Size(), err)
 	}
+	fileOut := make([]byte, n)
+	if _, err := f.ReadAt(fileOut, 0); err != nil {
+		t.Fatal(err)
+	}
+	out := &converted{input: data, format: info.Format, qcow2: qcowOut, file: fileOut, raw: rawOut}
 	back, _, err := openBytes(t, qcowOut, OpenOptions{MaxVirtualSize: fuzzMaxVirtual})
 	if err != nil {
 		t.Fatalf("the qcow2 output does not open: %v", err)
@@ -125,11 +134,12 @@ func checkImage(t *testing.T, data []byte) {
 		if again := back.checkRawOutput(ctx); again == nil || again.Error() != ambiguous.Error() {
 			t.Fatalf("raw output of the input is refused (%v) but of its qcow2 copy: %v", ambiguous, again)
 		}
-		return
+		return out
 	}
 	if !bytes.Equal(convertChecked(t, back, nil, Options{To: FormatRaw}, 0), rawOut) {
 		t.Fatal("the qcow2 output reads back differently from the raw output")
 	}
+	return out
 }
 
 // fuzzOut is one output file per fuzzing process, unlinked at once so
@@ -185,19 +195,27 @@ func convertChecked(t *testing.T, img *Image, rc *readCounter, opts Options, fil
 }
 
 // FuzzOpen feeds whole files to the engine. Seeds: testdata/fuzz/FuzzOpen
-// (heads of the hostile corpus, see test/hostile) and small valid images.
+// (heads of the hostile corpus, see test/hostile, and whole images QEMU
+// made, see qemuSeeds) and small valid images.
 func FuzzOpen(f *testing.F) {
 	for _, seed := range validSeeds(f) {
 		f.Add(seed)
 	}
-	f.Fuzz(func(t *testing.T, data []byte) { checkImage(t, data) })
+	f.Fuzz(func(t *testing.T, data []byte) { fuzzCheck(t, data) })
 }
 
 // FuzzQCOW2Header checks that header parsing never panics and that what it
-// accepts satisfies the invariants the reader relies on.
+// accepts satisfies the invariants the reader relies on. Seeds: the heads
+// of validSeeds (this package's header, and a raw disk), and the header
+// clusters QEMU wrote for the qemu-* FuzzOpen seeds (versions 2 and 3,
+// feature-name extensions, zstd).
 func FuzzQCOW2Header(f *testing.F) {
 	for _, seed := range validSeeds(f) {
 		f.Add(seed[:min(len(seed), 128)], int64(len(seed))) // the header and its end-of-extensions mark
+	}
+	heads, sizes := qemuSeedHeads(f)
+	for i, head := range heads {
+		f.Add(head, sizes[i])
 	}
 	f.Fuzz(func(t *testing.T, head []byte, fileSize int64) {
 		if len(head) > 1024 {
@@ -248,34 +266,105 @@ func FuzzL2Table(f *testing.F) {
 		f.Add(s.l2, s.comp, s.zstd)
 	}
 	f.Fuzz(func(t *testing.T, l2, comp []byte, zstd bool) {
-		if len(l2) > 512 || len(comp) > 1024 {
-			return
+		if img, ok := l2TableImage(l2, comp, zstd); ok {
+			fuzzCheck(t, img)
 		}
-		checkImage(t, tinyQCOW2(l2, comp, zstd))
 	})
+}
+
+// l2TableImage is the image of a FuzzL2Table input, false for an input
+// too long to fuzz.
+func l2TableImage(l2, comp []byte, zstd bool) ([]byte, bool) {
+	if len(l2) > 512 || len(comp) > 1024 {
+		return nil, false
+	}
+	return tinyQCOW2(l2, comp, zstd), true
 }
 
 type l2Seed struct {
 	l2, comp []byte
 	zstd     bool
+	want     reject.Reason // "" for an accepted image
+	stored   int64         // the guest bytes qcow2 output stores at fuzzOptions
 }
 
-// l2Seeds are the FuzzL2Table seeds: a data, a zero and a compressed
-// cluster with each codec, a compressed cluster of zeros, and the same
-// descriptor twice.
+// l2Seeds are the FuzzL2Table seeds, each reaching a case of its own:
+//
+//   - a data, a zero and a compressed cluster, once with each codec;
+//   - a cluster of zeros and one of ones compressed into 8 bytes at the
+//     end of a sector, small enough that Plan's zero scan decompresses
+//     them (compressedScanRatio): one is stored, the other is not;
+//   - an incompressible cluster, whose stream spans two sectors;
+//   - entries as an image with snapshots has them: a data cluster without
+//     the COPIED flag, and a zero-flagged entry that keeps the offset of
+//     a cluster of non-zero bytes (it reads as zeros);
+//   - the same descriptor twice, rejected.
 func l2Seeds(tb testing.TB) []l2Seed {
-	l2 := make([]byte, 24)
-	binary.BigEndian.PutUint64(l2[0:], entryCopied|4*512) // the data cluster
-	binary.BigEndian.PutUint64(l2[8:], entryZero)         // a zero cluster
-	// A compressed cluster at the start of the fuzzed bytes, two sectors.
-	binary.BigEndian.PutUint64(l2[16:], entryCompressed|1<<(62-(9-8))|5*512)
-	twice := append(bytes.Clone(l2), l2[16:]...)
-	pattern := bytes.Repeat([]byte("ab"), 256)
-	return []l2Seed{
-		{l2, compressCluster(tb, pattern, false), false},
-		{l2, compressCluster(tb, pattern, true), true},
-		{l2, compressCluster(tb, make([]byte, 512), true), true},
-		{twice, compressCluster(tb, pattern, false), false},
+	const cs, comp = 512, 5 * 512 // tinyQCOW2's cluster size and first fuzzed byte
+	// compressed is the descriptor of n stream bytes at host, with the
+	// sector count QEMU writes.
+	compressed := func(host, n int) uint64 {
+		return entryCompressed | uint64((host+n-1)/512-host/512)<<(62-(9-8)) | uint64(host)
+	}
+	table := func(entries ...uint64) []byte {
+		l2 := make([]byte, 8*len(entries))
+		for i, e := range entries {
+			binary.BigEndian.PutUint64(l2[8*i:], e)
+		}
+		return l2
+	}
+	pattern := bytes.Repeat([]byte("ab"), cs/2)
+	var seeds []l2Seed
+	for _, useZstd := range []bool{false, true} {
+		stream := compressCluster(tb, pattern, useZstd)
+		seeds = append(seeds, l2Seed{table(entryCopied|4*cs, entryZero, compressed(comp, len(stream))), stream, useZstd, "", 4096})
+	}
+	for _, fill := range []byte{0, 1} {
+		stream := compressCluster(tb, bytes.Repeat([]byte{fill}, cs), false)
+		if len(stream) > cs/compressedScanRatio {
+			tb.Fatalf("a cluster of %#x compresses into %d bytes; the zero scan decompresses at most %d", fill, len(stream), cs/compressedScanRatio)
+		}
+		pad := cs - len(stream) // ends the stream with its sector
+		seeds = append(seeds, l2Seed{table(0, compressed(comp+pad, len(stream))), append(bytes.Repeat([]byte{0xee}, pad), stream...), false, "", int64(fill) * 4096})
+	}
+	noise := make([]byte, cs)
+	rng := rand.New(rand.NewPCG(5, 12))
+	for i := range noise {
+		noise[i] = byte(rng.Uint32())
+	}
+	stream := compressCluster(tb, noise, false)
+	seeds = append(seeds, l2Seed{table(0, 0, compressed(comp, len(stream))), stream, false, "", 4096})
+	stream = compressCluster(tb, pattern, false)
+	seeds = append(seeds,
+		l2Seed{table(4*cs, entryZero|4*cs), nil, false, "", 4096},
+		l2Seed{table(0, compressed(comp, len(stream)), compressed(comp, len(stream))), stream, false, reject.SharedCluster, 0},
+	)
+	return seeds
+}
+
+// TestL2TableSeeds checks the FuzzL2Table seeds mean what l2Seeds says:
+// the verdict, and for accepted ones what qcow2 output stores.
+func TestL2TableSeeds(t *testing.T) {
+	for i, s := range l2Seeds(t) {
+		b, ok := l2TableImage(s.l2, s.comp, s.zstd)
+		if !ok {
+			t.Fatalf("seed %d is too long for FuzzL2Table", i)
+		}
+		img, _, err := openBytes(t, b, OpenOptions{})
+		var p *Plan
+		if err == nil {
+			p, err = img.Plan(t.Context(), fuzzOptions)
+		}
+		if re := reject.As(err); (s.want == "" && err != nil) || (s.want != "" && (re == nil || re.Reason != s.want)) {
+			t.Errorf("seed %d: %v, want %q", i, err, s.want)
+			continue
+		}
+		if p == nil {
+			continue
+		}
+		if n, _ := p.DataBytes(); n != s.stored {
+			t.Errorf("seed %d: qcow2 output stores %d guest bytes, want %d", i, n, s.stored)
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"os"
 	"testing"
 
@@ -30,6 +31,9 @@ const fuzzSpoolLimit = 256 << 10
 //     exactly the bytes the stream gave;
 //   - bytes without a wrapper, wrapped with gzip, zstd or xz, unwrap to
 //     themselves under that wrapper.
+//
+// The seeds reach each case: each wrapper whole and cut short, bzip2, a
+// wrapper inside another, no wrapper, and a stream past the spool cap.
 func FuzzUnwrap(f *testing.F) {
 	f.Add([]byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff})
 	f.Add(compressCluster(f, []byte("QFI\xfb"), true))
@@ -43,6 +47,34 @@ func FuzzUnwrap(f *testing.F) {
 	f.Add(zenc.EncodeAll(bytes.Repeat([]byte{7}, 1<<20), nil)) // expands past the cap
 	var gz bytes.Buffer
 	gw, _ := gzip.NewWriterLevel(&gz, gzip.BestSpeed)
+	gzipped := func(b []byte) []byte {
+		var buf bytes.Buffer
+		w, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+		w.Write(b)
+		w.Close()
+		return buf.Bytes()
+	}
+	// Whole gzip and xz streams, which unwrap and spool; one wrapper
+	// inside another; and a gzip stream cut in its middle, whose head
+	// unwraps but whose Spool must fail.
+	disk := bytes.Repeat([]byte("imagepipe disk "), 300)
+	f.Add(gzipped(disk))
+	var xzd bytes.Buffer
+	xw, err := xz.WriterConfig{DictCap: 4096, BufSize: 4096}.NewWriter(&xzd)
+	if err != nil {
+		f.Fatal(err)
+	}
+	xw.Write(disk)
+	xw.Close()
+	f.Add(xzd.Bytes())
+	f.Add(gzipped(zenc.EncodeAll(disk, nil)))
+	noise := make([]byte, 16<<10)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range noise {
+		noise[i] = byte(rng.Uint32())
+	}
+	cut := gzipped(noise)
+	f.Add(cut[:len(cut)/2])
 	spool, err := os.CreateTemp(f.TempDir(), "spool")
 	if err != nil {
 		f.Fatal(err)

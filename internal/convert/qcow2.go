@@ -310,12 +310,14 @@ func (h *qcowHeader) parseExtensions(head []byte) error {
 	for off+8 <= end {
 		typ := be.Uint32(head[off:])
 		length := int64(be.Uint32(head[off+4:]))
-		if typ == extEnd {
-			return nil
-		}
+		// The length first, even the end mark's: QEMU refuses to open the
+		// image otherwise.
 		dataEnd := off + 8 + length
 		if dataEnd > h.clusterSize() {
 			return reject.New(reject.HeaderExtension, "header extension %#x at offset %d claims %d bytes, past the end of the first cluster", typ, off, length)
+		}
+		if typ == extEnd {
+			return nil
 		}
 		switch typ {
 		case extBackingFormat:
