@@ -114,7 +114,10 @@ func FuzzUnwrap(f *testing.F) {
 		gw.Write(data)
 		gw.Close()
 		var xzb bytes.Buffer
-		xw, err := xz.WriterConfig{DictCap: 4096, BufSize: 4096}.NewWriter(&xzb)
+		// A buffer no larger than the dictionary makes ulikunitz/xz write
+		// streams that neither it nor XZ Utils can read (seed
+		// xz-writer-small-buffer).
+		xw, err := xz.WriterConfig{DictCap: 4096, BufSize: 64 << 10}.NewWriter(&xzb)
 		if err != nil {
 			t.Fatal(err)
 		}
