@@ -60,6 +60,19 @@ func FuzzDiskEntry(f *testing.F) {
 	f.Fuzz(checkDiskEntry)
 }
 
+// paxBeyondSizeAndTimes reports whether h carries a PAX record other than
+// the size and the times, which a containerDisk's entries may not.
+func paxBeyondSizeAndTimes(h *tar.Header) bool {
+	for k := range h.PAXRecords {
+		switch k {
+		case "size", "mtime", "atime", "ctime":
+		default:
+			return true
+		}
+	}
+	return false
+}
+
 // checkDiskEntry is FuzzDiskEntry's check of one input.
 func checkDiskEntry(t *testing.T, dirName string, dirType byte, fileName string, fileType byte, uid, gid int, mode, size int64, data, raw []byte) {
 	{
@@ -95,6 +108,8 @@ func checkDiskEntry(t *testing.T, dirName string, dirType byte, fileName string,
 			want = reject.TarEntry
 		case file == nil || file.Name != api.DiskPath || file.Typeflag != tar.TypeReg:
 			want = reject.TarEntry
+		case paxBeyondSizeAndTimes(file):
+			want = reject.TarEntry // a negative or huge uid, say, is a PAX record
 		case file.Uid != api.DiskUID || file.Gid != api.DiskGID:
 			want = reject.DiskOwner
 		case file.Mode&0o7777 != 0o444:
