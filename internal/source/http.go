@@ -154,13 +154,14 @@ func acceptsRanges(h http.Header) bool {
 // nor a Last-Modified: nothing would tell a changed object apart.
 func httpReopen(client *http.Client, first *http.Response) reopenFunc {
 	finalURL := first.Request.URL.String()
-	validator := first.Header.Get("ETag")
+	validator, field := first.Header.Get("ETag"), "ETag"
 	if validator == "" || strings.HasPrefix(validator, "W/") {
-		validator = first.Header.Get("Last-Modified")
+		validator, field = first.Header.Get("Last-Modified"), "Last-Modified"
 	}
 	if validator == "" {
 		return nil
 	}
+	total := first.ContentLength
 	return func(ctx context.Context, off int64) (io.ReadCloser, bool, error) {
 		h := http.Header{}
 		h.Set("Range", "bytes="+strconv.FormatInt(off, 10)+"-")
@@ -176,6 +177,12 @@ func httpReopen(client *http.Client, first *http.Response) reopenFunc {
 				resp.Body.Close()
 				return nil, true, fmt.Errorf("the server answered range %q for bytes from %d", resp.Header.Get("Content-Range"), off)
 			}
+			// A server that ignores If-Range still names the version its
+			// range comes from (RFC 9110, 15.3.7).
+			if got := resp.Header.Get(field); (got != "" && got != validator) || !rangeOfSize(resp.Header.Get("Content-Range"), total) {
+				resp.Body.Close()
+				return nil, true, fmt.Errorf("the object has changed since the download began: the rest came as %s %q, range %q", field, got, resp.Header.Get("Content-Range"))
+			}
 			return resp.Body, false, nil
 		case resp.StatusCode == http.StatusOK:
 			resp.Body.Close()
@@ -186,6 +193,17 @@ func httpReopen(client *http.Client, first *http.Response) reopenFunc {
 			return nil, permanent, fmt.Errorf("the server answered %s to a range request", resp.Status)
 		}
 	}
+}
+
+// rangeOfSize reports whether the Content-Range v, "bytes START-END/SIZE",
+// is of an object of total bytes; true when either is unknown.
+func rangeOfSize(v string, total int64) bool {
+	_, size, ok := strings.Cut(v, "/")
+	if !ok || size == "*" || total < 0 {
+		return true
+	}
+	n, err := strconv.ParseInt(size, 10, 64)
+	return err != nil || n == total
 }
 
 // contentRangeStart parses the first byte of "bytes START-END/SIZE".

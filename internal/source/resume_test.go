@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,6 +58,9 @@ type version struct {
 // It records the If-Range header of every range request.
 type changingObject struct {
 	old, new version
+	// ignoresIfRange serves ranges of the new version whatever If-Range
+	// says, as some servers and caches do.
+	ignoresIfRange bool
 
 	mu      sync.Mutex
 	cut     bool
@@ -88,7 +92,40 @@ func (c *changingObject) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if c.new.etag != "" {
 		w.Header().Set("ETag", c.new.etag)
 	}
+	if c.ignoresIfRange {
+		r.Header.Del("If-Range")
+	}
 	http.ServeContent(w, r, "disk", c.new.modified, bytes.NewReader(c.new.data))
+}
+
+// TestOpenHTTPResumeChecksTheRangesVersion: a server that ignores If-Range
+// and answers the resume with a range of the new version names that
+// version in its 206; the open fails instead of splicing it on.
+func TestOpenHTTPResumeChecksTheRangesVersion(t *testing.T) {
+	source.SetResumeBackoff(t, time.Millisecond)
+	oldData := imageBytes(4<<20 + 7)
+	newData := inverted(oldData)
+	t1 := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	for name, pair := range map[string][2]version{
+		"strong ETag":   {{oldData, `"v1"`, time.Time{}}, {newData, `"v2"`, time.Time{}}},
+		"Last-Modified": {{oldData, "", t1}, {newData, "", t1.Add(time.Hour)}},
+		"size":          {{oldData, `"v1"`, time.Time{}}, {append(slices.Clone(oldData), 1), "", time.Time{}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(&changingObject{old: pair[0], new: pair[1], ignoresIfRange: true})
+			defer srv.Close()
+			tmp := t.TempDir()
+			img, err := source.Open(t.Context(), srv.URL+"/disk.raw", source.Options{TempDir: tmp})
+			if err == nil {
+				img.Close()
+				t.Fatal("opened a download whose resume came from another version")
+			}
+			if !strings.Contains(err.Error(), "changed") {
+				t.Errorf("err = %v, want one saying the object changed", err)
+			}
+			assertEmpty(t, tmp)
+		})
+	}
 }
 
 // TestOpenHTTPResumePinned: a download cut mid-way resumes with If-Range
