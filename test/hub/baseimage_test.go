@@ -38,6 +38,7 @@ func baseImage(name, digest string) *unstructured.Unstructured {
 // BaseImage is stored with its defaults, and invalid digests and tenants are
 // refused by the schema.
 func TestBaseImageCRD(t *testing.T) {
+	t.Parallel()
 	hub := harness.StartHub(t, "hub-a", crdDir(t))
 	client, err := dynamic.NewForConfig(hub.RestConfig)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 // goes to the other at once, and one whose holder stopped renewing it
 // (a replica that died) goes to the other once it expires.
 func TestGateLeasesShareDigestsBetweenReplicas(t *testing.T) {
+	t.Parallel()
 	hub := harness.StartHub(t, "hub-a")
 	cs, err := kubernetes.NewForConfig(hub.RestConfig)
 	if err != nil {

@@ -98,6 +98,7 @@ type kubeVirtVerdict struct {
 // bindings: it admits that VM, which then cannot launch and would not live-migrate; imagectl
 // itself refuses to render it there (checkLayer2Launch).
 func TestRenderedVMsThroughKubeVirtAdmission(t *testing.T) {
+	t.Parallel()
 	golden := readGoldenVMs(t)
 	for _, shape := range []struct {
 		name     string
@@ -363,6 +364,7 @@ func jsonChanges(t *testing.T, a, b any) []string {
 // because on layer 3 the VM's address changes with its node, and says so: a deliberate, stricter
 // verdict, checked here so that a change on either side shows.
 func TestLayer3UDNVMFollowsTheRegisteredBindings(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		cr    harness.KubeVirtCR

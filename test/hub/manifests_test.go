@@ -28,6 +28,7 @@ import (
 // PodDisruptionBudgets the docs tell providers to apply are valid as
 // shipped.
 func TestDeployManifestsAreAcceptedByTheAPIServer(t *testing.T) {
+	t.Parallel()
 	hub := harness.StartHub(t, "hub-a") // without the BaseImage CRD: the manifests install it
 	for _, dir := range []string{"default", "gate"} {
 		t.Run(dir, func(t *testing.T) { applyKustomization(t, hub, dir) })

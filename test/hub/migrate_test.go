@@ -30,6 +30,7 @@ import (
 // KubeVirt's verdict over the recorded one. A VM KubeVirt reports
 // migratable gets its migration.
 func TestVMMigrateFollowsKubeVirtsVerdict(t *testing.T) {
+	t.Parallel()
 	h := startTenantHub(t, "hub-migrate")
 	fs := corev1.PersistentVolumeFilesystem
 	for _, o := range []client.Object{
@@ -111,6 +112,7 @@ func migrationNames(ms []kubevirtv1.VirtualMachineInstanceMigration) []string {
 // claim, is not (DisksNotLiveMigratable); a bridge on the pod network is
 // not (InterfaceNotLiveMigratable) unless the VM allows it by annotation.
 func TestVirtHandlerStandInAgreesWithKubeVirt(t *testing.T) {
+	t.Parallel()
 	hub := harness.StartHub(t, "hub-standin")
 	adm := hub.StartKubeVirtAdmission(t, harness.VanillaKubeVirtCR())
 	kc, err := kube.New(hub.RestConfig, harness.NewScheme(t))

@@ -20,6 +20,7 @@ import (
 // validation: every field the syncer sets exists in CDI's schema and keeps
 // its value.
 func TestImportObjectsFitTheRealCDISchemas(t *testing.T) {
+	t.Parallel()
 	hub := harness.StartHub(t, "hub-a")
 	client, err := dynamic.NewForConfig(hub.RestConfig)
 	if err != nil {

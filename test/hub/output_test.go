@@ -61,6 +61,7 @@ func failureOf(t *testing.T, what string, r testenv.Result) api.FailureDetail {
 // KubeVirt's controllers do not run; the test plays virt-controller where
 // an instance is needed.
 func TestVMAndVolumeCommandsSpeakJSON(t *testing.T) {
+	t.Parallel()
 	h := startTenantHub(t, "hub-output")
 	web := h.createVM(t, "acme", "web", false)
 	legacy := h.createVM(t, "acme", "legacy", true)
@@ -250,6 +251,7 @@ func TestVMAndVolumeCommandsSpeakJSON(t *testing.T) {
 // publish printed back from list and delete, and a not-found code for a
 // template that is gone.
 func TestTemplateCommandsSpeakJSON(t *testing.T) {
+	t.Parallel()
 	reg := harness.StartRegistry(t, harness.RegistryOptions{})
 	catalog := []string{"--catalog", reg.Host}
 	ok := func(args ...string) string {

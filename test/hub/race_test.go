@@ -30,6 +30,7 @@ func (f resolverFunc) Resolve(ctx context.Context, ref name.Tag) (string, bool, 
 // against the BaseImage as read before the registry was asked, so it fails
 // with a conflict and the event is retried.
 func TestDeleteRacingARepush(t *testing.T) {
+	t.Parallel()
 	cluster := harness.StartSyncerHub(t, "hub-a", harness.SyncerHubOptions{Namespaces: []string{"acme"}})
 	reg, err := name.NewRegistry("registry.example.com")
 	if err != nil {

@@ -67,6 +67,7 @@ func publishedIDs(t *testing.T, catalog ...string) []string {
 // complete from the catalog (--catalog or $IMAGEPIPE_CATALOG) for template
 // show and delete and vm create --template.
 func TestTemplateDeleteLeavesNoDanglingTag(t *testing.T) {
+	t.Parallel()
 	reg := harness.StartRegistry(t, harness.RegistryOptions{})
 	catalog := []string{"--catalog", reg.Host}
 	testenv.RunImagectlOK(t, append([]string{"template", "publish", sampleTemplates(t)}, catalog...)...)
@@ -154,6 +155,7 @@ func TestTemplateDeleteLeavesNoDanglingTag(t *testing.T) {
 // for the Windows sample, whose preference KubeVirt migrates only on nodes
 // that expose their TSC frequency, which imagectl notes.
 func TestSampleTemplatesPublishAndPassKubeVirtAdmission(t *testing.T) {
+	t.Parallel()
 	reg := harness.StartRegistry(t, harness.RegistryOptions{})
 	catalog := []string{"--catalog", reg.Host}
 	var published []api.PublishResult

@@ -27,6 +27,7 @@ import (
 // -n as kubectl does; a tenant, who may list VMs only in its namespace, is
 // told to drop -A.
 func TestVMListAcrossNamespacesAsKubectlDoes(t *testing.T) {
+	t.Parallel()
 	h := startTenantHub(t, "hub-list")
 	h.createVM(t, "acme", "web", false)
 	web := h.createVM(t, "globex", "web", false)
@@ -72,6 +73,7 @@ func TestVMListAcrossNamespacesAsKubectlDoes(t *testing.T) {
 // DataVolume imagectl did not make (an import's) is refused even with
 // --force, and a missing one is named.
 func TestVolumeDeleteRefusesAVolumeAVMUses(t *testing.T) {
+	t.Parallel()
 	h := startTenantHub(t, "hub-volumes")
 	tenant := func(args ...string) []string { return append(args, h.tenant...) }
 	for _, v := range []string{"data1", "data2"} {
@@ -143,6 +145,7 @@ func TestVolumeDeleteRefusesAVolumeAVMUses(t *testing.T) {
 // offered, a namespace the tenant may not read completes nothing, and no
 // completion falls back to file names.
 func TestShellCompletionOfHubNames(t *testing.T) {
+	t.Parallel()
 	h := startTenantHub(t, "hub-complete")
 	h.createVM(t, "acme", "web", false)
 	h.createVM(t, "acme", "worker", false)
@@ -207,6 +210,7 @@ func TestShellCompletionOfHubNames(t *testing.T) {
 // waited for until KubeVirt reports it Stopped; a VM deleted meanwhile
 // ends the wait at once.
 func TestWaitReadyReportsWhatKubeVirtLastSaid(t *testing.T) {
+	t.Parallel()
 	h := startTenantHub(t, "hub-wait")
 	vc := virtController{t, h.c}
 	kc := h.kc

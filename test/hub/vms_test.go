@@ -21,6 +21,7 @@ import (
 // with KubeVirt's CRDs, with strict field validation: every field we render
 // exists in KubeVirt's schema and keeps its value.
 func TestRenderedVMsFitKubeVirtSchema(t *testing.T) {
+	t.Parallel()
 	files, err := filepath.Glob(filepath.Join("..", "..", "internal", "vmlaunch", "testdata", "golden", "*.yaml"))
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no golden files: %v", err)

@@ -21,6 +21,7 @@ import (
 // default OpenShift Virtualization install registers (l2bridge) once one
 // exists.
 func TestTenantReadsTheNetworkBindingsKubeVirtRegisters(t *testing.T) {
+	t.Parallel()
 	hub := startAPIHub(t, "hub-a")
 	cfg, err := clientcmd.BuildConfigFromFlags("", hub.UserKubeconfig(t, "tenant-a"))
 	if err != nil {

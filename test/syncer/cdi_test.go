@@ -34,6 +34,7 @@ const importTimeout = 4 * time.Minute
 // bytes CDI reads before it knows the format ("could not process image header: unexpected
 // EOF"); imagectl pads them, and they are imported like the others, as are their zstd layers.
 func TestRealCDIImportsEveryDiskAndLayerCompression(t *testing.T) {
+	t.Parallel()
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)

@@ -32,6 +32,7 @@ import (
 // names a backing file. Revalidation refuses it: the BaseImage says
 // Rejected with the reason, and nothing is imported.
 func TestSyncerRejectsAnImagePushedByAnotherClient(t *testing.T) {
+	t.Parallel()
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)
@@ -111,6 +112,7 @@ func pushContainerDisk(t *testing.T, ref, disk string, opts ...remote.Option) {
 // polls fail and nothing on the hub changes; once it is back, new tags sync
 // again.
 func TestSyncerNeverDeletesWhileTheRegistryIsDown(t *testing.T) {
+	t.Parallel()
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)
@@ -149,6 +151,7 @@ func TestSyncerNeverDeletesWhileTheRegistryIsDown(t *testing.T) {
 // counts a failed attempt, and after --max-attempts attempts it stops, says why, and leaves no
 // DataVolume behind for CDI to retry forever.
 func TestSyncerStopsRetryingAFailingImport(t *testing.T) {
+	t.Parallel()
 	testenv.RequireQEMU(t)
 	hub, reg := startSyncerWithRevokedTenantCredential(t)
 
@@ -200,6 +203,7 @@ func TestSyncerStopsRetryingAFailingImport(t *testing.T) {
 // (the registry itself notifies nobody here). Quay names no digest: the
 // syncer resolves the tag.
 func TestSyncerTakesHarborQuayAndZotWebhooks(t *testing.T) {
+	t.Parallel()
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)

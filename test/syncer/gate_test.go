@@ -147,6 +147,7 @@ func amplifierQCOW2() []byte {
 // on both, imports identically, and its layer is read in full once, by
 // the gate, whose verdict cosign verifies with the provider's key.
 func TestGateKeepsHostilePushesOffBothHubs(t *testing.T) {
+	t.Parallel()
 	testenv.RequireQEMU(t)
 	hubA, hubB := startTestHub(t, "hub-a"), startTestHub(t, "hub-b")
 	sa, sb := harness.ReserveSyncer(t), harness.ReserveSyncer(t)

@@ -17,6 +17,7 @@ import (
 // while the syncer works through a burst of pushes. The syncer converges:
 // every tag gets its BaseImage and exactly one DataVolume per digest.
 func TestSyncerConvergesAcrossAnAPIServerRestart(t *testing.T) {
+	t.Parallel()
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)
@@ -58,6 +59,7 @@ func TestSyncerConvergesAcrossAnAPIServerRestart(t *testing.T) {
 // hub, both notified by the registry. One leads; when it stops, the other
 // takes over and syncs the next push.
 func TestSyncerReplicasShareTheWorkThroughLeaderElection(t *testing.T) {
+	t.Parallel()
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	r1, r2 := harness.ReserveSyncer(t), harness.ReserveSyncer(t)

@@ -46,6 +46,7 @@ func (d *defaultBackend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // under --on-delete delete. Once the registry answers again, a real delete
 // goes through.
 func TestSyncerTakesNoDeleteFromADefaultBackend(t *testing.T) {
+	t.Parallel()
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)

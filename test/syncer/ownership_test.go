@@ -25,6 +25,7 @@ import (
 // A BaseImage made by hand under another name is left alone, and a tenant
 // outside --tenants gets nothing.
 func TestSyncerNamesAreInjectiveAndOwned(t *testing.T) {
+	t.Parallel()
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)

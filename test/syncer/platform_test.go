@@ -61,6 +61,7 @@ func pushIndexOf(t *testing.T, ref string, entries [][2]string) {
 // CDI has no index to pick from); an index without amd64 is refused, and
 // so is one listing amd64 twice, which readers could resolve two ways.
 func TestSyncerImportsOnlyItsArchitecture(t *testing.T) {
+	t.Parallel()
 	hub := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)
 	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, NotifyURL: s.WebhookURL, NotifyToken: webhookToken})

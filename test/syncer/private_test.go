@@ -26,6 +26,7 @@ import (
 // overhead, imports anyway and says VMs will not live-migrate. Two tags of
 // one image get two DataSources, named like their BaseImages, with the image's hints.
 func TestSyncerWithAPrivateRegistryAndNoSharedStorage(t *testing.T) {
+	t.Parallel()
 	testenv.RequireQEMU(t)
 	fs := corev1.PersistentVolumeFilesystem
 	hub := startTestHub(t, "hub-a", cdiv1.ClaimPropertySet{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, VolumeMode: &fs})

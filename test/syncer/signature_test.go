@@ -22,6 +22,7 @@ import (
 // imports it. imagectl import --sign-key makes an image Ready, and tenant
 // initech, without a key file, needs no signature.
 func TestTenantSignaturesOnTheGate(t *testing.T) {
+	t.Parallel()
 	testenv.RequireQEMU(t)
 	cosign := harness.NewCosign(t)
 	env := []string{"COSIGN_PASSWORD=" + harness.CosignPassword, "IMAGEPIPE_CACHE=" + t.TempDir()}

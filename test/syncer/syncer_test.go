@@ -25,6 +25,7 @@ func dvName(digest string) string { return cdi.DataVolumeName("rhel", digest) }
 // imports and retains on delete; hub B also polls every second, keeps one
 // import and deletes on delete.
 func TestSyncerReplicatesOntoTwoHubs(t *testing.T) {
+	t.Parallel()
 	testenv.RequireQEMU(t)
 	hubA, hubB := startTestHub(t, "hub-a"), startTestHub(t, "hub-b")
 	sa, sb := harness.ReserveSyncer(t), harness.ReserveSyncer(t)

@@ -29,6 +29,7 @@ import (
 // before globex's. A BaseImage of eu-globex found in the namespace is not
 // imported; it says why, naming both tenants.
 func TestNamespaceKeepsItsFirstTenantAcrossRestarts(t *testing.T) {
+	t.Parallel()
 	testenv.RequireQEMU(t)
 	h := startTestHub(t, "hub-a")
 	s := harness.ReserveSyncer(t)

@@ -29,6 +29,7 @@ import (
 // namespace, never its own: the Secret found in globex's namespace reads
 // globex's image and is refused acme's, and the other way round.
 func TestTenantPullSecretReadsOnlyItsTenant(t *testing.T) {
+	t.Parallel()
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	all := []string{"read", "create", "update", "delete"}

@@ -22,6 +22,7 @@ import (
 // TestTemplateCatalogInTheRegistry: templates are validated, published as
 // OCI artifacts, listed and shown; publishing again pushes only what changed.
 func TestTemplateCatalogInTheRegistry(t *testing.T) {
+	t.Parallel()
 	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate})
 	dir := t.TempDir()
 	write := func(name, body string) {
@@ -93,6 +94,7 @@ func TestTemplateCatalogInTheRegistry(t *testing.T) {
 // config/tenant, and drives its lifecycle. KubeVirt's controllers do not
 // run: where a running instance is needed, the test plays virt-controller.
 func TestVMLaunchFromASyncedImage(t *testing.T) {
+	t.Parallel()
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	hub.BindTenant(t, "tenant-a", "acme")

@@ -24,6 +24,7 @@ import (
 // for, saying KubeVirt reported nothing, and that the VM stays. Shell
 // completion offers the synced image for --image.
 func TestVMCreateWaitsUntilKubeVirtReportsReady(t *testing.T) {
+	t.Parallel()
 	testenv.RequireQEMU(t)
 	hub := startTestHub(t, "hub-a")
 	hub.BindTenant(t, "tenant-a", "acme")

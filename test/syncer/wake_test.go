@@ -33,6 +33,7 @@ const wakeBound = 30 * time.Second
 // stamps the BaseImage for the leader; then, the first replica stopped,
 // they reach the leader itself.
 func TestAVerdictWakesTheHubAtOnce(t *testing.T) {
+	t.Parallel()
 	testenv.RequireQEMU(t)
 	hub := startAPIHub(t, "hub-a")
 	first, second := harness.ReserveSyncer(t), harness.ReserveSyncer(t)
