@@ -128,6 +128,36 @@ func TestOpenHTTPResumeChecksTheRangesVersion(t *testing.T) {
 	}
 }
 
+// checkResumeOutcome checks how Open ended (img, err) for a download of
+// oldData, cut mid-way, whose resume found newData: an unchanged object
+// opens whole with its digest; a changed one fails, not as a rejection,
+// and leaves tmp empty, its error saying "changed" when sayChanged; never
+// a splice of the two.
+func checkResumeOutcome(t *testing.T, img *source.Image, err error, oldData, newData []byte, tmp string, sayChanged bool) {
+	t.Helper()
+	changed := !bytes.Equal(oldData, newData)
+	switch {
+	case err == nil:
+		defer img.Close()
+		assertNotSpliced(t, img, oldData, newData)
+		if changed {
+			t.Errorf("opened an object that changed during the download")
+		} else if img.Digest != digestOf(oldData) {
+			t.Errorf("digest %s, want %s", img.Digest, digestOf(oldData))
+		}
+	case changed:
+		if reject.As(err) != nil {
+			t.Errorf("a changed object was reported as a rejection: %v", err)
+		}
+		if sayChanged && !strings.Contains(err.Error(), "changed") {
+			t.Errorf("err = %v, want one saying the object changed", err)
+		}
+		assertEmpty(t, tmp)
+	default:
+		t.Errorf("resuming an unchanged object: %v", err)
+	}
+}
+
 // TestOpenHTTPResumePinned: a download cut mid-way resumes with If-Range
 // naming the version it started on (its strong ETag, else its
 // Last-Modified), so that an object replaced in between fails the open
@@ -162,27 +192,7 @@ func TestOpenHTTPResumePinned(t *testing.T) {
 			defer srv.Close()
 			tmp := t.TempDir()
 			img, err := source.Open(t.Context(), srv.URL+"/disk.raw", source.Options{TempDir: tmp})
-			changed := !bytes.Equal(tc.old.data, tc.new.data)
-			switch {
-			case err == nil:
-				defer img.Close()
-				assertNotSpliced(t, img, tc.old.data, tc.new.data)
-				if changed {
-					t.Errorf("opened an object that changed during the download")
-				} else if img.Digest != digestOf(oldData) {
-					t.Errorf("digest %s, want %s", img.Digest, digestOf(oldData))
-				}
-			case changed:
-				if reject.As(err) != nil {
-					t.Errorf("a changed object was reported as a rejection: %v", err)
-				}
-				if tc.ifRange != "none" && !strings.Contains(err.Error(), "changed") {
-					t.Errorf("err = %v, want one saying the object changed", err)
-				}
-				assertEmpty(t, tmp)
-			default:
-				t.Errorf("resuming an unchanged object: %v", err)
-			}
+			checkResumeOutcome(t, img, err, tc.old.data, tc.new.data, tmp, tc.ifRange != "none")
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			switch {
@@ -343,26 +353,11 @@ func TestOpenS3ResumePinned(t *testing.T) {
 			if net.cutErr != nil {
 				t.Fatalf("replacing the object during the download: %v", net.cutErr)
 			}
-			switch {
-			case err == nil:
-				defer img.Close()
-				assertNotSpliced(t, img, oldData, newData)
-				if changed {
-					t.Errorf("opened an object that changed during the download")
-				} else if img.Digest != digestOf(oldData) {
-					t.Errorf("digest %s, want %s", img.Digest, digestOf(oldData))
-				}
-			case changed:
-				if reject.As(err) != nil {
-					t.Errorf("a changed object was reported as a rejection: %v", err)
-				}
-				if !strings.Contains(err.Error(), "changed") {
-					t.Errorf("err = %v, want one saying the object changed", err)
-				}
-				assertEmpty(t, tmp)
-			default:
-				t.Errorf("resuming an unchanged object: %v", err)
+			served := oldData
+			if changed {
+				served = newData
 			}
+			checkResumeOutcome(t, img, err, oldData, served, tmp, true)
 			if len(net.gets) != 2 {
 				t.Fatalf("%d GETs of the object (%v), want the first and one resume", len(net.gets), net.gets)
 			}
