@@ -260,7 +260,7 @@ func Migrate(ctx context.Context, c Cluster, ns, name string) (*kubevirtv1.Virtu
 	}
 	for _, cond := range vmi.Status.Conditions {
 		if cond.Type == kubevirtv1.VirtualMachineInstanceIsMigratable && cond.Status == corev1.ConditionFalse {
-			return nil, fmt.Errorf("KubeVirt says VM %s cannot live-migrate: %s", name, cond.Message)
+			return nil, fmt.Errorf("KubeVirt says VM %s cannot live-migrate (%s): %s", name, cond.Reason, cond.Message)
 		}
 	}
 	m := &kubevirtv1.VirtualMachineInstanceMigration{

@@ -70,7 +70,7 @@ func TestVMMigrateFollowsKubeVirtsVerdict(t *testing.T) {
 	}
 
 	r := testenv.RunImagectl(t, tenant("vm", "migrate", "db")...)
-	if r.Code != 1 || r.Stdout != "" || !strings.Contains(r.Stderr, "KubeVirt says VM db cannot live-migrate") || !strings.Contains(r.Stderr, notShared) {
+	if r.Code != 1 || r.Stdout != "" || !strings.Contains(r.Stderr, "KubeVirt says VM db cannot live-migrate (DisksNotLiveMigratable)") || !strings.Contains(r.Stderr, notShared) {
 		t.Errorf("vm migrate db: exit %d, stdout %q, stderr %q; want exit 1 and KubeVirt's reason, %q", r.Code, r.Stdout, r.Stderr, notShared)
 	}
 	if m := migrations(); len(m) != 0 {
