@@ -29,15 +29,7 @@ func judge(t *testing.T, b []byte) (*reject.Error, []byte) {
 		if re == nil {
 			t.Fatalf("a non-rejection error: %v", err)
 		}
-		for _, step := range verdictSteps {
-			fresh, _, err := openBytes(t, b, OpenOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := reject.As(step.run(t, fresh)); got == nil || *got != *re {
-				t.Errorf("%s: got %v, want %v", step.name, got, re)
-			}
-		}
+		checkSameVerdictEverywhere(t, b, re)
 		return re, nil
 	}
 	return nil, convertBytes(t, b, Options{To: FormatRaw})

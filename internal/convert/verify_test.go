@@ -271,18 +271,23 @@ func TestHostileTablesRejectedEverywhere(t *testing.T) {
 			if rc.n.Load() > int64(len(b)) {
 				t.Errorf("judging read %d bytes of a %d-byte file", rc.n.Load(), len(b))
 			}
-			// A fresh image, so that nothing is remembered: every entry
-			// point must reach the same verdict by itself.
-			for _, step := range verdictSteps {
-				fresh, _, err := openBytes(t, b, OpenOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got := reject.As(step.run(t, fresh)); got == nil || *got != *re {
-					t.Errorf("%s: got %v, want %v", step.name, got, re)
-				}
-			}
+			checkSameVerdictEverywhere(t, b, re)
 		})
+	}
+}
+
+// checkSameVerdictEverywhere opens b afresh for each of verdictSteps, so
+// that nothing is remembered, and checks that each reaches re by itself.
+func checkSameVerdictEverywhere(t *testing.T, b []byte, re *reject.Error) {
+	t.Helper()
+	for _, step := range verdictSteps {
+		fresh, _, err := openBytes(t, b, OpenOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := reject.As(step.run(t, fresh)); got == nil || *got != *re {
+			t.Errorf("%s: got %v, want %v", step.name, got, re)
+		}
 	}
 }
 

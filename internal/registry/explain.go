@@ -87,9 +87,9 @@ func (c *Client) Explain(err error, resumable bool) error {
 					verb = "delete"
 				}
 			}
-			who := fmt.Sprintf("user %q", c.userFor(host))
-			if c.userFor(host) == "" {
-				who = "an anonymous user (no credentials for " + host + ")"
+			who := "an anonymous user (no credentials for " + host + ")"
+			if user := c.userFor(host); user != "" {
+				who = fmt.Sprintf("user %q", user)
 			}
 			msg := fmt.Sprintf("access denied: %s may not %s %s", who, verb, what(terr))
 			if said := registryMessage(terr); said != "" {

@@ -50,7 +50,11 @@ func (c *Client) lacksReferrersAPI(repo string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	at, ok := c.noReferrersAPI[repo]
-	return ok && time.Since(at) < noReferrersAPITTL
+	if ok && time.Since(at) >= noReferrersAPITTL {
+		delete(c.noReferrersAPI, repo) // the record lasts as long as it holds
+		ok = false
+	}
+	return ok
 }
 
 // referrersTag lists subject's referrers of artifactType ("" for all)

@@ -91,12 +91,17 @@ func (c *Client) rememberCommitted(repo name.Repository, b built) {
 	if path == "" {
 		return
 	}
-	st := uploadState{Key: b.upload, Repo: repo.Name(), Layer: &committedLayer{LayerInfo: b.layer, Allocated: b.allocated}}
+	c.writeState(&uploadState{path: path, Key: b.upload, Repo: repo.Name(), Layer: &committedLayer{LayerInfo: b.layer, Allocated: b.allocated}})
+}
+
+// writeState writes st to its file, in the private cache directory only,
+// and reports whether it did.
+func (c *Client) writeState(st *uploadState) bool {
 	data, _ := json.Marshal(st)
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil || c.cache.privateCachePath(path) == "" {
-		return
+	if err := os.MkdirAll(filepath.Dir(st.path), 0o700); err != nil || c.cache.privateCachePath(st.path) == "" {
+		return false
 	}
-	_ = cachefile.WriteFile(path, data)
+	return cachefile.WriteFile(st.path, data) == nil
 }
 
 // forgetCommitted removes the record of rememberCommitted once the
@@ -223,8 +228,10 @@ func readUploadState(path string) (*uploadState, error) {
 // reports whether there is one.
 func (u *blobUpload) stateFile() bool {
 	if u.state == nil {
-		if key := u.key.get(); key != "" && u.c.statePath(u.repo, key) != "" {
-			u.state = &uploadState{path: u.c.statePath(u.repo, key), Key: key, Repo: u.repo.Name()}
+		if key := u.key.get(); key != "" {
+			if path := u.c.statePath(u.repo, key); path != "" {
+				u.state = &uploadState{path: path, Key: key, Repo: u.repo.Name()}
+			}
 		}
 	}
 	return u.state != nil
@@ -238,11 +245,7 @@ func (u *blobUpload) saveState() bool {
 		return false
 	}
 	u.state.Location = u.location.String()
-	b, _ := json.Marshal(u.state)
-	if err := os.MkdirAll(filepath.Dir(u.state.path), 0o700); err != nil || u.c.cache.privateCachePath(u.state.path) == "" {
-		return false
-	}
-	return cachefile.WriteFile(u.state.path, b) == nil
+	return u.c.writeState(u.state)
 }
 
 func (u *blobUpload) forgetState() {
