@@ -2,11 +2,11 @@
 # Installs the system tools imagepipe's tests and benchmarks use, when missing:
 # qemu-img and qemu-io (the conversion oracle), skopeo (an independent registry
 # client), mkfs.ext4 (realistic filesystem images), GNU time (peak memory), zstd,
-# xz and gzip (wrapped sources), libisal-dev (ISA-L gzip), socat and unshare (the
-# node stand-in's network and mount namespaces), then builds the distribution registry, MinIO,
-# crane, etcd, kube-apiserver, kubectl, kube-controller-manager, CDI's
-# controller and importer, and the CDI/KubeVirt CRDs
-# (test/buildtools.sh, test/buildkube.sh).
+# xz and gzip (wrapped sources), libisal-dev (ISA-L gzip), socat, unshare and
+# mount (network and mount namespaces of the node stand-in and some tests), then
+# builds the distribution registry, MinIO, crane, etcd, kube-apiserver, kubectl,
+# kube-controller-manager, CDI's controller and importer, and the CDI/KubeVirt
+# CRDs (test/buildtools.sh, test/buildkube.sh).
 set -euo pipefail
 
 need=()
@@ -20,6 +20,7 @@ command -v zstd >/dev/null || need+=(zstd)
 command -v socat >/dev/null || need+=(socat)
 command -v ss >/dev/null || need+=(iproute2)
 command -v unshare >/dev/null || need+=(util-linux)
+command -v mount >/dev/null || need+=(mount)
 command -v xz >/dev/null || need+=(xz-utils)
 command -v gzip >/dev/null || need+=(gzip)
 command -v make >/dev/null || need+=(make)

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/imagepipe/imagepipe/internal/gate"
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/version"
 )
 
@@ -28,7 +28,11 @@ func verifyOneCmd(o *options) *cobra.Command {
 		Args:   cobra.ExactArgs(1),
 		Hidden: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			subject, err := name.NewDigest(args[0])
+			reg, err := o.registryName()
+			if err != nil {
+				return err
+			}
+			subject, err := name.NewDigest(args[0], registry.NameOptions(reg)...)
 			if err != nil {
 				return err
 			}
@@ -38,10 +42,6 @@ func verifyOneCmd(o *options) *cobra.Command {
 				return err
 			}
 			log := newLogger(cmd.ErrOrStderr(), o.logFormat, level).With("subject", subject.String())
-			reg, err := name.NewRegistry(o.registry)
-			if err != nil {
-				return fmt.Errorf("--registry %q: %w", o.registry, err)
-			}
 			rc, err := newRegistryClient(o, reg, log)
 			if err != nil {
 				return err

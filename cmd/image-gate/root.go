@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 
 	"github.com/imagepipe/imagepipe/internal/gate"
@@ -143,6 +144,21 @@ func (o *options) validate() error {
 		errs = append(errs, fmt.Errorf("--log-format %q: want json or text", o.logFormat))
 	}
 	return errors.Join(errs...)
+}
+
+// registryName is --registry with --registry-insecure in it, where
+// go-containerregistry reads it; every name on the registry derives from
+// it (registry.NameOptions).
+func (o *options) registryName() (name.Registry, error) {
+	var opts []name.Option
+	if o.registryInsecure {
+		opts = append(opts, name.Insecure)
+	}
+	reg, err := name.NewRegistry(o.registry, opts...)
+	if err != nil {
+		return name.Registry{}, fmt.Errorf("--registry %q: %w", o.registry, err)
+	}
+	return reg, nil
 }
 
 func (o *options) level() (slog.Level, error) {

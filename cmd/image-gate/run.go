@@ -56,9 +56,9 @@ func run(ctx context.Context, o *options, stderr io.Writer) error {
 // serve wires the gate: registry client, signer, the service with its
 // workers, the poller, and the webhook, metrics and health endpoints.
 func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) error {
-	reg, err := name.NewRegistry(o.registry)
+	reg, err := o.registryName()
 	if err != nil {
-		return fmt.Errorf("--registry %q: %w", o.registry, err)
+		return err
 	}
 	signer, trust, err := loadKeys(o)
 	if err != nil {

@@ -61,9 +61,9 @@ func run(ctx context.Context, o *options, stderr io.Writer) error {
 // first log line says which build runs, which kubeconfig it read and where
 // the leader lease lives and why.
 func serve(ctx context.Context, o *options, log *slog.Logger) error {
-	reg, err := name.NewRegistry(o.registry)
+	reg, err := o.registryName()
 	if err != nil {
-		return fmt.Errorf("--registry %q: %w", o.registry, err)
+		return err
 	}
 	queue := intake.NewQueue()
 	metrics, err := hub.NewMetrics(ctrlmetrics.Registry, queue.Len)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/intake"
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -199,7 +200,7 @@ func (s *Service) handleSafely(ctx context.Context, w work) (err error) {
 // when the event named no digest), or, for a possible signature, the
 // subject's when its verdict awaits one.
 func (s *Service) handleWork(ctx context.Context, w work) error {
-	repo, err := name.NewRepository(s.RegistryName.RegistryStr() + "/" + w.repo)
+	repo, err := name.NewRepository(s.RegistryName.RegistryStr()+"/"+w.repo, registry.NameOptions(s.RegistryName)...)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -147,10 +148,10 @@ func (a *Applier) wakeWaiting(ctx context.Context, tenant, ns, repo, subject str
 		waiting[d] = append(waiting[d], client.ObjectKeyFromObject(&bi))
 	}
 	for d, keys := range waiting {
-		ref, err := name.NewDigest(a.repository(repo) + "@" + d)
-		if err != nil {
+		if _, err := v1.NewHash(d); err != nil {
 			continue // not a digest this syncer could have looked up
 		}
+		ref := a.Registry.Repo(repo).Digest(d) // keeps the registry's scheme
 		if err := a.Wake(ctx, ref, keys); err != nil {
 			return err
 		}

@@ -40,6 +40,7 @@ var Programs = map[string]string{
 	"ip":            "iproute2",
 	"make":          "make",
 	"mkfs.ext4":     "e2fsprogs",
+	"mount":         "mount",
 	"qemu-img":      "qemu-utils",
 	"qemu-io":       "qemu-utils",
 	"skopeo":        "skopeo",

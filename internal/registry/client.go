@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -322,6 +323,11 @@ func (c *Client) session(ctx context.Context, reg name.Registry) (http.RoundTrip
 	rt = transport.NewUserAgent(rt, c.opts.userAgent)
 	rt, err = transport.NewWithContext(ctx, reg, auth, rt, []string{reg.Scope(transport.PullScope)})
 	if err != nil {
+		// net/http reports an HTTPS request answered in plain HTTP
+		// only in this sentence, with no error type to match.
+		if strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
+			return nil, fmt.Errorf("authenticating to %s: the registry speaks plain HTTP, not HTTPS (allowed only with --insecure, --registry-insecure on the server side): %w", reg, err)
+		}
 		return nil, fmt.Errorf("authenticating to %s: %w", reg, err)
 	}
 	c.mu.Lock()

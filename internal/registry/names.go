@@ -395,6 +395,17 @@ func (c *Client) nameOptions() []name.Option {
 	return nopts
 }
 
+// NameOptions are the go-containerregistry options that parse a name on
+// reg with reg's scheme. go-containerregistry keeps "insecure" (plain
+// HTTP allowed) in each name rather than in the client, so a name parsed
+// without it would be reached over HTTPS only.
+func NameOptions(reg name.Registry) []name.Option {
+	if reg.Scheme() == "http" {
+		return []name.Option{name.Insecure}
+	}
+	return nil
+}
+
 // Reference returns r, an image reference (FormImage or FormTag), in
 // go-containerregistry's form: a name.Tag, or a name.Digest when r has a
 // digest. Like Repository and Registry, it carries the client's
