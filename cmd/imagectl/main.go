@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/imagepipe/imagepipe/internal/catalog"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -130,7 +131,7 @@ func describe(err error) api.FailureDetail {
 		f.Code = "unauthorized"
 	case errors.Is(err, registry.ErrDenied):
 		f.Code = "denied"
-	case errors.Is(err, registry.ErrNotFound), errors.Is(err, registry.ErrTemplateNotFound):
+	case errors.Is(err, registry.ErrNotFound), errors.Is(err, catalog.ErrNotFound):
 		f.Code = "not-found"
 	case errors.Is(err, registry.ErrUnreachable), unreachableHub(err):
 		f.Code = "unreachable"

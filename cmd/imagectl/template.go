@@ -13,9 +13,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 
+	"github.com/imagepipe/imagepipe/internal/catalog"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/vmlaunch"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -34,9 +34,9 @@ func addCatalogFlags(cmd *cobra.Command, f *catalogFlags) {
 }
 
 // open returns the registry client and the catalog repository.
-func (f *catalogFlags) open(g *globalOptions) (*registry.Client, name.Repository, error) {
+func (f *catalogFlags) open(g *globalOptions) (*catalog.Catalog, error) {
 	if f.catalog == "" {
-		return nil, name.Repository{}, &usageError{errors.New("name the template catalog with --catalog REGISTRY[/REPO] or $IMAGEPIPE_CATALOG")}
+		return nil, &usageError{errors.New("name the template catalog with --catalog REGISTRY[/REPO] or $IMAGEPIPE_CATALOG")}
 	}
 	s := f.catalog
 	if !strings.Contains(s, "/") {
@@ -44,22 +44,18 @@ func (f *catalogFlags) open(g *globalOptions) (*registry.Client, name.Repository
 	}
 	c, err := f.client(g)
 	if err != nil {
-		return nil, name.Repository{}, err
+		return nil, err
 	}
 	ref, err := registry.Parse(s, registry.FormRepository)
 	if err != nil {
-		return nil, name.Repository{}, fmt.Errorf("--catalog: %w", err)
+		return nil, fmt.Errorf("--catalog: %w", err)
 	}
 	repo, err := c.Repository(ref)
 	if err != nil {
-		return nil, name.Repository{}, fmt.Errorf("--catalog: %w", err)
+		return nil, fmt.Errorf("--catalog: %w", err)
 	}
-	return c, repo, nil
+	return catalog.Open(c, repo), nil
 }
-
-// templateRef is a template's catalog entry, REGISTRY/REPO:ID, as the
-// template commands print it for -o name.
-func templateRef(repo name.Repository, id string) string { return repo.Tag(id).String() }
 
 func newTemplateCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
@@ -186,17 +182,17 @@ func runTemplatePublish(cmd *cobra.Command, o *templateOptions, args []string) e
 	if err != nil {
 		return fmt.Errorf("nothing published:\n%w", err)
 	}
-	client, repo, err := o.open(o.globalOptions)
+	cat, err := o.open(o.globalOptions)
 	if err != nil {
 		return err
 	}
 	results := []api.PublishResult{}
 	for _, d := range docs {
-		dgst, unchanged, err := client.PublishTemplate(cmd.Context(), repo, d.t.ID, d.json)
+		dgst, unchanged, err := cat.Publish(cmd.Context(), d.t.ID, d.json)
 		if err != nil {
 			return err
 		}
-		results = append(results, api.PublishResult{ID: d.t.ID, File: d.file, Digest: dgst, Unchanged: unchanged, Reference: templateRef(repo, d.t.ID)})
+		results = append(results, api.PublishResult{ID: d.t.ID, File: d.file, Digest: dgst, Unchanged: unchanged, Reference: cat.Ref(d.t.ID)})
 	}
 	names := make([]string, len(results))
 	for i, r := range results {
@@ -257,11 +253,11 @@ func runTemplateList(cmd *cobra.Command, o *templateOptions) error {
 	if err := o.out.validate(); err != nil {
 		return err
 	}
-	client, repo, err := o.open(o.globalOptions)
+	cat, err := o.open(o.globalOptions)
 	if err != nil {
 		return err
 	}
-	entries, err := client.ListTemplates(cmd.Context(), repo)
+	entries, err := cat.List(cmd.Context())
 	if err != nil {
 		return err
 	}
@@ -272,7 +268,7 @@ func runTemplateList(cmd *cobra.Command, o *templateOptions) error {
 			fmt.Fprintf(cmd.ErrOrStderr(), "imagectl: skipping catalog entry %s: %v\n", e.ID, err)
 			continue
 		}
-		out = append(out, api.TemplateSummary{ID: t.ID, Title: t.Title, Description: t.Description, Parameters: len(t.Parameters), Digest: e.Digest, Reference: templateRef(repo, t.ID)})
+		out = append(out, api.TemplateSummary{ID: t.ID, Title: t.Title, Description: t.Description, Parameters: len(t.Parameters), Digest: e.Digest, Reference: cat.Ref(t.ID)})
 	}
 	names := make([]string, len(out))
 	for i, s := range out {
@@ -317,15 +313,15 @@ func runTemplateShow(cmd *cobra.Command, o *templateOptions, id string) error {
 	if err := o.out.validate(); err != nil {
 		return err
 	}
-	client, repo, err := o.open(o.globalOptions)
+	cat, err := o.open(o.globalOptions)
 	if err != nil {
 		return err
 	}
-	t, err := fetchTemplate(cmd, client, repo, id)
+	t, err := fetchTemplate(cmd, cat, id)
 	if err != nil {
 		return err
 	}
-	return o.out.show(cmd.OutOrStdout(), view{data: t, names: []string{templateRef(repo, t.ID)}})
+	return o.out.show(cmd.OutOrStdout(), view{data: t, names: []string{cat.Ref(t.ID)}})
 }
 
 func newTemplateDeleteCmd(g *globalOptions) *cobra.Command {
@@ -354,31 +350,31 @@ func runTemplateDelete(cmd *cobra.Command, o *templateOptions, id string) error 
 	if err := o.out.validate(); err != nil {
 		return err
 	}
-	client, repo, err := o.open(o.globalOptions)
+	cat, err := o.open(o.globalOptions)
 	if err != nil {
 		return err
 	}
-	dgst, err := client.DeleteTemplate(cmd.Context(), repo, id)
+	dgst, err := cat.Delete(cmd.Context(), id)
 	var shared *registry.SharedImageError
 	switch {
-	case errors.Is(err, registry.ErrTemplateNotFound):
-		return noTemplateError(repo, id, err)
+	case errors.Is(err, catalog.ErrNotFound):
+		return noTemplateError(cat, id, err)
 	case errors.As(err, &shared):
 		return fmt.Errorf("template %s was not deleted: its manifest %s is also tagged %s, which the registry would remove with it; delete those tags first", id, shared.Digest, strings.Join(shared.Others, ", "))
 	case err != nil:
 		return err
 	}
-	res := api.TemplateDeleteResult{ID: id, Reference: templateRef(repo, id), Digest: dgst}
+	res := api.TemplateDeleteResult{ID: id, Reference: cat.Ref(id), Digest: dgst}
 	return o.out.show(cmd.OutOrStdout(), view{data: res, names: []string{res.Reference}, table: func(w io.Writer, _ bool) error {
-		_, err := fmt.Fprintf(w, "template %s deleted from %s (%s)\n", id, repo, shortDigest(dgst))
+		_, err := fmt.Fprintf(w, "template %s deleted from %s (%s)\n", id, cat, shortDigest(dgst))
 		return err
 	}})
 }
 
 // noTemplateError says that the catalog has no template id; err, the
 // registry's, stays underneath for the reason code (not-found).
-func noTemplateError(repo name.Repository, id string, err error) error {
-	return &messageError{fmt.Sprintf("the catalog %s has no template %q; imagectl template list shows those it has", repo, id), err}
+func noTemplateError(cat *catalog.Catalog, id string, err error) error {
+	return &messageError{fmt.Sprintf("the catalog %s has no template %q; imagectl template list shows those it has", cat, id), err}
 }
 
 // messageError is err said in other words.
@@ -413,10 +409,10 @@ func completeTemplateIDs(g *globalOptions, f *catalogFlags) cobra.CompletionFunc
 		}
 		ctx, cancel := context.WithTimeout(cmd.Context(), completionTimeout)
 		defer cancel()
-		client, repo, err := f.open(g)
+		cat, err := f.open(g)
 		if err == nil {
 			var ids []string
-			if ids, err = client.TemplateIDs(ctx, repo); err == nil {
+			if ids, err = cat.IDs(ctx); err == nil {
 				return withPrefix(ids, toComplete), cobra.ShellCompDirectiveNoFileComp
 			}
 		}
@@ -426,11 +422,11 @@ func completeTemplateIDs(g *globalOptions, f *catalogFlags) cobra.CompletionFunc
 }
 
 // fetchTemplate reads and validates one template from the catalog.
-func fetchTemplate(cmd *cobra.Command, client *registry.Client, repo name.Repository, id string) (*api.VMTemplate, error) {
-	e, err := client.FetchTemplate(cmd.Context(), repo, id)
+func fetchTemplate(cmd *cobra.Command, cat *catalog.Catalog, id string) (*api.VMTemplate, error) {
+	e, err := cat.Fetch(cmd.Context(), id)
 	if err != nil {
-		if errors.Is(err, registry.ErrTemplateNotFound) {
-			return nil, noTemplateError(repo, id, err)
+		if errors.Is(err, catalog.ErrNotFound) {
+			return nil, noTemplateError(cat, id, err)
 		}
 		return nil, err
 	}

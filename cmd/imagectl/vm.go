@@ -232,11 +232,11 @@ func (o *vmCreateOptions) loadTemplate(cmd *cobra.Command) (*api.VMTemplate, err
 		}
 		return tmpl, nil
 	}
-	client, repo, err := o.catalogFlags.open(o.globalOptions)
+	cat, err := o.catalogFlags.open(o.globalOptions)
 	if err != nil {
 		return nil, err
 	}
-	return fetchTemplate(cmd, client, repo, o.template)
+	return fetchTemplate(cmd, cat, o.template)
 }
 
 // request gathers what the tenant gives the template: parameters, SSH keys

@@ -35,7 +35,8 @@ var network = []string{"net", "crypto/tls"}
 // controllerStack is what only the syncer's daemon needs.
 var controllerStack = []string{"sigs.k8s.io/controller-runtime", "github.com/prometheus/"}
 
-// protocol is the OCI distribution protocol, which only internal/registry speaks.
+// protocol is the OCI distribution protocol: internal/registry speaks it,
+// and internal/catalog through the oras-go client internal/registry opens.
 var protocol = []string{"github.com/google/go-containerregistry/pkg/v1/remote", "oras.land/oras-go/v2/registry/remote"}
 
 func internal(names ...string) []string {
@@ -59,6 +60,8 @@ var rules = []rule{
 	{"internal/source", "sources read bytes; they know no registry and no cluster",
 		join(kubernetes, protocol, internal("registry", "containerdisk", "cdi", "hub", "intake", "vmlaunch"))},
 	{"internal/registry", "the registry package speaks the OCI protocol and knows no Kubernetes",
+		join(kubernetes, internal("source", "cdi", "hub", "intake", "vmlaunch"))},
+	{"internal/catalog", "the template catalog knows no cluster and no disk source",
 		join(kubernetes, internal("source", "cdi", "hub", "intake", "vmlaunch"))},
 	{"internal/intake", "intake turns notifications into events without the controller stack",
 		join(controllerStack, internal("hub", "cdi", "vmlaunch"))},

@@ -1,14 +1,14 @@
 // Package registry speaks the OCI distribution protocol: it pushes, pulls,
-// lists, copies and deletes containerDisks and template artifacts, and
-// polls repositories for new tags. It is the only package that talks to
-// registries, on go-containerregistry (references, auth, manifests,
-// listing, copying) and oras-go (template artifacts). Three things are
-// hand-written net/http because neither library offers them: the
-// resumable chunked blob upload (a PATCH that fails resumes from the
-// bytes the registry acknowledged, also in a later run), the push check
-// that opens and deletes an upload session before any work, and tag
-// listing with ETags (conditional requests, so that polling an unchanged
-// repository costs a 304).
+// lists, copies and deletes containerDisks, and polls repositories for
+// new tags. It is the one package that opens connections to registries,
+// on go-containerregistry (references, auth, manifests, listing, copying);
+// internal/catalog keeps template artifacts through the oras-go client
+// ORASRepository opens here. Three things are hand-written net/http
+// because neither library offers them: the resumable chunked blob upload
+// (a PATCH that fails resumes from the bytes the registry acknowledged,
+// also in a later run), the push check that opens and deletes an upload
+// session before any work, and tag listing with ETags (conditional
+// requests, so that polling an unchanged repository costs a 304).
 //
 // A reference given as text is parsed once, by Parse, strictly by the OCI
 // distribution grammar and in the form the caller needs (FormImage,
