@@ -14,8 +14,8 @@ var (
 )
 
 // fuzzName maps raw fuzz bytes onto a small alphabet, so that most inputs
-// are valid names and the separators that used to collide (-, ., _, /)
-// come up often.
+// are valid names and the separators a naive mapping would merge
+// (-, ., _, /) come up often.
 func fuzzName(raw, alphabet string) string {
 	b := make([]byte, len(raw))
 	for i := range len(raw) {
@@ -61,7 +61,8 @@ func FuzzNames(f *testing.F) {
 }
 
 // TestNames pins the naming scheme: simple names stay readable, anything
-// else gets a hash, and the collisions of the old scheme are gone.
+// else gets a hash, and names that differ only in separators, case or
+// length past the limit never share one.
 func TestNames(t *testing.T) {
 	for _, tt := range []struct{ repo, tag, want string }{
 		{"acme/rhel", "9", "rhel--9"},
@@ -87,7 +88,7 @@ func TestNames(t *testing.T) {
 			t.Errorf("%s:%s forges the name %q of acme/rhel:v1.0", rt[0], rt[1], hashed)
 		}
 	}
-	// Each group collided under the old scheme.
+	// Each group differs only in separators, case or length past the limit.
 	for _, group := range [][][2]string{
 		{{"acme/rhel", "v1.0"}, {"acme/rhel", "v1-0"}, {"acme/rhel", "v1_0"}, {"acme/rhel", "V1.0"}, {"acme/rhel", "v1--0"}},
 		{{"acme/foo", "bar-latest"}, {"acme/foo-bar", "latest"}, {"acme/foo-bar-latest", "x"}},

@@ -35,7 +35,7 @@ func TestTenancy(t *testing.T) {
 		"{{slice .Tenant 1}}",         // all but the first character: a-tenant and b-tenant
 		"{{if eq .Tenant \"acme\"}}acme{{else}}others{{end}}",
 		"x{{len .Tenant}}",            // the length only
-		"{{/* {{.Tenant}} */}}shared", // the old substring check passed it
+		"{{/* {{.Tenant}} */}}shared", // names .Tenant only in a comment
 	} {
 		if _, err := NewTenancy(tmpl, nil, nil); err == nil || !strings.Contains(err.Error(), "to the same namespace") {
 			t.Errorf("template %q accepted (%v): it maps different tenants to one namespace", tmpl, err)
