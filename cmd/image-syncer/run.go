@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -206,6 +207,17 @@ func newTenancy(o *options) (*hub.Tenancy, error) {
 	return tenancy, nil
 }
 
+// The leader lease outlives an API server restart: a hub's apiserver is
+// often away for tens of seconds (an upgrade, a busy etcd), and a leader
+// that cannot renew within renewDeadline exits, to be restarted and to
+// sync everything again. The price is failover after a leader's pod dies:
+// up to leaseDuration. A leader stopped with SIGTERM releases the lease at
+// once.
+const (
+	leaseDuration = 60 * time.Second
+	renewDeadline = 40 * time.Second
+)
+
 // newManager builds the controller manager of the hub, with its health
 // and readiness checks.
 func newManager(cfg *rest.Config, o *options) (manager.Manager, error) {
@@ -221,6 +233,8 @@ func newManager(cfg *rest.Config, o *options) (manager.Manager, error) {
 		LeaderElectionID:              "image-syncer.imagepipe.io",
 		LeaderElectionNamespace:       o.leaderElectionNS,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 ptr.To(leaseDuration),
+		RenewDeadline:                 ptr.To(renewDeadline),
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsListen},
 		HealthProbeBindAddress:        o.healthListen,
 		GracefulShutdownTimeout:       &o.shutdownTimeout,

@@ -243,14 +243,16 @@ func (h *Hub) installHubCRDs(t T, extraCRDs []string) {
 	}
 }
 
-// RestartAPIServer stops the hub's kube-apiserver (SIGTERM), starts it again on the same port
-// with the same etcd, and waits until /readyz answers 200. Clients see the hub vanish and come
-// back, as during an apiserver upgrade; everything stored in etcd survives.
-func (h *Hub) RestartAPIServer(t T) {
+// RestartAPIServer stops the hub's kube-apiserver (SIGTERM), keeps it stopped for down, starts
+// it again on the same port with the same etcd, and waits until /readyz answers 200. Clients see
+// the hub vanish and come back, as during an apiserver upgrade; everything stored in etcd
+// survives.
+func (h *Hub) RestartAPIServer(t T, down time.Duration) {
 	t.Helper()
 	if err := h.apiserver.stop(); err != nil {
 		t.Fatalf("stopping hub %s kube-apiserver: %v", h.Name, err)
 	}
+	time.Sleep(down) // the outage itself, not a wait for something to happen
 	var err error
 	if h.apiserver, err = startProc(h.apiserverLog, nil, h.apiserverBin, h.apiserverArgs...); err != nil {
 		t.Fatalf("restarting hub %s kube-apiserver: %v", h.Name, err)

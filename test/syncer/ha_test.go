@@ -3,6 +3,7 @@ package syncer
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -13,9 +14,15 @@ import (
 	"github.com/imagepipe/imagepipe/test/testenv"
 )
 
+// apiserverOutage is how long TestSyncerConvergesAcrossAnAPIServerRestart
+// keeps the apiserver away: longer than a 10 s renew deadline, within the
+// syncer's 40 s.
+const apiserverOutage = 15 * time.Second
+
 // TestSyncerConvergesAcrossAnAPIServerRestart: the hub's apiserver restarts
-// while the syncer works through a burst of pushes. The syncer converges:
-// every tag gets its BaseImage and exactly one DataVolume per digest.
+// while the syncer works through a burst of pushes, and stays away for
+// apiserverOutage. The syncer keeps its lease and converges: every tag
+// gets its BaseImage and exactly one DataVolume per digest.
 func TestSyncerConvergesAcrossAnAPIServerRestart(t *testing.T) {
 	t.Parallel()
 	testenv.RequireQEMU(t)
@@ -30,7 +37,7 @@ func TestSyncerConvergesAcrossAnAPIServerRestart(t *testing.T) {
 		tag := fmt.Sprint(i)
 		digests[tag] = importImage(t, rawDisk(t, "burst "+tag), reg.Host+"/acme/rhel:"+tag).Digest
 		if i == n/2 {
-			hub.RestartAPIServer(t)
+			hub.RestartAPIServer(t, apiserverOutage)
 		}
 	}
 	for tag, digest := range digests {
