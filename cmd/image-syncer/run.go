@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -227,14 +226,15 @@ func newManager(cfg *rest.Config, o *options) (manager.Manager, error) {
 			return nil, err
 		}
 	}
+	lease, renew := leaseDuration, renewDeadline
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              "image-syncer.imagepipe.io",
 		LeaderElectionNamespace:       o.leaderElectionNS,
 		LeaderElectionReleaseOnCancel: true,
-		LeaseDuration:                 ptr.To(leaseDuration),
-		RenewDeadline:                 ptr.To(renewDeadline),
+		LeaseDuration:                 &lease,
+		RenewDeadline:                 &renew,
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsListen},
 		HealthProbeBindAddress:        o.healthListen,
 		GracefulShutdownTimeout:       &o.shutdownTimeout,
