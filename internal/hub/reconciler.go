@@ -122,6 +122,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 		Complete(r)
 }
 
+// staleCacheRecheck is when a BaseImage read from a cache that lags behind
+// the API server is looked at again. The cache catches up within
+// milliseconds; a plain requeue would wait for the controller's failure
+// backoff, a second and more.
+const staleCacheRecheck = 50 * time.Millisecond
+
 // wakeBuffer bounds the BaseImages Wake may have waiting for the
 // controller's queue; beyond it a wake is dropped, and the BaseImage's
 // recheck finds the verdict.
@@ -158,7 +164,9 @@ func (r *Reconciler) Wake(ctx context.Context, subject name.Digest, waiting []cl
 	}
 	nudge()
 	// distribution announces a tag push before the tag points at the new
-	// manifest, so the first look may still find the old referrers tag.
+	// manifest, so the first look may still find the old referrers tag;
+	// it points there tens of milliseconds later, so the next looks come
+	// soon, then spread out for a registry under load.
 	for _, after := range wakeAgain {
 		time.AfterFunc(after, nudge)
 	}
@@ -166,7 +174,7 @@ func (r *Reconciler) Wake(ctx context.Context, subject name.Digest, waiting []cl
 }
 
 // wakeAgain are when Wake looks again after the first.
-var wakeAgain = []time.Duration{250 * time.Millisecond, time.Second}
+var wakeAgain = []time.Duration{50 * time.Millisecond, 150 * time.Millisecond, 400 * time.Millisecond, time.Second}
 
 // leading reports whether this replica's reconciler runs: it leads, or
 // leader election is off.
@@ -209,7 +217,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		uerr := r.Client.Status().Update(ctx, &bi)
 		if apierrors.IsConflict(uerr) && err == nil {
 			// A stale cache read: the next run sees the newer object.
-			return reconcile.Result{Requeue: true}, nil
+			return reconcile.Result{RequeueAfter: staleCacheRecheck}, nil
 		}
 		if uerr != nil {
 			return res, errors.Join(err, fmt.Errorf("updating the status of BaseImage %s: %w", req.NamespacedName, uerr))
@@ -242,7 +250,7 @@ func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res
 		if r.onDelete(bi) == v1alpha1.DeletionDelete {
 			// A push may have cleared the mark since the cache saw it.
 			if current, err := r.isCurrent(ctx, bi); err != nil || !current {
-				return reconcile.Result{Requeue: true}, true, err
+				return reconcile.Result{RequeueAfter: staleCacheRecheck}, true, err
 			}
 			return reconcile.Result{}, true, r.deleteAll(ctx, bi, image)
 		}

@@ -1,9 +1,17 @@
 package hub
 
 import (
+	"context"
+	"errors"
 	"regexp"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
 
 // Condition reasons must match metav1.Condition's pattern, or the API
@@ -54,5 +62,37 @@ func TestRetryDelayDoublesUpToTenMinutes(t *testing.T) {
 		if got := retryDelay(tc.base, tc.attempts); got != tc.want {
 			t.Errorf("retryDelay(%s, %d) = %s, want %s", tc.base, tc.attempts, got, tc.want)
 		}
+	}
+}
+
+// newerReader is an API server read that always finds a newer version of
+// the BaseImage than the one reconciled: the controller's cache lags.
+type newerReader struct{}
+
+func (newerReader) Get(_ context.Context, key client.ObjectKey, obj client.Object, _ ...client.GetOption) error {
+	obj.SetName(key.Name)
+	obj.SetNamespace(key.Namespace)
+	obj.SetResourceVersion("2")
+	return nil
+}
+
+func (newerReader) List(context.Context, client.ObjectList, ...client.ListOption) error {
+	return errors.New("not used")
+}
+
+// TestAStaleCacheIsLookedAtAgainAtOnce: an import starts only from the
+// current BaseImage; when the cache lags, the BaseImage is looked at again
+// after staleCacheRecheck, not after the controller's failure backoff (a
+// second and more), and no DataVolume is created from the stale copy (the
+// reconciler has no client to create one with).
+func TestAStaleCacheIsLookedAtAgainAtOnce(t *testing.T) {
+	r := &Reconciler{APIReader: newerReader{}}
+	bi := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "rhel--9", ResourceVersion: "1"}}
+	res, err := r.startImport(t.Context(), bi, cdi.Import{}, "rhel--0123")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter != staleCacheRecheck || res.RequeueAfter > 100*time.Millisecond {
+		t.Errorf("a stale BaseImage is looked at again with %+v, want after %s", res, staleCacheRecheck)
 	}
 }
