@@ -341,7 +341,7 @@ func (r *Reconciler) startImport(ctx context.Context, bi *v1alpha1.BaseImage, im
 	// The cache may lag behind the status written after the last
 	// failure; an import is started only from the current object.
 	if current, err := r.isCurrent(ctx, bi); err != nil || !current {
-		return reconcile.Result{RequeueAfter: staleCacheRecheck}, err
+		return reconcile.Result{Requeue: true}, err
 	}
 	want := im.DataVolume()
 	want.Labels[cdi.LabelBaseImage] = bi.Name

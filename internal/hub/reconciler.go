@@ -117,16 +117,26 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 		WatchesRawSource(source.Channel(r.wake, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: max(workers, 1),
-			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
+			RateLimiter:             newRateLimiter(),
 		}).
 		Complete(r)
 }
 
-// staleCacheRecheck is when a BaseImage read from a cache that lags behind
-// the API server is looked at again. The cache catches up within
-// milliseconds; a plain requeue would wait for the controller's failure
-// backoff, a second and more.
-const staleCacheRecheck = 50 * time.Millisecond
+// Requeues after an error or a stale cache read (a BaseImage whose cached
+// copy lags behind the status just written) wait requeueBase, doubling per
+// BaseImage up to requeueMax. A cache catches up within milliseconds, so
+// the first looks come soon; a cache or registry that stays behind is
+// asked less and less often, so that thousands of BaseImages never make a
+// storm of requests.
+const (
+	requeueBase = 50 * time.Millisecond
+	requeueMax  = 5 * time.Minute
+)
+
+// newRateLimiter is the controller's per-BaseImage requeue backoff.
+func newRateLimiter() workqueue.TypedRateLimiter[reconcile.Request] {
+	return workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](requeueBase, requeueMax)
+}
 
 // wakeBuffer bounds the BaseImages Wake may have waiting for the
 // controller's queue; beyond it a wake is dropped, and the BaseImage's
@@ -217,7 +227,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		uerr := r.Client.Status().Update(ctx, &bi)
 		if apierrors.IsConflict(uerr) && err == nil {
 			// A stale cache read: the next run sees the newer object.
-			return reconcile.Result{RequeueAfter: staleCacheRecheck}, nil
+			return reconcile.Result{Requeue: true}, nil
 		}
 		if uerr != nil {
 			return res, errors.Join(err, fmt.Errorf("updating the status of BaseImage %s: %w", req.NamespacedName, uerr))
@@ -250,7 +260,7 @@ func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res
 		if r.onDelete(bi) == v1alpha1.DeletionDelete {
 			// A push may have cleared the mark since the cache saw it.
 			if current, err := r.isCurrent(ctx, bi); err != nil || !current {
-				return reconcile.Result{RequeueAfter: staleCacheRecheck}, true, err
+				return reconcile.Result{Requeue: true}, true, err
 			}
 			return reconcile.Result{}, true, r.deleteAll(ctx, bi, image)
 		}

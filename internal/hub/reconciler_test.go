@@ -9,6 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
@@ -80,19 +81,34 @@ func (newerReader) List(context.Context, client.ObjectList, ...client.ListOption
 	return errors.New("not used")
 }
 
-// TestAStaleCacheIsLookedAtAgainAtOnce: an import starts only from the
-// current BaseImage; when the cache lags, the BaseImage is looked at again
-// after staleCacheRecheck, not after the controller's failure backoff (a
-// second and more), and no DataVolume is created from the stale copy (the
-// reconciler has no client to create one with).
-func TestAStaleCacheIsLookedAtAgainAtOnce(t *testing.T) {
+// TestAStaleCacheIsLookedAtAgainSoon: an import starts only from the
+// current BaseImage; when the cache lags, the BaseImage is requeued (no
+// DataVolume is created from the stale copy: the reconciler has no client
+// to create one with), and the requeue backoff looks again after 50 ms,
+// then doubles, so that a cache that stays behind is not asked 20 times a
+// second per BaseImage.
+func TestAStaleCacheIsLookedAtAgainSoon(t *testing.T) {
 	r := &Reconciler{APIReader: newerReader{}}
 	bi := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "rhel--9", ResourceVersion: "1"}}
 	res, err := r.startImport(t.Context(), bi, cdi.Import{}, "rhel--0123")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.RequeueAfter != staleCacheRecheck || res.RequeueAfter > 100*time.Millisecond {
-		t.Errorf("a stale BaseImage is looked at again with %+v, want after %s", res, staleCacheRecheck)
+	if !res.Requeue || res.RequeueAfter != 0 {
+		t.Errorf("a stale BaseImage gives %+v, want a requeue through the backoff", res)
+	}
+	limiter := newRateLimiter()
+	req := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(bi)}
+	want := []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond}
+	for i, w := range want {
+		if got := limiter.When(req); got != w {
+			t.Errorf("requeue %d after %s, want %s", i+1, got, w)
+		}
+	}
+	for range 20 {
+		limiter.When(req)
+	}
+	if got := limiter.When(req); got != 5*time.Minute {
+		t.Errorf("requeue after many stale reads: %s, want the 5m bound", got)
 	}
 }
