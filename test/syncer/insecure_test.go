@@ -23,9 +23,9 @@ const registryName = "registry.test"
 // TestAPlainHTTPRegistryByName: a provider whose registry speaks plain
 // HTTP under a DNS name sets --registry-insecure on the gate and the
 // syncer, and an image goes through both; without the flag the server
-// side speaks only HTTPS to that name and says which flag allows HTTP. The gate and the
-// syncer run in a mount namespace whose /etc/hosts maps registryName to
-// 127.0.0.1 (hostsWrapper).
+// side speaks only HTTPS to that name and says which flag allows HTTP.
+// The gate and the syncer run in a mount namespace whose /etc/hosts maps
+// registryName to 127.0.0.1 (hostsWrapper).
 func TestAPlainHTTPRegistryByName(t *testing.T) {
 	t.Parallel()
 	need.Root(t, "the gate and the syncer see a hosts file of the test in a mount namespace")
