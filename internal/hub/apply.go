@@ -118,8 +118,9 @@ func (a *Applier) applyDigest(ctx context.Context, tenant, ns string, e intake.E
 	if err := a.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{cdi.LabelImage: cdi.ImageName(e.Repository), cdi.LabelTenant: tenant}); err != nil {
 		return fmt.Errorf("listing the BaseImages of %s: %w", e.Repository, err)
 	}
+	repository := a.repository(e.Repository)
 	for _, bi := range list.Items {
-		if bi.Spec.Digest != e.Digest || bi.Spec.Repository != a.repository(e.Repository) {
+		if bi.Spec.Digest != e.Digest || bi.Spec.Repository != repository {
 			continue
 		}
 		if err := a.Apply(ctx, intake.Event{Action: intake.ActionDelete, Repository: e.Repository, Tag: bi.Spec.Tag, Source: e.Source}); err != nil {
@@ -140,9 +141,10 @@ func (a *Applier) wakeWaiting(ctx context.Context, tenant, ns, repo, subject str
 		return fmt.Errorf("listing the BaseImages of %s: %w", repo, err)
 	}
 	waiting := map[string][]client.ObjectKey{} // by digest
+	repository := a.repository(repo)
 	for _, bi := range list.Items {
 		d := bi.Spec.Digest
-		if bi.Spec.Repository != a.repository(repo) || d == "" || bi.Status.ObservedDigest == d || subject != "" && d != subject {
+		if bi.Spec.Repository != repository || d == "" || bi.Status.ObservedDigest == d || subject != "" && d != subject {
 			continue
 		}
 		waiting[d] = append(waiting[d], client.ObjectKeyFromObject(&bi))

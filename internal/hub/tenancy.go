@@ -171,10 +171,10 @@ func (e *namespaceTakenError) Error() string {
 // claim makes sure namespace is tenant's before the syncer acts there for
 // tenant. A namespace whose AnnotationTenant names tenant is; one that
 // names another tenant is not (a *namespaceTakenError); one without the
-// annotation is claimed for tenant by setting it. The write is conditional on the namespace as
-// read, so of two tenants (or replicas) claiming at once one wins and the
-// other's claim fails and is retried. A missing namespace is an error: the
-// syncer never creates one.
+// annotation is claimed for tenant by setting it. The write is conditional
+// on the namespace as read, so of two tenants (or replicas) claiming at
+// once one wins and the other's claim fails and is retried. A missing
+// namespace is an error: the syncer never creates one.
 func (t *Tenancy) claim(ctx context.Context, c client.Client, tenant, namespace string) error {
 	var ns corev1.Namespace
 	if err := c.Get(ctx, client.ObjectKey{Name: namespace}, &ns); err != nil {
