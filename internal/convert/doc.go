@@ -35,4 +35,8 @@
 // it. Raw output whose guest disk starts or ends with another format's
 // signature is refused (reject.AmbiguousRaw). docs/import.md ("How the
 // disk is converted") explains the plan and its costs.
+//
+// StreamCheck recognises, in one pass and without storing it, a file that
+// is exactly Write's qcow2 output for its own content, and verifies it
+// from its tables (at most MaxStreamTables bytes held) and last sector.
 package convert

@@ -13,10 +13,14 @@
 //     compression its media type names, its tar must hold exactly disk/
 //     and disk/disk.img (107:107, 0444) and nothing after them but zero
 //     padding, and its digest, size and diff ID must match;
-//   - the disk, spooled to a sparse file (at most its declared size, which
-//     is bounded by the maximum virtual size), through the disk engine's
-//     full verdict: header, every table, shared clusters, every
-//     compressed cluster.
+//   - the disk, through the disk engine's full verdict: header, every
+//     table, shared clusters, every compressed cluster. A qcow2 disk that
+//     is byte for byte what imagepipe's writer makes is checked as it
+//     streams (convert.StreamCheck), with its tables in memory; any other
+//     disk is spooled to a sparse file (at most its declared size, which
+//     is bounded by the maximum virtual size) and verified there. A disk
+//     whose tables are imagepipe's but whose data is not is read a second
+//     time, into the spool.
 //
 // It then writes the canonical image into the same repository, by digest:
 // a manifest and config of its own from the verified values, and the

@@ -207,40 +207,43 @@ func (v *Verifier) verifyImage(ctx context.Context, repo name.Repository, raw *r
 		return nil, err
 	}
 
-	dir := v.TempDir
-	if dir == "" {
-		dir = os.TempDir()
-	}
-	spool, err := convert.CreateOutput(filepath.Join(dir, "imagepipe-gate.disk"), false)
-	if err != nil {
-		return nil, fmt.Errorf("creating the disk spool: %w", err)
-	}
-	defer spool.Discard()
-	pushed, err := v.extract(ctx, repo, layerDesc, spool)
+	opts := convert.OpenOptions{Format: convert.Format(doc.Annotations[api.AnnotationDiskFormat]), MaxVirtualSize: v.maxVirtualSize()}
+	pushed, spool, err := v.readLayer(ctx, repo, raw.Digest, layerDesc, opts)
 	if err != nil {
 		return nil, err
 	}
+	defer spool.Discard()
 	if pushed.diffID != cfg.RootFS.DiffIDs[0].String() {
 		return nil, reject.New(reject.ManifestShape, "the config's diff ID is %s but the layer's tar is %s", cfg.RootFS.DiffIDs[0], pushed.diffID)
 	}
 
-	opts := convert.OpenOptions{Format: convert.Format(doc.Annotations[api.AnnotationDiskFormat]), MaxVirtualSize: v.maxVirtualSize()}
-	img, err := convert.Open(spool.File, pushed.size, opts)
-	if err != nil {
-		return nil, err
+	// A disk the stream check found canonical is its own canonical layer;
+	// any other is verified in the spool.
+	info, diffID, diskSize := pushed.info, pushed.framedDiffID, pushed.size
+	layer := ocispec.Descriptor{MediaType: comp.MediaType(), Digest: layerDesc.Digest, Size: layerDesc.Size}
+	var img *convert.Image
+	if pushed.streamed != convert.StreamCanonical {
+		if img, err = convert.Open(spool.File, pushed.size, opts); err != nil {
+			return nil, err
+		}
+		if _, err := img.Verify(ctx); err != nil {
+			return nil, err
+		}
+		info = img.Info()
 	}
-	if _, err := img.Verify(ctx); err != nil {
-		return nil, err
-	}
-	info := img.Info()
 	if err := checkAnnotations(doc.Annotations, cfg.Config.Labels, info); err != nil {
 		return nil, err
 	}
-	disk, err := containerdisk.NewDisk(img, containerdisk.Options{DiskFormat: info.Format, Compression: comp, Logger: v.Logger})
-	if err != nil {
-		return nil, err
+	if img != nil {
+		disk, err := containerdisk.NewDisk(img, containerdisk.Options{DiskFormat: info.Format, Compression: comp, Logger: v.Logger})
+		if err != nil {
+			return nil, err
+		}
+		if layer, diffID, diskSize, err = v.canonicalLayer(ctx, repo, disk, spool.File, layerDesc, pushed); err != nil {
+			return nil, err
+		}
 	}
-	canonical, diskSize, err := v.publish(ctx, repo, raw.Digest, disk, spool.File, cfg, doc, layerDesc, pushed)
+	canonical, err := v.publish(ctx, repo, raw.Digest, cfg, doc, layer, diffID)
 	if err != nil {
 		return nil, err
 	}
@@ -257,7 +260,7 @@ func (v *Verifier) verifyImage(ctx context.Context, repo name.Repository, raw *r
 			out.Preference = val
 		}
 	}
-	v.logger().Info("image verified", "repository", repo.RepositoryStr(), "digest", raw.Digest, "canonical", canonical, "format", info.Format, "virtualSize", info.VirtualSize)
+	v.logger().Info("image verified", "repository", repo.RepositoryStr(), "digest", raw.Digest, "canonical", canonical, "format", info.Format, "virtualSize", info.VirtualSize, "streamed", pushed.streamed == convert.StreamCanonical)
 	return out, nil
 }
 
@@ -306,6 +309,43 @@ func (v *Verifier) readBlob(ctx context.Context, repo name.Repository, desc ocis
 	return b, nil
 }
 
+// readLayer reads the pushed layer in full, streaming its disk through
+// the stream check, and again into the spool when the check dropped data
+// that the usual verification needs. The caller discards the spool.
+func (v *Verifier) readLayer(ctx context.Context, repo name.Repository, source string, desc ocispec.Descriptor, opts convert.OpenOptions) (*extracted, *convert.OutputFile, error) {
+	spool, err := v.newSpool()
+	if err != nil {
+		return nil, nil, err
+	}
+	pushed, err := v.extract(ctx, repo, desc, spool, &opts)
+	if err == nil && pushed.mustReread() {
+		v.logger().Info("reading the layer again", "repository", repo.RepositoryStr(), "digest", source)
+		spool.Discard()
+		if spool, err = v.newSpool(); err != nil {
+			return nil, nil, err
+		}
+		pushed, err = v.extract(ctx, repo, desc, spool, nil)
+	}
+	if err != nil {
+		spool.Discard()
+		return nil, nil, err
+	}
+	return pushed, spool, nil
+}
+
+// newSpool creates a file for the disk being verified.
+func (v *Verifier) newSpool() (*convert.OutputFile, error) {
+	dir := v.TempDir
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	spool, err := convert.CreateOutput(filepath.Join(dir, "imagepipe-gate.disk"), false)
+	if err != nil {
+		return nil, fmt.Errorf("creating the disk spool: %w", err)
+	}
+	return spool, nil
+}
+
 // extracted is what reading a pushed layer found.
 type extracted struct {
 	diffID string // sha256 of the layer's tar
@@ -315,18 +355,34 @@ type extracted struct {
 	// canonical disk is the pushed one. "" when unknown (the pushed tar
 	// has imagepipe's headers but another end).
 	framedDiffID string
+	// streamed is what the stream check found of the disk; the spool
+	// holds the disk unless it is StreamCanonical or StreamLost.
+	streamed convert.StreamOutcome
+	info     convert.Info // the disk's, when streamed is StreamCanonical
 }
 
-// extract streams the layer from the registry, checks its shape and
-// framing in full and writes disk/disk.img into spool, leaving holes for
-// zero blocks.
-func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocispec.Descriptor, spool *convert.OutputFile) (*extracted, error) {
+// mustReread reports whether the spool lacks a disk that the usual way
+// must verify: the stream check dropped its data, or the pushed disk is
+// canonical in a tar that is not.
+func (x *extracted) mustReread() bool {
+	return x.streamed == convert.StreamLost || (x.streamed == convert.StreamCanonical && x.framedDiffID == "")
+}
+
+// extract streams the layer from the registry and checks its shape and
+// framing in full. With stream set (the options the disk is opened with),
+// disk/disk.img goes through a convert.StreamCheck, which verifies an
+// imagepipe-written disk as it passes and sends any other to spool;
+// without it, the disk goes to spool. The spool leaves holes for zero
+// blocks.
+func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocispec.Descriptor, spool *convert.OutputFile, stream *convert.OpenOptions) (*extracted, error) {
 	rc, err := v.Registry.OpenBlob(ctx, repo, desc.Digest.String())
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
-	counted := &countingReader{r: rc}
+	ahead := newReadAhead(rc)
+	defer ahead.Close()
+	counted := &countingReader{r: ahead}
 	lr, err := containerdisk.OpenLayer(desc.MediaType, counted)
 	if err != nil {
 		return nil, err
@@ -342,11 +398,16 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 	head, tail := containerdisk.TarFraming(lr.DiskSize())
 	ownHead := bytes.Equal(lr.Head(), head)
 	var sum hash.Hash
+	var check *convert.StreamCheck
 	sink := io.Writer(spool)
+	if stream != nil {
+		check = convert.NewStreamCheck(lr.DiskSize(), *stream, spool)
+		sink = check
+	}
 	if !ownHead {
 		sum = sha256.New()
 		sum.Write(head)
-		sink = io.MultiWriter(spool, hashWriter{sum})
+		sink = io.MultiWriter(sink, hashWriter{sum})
 	}
 	pr, pw := io.Pipe()
 	var wg sync.WaitGroup
@@ -366,10 +427,15 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 	if counted.n != desc.Size {
 		return nil, reject.New(reject.ManifestShape, "the layer %s is %d bytes but its descriptor says %d", desc.Digest, counted.n, desc.Size)
 	}
+	x := &extracted{diffID: diffID, size: lr.DiskSize(), streamed: convert.StreamDiverted}
+	if check != nil {
+		if x.streamed, x.info, err = check.Finish(ctx); err != nil {
+			return nil, err
+		}
+	}
 	if err := spool.Finish(); err != nil {
 		return nil, fmt.Errorf("writing the disk spool: %w", err)
 	}
-	x := &extracted{diffID: diffID, size: lr.DiskSize()}
 	switch {
 	case !ownHead:
 		sum.Write(tail)
@@ -380,32 +446,37 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 	return x, nil
 }
 
-// publish makes sure the canonical image of disk is in repo and returns
-// its manifest digest and its disk's size. The pushed layer is the
-// canonical one when its tar is exactly the tar imagepipe writes for the
-// verified disk (its framing was checked in full while it was read); the
-// manifest and config are made here, from the verified values and the
-// pushed ones that passed their checks, so that an image built by imagectl
-// publishes to its own digest and costs nothing: its manifest is not
-// written again.
-func (v *Verifier) publish(ctx context.Context, repo name.Repository, source string, disk *containerdisk.Disk, spool io.ReaderAt, cfg *ocispec.Image, doc *document, pushedLayer ocispec.Descriptor, pushed *extracted) (string, int64, error) {
+// canonicalLayer is the canonical layer of disk, pushed into repo unless
+// it is the pushed one (its tar is exactly the tar imagepipe writes for
+// the verified disk), with its diff ID and disk size.
+func (v *Verifier) canonicalLayer(ctx context.Context, repo name.Repository, disk *containerdisk.Disk, spool io.ReaderAt, pushedLayer ocispec.Descriptor, pushed *extracted) (ocispec.Descriptor, string, int64, error) {
 	diffID, size, err := canonicalDiffID(ctx, disk, spool, pushed)
 	if err != nil {
-		return "", 0, err
+		return ocispec.Descriptor{}, "", 0, err
 	}
 	comp, _ := containerdisk.CompressionOf(pushedLayer.MediaType)
 	layer := ocispec.Descriptor{MediaType: comp.MediaType(), Digest: pushedLayer.Digest, Size: pushedLayer.Size}
-	if diffID != pushed.diffID {
-		info, err := v.Registry.PushLayer(ctx, repo, disk)
-		if err != nil {
-			return "", 0, fmt.Errorf("pushing the canonical layer: %w", err)
-		}
-		if info.DiffID != diffID {
-			return "", 0, fmt.Errorf("the canonical layer written has diff ID %s, not %s", info.DiffID, diffID)
-		}
-		layer.Digest, layer.Size = digest.Digest(info.Digest), info.Size
-		v.logger().Info("canonical layer written", "repository", repo.RepositoryStr(), "digest", info.Digest, "bytes", info.Size)
+	if diffID == pushed.diffID {
+		return layer, diffID, size, nil
 	}
+	info, err := v.Registry.PushLayer(ctx, repo, disk)
+	if err != nil {
+		return ocispec.Descriptor{}, "", 0, fmt.Errorf("pushing the canonical layer: %w", err)
+	}
+	if info.DiffID != diffID {
+		return ocispec.Descriptor{}, "", 0, fmt.Errorf("the canonical layer written has diff ID %s, not %s", info.DiffID, diffID)
+	}
+	layer.Digest, layer.Size = digest.Digest(info.Digest), info.Size
+	v.logger().Info("canonical layer written", "repository", repo.RepositoryStr(), "digest", info.Digest, "bytes", info.Size)
+	return layer, diffID, size, nil
+}
+
+// publish makes sure the canonical image with layer (of diff ID diffID)
+// is in repo and returns its manifest digest. The manifest and config are
+// made here, from the verified values and the pushed ones that passed
+// their checks, so that an image built by imagectl publishes to its own
+// digest and costs nothing: its manifest is not written again.
+func (v *Verifier) publish(ctx context.Context, repo name.Repository, source string, cfg *ocispec.Image, doc *document, layer ocispec.Descriptor, diffID string) (string, error) {
 	canonCfg := ocispec.Image{
 		Created:  cfg.Created,
 		Platform: ocispec.Platform{Architecture: cfg.Architecture, OS: cfg.OS, Variant: cfg.Variant},
@@ -414,7 +485,7 @@ func (v *Verifier) publish(ctx context.Context, repo name.Repository, source str
 	}
 	cfgBytes, err := json.Marshal(canonCfg)
 	if err != nil {
-		return "", 0, err
+		return "", err
 	}
 	cfgDesc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(cfgBytes), Size: int64(len(cfgBytes))}
 	manifest, err := json.Marshal(ocispec.Manifest{
@@ -425,19 +496,19 @@ func (v *Verifier) publish(ctx context.Context, repo name.Repository, source str
 		Annotations: doc.Annotations,
 	})
 	if err != nil {
-		return "", 0, err
+		return "", err
 	}
 	d := digest.FromBytes(manifest).String()
 	if d == source {
-		return d, size, nil // the pushed image is the canonical one, read a moment ago
+		return d, nil // the pushed image is the canonical one, read a moment ago
 	}
 	if _, err := v.Registry.PushBlob(ctx, repo, ocispec.MediaTypeImageConfig, cfgBytes); err != nil {
-		return "", 0, fmt.Errorf("pushing the canonical config: %w", err)
+		return "", fmt.Errorf("pushing the canonical config: %w", err)
 	}
 	if err := v.Registry.PutManifest(ctx, repo.Digest(d), manifest, manifestMediaType); err != nil {
-		return "", 0, fmt.Errorf("pushing the canonical manifest: %w", err)
+		return "", fmt.Errorf("pushing the canonical manifest: %w", err)
 	}
-	return d, size, nil
+	return d, nil
 }
 
 // canonicalDiffID is the diff ID and disk size of the canonical layer of

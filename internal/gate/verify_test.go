@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"math/rand/v2"
 	"net/http/httptest"
 	"net/url"
@@ -475,4 +476,66 @@ func (p payload) Size() int64 { return int64(len(p)) }
 func (p payload) Write(_ context.Context, w io.Writer) error {
 	_, err := w.Write(p)
 	return err
+}
+
+// qcow2Of is the qcow2 file imagectl stores for raw.
+func qcow2Of(t *testing.T, raw []byte) []byte {
+	t.Helper()
+	img, err := convert.Open(bytes.NewReader(raw), int64(len(raw)), convert.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := img.Plan(t.Context(), convert.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := p.Write(t.Context(), &b); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// TestOwnQCOW2IsVerifiedAsItStreams: imagectl's qcow2 disk is verified as
+// it streams, with no spool; one with imagepipe's tables whose data is
+// not imagepipe's (a stored cluster of zeros) is read again, verified in
+// the spool and normalised, and its canonical image streams.
+func TestOwnQCOW2IsVerifiedAsItStreams(t *testing.T) {
+	e := newEnv(t)
+	var logs bytes.Buffer
+	e.v.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	raw := rawDisk(t, 4<<20, 3)
+	d := e.importDisk(t, "acme/own", raw, containerdisk.Options{DiskFormat: convert.FormatQCOW2, Compression: containerdisk.CompressionZstd}, registry.ImportOptions{})
+	if v := e.verify(t, "acme/own", d); v.Verdict != api.VerdictAccepted || v.Images[0].Canonical != d {
+		t.Fatalf("%+v", v)
+	}
+	if !strings.Contains(logs.String(), "streamed=true") || strings.Contains(logs.String(), "reading the layer again") {
+		t.Fatalf("imagectl's qcow2 was not verified as it streamed:\n%s", logs.String())
+	}
+
+	file := qcow2Of(t, raw)
+	clear(file[len(file)-64<<10:]) // the last data cluster, stored as zeros
+	var tb bytes.Buffer
+	if _, err := containerdisk.WriteLayer(t.Context(), io.Discard, payload(file), containerdisk.CompressionNone, &tb); err != nil {
+		t.Fatal(err)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(tb.Bytes())
+	zw.Close()
+	c := &crafted{layer: gz.Bytes(), layerMediaType: ocispec.MediaTypeImageLayerGzip, diffID: digest.FromBytes(tb.Bytes()).String(),
+		config: ocispec.Image{Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"}}}
+	logs.Reset()
+	zeroed := c.push(t, e, "acme/zeroed")
+	v := e.verify(t, "acme/zeroed", zeroed)
+	if v.Verdict != api.VerdictAccepted || v.Images[0].Canonical == zeroed || v.Images[0].DiskSize >= int64(len(file)) {
+		t.Fatalf("%+v; want accepted with a smaller canonical disk", v)
+	}
+	if !strings.Contains(logs.String(), "reading the layer again") || !strings.Contains(logs.String(), "streamed=false") {
+		t.Fatalf("the zeroed cluster did not send the layer to the spool:\n%s", logs.String())
+	}
+	logs.Reset()
+	if again := e.verify(t, "acme/zeroed", v.Images[0].Canonical); again.Images[0].Canonical != v.Images[0].Canonical || !strings.Contains(logs.String(), "streamed=true") {
+		t.Errorf("the canonical image does not verify to itself as it streams: %+v\n%s", again, logs.String())
+	}
 }
