@@ -26,6 +26,10 @@ static int deflate_block(unsigned char *in, unsigned int in_len,
 	s.gzip_flag = IGZIP_DEFLATE;
 	int ret = isal_deflate_stateless(&s);
 	*written = s.total_out;
+	// As in gunzip_step: clean AVX state for Go's SSE code.
+	if (__builtin_cpu_supports("avx")) {
+		__asm__ volatile("vzeroupper");
+	}
 	return ret;
 }
 */

@@ -3,11 +3,19 @@
 package containerdisk
 
 import (
+	"bufio"
 	"io"
 	"runtime"
 
+	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/pgzip"
 )
+
+// newGzipReader reads a gzip stream of one or more members. Builds with
+// the isal tag inflate with ISA-L instead.
+func newGzipReader(r *bufio.Reader) (io.ReadCloser, error) {
+	return gzip.NewReader(r)
+}
 
 // GzipImplementation names the gzip compressor this binary was built
 // with: "isa-l" (the isal build tag, with cgo) or "pgzip".

@@ -45,7 +45,7 @@ type LayerReader struct {
 // reader, and blob, which is not read further than asked.
 func OpenLayer(mediaType string, blob io.Reader) (*LayerReader, error) {
 	src := &trackedReader{r: blob}
-	buf := bufio.NewReaderSize(src, 64<<10)
+	buf := bufio.NewReaderSize(src, 128<<10) // holds any gzip header Go reads
 	zr, err := decompressLayer(mediaType, buf)
 	if err != nil {
 		return nil, layerError(err, src)

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -102,7 +101,7 @@ func decompressLayer(mt string, r *bufio.Reader) (io.ReadCloser, error) {
 	}
 	switch found {
 	case contentGzip:
-		zr, err := gzip.NewReader(r)
+		zr, err := newGzipReader(r)
 		if err != nil {
 			return nil, fmt.Errorf("opening the gzip layer: %w", err)
 		}
