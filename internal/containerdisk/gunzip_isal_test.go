@@ -72,8 +72,11 @@ func gzipSeeds(t testing.TB) [][]byte {
 	seeds = append(seeds, member(gzip.Header{Extra: bytes.Repeat([]byte("x"), 65535), Name: "n"}, flate.BestSpeed, text))
 	long := member(gzip.Header{Name: string(bytes.Repeat([]byte("n"), 511))}, flate.BestSpeed, text)
 	seeds = append(seeds, long)
-	longer := append(bytes.Clone(long[:10]), bytes.Repeat([]byte("n"), 512)...)
-	seeds = append(seeds, append(longer, long[10+512:]...))
+	longer := append(bytes.Clone(long[:10]), bytes.Repeat([]byte("n"), 512)...) // and its NUL: 513 bytes
+	seeds = append(seeds, append(longer, long[10+511:]...))
+	reserved := bytes.Clone(plain)
+	reserved[3] |= 1 << 5
+	seeds = append(seeds, reserved)
 	return seeds
 }
 
