@@ -437,13 +437,7 @@ func TestImagepipeHeadersAnotherEnd(t *testing.T) {
 	}
 	canonicalTar := digest.FromBytes(tb.Bytes()).String()
 	tb.Write(make([]byte, 9*1024))
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	zw.Write(tb.Bytes())
-	zw.Close()
-	c := &crafted{layer: gz.Bytes(), layerMediaType: ocispec.MediaTypeImageLayerGzip, diffID: digest.FromBytes(tb.Bytes()).String(),
-		config: ocispec.Image{Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"}}}
-	d := c.push(t, e, "acme/padded")
+	d := gzippedTar(tb.Bytes()).push(t, e, "acme/padded")
 	v := e.verify(t, "acme/padded", d)
 	if v.Verdict != api.VerdictAccepted || v.Images[0].Canonical == d {
 		t.Fatalf("%+v", v)
@@ -467,6 +461,16 @@ func TestImagepipeHeadersAnotherEnd(t *testing.T) {
 	if again := e.verify(t, "acme/padded", v.Images[0].Canonical); again.Verdict != api.VerdictAccepted || again.Images[0].Canonical != v.Images[0].Canonical {
 		t.Errorf("the canonical image does not verify to itself: %+v", again)
 	}
+}
+
+// gzippedTar is a linux/amd64 image whose layer is tarBytes, gzipped.
+func gzippedTar(tarBytes []byte) *crafted {
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(tarBytes)
+	zw.Close()
+	return &crafted{layer: gz.Bytes(), layerMediaType: ocispec.MediaTypeImageLayerGzip, diffID: digest.FromBytes(tarBytes).String(),
+		config: ocispec.Image{Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"}}}
 }
 
 // payload is a disk held in memory, as containerdisk writes it.
@@ -519,14 +523,8 @@ func TestOwnQCOW2IsVerifiedAsItStreams(t *testing.T) {
 	if _, err := containerdisk.WriteLayer(t.Context(), io.Discard, payload(file), containerdisk.CompressionNone, &tb); err != nil {
 		t.Fatal(err)
 	}
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	zw.Write(tb.Bytes())
-	zw.Close()
-	c := &crafted{layer: gz.Bytes(), layerMediaType: ocispec.MediaTypeImageLayerGzip, diffID: digest.FromBytes(tb.Bytes()).String(),
-		config: ocispec.Image{Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"}}}
 	logs.Reset()
-	zeroed := c.push(t, e, "acme/zeroed")
+	zeroed := gzippedTar(tb.Bytes()).push(t, e, "acme/zeroed")
 	v := e.verify(t, "acme/zeroed", zeroed)
 	if v.Verdict != api.VerdictAccepted || v.Images[0].Canonical == zeroed || v.Images[0].DiskSize >= int64(len(file)) {
 		t.Fatalf("%+v; want accepted with a smaller canonical disk", v)
