@@ -150,6 +150,7 @@ func TestEveryCommandThatPrintsDataSpeaksJSON(t *testing.T) {
 		"volume create":    append([]string{"data1", "--size", "1Gi"}, kube...),
 		"volume list":      kube,
 		"volume delete":    append([]string{"data1"}, kube...),
+		"status":           {"acme/rhel:9", "--kubeconfig", filepath.Join(dir, "no-kubeconfig")},
 	}
 	seen := 0
 	for _, c := range leafCommands(newRootCmd()) {

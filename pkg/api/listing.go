@@ -89,3 +89,25 @@ type GateReport struct {
 // CheckedHeader is ContainerDiskReport.Checked when the disk's header was
 // validated; its L1/L2 tables and data, further into the layer, were not.
 const CheckedHeader = "header"
+
+// ImageOnHub is one hub's copy of a synced image, a row of `imagectl
+// status -o json`.
+type ImageOnHub struct {
+	// Hub is the kubeconfig context that names the hub.
+	Hub       string `json:"hub"`
+	Namespace string `json:"namespace"`
+	// Image is TENANT/IMAGE:TAG.
+	Image string `json:"image"`
+	// Phase is the BaseImage's phase (Pending, Importing, Ready, Failed,
+	// Rejected, Deleted); NotSynced when the hub has no BaseImage for the
+	// image, Unreachable when the hub could not be asked.
+	Phase string `json:"phase"`
+	// Digest is the digest the hub serves, else the one it works on.
+	Digest string `json:"digest,omitempty"`
+	// Since is when the phase began (RFC 3339), when the hub says.
+	Since string `json:"since,omitempty"`
+	// Reason is the reason code when the image is not Ready (a rejection's
+	// reason, such as SharedCluster), and Message what it says.
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+}
