@@ -17,21 +17,22 @@ import (
 )
 
 // TestStatusShowsAnImageOnEveryHub: `imagectl status` asks each hub of a
-// tenant's kubeconfig, as the tenant. hub-a runs CDI's real controller
-// and importer; hub-b runs none, so its import never ends. An image is
-// shown Ready on one and Importing on the other, with exit 2; --wait for
-// hub-a alone returns 0; an image the gate refused shows its reason code,
-// with exit 3.
+// tenant's kubeconfig, as the tenant. hub-a and hub-c run CDI's real
+// controller and importer; hub-b runs none, so its import never ends. An
+// image is shown Ready on one and Importing on the other, with exit 2;
+// --wait returns once it is Ready on hub-a and on hub-c, whose syncer
+// starts after the wait began; an image the gate refused shows its reason
+// code, with exit 3.
 func TestStatusShowsAnImageOnEveryHub(t *testing.T) {
 	t.Parallel()
-	hubA, hubB := startTestHub(t, "hub-a"), startAPIHub(t, "hub-b")
-	sa, sb := harness.ReserveSyncer(t), harness.ReserveSyncer(t)
+	hubA, hubB, hubC := startTestHub(t, "hub-a"), startAPIHub(t, "hub-b"), startTestHub(t, "hub-c")
+	sa, sb, sc := harness.ReserveSyncer(t), harness.ReserveSyncer(t), harness.ReserveSyncer(t)
 	reg := harness.StartRegistry(t, harness.RegistryOptions{
-		Gate: testenv.ImageGate, NotifyURL: sa.WebhookURL, NotifyURLs: []string{sb.WebhookURL}, NotifyToken: webhookToken,
+		Gate: testenv.ImageGate, NotifyURL: sa.WebhookURL, NotifyURLs: []string{sb.WebhookURL, sc.WebhookURL}, NotifyToken: webhookToken,
 	})
 	startSyncer(t, sa, hubA, reg.Host, "--poll-interval", "1h")
 	startSyncer(t, sb, hubB, reg.Host, "--poll-interval", "1h")
-	kubeconfig := tenantKubeconfig(t, "tenant-a", "acme", hubA, hubB)
+	kubeconfig := tenantKubeconfig(t, "tenant-a", "acme", hubA, hubB, hubC)
 
 	res := importImage(t, rawDisk(t, "status"), reg.Host+"/acme/rhel:1")
 	hubA.waitReady(t, "acme", "rhel--1", res.Digest)
@@ -47,7 +48,7 @@ func TestStatusShowsAnImageOnEveryHub(t *testing.T) {
 		}
 		return r, rows
 	}
-	r, rows := status("acme/rhel:1", "-o", "json")
+	r, rows := status("acme/rhel:1", "--hubs", "hub-a,hub-b", "-o", "json")
 	want := map[string]string{"hub-a": "Ready", "hub-b": "Importing"}
 	if r.Code != 2 || len(rows) != 2 {
 		t.Fatalf("status: exit %d, %d rows; want 2 and a row per hub\n%s%s", r.Code, len(rows), r.Stdout, r.Stderr)
@@ -60,14 +61,24 @@ func TestStatusShowsAnImageOnEveryHub(t *testing.T) {
 			t.Errorf("hub-a serves %s; want the pushed %s", row.Digest, res.Digest)
 		}
 	}
-	table, _ := status("acme/rhel:1")
+	table, _ := status("acme/rhel:1", "--hubs", "hub-a,hub-b")
 	if !strings.Contains(table.Stdout, "hub-a") || !strings.Contains(table.Stdout, "Importing") || !strings.Contains(table.Stdout, res.Digest[:19]) {
 		t.Errorf("the table does not show both hubs:\n%s", table.Stdout)
 	}
-	if r, _ := status("acme/rhel:1", "--hubs", "hub-a", "--wait", "--timeout", "2m"); r.Code != 0 {
-		t.Errorf("--wait on hub-a: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	if r, rows := status("acme/rhel:1", "--hubs", "hub-c", "-o", "json"); r.Code != 2 || rows[0].Phase != "NotSynced" {
+		t.Fatalf("hub-c before its syncer: exit %d, %+v; want 2, NotSynced", r.Code, rows)
 	}
-	if r, _ := status("acme/rhel:1", "--wait", "--timeout", "3s"); r.Code != 2 {
+	waited := make(chan testenv.Result, 1)
+	go func() {
+		waited <- testenv.RunImagectl(t, "status", "--kubeconfig", kubeconfig, "acme/rhel:1", "--hubs", "hub-a,hub-c", "--wait", "--timeout", "5m", "-o", "json")
+	}()
+	startSyncer(t, sc, hubC, reg.Host, "--poll-interval", "1h")
+	r = <-waited
+	var both []api.ImageOnHub
+	if err := json.Unmarshal([]byte(r.Stdout), &both); r.Code != 0 || err != nil || len(both) != 2 || both[0].Phase != "Ready" || both[1].Phase != "Ready" {
+		t.Errorf("--wait on hub-a and hub-c: exit %d, %+v (%v); want 0 once Ready on both\n%s", r.Code, both, err, r.Stderr)
+	}
+	if r, _ := status("acme/rhel:1", "--hubs", "hub-a,hub-b", "--wait", "--timeout", "3s"); r.Code != 2 {
 		t.Errorf("--wait on both, hub-b never Ready: exit %d, want 2 after the timeout\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
 	if r, _ := status("acme/nothing:1", "-o", "json"); r.Code != 2 || !strings.Contains(r.Stdout, `"NotSynced"`) {
