@@ -382,7 +382,7 @@ func runVMSummaries(cmd *cobra.Command, o *vmNameOptions, name string) error {
 			}
 			fmt.Fprint(tw, "NAME\tSTATUS\tIMAGE\tDIGEST\tTEMPLATE\tIP\tNODE\tLIVE-MIGRATABLE")
 			if wide {
-				fmt.Fprint(tw, "\tVOLUMES\tNOT MIGRATABLE BECAUSE")
+				fmt.Fprint(tw, "\tCONDITIONS\tVOLUMES\tNOT MIGRATABLE BECAUSE")
 			}
 			fmt.Fprintln(tw)
 			for _, s := range vms {
@@ -400,12 +400,23 @@ func runVMSummaries(cmd *cobra.Command, o *vmNameOptions, name string) error {
 					if s.LiveMigratable != nil && !*s.LiveMigratable {
 						reasons = strings.Join(s.Reasons, "; ")
 					}
-					fmt.Fprintf(tw, "\t%s\t%s", orDash(strings.Join(s.Volumes, ",")), orDash(reasons))
+					fmt.Fprintf(tw, "\t%s\t%s\t%s", orDash(trueConditions(s.Conditions)), orDash(strings.Join(s.Volumes, ",")), orDash(reasons))
 				}
 				fmt.Fprintln(tw)
 			}
 		})(w)
 	}})
+}
+
+// trueConditions lists the types of the conditions that hold.
+func trueConditions(conds []api.VMCondition) string {
+	var on []string
+	for _, c := range conds {
+		if c.Status == "True" {
+			on = append(on, c.Type)
+		}
+	}
+	return strings.Join(on, ",")
 }
 
 // yesNoUnknown shows a verdict that may be unknown (nil) in a table.

@@ -538,6 +538,7 @@ func Summaries(ctx context.Context, c cdi.Reader, ns, name string) ([]api.VMSumm
 		case !apierrors.IsNotFound(err):
 			return nil, fmt.Errorf("reading the instance of VM %s: %w", vm.Name, err)
 		}
+		s.Conditions = conditions(vm, &s)
 		return []api.VMSummary{s}, nil
 	}
 	where := "in " + ns
@@ -570,6 +571,7 @@ func Summaries(ctx context.Context, c cdi.Reader, ns, name string) ([]api.VMSumm
 		if vmi := instances[[2]string{vm.Namespace, vm.Name}]; vmi != nil {
 			addInstance(&s, vmi)
 		}
+		s.Conditions = conditions(vm, &s)
 		out = append(out, s)
 	}
 	return out, nil
@@ -624,3 +626,65 @@ func addInstance(s *api.VMSummary, vmi *kubevirtv1.VirtualMachineInstance) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// KubeVirt's printable statuses by what they say of the VM.
+var (
+	progressingStatuses = []kubevirtv1.VirtualMachinePrintableStatus{
+		kubevirtv1.VirtualMachineStatusProvisioning, kubevirtv1.VirtualMachineStatusStarting,
+		kubevirtv1.VirtualMachineStatusMigrating, kubevirtv1.VirtualMachineStatusStopping,
+		kubevirtv1.VirtualMachineStatusTerminating, kubevirtv1.VirtualMachineStatusWaitingForVolumeBinding,
+		kubevirtv1.VirtualMachineStatusWaitingForReceiver,
+	}
+	failedStatuses = []kubevirtv1.VirtualMachinePrintableStatus{
+		kubevirtv1.VirtualMachineStatusCrashLoopBackOff, kubevirtv1.VirtualMachineStatusUnschedulable,
+		kubevirtv1.VirtualMachineStatusErrImagePull, kubevirtv1.VirtualMachineStatusImagePullBackOff,
+		kubevirtv1.VirtualMachineStatusPvcNotFound, kubevirtv1.VirtualMachineStatusDataVolumeError,
+	}
+)
+
+// conditions are vm's Ready, Progressing, Failed and Degraded conditions,
+// from KubeVirt's status of it and s, its summary with the instance's
+// live-migration verdict: Ready is KubeVirt's Ready condition; Progressing
+// and Failed follow the printable status; a Ready VM is Degraded while it
+// is paused or cannot live-migrate, which the service promises.
+func conditions(vm *kubevirtv1.VirtualMachine, s *api.VMSummary) []api.VMCondition {
+	status := vm.Status.PrintableStatus
+	cond := func(t string, ok bool, reason, msg string) api.VMCondition {
+		c := api.VMCondition{Type: t, Status: "False", Reason: reason, Message: msg}
+		if ok {
+			c.Status = "True"
+		}
+		return c
+	}
+	ready := cond(api.VMConditionReady, false, string(cmp.Or(status, "Unknown")), "")
+	var failure, paused string
+	for _, c := range vm.Status.Conditions {
+		switch c.Type {
+		case kubevirtv1.VirtualMachineReady:
+			ready = cond(api.VMConditionReady, c.Status == corev1.ConditionTrue, cmp.Or(c.Reason, string(status)), c.Message)
+		case kubevirtv1.VirtualMachineFailure:
+			if c.Status == corev1.ConditionTrue {
+				failure = cmp.Or(c.Message, c.Reason)
+			}
+		case kubevirtv1.VirtualMachinePaused:
+			if c.Status == corev1.ConditionTrue {
+				paused = cmp.Or(c.Message, "the VM is paused")
+			}
+		}
+	}
+	failed := slices.Contains(failedStatuses, status) || failure != ""
+	degraded := cond(api.VMConditionDegraded, false, "", "")
+	switch {
+	case ready.Status != "True":
+	case paused != "":
+		degraded = cond(api.VMConditionDegraded, true, "Paused", paused)
+	case s.LiveMigratable != nil && !*s.LiveMigratable:
+		degraded = cond(api.VMConditionDegraded, true, "NotLiveMigratable", strings.Join(s.Reasons, "; "))
+	}
+	return []api.VMCondition{
+		ready,
+		cond(api.VMConditionProgressing, slices.Contains(progressingStatuses, status), string(status), ""),
+		cond(api.VMConditionFailed, failed, string(status), failure),
+		degraded,
+	}
+}

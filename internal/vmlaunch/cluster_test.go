@@ -3,11 +3,14 @@ package vmlaunch
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // attachedVM is a VM with a root disk and the data volumes vols.
@@ -116,5 +119,50 @@ func TestLiveMigratableIsABooleanOrNull(t *testing.T) {
 				t.Errorf("reasons = %q, want %q", s.Reasons, tc.reasons)
 			}
 		})
+	}
+}
+
+// TestConditionsSayWhatATenantAsks: Ready is KubeVirt's; Progressing and
+// Failed follow the printable status (and KubeVirt's Failure condition);
+// a Ready VM is Degraded while paused or unable to live-migrate.
+func TestConditionsSayWhatATenantAsks(t *testing.T) {
+	readyCond := kubevirtv1.VirtualMachineCondition{Type: kubevirtv1.VirtualMachineReady, Status: corev1.ConditionTrue}
+	vm := func(status kubevirtv1.VirtualMachinePrintableStatus, conds ...kubevirtv1.VirtualMachineCondition) *kubevirtv1.VirtualMachine {
+		return &kubevirtv1.VirtualMachine{Status: kubevirtv1.VirtualMachineStatus{PrintableStatus: status, Conditions: conds}}
+	}
+	for _, tc := range []struct {
+		name       string
+		vm         *kubevirtv1.VirtualMachine
+		migratable *bool
+		want       string // the types that hold
+		reason     string // of the first that holds
+	}{
+		{"running", vm(kubevirtv1.VirtualMachineStatusRunning, readyCond), ptr(true), "Ready", ""},
+		{"running, cannot migrate", vm(kubevirtv1.VirtualMachineStatusRunning, readyCond), ptr(false), "Ready,Degraded", ""},
+		{"paused", vm(kubevirtv1.VirtualMachineStatusPaused, readyCond, kubevirtv1.VirtualMachineCondition{Type: kubevirtv1.VirtualMachinePaused, Status: corev1.ConditionTrue}), ptr(true), "Ready,Degraded", ""},
+		{"starting", vm(kubevirtv1.VirtualMachineStatusStarting), nil, "Progressing", "Starting"},
+		{"migrating", vm(kubevirtv1.VirtualMachineStatusMigrating, readyCond), ptr(true), "Ready,Progressing", ""},
+		{"crash loop", vm(kubevirtv1.VirtualMachineStatusCrashLoopBackOff), nil, "Failed", "CrashLoopBackOff"},
+		{"failure condition", vm(kubevirtv1.VirtualMachineStatusStopped, kubevirtv1.VirtualMachineCondition{Type: kubevirtv1.VirtualMachineFailure, Status: corev1.ConditionTrue, Message: "virt-launcher failed"}), nil, "Failed", "Stopped"},
+		{"stopped", vm(kubevirtv1.VirtualMachineStatusStopped), ptr(false), "", ""},
+	} {
+		s := &api.VMSummary{LiveMigratable: tc.migratable, Reasons: []string{"RWO disk"}}
+		got := conditions(tc.vm, s)
+		var on []string
+		reason := ""
+		for i, c := range got {
+			if c.Type != []string{"Ready", "Progressing", "Failed", "Degraded"}[i] {
+				t.Fatalf("%s: condition %d is %s", tc.name, i, c.Type)
+			}
+			if c.Status == "True" {
+				on = append(on, c.Type)
+				if reason == "" && c.Type != "Ready" {
+					reason = c.Reason
+				}
+			}
+		}
+		if strings.Join(on, ",") != tc.want || tc.reason != "" && reason != tc.reason {
+			t.Errorf("%s: %v hold (first reason %q); want %q (%q)", tc.name, on, reason, tc.want, tc.reason)
+		}
 	}
 }

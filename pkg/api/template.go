@@ -156,6 +156,27 @@ type VMSummary struct {
 	Reasons        []string `json:"reasons,omitempty"`
 	// Volumes are the attached data volumes (root disk excluded).
 	Volumes []string `json:"volumes,omitempty"`
+	// Conditions are the VM's state as the service shows it: Ready,
+	// Progressing, Failed and Degraded, in that order (docs/vm.md).
+	Conditions []VMCondition `json:"conditions"`
+}
+
+// VM condition types, the values of VMCondition.Type.
+const (
+	VMConditionReady       = "Ready"
+	VMConditionProgressing = "Progressing"
+	VMConditionFailed      = "Failed"
+	VMConditionDegraded    = "Degraded"
+)
+
+// VMCondition is one of a VM's conditions: Status is "True" or "False",
+// Reason a CamelCase word (KubeVirt's status or condition reason) and
+// Message, when there is one, what KubeVirt says.
+type VMCondition struct {
+	Type    string `json:"type"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // VM actions, the values of VMResult.Action.

@@ -220,6 +220,9 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 	if len(list) != 1 || list[0].Node != "node-1" || list[0].IP != "10.0.0.7" || list[0].LiveMigratable == nil || !*list[0].LiveMigratable || list[0].Template != "simple_vm" {
 		t.Errorf("vm list: %+v", list)
 	}
+	if c := list[0].Conditions; len(c) != 4 || c[0].Type != "Ready" || c[0].Status != "True" || c[1].Status != "False" || c[2].Status != "False" || c[3].Status != "False" {
+		t.Errorf("the running VM's conditions: %+v; want Ready alone", c)
+	}
 	r = vmOK("migrate", "web")
 	var migrations kubevirtv1.VirtualMachineInstanceMigrationList
 	if err := hub.Client.List(t.Context(), &migrations, client.InNamespace("acme")); err != nil || len(migrations.Items) != 1 || migrations.Items[0].Spec.VMIName != "web" {
@@ -284,4 +287,15 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 func virtControllerStartsInstance(t *testing.T, h *testHub, vm *kubevirtv1.VirtualMachine) {
 	t.Helper()
 	h.Create(t, harness.RunningInstance(vm, "node-1", "10.0.0.7", true))
+	// and reports the VM running, as its VM controller does.
+	var cur kubevirtv1.VirtualMachine
+	if err := h.Client.Get(t.Context(), client.ObjectKeyFromObject(vm), &cur); err != nil {
+		t.Fatal(err)
+	}
+	cur.Status.PrintableStatus = kubevirtv1.VirtualMachineStatusRunning
+	cur.Status.Ready = true
+	cur.Status.Conditions = []kubevirtv1.VirtualMachineCondition{{Type: kubevirtv1.VirtualMachineReady, Status: corev1.ConditionTrue}}
+	if err := h.Client.Status().Update(t.Context(), &cur); err != nil {
+		t.Fatalf("reporting VM %s running: %v", vm.Name, err)
+	}
 }
