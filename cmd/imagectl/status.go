@@ -5,18 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/internal/vmlaunch"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
@@ -146,7 +146,7 @@ func (o *statusOptions) hubList() ([]string, error) {
 	}
 	for _, h := range o.hubs {
 		if _, ok := cfg.Contexts[h]; !ok {
-			return nil, &usageError{fmt.Errorf("the kubeconfig has no context %q (it has %s)", h, strings.Join(contextNames(cfg.Contexts), ", "))}
+			return nil, &usageError{fmt.Errorf("the kubeconfig has no context %q (it has %s)", h, strings.Join(slices.Sorted(maps.Keys(cfg.Contexts)), ", "))}
 		}
 	}
 	if len(o.hubs) > 0 {
@@ -155,32 +155,18 @@ func (o *statusOptions) hubList() ([]string, error) {
 	if len(cfg.Contexts) == 0 {
 		return nil, errors.New("the kubeconfig names no hub: it has no context")
 	}
-	return contextNames(cfg.Contexts), nil
-}
-
-func contextNames[V any](m map[string]V) []string {
-	names := make([]string, 0, len(m))
-	for n := range m {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
+	return slices.Sorted(maps.Keys(cfg.Contexts)), nil
 }
 
 // ask reads the image (every image when ref is "") on each hub, the hubs
 // at once.
 func (o *statusOptions) ask(ctx context.Context, hubs []string, ref string) []api.ImageOnHub {
 	results := make([][]api.ImageOnHub, len(hubs))
-	done := make(chan struct{})
+	var wg sync.WaitGroup
 	for i, h := range hubs {
-		go func() {
-			defer func() { done <- struct{}{} }()
-			results[i] = o.askHub(ctx, h, ref)
-		}()
+		wg.Go(func() { results[i] = o.askHub(ctx, h, ref) })
 	}
-	for range hubs {
-		<-done
-	}
+	wg.Wait()
 	return slices.Concat(results...)
 }
 
@@ -204,17 +190,15 @@ func (o *statusOptions) askHub(ctx context.Context, hub, ref string) []api.Image
 		}
 		return rows
 	}
-	tenant, repo, tag, _ := vmlaunch.ParseImageRef(ref)
-	var bi v1alpha1.BaseImage
-	err = kc.Get(ctx, ns, cdi.BaseImageName(repo, tag), &bi)
-	image := repo + ":" + tag
-	if apierrors.IsNotFound(err) || err == nil && (bi.Spec.Tenant != tenant || !strings.HasSuffix(bi.Spec.Repository, "/"+repo) || bi.Spec.Tag != tag) {
-		return []api.ImageOnHub{{Hub: hub, Namespace: ns, Image: image, Phase: phaseNotSynced}}
+	bi, err := vmlaunch.SyncedImage(ctx, kc, ns, ref)
+	if errors.Is(err, vmlaunch.ErrNotSynced) {
+		_, repo, tag, _ := vmlaunch.ParseImageRef(ref)
+		return []api.ImageOnHub{{Hub: hub, Namespace: ns, Image: repo + ":" + tag, Phase: phaseNotSynced}}
 	}
 	if err != nil {
 		return unreachable(ns, err)
 	}
-	return []api.ImageOnHub{imageOnHub(hub, &bi)}
+	return []api.ImageOnHub{imageOnHub(hub, bi)}
 }
 
 // imageOnHub is what bi says of its image.
@@ -284,10 +268,10 @@ func statusTable(w io.Writer, rows []api.ImageOnHub) error {
 				since = time.Since(t).Truncate(time.Second).String() + " ago"
 			}
 			reason := r.Reason
-			if r.Message != "" {
-				reason = strings.TrimSpace(reason + ": " + r.Message)
-				reason = strings.TrimPrefix(reason, ": ")
+			if r.Message != "" && reason != "" {
+				reason += ": "
 			}
+			reason += r.Message
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Hub, r.Image, r.Phase, orDash(digest), since, orDash(reason))
 		}
 	})(w)

@@ -121,13 +121,12 @@ func (z *isalGunzip) inflate(p []byte) (int, error) {
 		in, _ := z.r.Peek(z.r.Buffered())
 		var inUsed, outUsed C.uint
 		var finished C.int
-		out := p[:min(len(p), 1<<30)]
 		var inPtr *C.uchar
 		if len(in) > 0 {
 			inPtr = (*C.uchar)(unsafe.Pointer(&in[0]))
 		}
 		ret := C.gunzip_step(z.st, inPtr, C.uint(len(in)),
-			(*C.uchar)(unsafe.Pointer(&out[0])), C.uint(len(out)), &inUsed, &outUsed, &finished)
+			(*C.uchar)(unsafe.Pointer(&p[0])), C.uint(len(p)), &inUsed, &outUsed, &finished)
 		z.r.Discard(int(inUsed))
 		switch {
 		case ret < 0:

@@ -52,6 +52,7 @@ type StreamCheck struct {
 	held     []byte // the file's first bytes: its tables, while canonical
 	last     []byte // the file's last sector, which format detection reads
 	metaEnd  int64  // size of the tables; 0 until the refcount table is held
+	vsize    int64  // the header's virtual size, once metaEnd is set
 	l2Tables int64
 	layout   *qcowLayout // set once the tables are checked
 	info     Info
@@ -180,7 +181,7 @@ func (s *StreamCheck) measureTables() bool {
 	if end > MaxStreamTables || end > s.size {
 		return false
 	}
-	s.metaEnd, s.l2Tables = end, l2
+	s.metaEnd, s.vsize, s.l2Tables = end, vsize, l2
 	return true
 }
 
@@ -192,19 +193,18 @@ func (s *StreamCheck) tablesCanonical() bool {
 	be := binary.BigEndian
 	cs := int64(DefaultClusterSize)
 	entries := cs / 8
-	vsize := int64(be.Uint64(h[24:]))
-	l1Entries := ceilDiv(vsize, cs*entries)
+	guestClusters := ceilDiv(s.vsize, cs)
 	// In a canonical file the L2 tables come last among the tables, in L1
 	// order.
-	nonzero := newBitmap(ceilDiv(vsize, cs))
+	nonzero := newBitmap(guestClusters)
 	table := s.metaEnd/cs - s.l2Tables
-	for j := range l1Entries {
+	for j := range ceilDiv(s.vsize, cs*entries) {
 		if be.Uint64(h[cs+j*8:]) == 0 {
 			continue
 		}
 		for i := range entries {
 			if be.Uint64(h[table*cs+i*8:]) != 0 {
-				if j*entries+i >= ceilDiv(vsize, cs) {
+				if j*entries+i >= guestClusters {
 					return false
 				}
 				nonzero.set(j*entries + i)
@@ -212,19 +212,17 @@ func (s *StreamCheck) tablesCanonical() bool {
 		}
 		table++
 	}
-	l := newQCOWLayout(vsize, cs, nonzero, false)
+	l := newQCOWLayout(s.vsize, cs, nonzero, false)
 	if l.fileSize() != s.size || (l.totalClusters()-l.data)*cs != s.metaEnd {
 		return false
 	}
-	same := true
-	l.writeMetadata(func(cluster int64, b []byte) error {
+	err := l.writeMetadata(func(cluster int64, b []byte) error {
 		if !bytes.Equal(h[cluster*cs:(cluster+1)*cs], b) {
-			same = false
 			return errDiffer
 		}
 		return nil
 	})
-	if !same {
+	if err != nil {
 		return false
 	}
 	s.layout = l

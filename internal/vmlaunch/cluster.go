@@ -63,6 +63,29 @@ func ParseImageRef(s string) (tenant, repository, tag string, err error) {
 	return m[1], m[1] + "/" + m[3], tag, nil
 }
 
+// ErrNotSynced is what SyncedImage returns for an image that has no
+// BaseImage of its own in the namespace.
+var ErrNotSynced = errors.New("not synced")
+
+// SyncedImage reads the BaseImage of ref ("TENANT/IMAGE[:TAG]") in ns. A
+// BaseImage by that name made for another tenant, repository or tag (by
+// hand) is not ref's: that, and no BaseImage at all, is ErrNotSynced.
+func SyncedImage(ctx context.Context, c cdi.Reader, ns, ref string) (*v1alpha1.BaseImage, error) {
+	tenant, repo, tag, err := ParseImageRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	var bi v1alpha1.BaseImage
+	err = c.Get(ctx, ns, cdi.BaseImageName(repo, tag), &bi)
+	if apierrors.IsNotFound(err) || (err == nil && (bi.Spec.Tenant != tenant || !strings.HasSuffix(bi.Spec.Repository, "/"+repo) || bi.Spec.Tag != tag)) {
+		return nil, ErrNotSynced
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the BaseImage of %s:%s: %w", repo, tag, err)
+	}
+	return &bi, nil
+}
+
 // FindImage returns the synced image ref ("TENANT/IMAGE[:TAG]") in
 // namespace ns, from its BaseImage. Only images image-syncer placed in ns
 // are found, so a tenant cannot boot another tenant's image; an image not
@@ -72,14 +95,12 @@ func FindImage(ctx context.Context, c cdi.Reader, ns, ref string) (Image, error)
 	if err != nil {
 		return Image{}, err
 	}
-	image := cdi.ImageName(repo)
-	var bi v1alpha1.BaseImage
-	err = c.Get(ctx, ns, cdi.BaseImageName(repo, tag), &bi)
-	if apierrors.IsNotFound(err) || (err == nil && (bi.Spec.Tenant != tenant || !strings.HasSuffix(bi.Spec.Repository, "/"+repo) || bi.Spec.Tag != tag)) {
+	bi, err := SyncedImage(ctx, c, ns, ref)
+	if errors.Is(err, ErrNotSynced) {
 		return Image{}, fmt.Errorf("image %s:%s is not synced into namespace %s: VMs here boot only from images image-syncer synced into it, which are the namespace's tenant's own (kubectl get bi -n %s lists them)", repo, tag, ns, ns)
 	}
 	if err != nil {
-		return Image{}, fmt.Errorf("reading the BaseImage of %s:%s: %w", repo, tag, err)
+		return Image{}, err
 	}
 	if c := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionRejected); c != nil && c.Status == metav1.ConditionTrue && bi.Status.ImportedDigest == "" {
 		return Image{}, fmt.Errorf("image %s:%s was rejected: %s", repo, tag, c.Message)
@@ -92,7 +113,7 @@ func FindImage(ctx context.Context, c cdi.Reader, ns, ref string) (Image, error)
 		return Image{}, fmt.Errorf("image %s:%s is not ready yet (phase %s%s); try again once kubectl get bi -n %s %s shows Ready", repo, tag, orUnknown(string(bi.Status.Phase)), progress, ns, bi.Name)
 	}
 	return Image{
-		Tenant: tenant, Name: image, Tag: tag, Namespace: ns,
+		Tenant: tenant, Name: cdi.ImageName(repo), Tag: tag, Namespace: ns,
 		DataSource: bi.Status.DataSourceName, Digest: bi.Status.ImportedDigest, VirtualSize: bi.Status.VirtualSize,
 		Instancetype: bi.Status.Instancetype, Preference: bi.Status.Preference,
 	}, nil
