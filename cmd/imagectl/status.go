@@ -97,27 +97,11 @@ func runStatus(cmd *cobra.Command, o *statusOptions, ref string) error {
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
-	var rows []api.ImageOnHub
+	rows := o.ask(cmd.Context(), hubs, ref)
 	if o.wait {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, o.timeout)
-		defer cancel()
-	}
-	for {
-		rows = o.ask(ctx, hubs, ref)
-		if !o.wait || statusCode(rows) != exitNotReady {
-			break
+		if rows, err = o.waitReady(cmd.Context(), hubs, ref, rows); err != nil {
+			return err
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(2 * time.Second):
-			continue
-		}
-		if cmd.Context().Err() != nil {
-			return cmd.Context().Err() // interrupted
-		}
-		break // --timeout passed: show where it stands
 	}
 	if err := o.out.show(cmd.OutOrStdout(), view{data: rows, table: func(w io.Writer, _ bool) error { return statusTable(w, rows) }}); err != nil {
 		return err
@@ -132,6 +116,25 @@ func runStatus(cmd *cobra.Command, o *statusOptions, ref string) error {
 		return &reportedError{code: code}
 	}
 	return nil
+}
+
+// waitReady asks again every 2 s while rows say the image is not Ready on
+// every hub yet, until --timeout passes, and returns the last answer. The
+// timeout bounds the waiting, not a request under way: a hub answering
+// late is not taken for unreachable.
+func (o *statusOptions) waitReady(ctx context.Context, hubs []string, ref string, rows []api.ImageOnHub) ([]api.ImageOnHub, error) {
+	deadline := time.After(o.timeout)
+	for statusCode(rows) == exitNotReady {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err() // interrupted
+		case <-deadline:
+			return rows, nil
+		case <-time.After(2 * time.Second):
+		}
+		rows = o.ask(ctx, hubs, ref)
+	}
+	return rows, nil
 }
 
 // hubList is the contexts to ask: --hubs, else every context, sorted.
