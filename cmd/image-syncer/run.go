@@ -32,6 +32,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/hub"
 	"github.com/imagepipe/imagepipe/internal/intake"
+	"github.com/imagepipe/imagepipe/internal/netsync"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/secretfile"
 	"github.com/imagepipe/imagepipe/internal/trust"
@@ -114,6 +115,12 @@ func serve(ctx context.Context, o *options, log *slog.Logger) error {
 	}
 	if err := rec.SetupWithManager(mgr, o.workers); err != nil {
 		return fmt.Errorf("setting up the reconciler: %w", err)
+	}
+	if o.tenantRole != "" {
+		nets := &netsync.Reconciler{Client: mgr.GetClient(), TenantRole: o.tenantRole, Logger: log}
+		if err := nets.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up private networks: %w", err)
+		}
 	}
 	applier := &hub.Applier{Client: mgr.GetClient(), Registry: reg, Resolver: rc, Tenancy: tenancy, Wake: rec.Wake, Logger: log}
 	runnables := []manager.Runnable{

@@ -41,6 +41,7 @@ type vmCreateOptions struct {
 	image, template, templateFile string
 	sets, sshKeys                 []string
 	userData, storageClass        string
+	network                       string
 	stopped, dryRun, wait         bool
 	timeout                       time.Duration
 	timeoutSet                    bool // --timeout was given
@@ -78,6 +79,7 @@ and the VM's last status and conditions; the VM stays.`,
 	f.StringArrayVar(&o.sshKeys, "ssh-key", nil, "SSH public key file to authorize (repeatable)")
 	f.StringVar(&o.userData, "user-data", "", "cloud-init user data file (replaces the template's)")
 	f.StringVar(&o.storageClass, "storage-class", "", "StorageClass of the root disk (default: the cluster's default)")
+	f.StringVar(&o.network, "network", "", "private network to put the VM on (imagectl network): the VM is created in the network's namespace")
 	f.BoolVar(&o.stopped, "stopped", false, "create the VM stopped (run strategy Halted)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "print the VM and Secrets instead of creating them")
 	f.BoolVar(&o.wait, "wait", false, "wait until the VM is Ready (Stopped with --stopped), then print its state")
@@ -116,6 +118,11 @@ func runVMCreate(cmd *cobra.Command, o *vmCreateOptions, name string) error {
 	kc, ns, err := o.kubeFlags.client()
 	if err != nil {
 		return err
+	}
+	if o.network != "" {
+		if req.ImageNamespace, ns, err = networkNamespace(ctx, kc, ns, o.network); err != nil {
+			return err
+		}
 	}
 	r, err := vmlaunch.Prepare(ctx, kc, ns, o.image, o.storageClass, req)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/internal/tenantnet"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
@@ -32,7 +33,7 @@ const (
 	AnnotationNotMigratable  = "imagepipe.io/not-migratable-reasons"
 	// LabelPrimaryUDN is OVN-Kubernetes' label on a namespace whose
 	// primary network is a user defined network.
-	LabelPrimaryUDN = "k8s.ovn.org/primary-user-defined-network"
+	LabelPrimaryUDN = tenantnet.LabelPrimaryUDN
 )
 
 // Cluster is what vmlaunch needs of a hub: reading, creating, patching
@@ -129,24 +130,27 @@ func orUnknown(s string) string {
 var udnGVK = schema.GroupVersionKind{Group: "k8s.ovn.org", Version: "v1", Kind: "UserDefinedNetworkList"}
 
 // PrimaryNetworkOf finds ns's primary network: an OVN-Kubernetes primary
-// user defined network (its topology) or the pod network. A hub without
-// OVN-Kubernetes' CRDs, or a user who may not read namespaces, gets the
-// pod network.
+// user defined network (its topology) or the pod network. A namespace
+// without OVN-Kubernetes' primary-network label has the pod network; when
+// the user may not read the namespace (a tenant, usually), its primary
+// UserDefinedNetwork decides. A hub without OVN-Kubernetes' CRDs, or a
+// user who may read neither, gets the pod network.
 func PrimaryNetworkOf(ctx context.Context, c cdi.Reader, ns string) (PrimaryNetwork, error) {
 	var n corev1.Namespace
 	if err := c.Get(ctx, "", ns, &n); err != nil {
-		if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
+		if apierrors.IsNotFound(err) {
 			return PrimaryPod, nil
 		}
-		return PrimaryPod, fmt.Errorf("reading namespace %s: %w", ns, err)
-	}
-	if _, ok := n.Labels[LabelPrimaryUDN]; !ok {
+		if !apierrors.IsForbidden(err) {
+			return PrimaryPod, fmt.Errorf("reading namespace %s: %w", ns, err)
+		}
+	} else if _, ok := n.Labels[LabelPrimaryUDN]; !ok {
 		return PrimaryPod, nil
 	}
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(udnGVK)
 	if err := c.List(ctx, ns, "", list); err != nil {
-		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
 			return PrimaryPod, nil
 		}
 		return PrimaryPod, fmt.Errorf("listing the user defined networks of %s: %w", ns, err)

@@ -1,6 +1,7 @@
 package vmlaunch
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -11,13 +12,14 @@ import (
 )
 
 // Prepare completes req from the hub — the synced image imageRef
-// (TENANT/IMAGE[:TAG]) in namespace ns, the root disk's storage from
+// (TENANT/IMAGE[:TAG]) in namespace req.ImageNamespace (default ns, where
+// the VM goes), the root disk's storage from
 // storageClass (the default class when empty), the namespace's primary
 // network — and renders the VM. Nothing is created.
 func Prepare(ctx context.Context, c cdi.Reader, ns, imageRef, storageClass string, req Request) (*Rendered, error) {
 	req.Namespace = ns
 	var err error
-	if req.Image, err = FindImage(ctx, c, ns, imageRef); err != nil {
+	if req.Image, err = FindImage(ctx, c, cmp.Or(req.ImageNamespace, ns), imageRef); err != nil {
 		return nil, err
 	}
 	st, _, note, err := cdi.StorageForClass(ctx, c, storageClass)

@@ -53,7 +53,10 @@ const (
 // Request is everything vm create renders a VM from.
 type Request struct {
 	Name, Namespace string
-	Template        *api.VMTemplate
+	// ImageNamespace is where the image's BaseImage and DataSource are, when
+	// not in Namespace (a VM on a private network clones across).
+	ImageNamespace string
+	Template       *api.VMTemplate
 	// Values are the resolved parameters (ResolveParameters).
 	Values map[string]Value
 	Image  Image

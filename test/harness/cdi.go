@@ -41,7 +41,7 @@ const (
 
 // CDI is CDI's real controller (cdi-controller v1.64.0, built by buildtools.sh) running against
 // a hub, with the parts of a cluster it needs: kube-controller-manager (garbage collection,
-// persistent-volume binding, PVC protection) and a node stand-in (test/nodestandin) that
+// namespace deletion, persistent-volume binding, PVC protection) and a node stand-in (test/nodestandin) that
 // provisions claims of the hub's StorageClass and runs importer pods as local processes of the
 // real cdi-importer.
 type CDI struct {
@@ -76,7 +76,7 @@ func (h *Hub) StartCDI(t T, provisioner string) *CDI {
 	kcmLog := filepath.Join(dir, "kube-controller-manager.log")
 	kcm, err := startProc(kcmLog, nil, kcmBin,
 		"--kubeconfig", h.Kubeconfig, "--leader-elect=false", "--secure-port=0",
-		"--controllers=garbage-collector-controller,persistentvolume-binder-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller",
+		"--controllers=garbage-collector-controller,namespace-controller,persistentvolume-binder-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller",
 	)
 	if err != nil {
 		t.Fatalf("hub %s: %v", h.Name, err)

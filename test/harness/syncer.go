@@ -93,6 +93,9 @@ type SyncerHubOptions struct {
 	// API server (and so neither root nor CDI): SyncerHub.CDI is nil, and DataVolumes stay
 	// as created.
 	NoCDI bool
+	// OVNKubernetes installs OVN-Kubernetes' UserDefinedNetwork and
+	// ClusterUserDefinedNetwork CRDs (test/crds/ovn-kubernetes); no OVN-Kubernetes runs.
+	OVNKubernetes bool
 }
 
 // SyncerHub is a hub prepared for image-syncer as a provider would prepare a real one: the
@@ -113,7 +116,11 @@ type SyncerHub struct {
 func StartSyncerHub(t T, name string, opts SyncerHubOptions) *SyncerHub {
 	t.Helper()
 	root := RepoRoot(t)
-	hub := StartHub(t, name, filepath.Join(root, "config", "crd"))
+	crds := []string{filepath.Join(root, "config", "crd")}
+	if opts.OVNKubernetes {
+		crds = append(crds, filepath.Join(root, "test", "crds", "ovn-kubernetes"))
+	}
+	hub := StartHub(t, name, crds...)
 	c, err := client.NewWithWatch(hub.RestConfig, client.Options{Scheme: NewScheme(t)})
 	if err != nil {
 		t.Fatalf("hub %s: making a client: %v", name, err)

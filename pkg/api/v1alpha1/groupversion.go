@@ -6,12 +6,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// GroupVersion is the API group and version of BaseImage.
+// GroupVersion is the API group and version of BaseImage and PrivateNetwork.
 var GroupVersion = schema.GroupVersion{Group: "imagepipe.io", Version: "v1alpha1"}
 
 // AddToScheme registers the types of this package in a scheme.
 func AddToScheme(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &BaseImage{}, &BaseImageList{})
+	s.AddKnownTypes(GroupVersion, &BaseImage{}, &BaseImageList{}, &PrivateNetwork{}, &PrivateNetworkList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

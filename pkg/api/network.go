@@ -1,0 +1,27 @@
+package api
+
+// Network is one private network as `imagectl network list|get -o
+// json|yaml` prints it: a PrivateNetwork and what the hub made of it.
+type Network struct {
+	// Name is the network's name.
+	Name string `json:"name"`
+	// Namespace is the tenant's namespace, where the PrivateNetwork is.
+	Namespace string `json:"namespace"`
+	// Subnet is its IPv4 subnet, e.g. "10.10.0.0/24".
+	Subnet string `json:"subnet"`
+	// VMNamespace is where its VMs live (vm create --network puts them
+	// there); empty until the hub made it.
+	VMNamespace string `json:"vmNamespace,omitempty"`
+	// Ready is "True" once the hub provisioned the network, "False" when
+	// it could not (Reason and Message say why), "Unknown" before.
+	Ready string `json:"ready"`
+	// Reason and Message are those of the Ready condition.
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	// VMs names the VMs on the network (at most 50; VMCount counts all).
+	VMs     []string `json:"vms,omitempty"`
+	VMCount int32    `json:"vmCount"`
+	// Deleting is true once deletion was asked; the network goes when no
+	// VM uses it.
+	Deleting bool `json:"deleting,omitempty"`
+}
