@@ -316,7 +316,9 @@ func runNetworkDelete(cmd *cobra.Command, o *networkOptions, name string) error 
 	if err != nil {
 		return err
 	}
-	if vmNS, err := tenantnet.Namespace(ns, name); err == nil {
+	// Only the namespace the hub made for the network can hold its VMs; a
+	// network refused before that has none.
+	if vmNS := pn.Status.Namespace; vmNS != "" {
 		var vms kubevirtv1.VirtualMachineList
 		if err := kc.List(ctx, vmNS, "", &vms); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("listing the VMs on network %s: %w", name, err)
@@ -376,10 +378,10 @@ func networkNamespace(ctx context.Context, kc *kube.Client, home, name string) (
 	switch {
 	case !pn.DeletionTimestamp.IsZero():
 		return "", "", fmt.Errorf("network %s is being deleted", name)
-	case c == nil || pn.Status.Namespace == "":
-		return "", "", fmt.Errorf("network %s is not provisioned yet; imagectl network create --wait waits for it", name)
-	case c.Status != metav1.ConditionTrue:
+	case c != nil && c.Status == metav1.ConditionFalse:
 		return "", "", fmt.Errorf("network %s is not ready (%s): %s", name, c.Reason, c.Message)
+	case c == nil || c.Status != metav1.ConditionTrue || pn.Status.Namespace == "":
+		return "", "", fmt.Errorf("network %s is not provisioned yet; imagectl network create --wait waits for it", name)
 	}
 	return home, pn.Status.Namespace, nil
 }

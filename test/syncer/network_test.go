@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/clientcmd"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -120,6 +121,43 @@ func TestPrivateNetworks(t *testing.T) {
 		t.Errorf("a PrivateNetwork with host bits set: %v", err)
 	}
 
+	// A network made inside a network's namespace is not a home: refused.
+	nested := &v1alpha1.PrivateNetwork{ObjectMeta: metav1.ObjectMeta{Name: "nested", Namespace: "acme-net-front"}, Spec: v1alpha1.PrivateNetworkSpec{IPv4CIDR: "10.40.0.0/24"}}
+	tenantA := userClient(t, hub, "tenant-a")
+	if err := tenantA.Create(t.Context(), nested); err != nil {
+		t.Fatalf("tenant-a creating a network in the network's namespace: %v", err)
+	}
+	waitFor(t, "the nested network refused", func() (bool, error) {
+		err := hub.Client.Get(t.Context(), client.ObjectKeyFromObject(nested), nested)
+		c := meta.FindStatusCondition(nested.Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Reason == v1alpha1.ReasonNotHome, err
+	})
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Name: "acme-net-front-net-nested"}, &corev1.Namespace{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the nested network got a namespace (%v)", err)
+	}
+	if err := tenantA.Delete(t.Context(), nested); err != nil {
+		t.Fatal(err)
+	}
+
+	// A namespace of the network's name that is not the network's is never
+	// taken over, nor deleted with the network.
+	hub.Create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "acme-net-taken", Labels: map[string]string{"owner": "someone-else"}}})
+	testenv.RunImagectlOK(t, append([]string{"network", "create", "taken", "--subnet", "10.50.0.0/24"}, acme...)...)
+	taken := &v1alpha1.PrivateNetwork{ObjectMeta: metav1.ObjectMeta{Name: "taken", Namespace: "acme"}}
+	waitFor(t, "the network whose namespace is taken refused", func() (bool, error) {
+		err := hub.Client.Get(t.Context(), client.ObjectKeyFromObject(taken), taken)
+		c := meta.FindStatusCondition(taken.Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Reason == v1alpha1.ReasonNamespaceUsed, err
+	})
+	refused(run(acme, "vm", "create", "x", "--network", "taken", "--image", "acme/rhel:9", "--template-file", tmpl), "a VM on a network whose namespace is taken", "NamespaceUsed")
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme-net-taken", Name: "primary"}, udn); !apierrors.IsNotFound(err) {
+		t.Errorf("a UserDefinedNetwork went into a namespace not the network's (%v)", err)
+	}
+	testenv.RunImagectlOK(t, append([]string{"network", "delete", "taken", "--wait"}, acme...)...)
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Name: "acme-net-taken"}, &ns); err != nil || !ns.DeletionTimestamp.IsZero() {
+		t.Errorf("deleting the network touched a namespace not its own: %v, deleting %v", err, !ns.DeletionTimestamp.IsZero())
+	}
+
 	// Two VMs on the network, each live-migratable by KubeVirt's verdict.
 	for _, name := range []string{"web-1", "web-2"} {
 		r := testenv.RunImagectlOK(t, append([]string{"vm", "create", name, "--network", "front", "--image", "acme/rhel:9", "--template-file", tmpl}, acme...)...)
@@ -182,4 +220,18 @@ func TestPrivateNetworks(t *testing.T) {
 	})
 	// The name is free again.
 	testenv.RunImagectlOK(t, append([]string{"network", "create", "front", "--subnet", "10.30.0.0/24", "--wait"}, acme...)...)
+}
+
+// userClient is a client of hub acting as user, with that user's RBAC.
+func userClient(t *testing.T, hub *testHub, user string) client.Client {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", hub.UserKubeconfig(t, user))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: harness.NewScheme(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
