@@ -48,6 +48,20 @@ type networkOptions struct {
 	timeout time.Duration
 }
 
+// validateWait checks -o, --wait and --timeout.
+func (o *networkOptions) validateWait(cmd *cobra.Command) error {
+	if err := o.out.validate(); err != nil {
+		return err
+	}
+	switch {
+	case o.wait && o.timeout <= 0:
+		return &usageError{fmt.Errorf("--timeout %s: want a positive duration such as 90s or 10m", o.timeout)}
+	case !o.wait && cmd.Flags().Changed("timeout"):
+		return &usageError{errors.New("--timeout bounds --wait; add --wait")}
+	}
+	return nil
+}
+
 // networkPoll is how often --wait looks at a network.
 const networkPoll = time.Second
 
@@ -77,7 +91,7 @@ provisioned it.`,
 }
 
 func runNetworkCreate(cmd *cobra.Command, o *networkOptions, name string) error {
-	if err := o.out.validate(); err != nil {
+	if err := o.validateWait(cmd); err != nil {
 		return err
 	}
 	if err := tenantnet.CheckName(name); err != nil {
@@ -299,12 +313,12 @@ With --wait it waits until the network is gone.`,
 	cmd.Flags().BoolVar(&o.wait, "wait", false, "wait until the network is gone")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 2*time.Minute, "with --wait: how long to wait")
 	addKubeFlags(cmd, &o.kubeFlags)
-	addOutputFlag(cmd, &o.out, outputTable, outputName)
+	addOutputFlag(cmd, &o.out, resultFormats...)
 	return cmd
 }
 
 func runNetworkDelete(cmd *cobra.Command, o *networkOptions, name string) error {
-	if err := o.out.validate(); err != nil {
+	if err := o.validateWait(cmd); err != nil {
 		return err
 	}
 	kc, ns, err := o.kubeFlags.client()
@@ -340,7 +354,7 @@ func runNetworkDelete(cmd *cobra.Command, o *networkOptions, name string) error 
 			return err
 		}
 	}
-	return o.out.show(cmd.OutOrStdout(), view{names: []string{"privatenetwork/" + name}, table: func(w io.Writer, _ bool) error {
+	return o.out.show(cmd.OutOrStdout(), view{data: networkView(pn), names: []string{"privatenetwork/" + name}, table: func(w io.Writer, _ bool) error {
 		_, err := fmt.Fprintf(w, "privatenetwork %s/%s deleted\n", ns, name)
 		return err
 	}})

@@ -150,6 +150,10 @@ func TestEveryCommandThatPrintsDataSpeaksJSON(t *testing.T) {
 		"volume create":    append([]string{"data1", "--size", "1Gi"}, kube...),
 		"volume list":      kube,
 		"volume delete":    append([]string{"data1"}, kube...),
+		"network create":   append([]string{"front", "--subnet", "10.10.0.0/24"}, kube...),
+		"network list":     kube,
+		"network get":      append([]string{"front"}, kube...),
+		"network delete":   append([]string{"front"}, kube...),
 		"status":           {"acme/rhel:9", "--kubeconfig", filepath.Join(dir, "no-kubeconfig")},
 	}
 	seen := 0

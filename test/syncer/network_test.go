@@ -121,6 +121,16 @@ func TestPrivateNetworks(t *testing.T) {
 		t.Errorf("a PrivateNetwork with host bits set: %v", err)
 	}
 
+	// A network's subnet cannot change under its VMs.
+	moved := &v1alpha1.PrivateNetwork{}
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "front"}, moved); err != nil {
+		t.Fatal(err)
+	}
+	moved.Spec.IPv4CIDR = "10.11.0.0/24"
+	if err := hub.Client.Update(t.Context(), moved); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "ipv4Cidr cannot change") {
+		t.Errorf("changing a network's subnet: %v", err)
+	}
+
 	// A network made inside a network's namespace is not a home: refused.
 	nested := &v1alpha1.PrivateNetwork{ObjectMeta: metav1.ObjectMeta{Name: "nested", Namespace: "acme-net-front"}, Spec: v1alpha1.PrivateNetworkSpec{IPv4CIDR: "10.40.0.0/24"}}
 	tenantA := userClient(t, hub, "tenant-a")
