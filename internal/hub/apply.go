@@ -34,11 +34,14 @@ type Resolver interface {
 // writes. Any replica may run it; the API server's optimistic concurrency
 // settles races.
 type Applier struct {
-	Client   client.Client
-	Registry name.Registry
-	Resolver Resolver
-	Tenancy  *Tenancy
-	Logger   *slog.Logger
+	Client client.Client
+	// APIReader reads the API server itself, for when Client's cache lags
+	// (a create refused because the object exists); nil means Client.
+	APIReader client.Reader
+	Registry  name.Registry
+	Resolver  Resolver
+	Tenancy   *Tenancy
+	Logger    *slog.Logger
 	// Wake, when set, is told of the BaseImages waiting for a verdict on
 	// a digest that something may just have been attached to (the gate's
 	// verdict, a tenant's signature); the Reconciler's Wake.
@@ -161,6 +164,13 @@ func (a *Applier) wakeWaiting(ctx context.Context, tenant, ns, repo, subject str
 	return nil
 }
 
+func (a *Applier) apiReader() client.Reader {
+	if a.APIReader != nil {
+		return a.APIReader
+	}
+	return a.Client
+}
+
 func (a *Applier) repository(repo string) string { return a.Registry.Repo(repo).String() }
 
 // upsert makes the BaseImage of repo:tag name digest.
@@ -180,11 +190,18 @@ func (a *Applier) upsert(ctx context.Context, tenant, ns, repo, tag, digest stri
 			},
 			Spec: v1alpha1.BaseImageSpec{Tenant: tenant, Repository: a.repository(repo), Tag: tag, Digest: digest},
 		}
-		if err := a.Client.Create(ctx, &bi); err != nil {
+		err = a.Client.Create(ctx, &bi)
+		if err == nil {
+			a.logger().Info("BaseImage created", "baseimage", key, "digest", digest)
+			return nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating BaseImage %s: %w", key, err)
 		}
-		a.logger().Info("BaseImage created", "baseimage", key, "digest", digest)
-		return nil
+		// The cache has not seen it yet (after an API server outage, that
+		// can take a minute): the stored object is updated instead.
+		bi = v1alpha1.BaseImage{}
+		err = a.apiReader().Get(ctx, key, &bi)
 	}
 	if err != nil {
 		return fmt.Errorf("reading BaseImage %s: %w", key, err)

@@ -69,3 +69,46 @@ func TestDeleteRacingARepush(t *testing.T) {
 		t.Errorf("the retried delete: %v", err)
 	}
 }
+
+// staleCache plays a controller-runtime cache that has not seen any
+// BaseImage yet, as after an API server outage while its watch backs off.
+type staleCache struct{ client.Client }
+
+func (c staleCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if _, ok := obj.(*v1alpha1.BaseImage); ok {
+		return apierrors.NewNotFound(v1alpha1.GroupVersion.WithResource("baseimages").GroupResource(), key.Name)
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+// TestPushAppliedWhileTheCacheLags: a push for a BaseImage the cache has not
+// seen is applied to the stored object, not retried until the cache
+// catches up (which took over a minute after an API server restart).
+func TestPushAppliedWhileTheCacheLags(t *testing.T) {
+	t.Parallel()
+	cluster := harness.StartSyncerHub(t, "hub-a", harness.SyncerHubOptions{Namespaces: []string{"acme"}, NoCDI: true})
+	reg, err := name.NewRegistry("registry.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenancy, err := hub.NewTenancy("", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, d2 := "sha256:"+strings.Repeat("1", 64), "sha256:"+strings.Repeat("2", 64)
+	fresh := &hub.Applier{Client: cluster.Client, Registry: reg, Tenancy: tenancy}
+	if err := fresh.Apply(t.Context(), intake.Event{Action: intake.ActionPush, Repository: "acme/rhel", Tag: "9", Digest: d1}); err != nil {
+		t.Fatal(err)
+	}
+	lagging := &hub.Applier{Client: staleCache{cluster.Client}, APIReader: cluster.Client, Registry: reg, Tenancy: tenancy}
+	if err := lagging.Apply(t.Context(), intake.Event{Action: intake.ActionPush, Repository: "acme/rhel", Tag: "9", Digest: d2}); err != nil {
+		t.Errorf("a push applied through a lagging cache: %v", err)
+	}
+	var bi v1alpha1.BaseImage
+	if err := cluster.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: cdi.BaseImageName("acme/rhel", "9")}, &bi); err != nil {
+		t.Fatal(err)
+	}
+	if bi.Spec.Digest != d2 {
+		t.Errorf("the BaseImage names %s, want the pushed %s", bi.Spec.Digest, d2)
+	}
+}

@@ -18,6 +18,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
@@ -155,47 +157,73 @@ func TestSyncerStopsRetryingAFailingImport(t *testing.T) {
 	testenv.RequireQEMU(t)
 	hub, reg := startSyncerWithRevokedTenantCredential(t)
 
+	dvHistory := watchHistory[*cdiv1.DataVolume](t, hub, &cdiv1.DataVolumeList{}, "acme")
+	biHistory := watchHistory[*v1alpha1.BaseImage](t, hub, &v1alpha1.BaseImageList{}, "acme")
 	v1 := importImageWith(t, "pull-only", rawDisk(t, "never imports"), reg.Host+"/acme/rhel:9", "--username", "robot", "--password-stdin")
-	dv := dvName(v1.Digest)
-	var lastFailure metav1.Time
-	for attempt := 1; attempt <= 2; attempt++ {
-		var created metav1.Time
-		waitFor(t, "DataVolume of the attempt", func() (bool, error) {
-			d, ok := hub.dataVolumes(t, "acme", "rhel")[dv]
-			created = d.CreationTimestamp
-			return ok && d.Status.RestartCount == 0 && d.DeletionTimestamp == nil, nil
-		})
-		if attempt > 1 && created.Before(&metav1.Time{Time: lastFailure.Add(time.Second)}) {
-			t.Errorf("attempt %d started at %s, before the 1 s retry delay after the failure at %s", attempt, created, lastFailure)
-		}
-		var bi v1alpha1.BaseImage
-		harness.WaitUntil(t, "the syncer counting the failure", importTimeout, 100*time.Millisecond, func() (bool, error) {
-			err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "rhel--9"}, &bi)
-			return err == nil && bi.Status.Attempts == int32(attempt) && bi.Status.LastFailure != nil, err
-		})
-		lastFailure = *bi.Status.LastFailure
-		if c := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionProgressing); attempt < 2 && (c == nil || !strings.Contains(c.Message, "authentication required")) {
-			t.Errorf("attempt %d: Progressing %+v does not pass on why CDI's importer failed", attempt, c)
-		}
-	}
-	bi := hub.baseImage(t, "acme", "rhel--9", "failed", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseFailed })
+	bi := &v1alpha1.BaseImage{}
+	harness.WaitUntil(t, "the BaseImage failed after 2 attempts", importTimeout, 100*time.Millisecond, func() (bool, error) {
+		err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "rhel--9"}, bi)
+		return err == nil && bi.Status.Phase == v1alpha1.PhaseFailed, client.IgnoreNotFound(err)
+	})
 	c := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionProgressing)
 	if c == nil || c.Status != "False" || c.Reason != "RetriesExhausted" || bi.Status.Attempts != 2 {
 		t.Errorf("attempts %d, Progressing condition %+v, want 2 and False with reason RetriesExhausted", bi.Status.Attempts, c)
 	}
 	waitFor(t, "no DataVolume left", func() (bool, error) { return len(hub.dataVolumes(t, "acme", "rhel")) == 0, nil })
 
+	// Each attempt had a DataVolume of its own, the second made at least
+	// the retry delay (1 s) after the first failed.
+	var attempts []*cdiv1.DataVolume // the first version of each DataVolume
+	uids := map[types.UID]bool{}
+	for _, d := range dvHistory.versions(t) {
+		if d.Name == dvName(v1.Digest) && !uids[d.UID] {
+			uids[d.UID] = true
+			attempts = append(attempts, d)
+		}
+	}
+	var firstFailure *metav1.Time
+	var passedOn bool // the reason CDI's importer gave reached the BaseImage
+	for _, b := range biHistory.versions(t) {
+		if b.Name != "rhel--9" || b.Status.Attempts != 1 {
+			continue
+		}
+		if firstFailure == nil {
+			firstFailure = b.Status.LastFailure
+		}
+		c := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionProgressing)
+		passedOn = passedOn || c != nil && c.Reason == "Retrying" && strings.Contains(c.Message, "authentication required")
+	}
+	switch {
+	case len(attempts) != 2:
+		t.Errorf("%d DataVolumes made for the digest, want one for each of 2 attempts", len(attempts))
+	case firstFailure == nil:
+		t.Error("no BaseImage version counted the first failure")
+	case attempts[1].CreationTimestamp.Before(&metav1.Time{Time: firstFailure.Add(time.Second)}):
+		t.Errorf("attempt 2 started at %s, before the 1 s retry delay after the failure at %s", attempts[1].CreationTimestamp, firstFailure)
+	}
+	if !passedOn {
+		t.Error("no Progressing condition passed on why CDI's importer failed (authentication required)")
+	}
+
 	// The annotation the condition names starts the imports over.
 	patch := client.MergeFrom(bi.DeepCopy())
 	bi.Annotations[v1alpha1.AnnotationRetry] = "now"
+	seen := len(biHistory.versions(t))
 	if err := hub.Client.Patch(t.Context(), bi, patch); err != nil {
 		t.Fatal(err)
 	}
-	hub.baseImage(t, "acme", "rhel--9", "importing again", func(b *v1alpha1.BaseImage) bool {
-		_, annotated := b.Annotations[v1alpha1.AnnotationRetry]
-		return b.Status.Phase == v1alpha1.PhaseImporting && b.Status.Attempts == 0 && !annotated
+	waitFor(t, "the imports starting over: the annotation gone, no attempts counted, a third DataVolume", func() (bool, error) {
+		restarted := false
+		for _, b := range biHistory.versions(t)[seen:] {
+			_, annotated := b.Annotations[v1alpha1.AnnotationRetry]
+			restarted = restarted || b.Name == "rhel--9" && !annotated && b.Status.Phase == v1alpha1.PhaseImporting && b.Status.Attempts == 0
+		}
+		uids := map[types.UID]bool{}
+		for _, d := range dvHistory.versions(t) {
+			uids[d.UID] = true
+		}
+		return restarted && len(uids) == 3, nil
 	})
-	waitFor(t, "a new DataVolume", func() (bool, error) { _, ok := hub.dataVolumes(t, "acme", "rhel")[dv]; return ok, nil })
 }
 
 // TestSyncerTakesHarborQuayAndZotWebhooks: payloads in the shape Harbor,

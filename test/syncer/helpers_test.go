@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -161,4 +163,52 @@ func (h *testHub) waitReady(t *testing.T, ns, name, digest string) {
 	})
 	h.CDI.WaitImported(t, ns, dvName(digest), importTimeout)
 	h.baseImage(t, ns, name, "ready", func(b *v1alpha1.BaseImage) bool { return b.Status.Phase == v1alpha1.PhaseReady })
+}
+
+// history holds every version of some objects that a watch delivered: states
+// that last too briefly for polling to see (a DataVolume between two importer
+// restarts, a condition overwritten a second later) are all in it, in order.
+type history[T client.Object] struct {
+	mu    sync.Mutex
+	seen  []T
+	ended bool // the watch ended before the test did
+}
+
+// watchHistory records the objects of list's kind in namespace ns on hub
+// from now until the test ends.
+func watchHistory[T client.Object](t *testing.T, h *testHub, list client.ObjectList, ns string) *history[T] {
+	t.Helper()
+	w, err := h.Client.Watch(t.Context(), list, client.InNamespace(ns))
+	if err != nil {
+		t.Fatalf("hub %s: watching %T: %v", h.Name, list, err)
+	}
+	hist := &history[T]{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range w.ResultChan() {
+			if o, ok := e.Object.(T); ok {
+				hist.mu.Lock()
+				hist.seen = append(hist.seen, o)
+				hist.mu.Unlock()
+			}
+		}
+		hist.mu.Lock()
+		hist.ended = t.Context().Err() == nil
+		hist.mu.Unlock()
+	}()
+	t.Cleanup(func() { w.Stop(); <-done })
+	return hist
+}
+
+// versions returns what was seen so far, oldest first; a watch that ended
+// early fails the test, since its history would be incomplete.
+func (h *history[T]) versions(t *testing.T) []T {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		t.Fatalf("the watch of %T ended early: the history is incomplete", *new(T))
+	}
+	return slices.Clone(h.seen)
 }
