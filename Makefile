@@ -25,7 +25,7 @@ SHELL := bash
 
 CONTROLLER_GEN := $(GO) tool controller-gen # pinned in go.mod: lint needs no network
 
-.PHONY: all build test checks unit integration fuzz bench tools packages lint generate demo clean images release-config
+.PHONY: all build test unit integration fuzz bench tools lint generate demo clean images release-config
 
 all: build
 
@@ -73,22 +73,10 @@ release-config:
 # importer, plus the CDI and KubeVirt CRDs (test/buildtools.sh and, alongside,
 # test/buildkube.sh; cached,
 # 23 minutes the first time on 2 cores, measured).
-tools: packages
+tools:
 	@IMAGEPIPE_CACHE=$(CACHE) bash test/tools.sh
 
-packages:
-	@bash test/tools.sh packages
-
-# test builds the servers while it runs the checks that need none (lint,
-# build, fuzz): on a fresh machine the servers' build leaves a core idle at
-# times, and fuzzing, which runs for a time and not a number of inputs,
-# costs the build little. The unit tests need MinIO, so they come after.
-test: packages
-	@$(MAKE) --no-print-directory -j2 tools checks
-	@$(MAKE) --no-print-directory unit integration
-
-checks:
-	@$(MAKE) --no-print-directory lint build fuzz
+test: tools lint build unit integration fuzz
 
 # go test starts packages in the order it is given them, so the longest are
 # named first (measured with a warm cache): the others then fill the cores

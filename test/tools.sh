@@ -6,8 +6,7 @@
 # mount (network and mount namespaces of the node stand-in and some tests), then
 # builds the distribution registry, MinIO, crane, etcd, kube-apiserver, kubectl,
 # kube-controller-manager, CDI's controller and importer, and the CDI/KubeVirt
-# CRDs (test/buildtools.sh, test/buildkube.sh). `tools.sh packages` installs
-# the system packages only.
+# CRDs (test/buildtools.sh, test/buildkube.sh).
 set -euo pipefail
 
 need=()
@@ -38,8 +37,6 @@ if [ ${#need[@]} -gt 0 ]; then
 		exit 1
 	fi
 fi
-
-[ "${1:-}" = packages ] && exit 0
 
 # The real components the integration tests run, built from the Go module
 # proxy in three lanes of about equal length (about 22 minutes each on a fresh

@@ -136,7 +136,8 @@ func (m rawManifest) RawManifest() ([]byte, error)        { return m, nil }
 func (m rawManifest) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
 
 // TestVerificationOutOfMemoryStopsNoOther: each verification runs in a
-// process of its own, stopped past --verify-memory-limit (48 MiB here). A
+// process of its own, stopped past --verify-memory-limit (64 MiB here; a
+// small image's verification takes about 45 MiB, mostly the program). A
 // disk whose tables need more (a 120 GiB qcow2 of 512-byte clusters: a
 // 30 MiB L1 table) ends its own verification, which is reported and tried
 // again, and refused as verification-limit after the third time, while
@@ -144,7 +145,7 @@ func (m rawManifest) MediaType() (types.MediaType, error) { return types.OCIMani
 // time, its verdict.
 func TestVerificationOutOfMemoryStopsNoOther(t *testing.T) {
 	testenv.RequireQEMU(t)
-	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, GateArgs: []string{"--verify-memory-limit", "50331648"}})
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, GateArgs: []string{"--verify-memory-limit", "67108864"}})
 	trust := providerTrust(t)
 	rc, err := registry.New(registry.WithCacheDir(""))
 	if err != nil {
@@ -180,7 +181,7 @@ func TestVerificationOutOfMemoryStopsNoOther(t *testing.T) {
 		}
 		return err == nil, err
 	})
-	if v.Verdict != api.VerdictRejected || v.Reasons[0].Code != string(reject.VerificationLimit) || !strings.Contains(v.Reasons[0].Message, "over its limit of 48 MiB") {
+	if v.Verdict != api.VerdictRejected || v.Reasons[0].Code != string(reject.VerificationLimit) || !strings.Contains(v.Reasons[0].Message, "over its limit of 64 MiB") {
 		t.Errorf("the big image: %+v; want a verification-limit rejection", v)
 	}
 	log, err := os.ReadFile(reg.Gate.LogPath)
