@@ -108,7 +108,7 @@ the first log line says which, and which build runs:
 	f.DurationVar(&o.digestResyncInterval, "digest-resync-interval", time.Hour, "how often polling also re-resolves the digest of every known tag")
 	f.StringVar(&o.namespaceTemplate, "namespace-template", hub.DefaultNamespaceTemplate, "hub namespace of a tenant, a Go template with .Tenant")
 	f.StringSliceVar(&o.tenants, "tenants", nil, "tenants this hub serves (default: all)")
-	f.StringVar(&o.tenantRole, "tenant-cluster-role", "imagepipe-tenant", "ClusterRole a private network's namespace binds to whoever it is bound to in the network's own namespace (config/tenant); empty: private networks are not provisioned")
+	f.StringVar(&o.tenantRole, "tenant-cluster-role", "imagepipe-tenant", "ClusterRole a private network's namespace binds to whoever it is bound to in the network's own namespace (config/tenant); empty: private networks and load balancers are not provisioned")
 	f.StringSliceVar(&o.denyTenants, "deny-tenants", nil, "tenants this hub never serves")
 	f.StringVar(&o.storageClass, "storage-class", "", "StorageClass of imports (default: the cluster's default class)")
 	f.StringVar(&o.pullMethod, "pull-method", "pod", "CDI registry pull method: pod or node")

@@ -16,13 +16,16 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -120,6 +123,10 @@ func serve(ctx context.Context, o *options, log *slog.Logger) error {
 		nets := &netsync.Reconciler{Client: mgr.GetClient(), TenantRole: o.tenantRole, Logger: log}
 		if err := nets.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up private networks: %w", err)
+		}
+		lbs := &netsync.LoadBalancers{Client: mgr.GetClient(), Logger: log}
+		if err := lbs.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("setting up load balancers: %w", err)
 		}
 	}
 	applier := &hub.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registry: reg, Resolver: rc, Tenancy: tenancy, Wake: rec.Wake, Logger: log}
@@ -234,6 +241,10 @@ func newManager(cfg *rest.Config, o *options) (manager.Manager, error) {
 		}
 	}
 	lease, renew := leaseDuration, renewDeadline
+	loadBalancerObjects, err := labels.Parse(netsync.LabelLoadBalancer) // the label exists
+	if err != nil {
+		return nil, err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		LeaderElection:                o.leaderElect,
@@ -245,6 +256,11 @@ func newManager(cfg *rest.Config, o *options) (manager.Manager, error) {
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsListen},
 		HealthProbeBindAddress:        o.healthListen,
 		GracefulShutdownTimeout:       &o.shutdownTimeout,
+		// Only the Services and EndpointSlices of load balancers are cached.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Service{}:            {Label: loadBalancerObjects},
+			&discoveryv1.EndpointSlice{}: {Label: loadBalancerObjects},
+		}},
 		Client: client.Options{Cache: &client.CacheOptions{
 			// Read directly: the syncer may only get these, not list or watch them.
 			DisableFor: []client.Object{&corev1.Secret{}, &corev1.ConfigMap{}, &corev1.PersistentVolumeClaim{}},

@@ -50,20 +50,8 @@ type networkOptions struct {
 
 // validateWait checks -o, --wait and --timeout.
 func (o *networkOptions) validateWait(cmd *cobra.Command) error {
-	if err := o.out.validate(); err != nil {
-		return err
-	}
-	switch {
-	case o.wait && o.timeout <= 0:
-		return &usageError{fmt.Errorf("--timeout %s: want a positive duration such as 90s or 10m", o.timeout)}
-	case !o.wait && cmd.Flags().Changed("timeout"):
-		return &usageError{errors.New("--timeout bounds --wait; add --wait")}
-	}
-	return nil
+	return validateWaitFlags(cmd, &o.out, o.wait, o.timeout)
 }
-
-// networkPoll is how often --wait looks at a network.
-const networkPoll = time.Second
 
 func newNetworkCreateCmd(g *globalOptions) *cobra.Command {
 	o := &networkOptions{globalOptions: g}
@@ -151,28 +139,23 @@ func runNetworkCreate(cmd *cobra.Command, o *networkOptions, name string) error 
 // waitNetworkReady waits until the hub reports the network provisioned,
 // or fails with the reason it gives for not doing so.
 func waitNetworkReady(ctx context.Context, kc *kube.Client, ns, name string, timeout time.Duration) (*v1alpha1.PrivateNetwork, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("network %s is not ready after %s; imagectl network get %s shows why", name, timeout, name))
-	defer cancel()
-	for {
-		var pn v1alpha1.PrivateNetwork
+	var pn v1alpha1.PrivateNetwork
+	err := pollUntil(ctx, timeout, fmt.Errorf("network %s is not ready after %s; imagectl network get %s shows why", name, timeout, name), func(ctx context.Context) (bool, error) {
 		if err := kc.Get(ctx, ns, name, &pn); err != nil {
-			return nil, err
+			return false, err
 		}
 		c := meta.FindStatusCondition(pn.Status.Conditions, v1alpha1.ConditionReady)
-		if c != nil && c.ObservedGeneration == pn.Generation {
-			if c.Status == metav1.ConditionTrue {
-				return &pn, nil
-			}
-			if c.Reason != v1alpha1.ReasonVMsPresent {
-				return nil, fmt.Errorf("network %s was not provisioned (%s): %s", name, c.Reason, c.Message)
-			}
+		switch {
+		case c == nil || c.ObservedGeneration != pn.Generation:
+			return false, nil
+		case c.Status == metav1.ConditionTrue:
+			return true, nil
+		case c.Reason != v1alpha1.ReasonVMsPresent:
+			return false, fmt.Errorf("network %s was not provisioned (%s): %s", name, c.Reason, c.Message)
 		}
-		select {
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		case <-time.After(networkPoll):
-		}
-	}
+		return false, nil
+	})
+	return &pn, err
 }
 
 func newNetworkListCmd(g *globalOptions) *cobra.Command {
@@ -361,23 +344,14 @@ func runNetworkDelete(cmd *cobra.Command, o *networkOptions, name string) error 
 }
 
 func waitNetworkGone(ctx context.Context, kc *kube.Client, ns, name string, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeoutCause(ctx, timeout, fmt.Errorf("network %s is still there after %s; imagectl network get %s shows why", name, timeout, name))
-	defer cancel()
-	for {
+	return pollUntil(ctx, timeout, fmt.Errorf("network %s is still there after %s; imagectl network get %s shows why", name, timeout, name), func(ctx context.Context) (bool, error) {
 		var pn v1alpha1.PrivateNetwork
 		err := kc.Get(ctx, ns, name, &pn)
 		if apierrors.IsNotFound(err) {
-			return nil
+			return true, nil
 		}
-		if err != nil {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return context.Cause(ctx)
-		case <-time.After(networkPoll):
-		}
-	}
+		return false, err
+	})
 }
 
 // networkNamespace returns, for vm create --network, the namespace of the

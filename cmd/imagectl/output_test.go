@@ -147,6 +147,8 @@ func TestEveryCommandThatPrintsDataSpeaksJSON(t *testing.T) {
 		"vm migrate":       append([]string{"web"}, kube...),
 		"vm attach-volume": append([]string{"web", "data1"}, kube...),
 		"vm detach-volume": append([]string{"web", "data1"}, kube...),
+		"vm expose":        append([]string{"web", "--port", "80"}, kube...),
+		"vm unexpose":      append([]string{"web"}, kube...),
 		"volume create":    append([]string{"data1", "--size", "1Gi"}, kube...),
 		"volume list":      kube,
 		"volume delete":    append([]string{"data1"}, kube...),

@@ -30,7 +30,8 @@ live-migratable by default: ReadWriteMany disks, LiveMigrate eviction.`,
 		newVMRunCmd(g, "start", "Start a VM (run strategy Always)", kubevirtv1.RunStrategyAlways),
 		newVMRunCmd(g, "stop", "Stop a VM (run strategy Halted)", kubevirtv1.RunStrategyHalted),
 		newVMRestartCmd(g), newVMDeleteCmd(g), newVMMigrateCmd(g),
-		newVMVolumeCmd(g, true), newVMVolumeCmd(g, false))
+		newVMVolumeCmd(g, true), newVMVolumeCmd(g, false),
+		newVMExposeCmd(g), newVMUnexposeCmd(g))
 	return cmd
 }
 
@@ -39,7 +40,7 @@ type vmCreateOptions struct {
 	kubeFlags
 	catalogFlags
 	image, template, templateFile string
-	sets, sshKeys                 []string
+	sets, sshKeys, localnets      []string
 	userData, storageClass        string
 	network                       string
 	stopped, dryRun, wait         bool
@@ -80,6 +81,7 @@ and the VM's last status and conditions; the VM stays.`,
 	f.StringVar(&o.userData, "user-data", "", "cloud-init user data file (replaces the template's)")
 	f.StringVar(&o.storageClass, "storage-class", "", "StorageClass of the root disk (default: the cluster's default)")
 	f.StringVar(&o.network, "network", "", "private network to put the VM on (imagectl network): the VM is created in the network's namespace")
+	f.StringArrayVar(&o.localnets, "localnet", nil, "provider localnet to attach a second interface to (repeatable): a ClusterUserDefinedNetwork of topology Localnet that selects the namespace")
 	f.BoolVar(&o.stopped, "stopped", false, "create the VM stopped (run strategy Halted)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "print the VM and Secrets instead of creating them")
 	f.BoolVar(&o.wait, "wait", false, "wait until the VM is Ready (Stopped with --stopped), then print its state")
@@ -253,7 +255,7 @@ func (o *vmCreateOptions) request(name string, tmpl *api.VMTemplate) (vmlaunch.R
 	if err != nil {
 		return vmlaunch.Request{}, fmt.Errorf("template %s:\n%w", tmpl.ID, err)
 	}
-	req := vmlaunch.Request{Name: name, Template: tmpl, Values: values, Stopped: o.stopped}
+	req := vmlaunch.Request{Name: name, Template: tmpl, Values: values, Stopped: o.stopped, Localnets: o.localnets}
 	for _, f := range o.sshKeys {
 		data, err := readBounded(f, vmlaunch.MaxSSHKeyFile)
 		if err != nil {
@@ -320,7 +322,7 @@ func newVMListCmd(g *globalOptions) *cobra.Command {
 	o := &vmNameOptions{globalOptions: g}
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List VMs: state, IP, node, image and whether they can live-migrate",
+		Short: "List VMs: state, IP and external IP, node, image and whether they can live-migrate",
 		Long: `Lists the VMs of the namespace, or with -A (--all-namespaces) of every
 namespace, as kubectl does: a NAMESPACE column is added and -n is ignored.
 Listing every namespace needs the right to list VMs cluster-wide, which a
@@ -387,7 +389,7 @@ func runVMSummaries(cmd *cobra.Command, o *vmNameOptions, name string) error {
 			if o.allNamespaces {
 				fmt.Fprint(tw, "NAMESPACE\t")
 			}
-			fmt.Fprint(tw, "NAME\tSTATUS\tIMAGE\tDIGEST\tTEMPLATE\tIP\tNODE\tLIVE-MIGRATABLE")
+			fmt.Fprint(tw, "NAME\tSTATUS\tIMAGE\tDIGEST\tTEMPLATE\tIP\tEXTERNAL-IP\tNODE\tLIVE-MIGRATABLE")
 			if wide {
 				fmt.Fprint(tw, "\tCONDITIONS\tVOLUMES\tNOT MIGRATABLE BECAUSE")
 			}
@@ -400,8 +402,8 @@ func runVMSummaries(cmd *cobra.Command, o *vmNameOptions, name string) error {
 				if wide {
 					digest = s.Digest
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", s.Name, s.Status, orDash(s.Image), orDash(digest),
-					orDash(s.Template), orDash(s.IP), orDash(s.Node), yesNoUnknown(s.LiveMigratable))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", s.Name, s.Status, orDash(s.Image), orDash(digest),
+					orDash(s.Template), orDash(s.IP), orDash(strings.Join(s.ExternalIPs, ",")), orDash(s.Node), yesNoUnknown(s.LiveMigratable))
 				if wide {
 					reasons := ""
 					if s.LiveMigratable != nil && !*s.LiveMigratable {

@@ -17,4 +17,12 @@
 // A PrivateNetwork being deleted keeps its finalizer while any VM is
 // there; then its namespace is deleted, and once that is gone the
 // finalizer goes. The status is written only when it changes.
+//
+// LoadBalancers (the type of that name) exposes VMs: for each LoadBalancer
+// it keeps a Service of type LoadBalancer without a selector and an
+// EndpointSlice on the addresses of the hosts' VirtualMachineInstances,
+// in the form OVN-Kubernetes reads in a namespace whose primary network is
+// user-defined. A Service of the same name it does not own is reported
+// (ServiceUsed), never changed; hosts resolve in the LoadBalancer's own
+// namespace only.
 package netsync

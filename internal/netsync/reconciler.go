@@ -110,7 +110,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var vms []string
 	if nsErr == nil {
 		var err error
-		if vms, err = r.vmsIn(ctx, ns); err != nil {
+		if vms, err = vmsIn(ctx, r.Client, ns); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -330,10 +330,10 @@ func (r *Reconciler) release(ctx context.Context, pn, before *v1alpha1.PrivateNe
 
 // vmsIn lists the names of the VirtualMachines in ns, sorted. A hub that
 // serves no VirtualMachines has none.
-func (r *Reconciler) vmsIn(ctx context.Context, ns string) ([]string, error) {
+func vmsIn(ctx context.Context, c client.Reader, ns string) ([]string, error) {
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(vmKind.GroupVersion().WithKind(vmKind.Kind + "List"))
-	if err := r.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+	if err := c.List(ctx, list, client.InNamespace(ns)); err != nil {
 		if meta.IsNoMatchError(err) {
 			return nil, nil
 		}

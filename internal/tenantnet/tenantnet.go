@@ -146,3 +146,8 @@ func UDN(ns string, subnet netip.Prefix) *unstructured.Unstructured {
 func NetworkOf(annotations map[string]string) (home, name string, ok bool) {
 	return strings.Cut(annotations[AnnotationNetworkOf], "/")
 }
+
+// NetworkName is OVN-Kubernetes' name of the network of namespace ns: its
+// UserDefinedNetwork's namespace and name joined by an underscore, which no
+// Kubernetes name holds.
+func NetworkName(ns string) string { return ns + "_" + UDNName }

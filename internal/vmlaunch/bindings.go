@@ -117,6 +117,9 @@ func eachBinding(b api.VMBindings, fn func(field string, typ api.ParameterType, 
 			fn(fmt.Sprintf("%s[%d].deviceName", dl.field, i), deviceNameType, d.DeviceName)
 		}
 	}
+	for i, ln := range b.Localnets {
+		fn(fmt.Sprintf("localnets[%d]", i), api.TypeString, ln)
+	}
 }
 
 // resolveBindings reads every scalar binding against the parameter values

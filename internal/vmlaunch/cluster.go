@@ -564,7 +564,8 @@ func Summaries(ctx context.Context, c cdi.Reader, ns, name string) ([]api.VMSumm
 			return nil, fmt.Errorf("reading the instance of VM %s: %w", vm.Name, err)
 		}
 		s.Conditions = conditions(vm, &s)
-		return []api.VMSummary{s}, nil
+		out := []api.VMSummary{s}
+		return out, addExternalIPs(ctx, c, vm.Namespace, out)
 	}
 	where := "in " + ns
 	if ns == "" {
@@ -599,7 +600,31 @@ func Summaries(ctx context.Context, c cdi.Reader, ns, name string) ([]api.VMSumm
 		s.Conditions = conditions(vm, &s)
 		out = append(out, s)
 	}
-	return out, nil
+	return out, addExternalIPs(ctx, c, ns, out)
+}
+
+// addExternalIPs gives each VM of vms the external addresses of the load
+// balancers of ns (every namespace when empty) that name it as a host. A
+// hub that serves no LoadBalancers exposes nothing.
+func addExternalIPs(ctx context.Context, c cdi.Reader, ns string, vms []api.VMSummary) error {
+	if len(vms) == 0 {
+		return nil
+	}
+	var lbs v1alpha1.LoadBalancerList
+	if err := c.List(ctx, ns, "", &lbs); err != nil {
+		if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("listing the load balancers: %w", err)
+	}
+	for i := range vms {
+		for _, lb := range lbs.Items {
+			if lb.Namespace == vms[i].Namespace && slices.Contains(lb.Spec.Hosts, vms[i].Name) {
+				vms[i].ExternalIPs = append(vms[i].ExternalIPs, lb.Status.Addresses...)
+			}
+		}
+	}
+	return nil
 }
 
 // summary describes a VM from its object alone: what vm create recorded

@@ -3,8 +3,13 @@ package vmlaunch
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
@@ -37,8 +42,44 @@ func Prepare(ctx context.Context, c cdi.Reader, ns, imageRef, storageClass strin
 	if err != nil {
 		return nil, fmt.Errorf("template %s: %w", req.Template.ID, err)
 	}
+	if err := CheckLocalnets(ctx, c, ns, r.Localnets); err != nil {
+		return nil, err
+	}
 	r.Notes = append(r.Notes, PreferenceNotes(ctx, c, r)...)
 	return r, nil
+}
+
+var nadGVK = schema.GroupVersionKind{Group: "k8s.cni.cncf.io", Version: "v1", Kind: "NetworkAttachmentDefinition"}
+
+// CheckLocalnets checks that the hub offers each localnet to namespace
+// ns. OVN-Kubernetes writes, in each namespace a ClusterUserDefinedNetwork's
+// namespace selector admits, a NetworkAttachmentDefinition of the network's
+// name that it controls; tenants cannot write those. So a localnet is
+// offered when that object is there, is controlled by the
+// ClusterUserDefinedNetwork of the name, and configures a secondary
+// localnet.
+func CheckLocalnets(ctx context.Context, c cdi.Reader, ns string, names []string) error {
+	for _, name := range names {
+		nad := &unstructured.Unstructured{}
+		nad.SetGroupVersionKind(nadGVK)
+		err := c.Get(ctx, ns, name, nad)
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			return fmt.Errorf("localnet %s is not offered to namespace %s: no provider network of that name selects it (the provider's ClusterUserDefinedNetwork %s, topology Localnet)", name, ns, name)
+		}
+		if err != nil {
+			return fmt.Errorf("reading the attachment of localnet %s in %s: %w", name, ns, err)
+		}
+		owner := metav1.GetControllerOf(nad)
+		if owner == nil || owner.Kind != "ClusterUserDefinedNetwork" || owner.Name != name || !strings.HasPrefix(owner.APIVersion, "k8s.ovn.org/") {
+			return fmt.Errorf("localnet %s: the NetworkAttachmentDefinition %s/%s is not OVN-Kubernetes' for a ClusterUserDefinedNetwork of that name", name, ns, name)
+		}
+		config, _, _ := unstructured.NestedString(nad.Object, "spec", "config")
+		var conf struct{ Topology, Role string }
+		if err := json.Unmarshal([]byte(config), &conf); err != nil || conf.Topology != "localnet" || conf.Role != "secondary" {
+			return fmt.Errorf("localnet %s: network %s is not a secondary localnet (topology %q, role %q)", name, name, conf.Topology, conf.Role)
+		}
+	}
+	return nil
 }
 
 var clusterPreferenceGVK = schema.GroupVersionKind{Group: "instancetype.kubevirt.io", Version: "v1beta1", Kind: "VirtualMachineClusterPreference"}

@@ -2,6 +2,7 @@ package vmlaunch
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +23,9 @@ const (
 	// LabelVolume marks a data volume made by `imagectl volume create`.
 	LabelVolume = "imagepipe.io/volume"
 )
+
+// MaxLocalnets bounds the localnets one VM attaches to.
+const MaxLocalnets = 8
 
 // Image is the synced base image a VM boots from, as its BaseImage on the
 // hub reports it.
@@ -71,7 +75,10 @@ type Request struct {
 	// and the feature gates and permitted devices that passed-through
 	// devices need.
 	KubeVirt KubeVirtConfig
-	SSHKeys  []string
+	// Localnets are localnets to attach besides the template's (vm create
+	// --localnet).
+	Localnets []string
+	SSHKeys   []string
 	// UserData replaces the template's cloud-init user data when set.
 	UserData string
 	Stopped  bool
@@ -92,6 +99,9 @@ type Rendered struct {
 	// root disk clones and the root disk's volume shape.
 	Image   Image
 	Storage cdi.Storage
+	// Localnets are the localnets the VM attaches to, which the hub must
+	// offer its namespace (CheckLocalnets).
+	Localnets []string
 }
 
 // vmBuild is a VirtualMachine being rendered: the request, the result so
@@ -120,7 +130,7 @@ func Render(req Request) (*Rendered, error) {
 		return nil, fmt.Errorf("VM name %q: want a DNS label of at most 50 characters", req.Name)
 	}
 	b := newVMBuild(req)
-	for _, step := range []func(*vmBuild) error{renderCompute, renderRootDisk, renderNetwork, renderDevices, renderCloudInit} {
+	for _, step := range []func(*vmBuild) error{renderCompute, renderRootDisk, renderNetwork, renderLocalnets, renderDevices, renderCloudInit} {
 		if err := step(b); err != nil {
 			return nil, err
 		}
@@ -250,6 +260,47 @@ func renderNetwork(b *vmBuild) error {
 	}
 	b.domain().Devices.Interfaces = []kubevirtv1.Interface{iface}
 	b.tmpl.Spec.Networks = []kubevirtv1.Network{net}
+	return nil
+}
+
+// renderLocalnets adds a bridged secondary interface on each localnet the
+// template's bindings and the request name: a Multus network of the
+// NetworkAttachmentDefinition OVN-Kubernetes writes, under the localnet's
+// name, in each namespace its ClusterUserDefinedNetwork selects. KubeVirt
+// live-migrates VMs with bridged interfaces off the pod network.
+func renderLocalnets(b *vmBuild) error {
+	bs, _ := bindings(b.req.Template)
+	var names []string
+	for i, text := range bs.Localnets {
+		v, _, err := bound(text, api.TypeString, b.req.Values)
+		if err != nil {
+			return fmt.Errorf("vm.localnets[%d]: %w", i, err)
+		}
+		if v.Str != "" {
+			names = append(names, v.Str)
+		}
+	}
+	names = append(names, b.req.Localnets...)
+	if len(names) > MaxLocalnets {
+		return fmt.Errorf("%d localnets: a VM attaches to at most %d", len(names), MaxLocalnets)
+	}
+	for _, name := range names {
+		switch {
+		case !dns1123Label.MatchString(name):
+			return fmt.Errorf("localnet %q: want a DNS label, the name of a ClusterUserDefinedNetwork", name)
+		case name == networkName:
+			return fmt.Errorf("localnet %q: the name of the VM's primary interface; the provider must rename it", name)
+		case slices.Contains(b.out.Localnets, name):
+			return fmt.Errorf("localnet %s is named twice", name)
+		}
+		b.out.Localnets = append(b.out.Localnets, name)
+		b.domain().Devices.Interfaces = append(b.domain().Devices.Interfaces, kubevirtv1.Interface{
+			Name: name, InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Bridge: &kubevirtv1.InterfaceBridge{}},
+		})
+		b.tmpl.Spec.Networks = append(b.tmpl.Spec.Networks, kubevirtv1.Network{
+			Name: name, NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: name}},
+		})
+	}
 	return nil
 }
 

@@ -367,3 +367,64 @@ vm:
 		})
 	}
 }
+
+// TestLocalnetsAttachAsBridgedSecondaryInterfaces: the template's localnets
+// (a parameter left empty attaches nothing) and vm create's, each a bridged
+// Multus interface beside the primary one; the VM stays live-migratable.
+// Bad names and a localnet named twice are refused.
+func TestLocalnetsAttachAsBridgedSecondaryInterfaces(t *testing.T) {
+	tmpl, err := ParseTemplate([]byte(`
+id: dc_vm
+title: VM on the datacenter network
+parameters:
+  - {name: storage_net, type: string, default: {value: ""}}
+vm:
+  memory: 1Gi
+  localnets: [datacenter, "${storage_net}"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := RenderCases()["simple-defaults"]
+	render := func(extra []string, sets ...string) (*Rendered, error) {
+		values, err := ResolveParameters(tmpl, sets)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := base
+		req.Template, req.Values, req.Localnets = tmpl, values, extra
+		return Render(req)
+	}
+	r, err := render([]string{"backup"}, "storage_net=san")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(r.Localnets, ",") != "datacenter,san,backup" || !r.LiveMigratable {
+		t.Errorf("localnets %v, live-migratable %v (%v)", r.Localnets, r.LiveMigratable, r.Reasons)
+	}
+	spec := r.VM.Spec.Template.Spec
+	if len(spec.Networks) != 4 || len(spec.Domain.Devices.Interfaces) != 4 {
+		t.Fatalf("networks %+v, interfaces %+v", spec.Networks, spec.Domain.Devices.Interfaces)
+	}
+	for i, name := range []string{"datacenter", "san", "backup"} {
+		n, iface := spec.Networks[i+1], spec.Domain.Devices.Interfaces[i+1]
+		if n.Name != name || n.Multus == nil || n.Multus.NetworkName != name || n.Multus.Default || iface.Name != name || iface.Bridge == nil {
+			t.Errorf("localnet %s: network %+v, interface %+v", name, n, iface)
+		}
+	}
+	if r, err := render(nil); err != nil || strings.Join(r.Localnets, ",") != "datacenter" {
+		t.Errorf("an empty parameter attached %v (%v)", r.Localnets, err)
+	}
+	for extra, want := range map[string]string{"Data_Center": "want a DNS label", "default": "primary interface", "datacenter": "named twice"} {
+		if _, err := render([]string{extra}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--localnet %s: %v, want an error saying %q", extra, err, want)
+		}
+	}
+	many := make([]string, MaxLocalnets)
+	for i := range many {
+		many[i] = "net" + strings.Repeat("x", i)
+	}
+	if _, err := render(many); err == nil || !strings.Contains(err.Error(), "at most 8") {
+		t.Errorf("%d localnets: %v", len(many)+1, err)
+	}
+}

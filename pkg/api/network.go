@@ -25,3 +25,22 @@ type Network struct {
 	// VM uses it.
 	Deleting bool `json:"deleting,omitempty"`
 }
+
+// Exposure is a load balancer that exposes ports of VMs outside their
+// network, as imagectl vm expose and vm get -o json|yaml print it.
+type Exposure struct {
+	// Name is the LoadBalancer's name; Namespace is the VMs'.
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	// Hosts names the VMs that serve the ports.
+	Hosts []string `json:"hosts"`
+	// Ports are the mappings, EXTERNAL:INTERNAL/PROTOCOL, e.g. "80:8080/TCP".
+	Ports []string `json:"ports"`
+	// Addresses are the external addresses, once the hub assigned them.
+	Addresses []string `json:"addresses,omitempty"`
+	// Ready is "True" once an address serves ready hosts, "False" with
+	// Reason and Message when not, "Unknown" before the hub looked.
+	Ready   string `json:"ready"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+}

@@ -76,6 +76,11 @@ type VMBindings struct {
 	// Network names a Multus NetworkAttachmentDefinition in the VM's
 	// namespace for the VM's only interface; empty means the pod network.
 	Network string `json:"network,omitempty"`
+	// Localnets names provider-defined localnets the VM attaches to as
+	// secondary interfaces: OVN-Kubernetes ClusterUserDefinedNetworks of
+	// topology Localnet, by name. An entry may be a parameter; one that
+	// resolves to "" attaches nothing.
+	Localnets []string `json:"localnets,omitempty"`
 	// GPUs and HostDevices pass devices through; a VM with any cannot
 	// live-migrate.
 	GPUs        []DeviceBinding `json:"gpus,omitempty"`
@@ -147,6 +152,9 @@ type VMSummary struct {
 	// IP and Node come from the running instance, when KubeVirt reports them.
 	IP   string `json:"ip,omitempty"`
 	Node string `json:"node,omitempty"`
+	// ExternalIPs are the external addresses of the load balancers that
+	// expose the VM (imagectl vm expose).
+	ExternalIPs []string `json:"externalIPs,omitempty"`
 	// LiveMigratable is KubeVirt's verdict on the running instance, else
 	// the one vm create made: true or false, and null (the key is always
 	// there) when neither is known, e.g. for a VM made by another tool
