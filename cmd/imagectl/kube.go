@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
@@ -44,6 +45,26 @@ func (f *kubeFlags) client() (*kube.Client, string, error) { return f.connect(fa
 // namespace returned is empty, meaning every namespace, and -n and the
 // context's namespace are ignored, as kubectl ignores them.
 func (f *kubeFlags) connect(allNamespaces bool) (*kube.Client, string, error) {
+	cfg, ns, err := f.restConfig(allNamespaces)
+	if err != nil {
+		return nil, "", err
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, kubevirtv1.AddToScheme, cdiv1.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return nil, "", err
+		}
+	}
+	c, err := kube.New(cfg, scheme)
+	if err != nil {
+		return nil, "", err
+	}
+	return c, ns, nil
+}
+
+// restConfig reads the kubeconfig: the hub's connection and the namespace
+// to work in, as connect takes them.
+func (f *kubeFlags) restConfig(allNamespaces bool) (*rest.Config, string, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if f.kubeconfig != "" {
 		rules.ExplicitPath = f.kubeconfig
@@ -66,17 +87,7 @@ func (f *kubeFlags) connect(allNamespaces bool) (*kube.Client, string, error) {
 	if ns == "" && !allNamespaces {
 		return nil, "", errors.New("name the namespace with -n")
 	}
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, kubevirtv1.AddToScheme, cdiv1.AddToScheme, v1alpha1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			return nil, "", err
-		}
-	}
-	c, err := kube.New(cfg, scheme)
-	if err != nil {
-		return nil, "", err
-	}
-	return c, ns, nil
+	return cfg, ns, nil
 }
 
 // completionTimeout bounds the requests of one shell completion, so that

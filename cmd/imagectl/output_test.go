@@ -84,6 +84,7 @@ var commandsWithoutOutput = map[string]string{
 	"imagectl completion powershell": "prints a shell script",
 	"imagectl completion zsh":        "prints a shell script",
 	"imagectl help":                  "prints help",
+	"imagectl vm console":            "connects a terminal to a serial port",
 }
 
 // leafCommands are the commands of the tree that do something: not the

@@ -31,7 +31,7 @@ live-migratable by default: ReadWriteMany disks, LiveMigrate eviction.`,
 		newVMRunCmd(g, "stop", "Stop a VM (run strategy Halted)", kubevirtv1.RunStrategyHalted),
 		newVMRestartCmd(g), newVMDeleteCmd(g), newVMMigrateCmd(g),
 		newVMVolumeCmd(g, true), newVMVolumeCmd(g, false),
-		newVMExposeCmd(g), newVMUnexposeCmd(g))
+		newVMExposeCmd(g), newVMUnexposeCmd(g), newVMConsoleCmd(g))
 	return cmd
 }
 

@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -58,9 +59,12 @@ type Hub struct {
 	// against the hub's CA. Its rate limit (QPS 50, burst 100) is above client-go's default.
 	RestConfig *rest.Config
 
-	dir    string
-	caPEM  []byte
-	tokens map[string]string // user -> bearer token, admin included
+	dir   string
+	caPEM []byte
+	// frontProxyCA signs the client certificate the API server presents to
+	// aggregated API servers, which trust it for the X-Remote-User headers.
+	frontProxyCA []byte
+	tokens       map[string]string // user -> bearer token, admin included
 
 	etcd, apiserver            *proc
 	apiserverBin, apiserverLog string
@@ -135,6 +139,10 @@ type hubSecrets struct {
 	certs        certFiles
 	saKey, saPub string // the service-account signing key pair
 	tokenFile    string
+	// The aggregation layer: the CA aggregated servers trust for the
+	// requests the API server proxies, and the API server's client
+	// certificate it signs.
+	frontProxyCA, proxyCert, proxyKey string
 }
 
 // writeSecrets makes the hub's CA, serving certificate, service-account
@@ -159,7 +167,33 @@ func (h *Hub) writeSecrets(t T) hubSecrets {
 	if sec.tokenFile, err = h.writeTokens(); err != nil {
 		t.Fatalf("writing hub %s tokens: %v", h.Name, err)
 	}
+	if err := h.writeFrontProxy(pki, &sec); err != nil {
+		t.Fatalf("making hub %s front-proxy certificates: %v", h.Name, err)
+	}
 	return sec
+}
+
+// frontProxyClient is the name in the API server's front-proxy client
+// certificate, the only one aggregated servers accept.
+const frontProxyClient = "front-proxy-client"
+
+func (h *Hub) writeFrontProxy(pki string, sec *hubSecrets) error {
+	ca, err := newTestCA("imagepipe test front-proxy CA")
+	if err != nil {
+		return err
+	}
+	cert, key, err := ca.issue(&x509.Certificate{Subject: pkix.Name{CommonName: frontProxyClient}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
+	if err != nil {
+		return err
+	}
+	sec.frontProxyCA, sec.proxyCert, sec.proxyKey = filepath.Join(pki, "front-proxy-ca.pem"), filepath.Join(pki, "proxy-client.pem"), filepath.Join(pki, "proxy-client-key.pem")
+	for path, data := range map[string][]byte{sec.frontProxyCA: ca.certPEM, sec.proxyCert: cert, sec.proxyKey: key} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return err
+		}
+	}
+	h.frontProxyCA = ca.certPEM
+	return nil
 }
 
 // startEtcd starts the hub's etcd on free ports, trying again when
@@ -212,6 +246,14 @@ func (h *Hub) startAPIServer(t T, bin, etcdURL string, sec hubSecrets) {
 			// No nodes and a loopback address: there are no endpoints to publish for the
 			// kubernetes service, and trying logs an error every few seconds.
 			"--endpoint-reconciler-type", "none",
+			// The aggregation layer, for APIServices such as KubeVirt's subresources.
+			"--requestheader-client-ca-file", sec.frontProxyCA,
+			"--requestheader-allowed-names", frontProxyClient,
+			"--requestheader-username-headers", "X-Remote-User",
+			"--requestheader-group-headers", "X-Remote-Group",
+			"--requestheader-extra-headers-prefix", "X-Remote-Extra-",
+			"--proxy-client-cert-file", sec.proxyCert,
+			"--proxy-client-key-file", sec.proxyKey,
 		}
 		if h.apiserver, err = startProc(h.apiserverLog, nil, bin, args...); err != nil {
 			break

@@ -28,65 +28,81 @@ func writeCerts(dir string) (certFiles, error) {
 		Cert: filepath.Join(dir, "server.pem"),
 		Key:  filepath.Join(dir, "server-key.pem"),
 	}
-	now := time.Now()
-
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := newTestCA("imagepipe test CA")
 	if err != nil {
-		return files, fmt.Errorf("generating CA key: %w", err)
+		return files, err
 	}
-	caTmpl := &x509.Certificate{
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "127.0.0.1"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		DNSNames:    []string{"localhost"},
+	}
+	cert, key, err := ca.issue(tmpl)
+	if err != nil {
+		return files, err
+	}
+	for path, data := range map[string][]byte{files.CA: ca.certPEM, files.Cert: cert, files.Key: key} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return files, fmt.Errorf("writing %s: %w", filepath.Base(path), err)
+		}
+	}
+	return files, nil
+}
+
+// testCA is a throwaway certificate authority, valid for a day.
+type testCA struct {
+	cert    *x509.Certificate
+	key     *ecdsa.PrivateKey
+	certPEM []byte
+	serial  int64
+}
+
+func newTestCA(name string) (*testCA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generating CA key: %w", err)
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "imagepipe test CA"},
+		Subject:               pkix.Name{CommonName: name},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return files, fmt.Errorf("signing CA certificate: %w", err)
+		return nil, fmt.Errorf("signing CA certificate: %w", err)
 	}
-	caCert, err := x509.ParseCertificate(caDER)
+	cert, err := x509.ParseCertificate(der)
 	if err != nil {
-		return files, fmt.Errorf("parsing CA certificate: %w", err)
+		return nil, err
 	}
+	return &testCA{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), serial: 1}, nil
+}
 
+// issue signs a certificate of tmpl's subject, names and extended key
+// usages, valid for a day, and returns it and its key as PEM.
+func (ca *testCA) issue(tmpl *x509.Certificate) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return files, fmt.Errorf("generating server key: %w", err)
+		return nil, nil, fmt.Errorf("generating a key: %w", err)
 	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-		DNSNames:     []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	ca.serial++
+	now := time.Now()
+	tmpl.SerialNumber = big.NewInt(ca.serial)
+	tmpl.NotBefore, tmpl.NotAfter = now.Add(-time.Hour), now.Add(24*time.Hour)
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
-		return files, fmt.Errorf("signing server certificate: %w", err)
+		return nil, nil, fmt.Errorf("signing the certificate of %s: %w", tmpl.Subject.CommonName, err)
 	}
 	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
-		return files, fmt.Errorf("encoding server key: %w", err)
+		return nil, nil, err
 	}
-
-	for _, f := range []struct {
-		path, typ string
-		der       []byte
-	}{
-		{files.CA, "CERTIFICATE", caDER},
-		{files.Cert, "CERTIFICATE", der},
-		{files.Key, "PRIVATE KEY", keyDER},
-	} {
-		data := pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: f.der})
-		if err := os.WriteFile(f.path, data, 0o600); err != nil {
-			return files, fmt.Errorf("writing %s: %w", filepath.Base(f.path), err)
-		}
-	}
-	return files, nil
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
 }
