@@ -96,7 +96,15 @@ func (r *LoadBalancers) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	before := lb.DeepCopy()
-	hosts, missing, err := r.hosts(ctx, &lb)
+	var ns corev1.Namespace
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: lb.Namespace}, &ns); err != nil {
+		return reconcile.Result{}, err
+	}
+	admits, err := r.addressesOf(ctx, &ns)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	hosts, missing, err := r.hosts(ctx, &lb, admits)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -112,7 +120,7 @@ func (r *LoadBalancers) Reconcile(ctx context.Context, req reconcile.Request) (r
 			fmt.Sprintf("Service %s/%s exists and is not this load balancer's; choose another name", lb.Namespace, lb.Name))
 		return reconcile.Result{}, r.writeLBStatus(ctx, &lb, before)
 	default:
-		if err := r.ensureEndpoints(ctx, &lb, hosts); err != nil {
+		if err := r.ensureEndpoints(ctx, &lb, &ns, hosts); err != nil {
 			return reconcile.Result{}, err
 		}
 		for _, in := range svc.Status.LoadBalancer.Ingress {
@@ -142,10 +150,38 @@ func (r *LoadBalancers) Reconcile(ctx context.Context, req reconcile.Request) (r
 	return reconcile.Result{}, r.writeLBStatus(ctx, &lb, before)
 }
 
+// addressesOf says which host addresses the namespace's network admits.
+// An instance's addresses are what virt-handler reports, which includes
+// what the guest's agent says: a hostile guest could name any address,
+// and the load balancer would send traffic there. In a private network's
+// namespace only addresses of its subnet are taken (none while the network
+// is gone). Elsewhere every address is taken.
+func (r *LoadBalancers) addressesOf(ctx context.Context, ns *corev1.Namespace) (func(netip.Addr) bool, error) {
+	of, ok := ns.Annotations[tenantnet.AnnotationNetworkOf]
+	if !ok {
+		return func(netip.Addr) bool { return true }, nil
+	}
+	home, name, _ := strings.Cut(of, "/")
+	var pn v1alpha1.PrivateNetwork
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: home, Name: name}, &pn)
+	if apierrors.IsNotFound(err) {
+		return func(netip.Addr) bool { return false }, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	subnet, err := netip.ParsePrefix(pn.Spec.IPv4CIDR)
+	if err != nil {
+		return func(netip.Addr) bool { return false }, nil
+	}
+	return subnet.Contains, nil
+}
+
 // hosts reads each host's instance: its address on the network it is
-// attached to through the pod (its primary network) and whether it is
-// ready. missing names the hosts that are no VM of the namespace.
-func (r *LoadBalancers) hosts(ctx context.Context, lb *v1alpha1.LoadBalancer) (hosts []v1alpha1.LoadBalancerHost, missing []string, err error) {
+// attached to through the pod (its primary network), if admits takes it,
+// and whether it is ready. missing names the hosts that are no VM of the
+// namespace.
+func (r *LoadBalancers) hosts(ctx context.Context, lb *v1alpha1.LoadBalancer, admits func(netip.Addr) bool) (hosts []v1alpha1.LoadBalancerHost, missing []string, err error) {
 	vms, err := vmsIn(ctx, r.Client, lb.Namespace)
 	if err != nil {
 		return nil, nil, err
@@ -163,6 +199,10 @@ func (r *LoadBalancers) hosts(ctx context.Context, lb *v1alpha1.LoadBalancer) (h
 		switch {
 		case err == nil:
 			h.IP, h.Ready = instanceAddress(vmi)
+			if a, err := netip.ParseAddr(h.IP); err == nil && !admits(a) {
+				r.logger().Info("a host's address is outside its network, and not used", "loadbalancer", client.ObjectKeyFromObject(lb), "host", name, "address", h.IP)
+				h.IP, h.Ready = "", false
+			}
 		case !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err):
 			return nil, nil, fmt.Errorf("reading the instance of VM %s/%s: %w", lb.Namespace, name, err)
 		}
@@ -270,11 +310,7 @@ func (r *LoadBalancers) ensureService(ctx context.Context, lb *v1alpha1.LoadBala
 // ensureEndpoints keeps the EndpointSlice of the hosts' addresses. In a
 // namespace whose primary network is a user-defined one it is in the form
 // OVN-Kubernetes reads for that network; elsewhere in Kubernetes' own.
-func (r *LoadBalancers) ensureEndpoints(ctx context.Context, lb *v1alpha1.LoadBalancer, hosts []v1alpha1.LoadBalancerHost) error {
-	var ns corev1.Namespace
-	if err := r.Client.Get(ctx, client.ObjectKey{Name: lb.Namespace}, &ns); err != nil {
-		return err
-	}
+func (r *LoadBalancers) ensureEndpoints(ctx context.Context, lb *v1alpha1.LoadBalancer, ns *corev1.Namespace, hosts []v1alpha1.LoadBalancerHost) error {
 	want := &discoveryv1.EndpointSlice{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: lb.Name + "-hosts", Namespace: lb.Namespace,

@@ -385,6 +385,20 @@ func exposeVMs(t *testing.T, hub *testHub, acme, globex []string) {
 		return err == nil && len(slice.Endpoints) == 2 && !*slice.Endpoints[1].Conditions.Ready && *slice.Endpoints[0].Conditions.Ready, err
 	})
 
+	// A guest that reports an address outside its network (its agent may
+	// report anything) gets no traffic: the address is not used.
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "web-1"}, &vmi); err != nil {
+		t.Fatal(err)
+	}
+	vmi.Status.Interfaces[0].IP, vmi.Status.Interfaces[0].IPs = "10.0.0.1", []string{"10.0.0.1"}
+	if err := hub.Client.Update(t.Context(), &vmi); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "web-1's foreign address left out", func() (bool, error) {
+		err := hub.Client.Get(t.Context(), client.ObjectKeyFromObject(&slice), &slice)
+		return err == nil && len(slice.Endpoints) == 1 && slice.Endpoints[0].Addresses[0] == "10.10.0.6", err
+	})
+
 	// The tenant cannot reshape the Service behind image-syncer's back.
 	svc.Spec.ExternalIPs = []string{"198.51.100.7"}
 	if err := tenantA.Update(t.Context(), &svc); !apierrors.IsForbidden(err) {
