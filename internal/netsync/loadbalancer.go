@@ -114,19 +114,17 @@ func (r *LoadBalancers) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, err
 	}
 	lb.Status.Addresses = nil
-	switch {
-	case used:
+	if used {
 		setLBCondition(&lb, metav1.ConditionFalse, v1alpha1.ReasonServiceUsed,
 			fmt.Sprintf("Service %s/%s exists and is not this load balancer's; choose another name", lb.Namespace, lb.Name))
 		return reconcile.Result{}, r.writeLBStatus(ctx, &lb, before)
-	default:
-		if err := r.ensureEndpoints(ctx, &lb, &ns, hosts); err != nil {
-			return reconcile.Result{}, err
-		}
-		for _, in := range svc.Status.LoadBalancer.Ingress {
-			if a := cmp.Or(in.IP, in.Hostname); a != "" && len(lb.Status.Addresses) < 8 {
-				lb.Status.Addresses = append(lb.Status.Addresses, a)
-			}
+	}
+	if err := r.ensureEndpoints(ctx, &lb, &ns, hosts); err != nil {
+		return reconcile.Result{}, err
+	}
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		if a := cmp.Or(in.IP, in.Hostname); a != "" && len(lb.Status.Addresses) < 8 {
+			lb.Status.Addresses = append(lb.Status.Addresses, a)
 		}
 	}
 	ready := 0
