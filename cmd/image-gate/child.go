@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 
+	"github.com/imagepipe/imagepipe/internal/daemonflag"
 	"github.com/imagepipe/imagepipe/internal/gate"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/version"
@@ -28,7 +29,7 @@ func verifyOneCmd(o *options) *cobra.Command {
 		Args:   cobra.ExactArgs(1),
 		Hidden: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			reg, err := o.registryName()
+			reg, err := daemonflag.Registry(o.registry, o.registryInsecure)
 			if err != nil {
 				return err
 			}
@@ -37,7 +38,7 @@ func verifyOneCmd(o *options) *cobra.Command {
 				return err
 			}
 			gate.LimitSelf(o.verifyMemoryLimit)
-			level, err := o.level()
+			level, err := daemonflag.Level(o.logLevel)
 			if err != nil {
 				return err
 			}

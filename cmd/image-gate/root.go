@@ -3,13 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
-	"log/slog"
-	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 
+	"github.com/imagepipe/imagepipe/internal/daemonflag"
 	"github.com/imagepipe/imagepipe/internal/gate"
 	"github.com/imagepipe/imagepipe/internal/version"
 )
@@ -137,34 +135,11 @@ func (o *options) validate() error {
 	if o.maxVirtualSize < 1<<20 {
 		errs = append(errs, fmt.Errorf("--max-virtual-size %d: want at least 1 MiB", o.maxVirtualSize))
 	}
-	if _, err := o.level(); err != nil {
+	if _, err := daemonflag.Level(o.logLevel); err != nil {
 		errs = append(errs, err)
 	}
 	if o.logFormat != "json" && o.logFormat != "text" {
 		errs = append(errs, fmt.Errorf("--log-format %q: want json or text", o.logFormat))
 	}
 	return errors.Join(errs...)
-}
-
-// registryName is --registry with --registry-insecure in it, where
-// go-containerregistry reads it; every name on the registry derives from
-// it (registry.NameOptions).
-func (o *options) registryName() (name.Registry, error) {
-	var opts []name.Option
-	if o.registryInsecure {
-		opts = append(opts, name.Insecure)
-	}
-	reg, err := name.NewRegistry(o.registry, opts...)
-	if err != nil {
-		return name.Registry{}, fmt.Errorf("--registry %q: %w", o.registry, err)
-	}
-	return reg, nil
-}
-
-func (o *options) level() (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(strings.ToUpper(o.logLevel))); err != nil {
-		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
-	}
-	return l, nil
 }

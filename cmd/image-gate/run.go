@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
+	"github.com/imagepipe/imagepipe/internal/daemonflag"
 	"github.com/imagepipe/imagepipe/internal/gate"
 	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/internal/registry"
@@ -43,7 +44,7 @@ const engine = "imagepipe-gate"
 type loggedError struct{ error }
 
 func run(ctx context.Context, o *options, stderr io.Writer) error {
-	level, _ := o.level()
+	level, _ := daemonflag.Level(o.logLevel)
 	log := newLogger(stderr, o.logFormat, level)
 	if err := serve(ctx, o, log, stderr); err != nil {
 		log.Error("image-gate stopped on an error", "error", err, "version", version.Get().Version)
@@ -56,7 +57,7 @@ func run(ctx context.Context, o *options, stderr io.Writer) error {
 // serve wires the gate: registry client, signer, the service with its
 // workers, the poller, and the webhook, metrics and health endpoints.
 func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) error {
-	reg, err := o.registryName()
+	reg, err := daemonflag.Registry(o.registry, o.registryInsecure)
 	if err != nil {
 		return err
 	}

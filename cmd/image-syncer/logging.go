@@ -9,6 +9,8 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/imagepipe/imagepipe/internal/daemonflag"
 )
 
 // setUpLogging makes the syncer's logger from --log-format and --log-level,
@@ -19,7 +21,7 @@ import (
 // standard library's log package (net/http's server errors). klog's
 // verbosity follows the level: info shows V(0), debug V(1) to V(4).
 func (o *options) setUpLogging(w io.Writer) *slog.Logger {
-	level, _ := o.level()
+	level, _ := daemonflag.Level(o.logLevel)
 	hopts := &slog.HandlerOptions{Level: level}
 	var h slog.Handler = slog.NewJSONHandler(w, hopts)
 	if o.logFormat == "text" {

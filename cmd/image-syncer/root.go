@@ -3,14 +3,13 @@ package main
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/imagepipe/imagepipe/internal/daemonflag"
 	"github.com/imagepipe/imagepipe/internal/hub"
 	"github.com/imagepipe/imagepipe/internal/version"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
@@ -179,34 +178,11 @@ func (o *options) validate() error {
 	if o.kubeQPS < 1 || o.kubeBurst < 1 {
 		errs = append(errs, fmt.Errorf("--kube-qps %v and --kube-burst %d: want at least 1 each", o.kubeQPS, o.kubeBurst))
 	}
-	if _, err := o.level(); err != nil {
+	if _, err := daemonflag.Level(o.logLevel); err != nil {
 		errs = append(errs, err)
 	}
 	if o.logFormat != "json" && o.logFormat != "text" {
 		errs = append(errs, fmt.Errorf("--log-format %q: want json or text", o.logFormat))
 	}
 	return errors.Join(errs...)
-}
-
-// registryName is --registry with --registry-insecure in it, where
-// go-containerregistry reads it; every name on the registry derives from
-// it (registry.NameOptions).
-func (o *options) registryName() (name.Registry, error) {
-	var opts []name.Option
-	if o.registryInsecure {
-		opts = append(opts, name.Insecure)
-	}
-	reg, err := name.NewRegistry(o.registry, opts...)
-	if err != nil {
-		return name.Registry{}, fmt.Errorf("--registry %q: %w", o.registry, err)
-	}
-	return reg, nil
-}
-
-func (o *options) level() (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(strings.ToUpper(o.logLevel))); err != nil {
-		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", o.logLevel)
-	}
-	return l, nil
 }

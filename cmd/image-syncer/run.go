@@ -33,6 +33,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
+	"github.com/imagepipe/imagepipe/internal/daemonflag"
 	"github.com/imagepipe/imagepipe/internal/hub"
 	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/internal/netsync"
@@ -65,7 +66,7 @@ func run(ctx context.Context, o *options, stderr io.Writer) error {
 // first log line says which build runs, which kubeconfig it read and where
 // the leader lease lives and why.
 func serve(ctx context.Context, o *options, log *slog.Logger) error {
-	reg, err := o.registryName()
+	reg, err := daemonflag.Registry(o.registry, o.registryInsecure)
 	if err != nil {
 		return err
 	}
