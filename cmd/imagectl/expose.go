@@ -140,7 +140,10 @@ func checkHosts(vms []string) error {
 }
 
 func runVMExpose(cmd *cobra.Command, o *exposeOptions, vms []string) error {
-	if err := validateWaitFlags(cmd, &o.out, o.wait, o.timeout); err != nil {
+	if err := o.out.validate(); err != nil {
+		return err
+	}
+	if err := checkWait(o.wait, o.timeout, cmd.Flags().Changed("timeout")); err != nil {
 		return err
 	}
 	ports, err := parsePorts(o.ports)
@@ -228,11 +231,7 @@ func waitExposed(ctx context.Context, kc *kube.Client, ns, name string, timeout 
 func exposureView(lb *v1alpha1.LoadBalancer) api.Exposure {
 	e := api.Exposure{Name: lb.Name, Namespace: lb.Namespace, Hosts: lb.Spec.Hosts, Addresses: lb.Status.Addresses, Ready: "Unknown"}
 	for _, p := range lb.Spec.Ports {
-		target := p.TargetPort
-		if target == 0 {
-			target = p.Port
-		}
-		e.Ports = append(e.Ports, fmt.Sprintf("%d:%d/%s", p.Port, target, p.Protocol))
+		e.Ports = append(e.Ports, fmt.Sprintf("%d:%d/%s", p.Port, p.Target(), p.Protocol))
 	}
 	if c := meta.FindStatusCondition(lb.Status.Conditions, v1alpha1.ConditionReady); c != nil && c.ObservedGeneration == lb.Generation {
 		e.Ready, e.Reason, e.Message = string(c.Status), c.Reason, c.Message

@@ -50,7 +50,10 @@ type networkOptions struct {
 
 // validateWait checks -o, --wait and --timeout.
 func (o *networkOptions) validateWait(cmd *cobra.Command) error {
-	return validateWaitFlags(cmd, &o.out, o.wait, o.timeout)
+	if err := o.out.validate(); err != nil {
+		return err
+	}
+	return checkWait(o.wait, o.timeout, cmd.Flags().Changed("timeout"))
 }
 
 func newNetworkCreateCmd(g *globalOptions) *cobra.Command {

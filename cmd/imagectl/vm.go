@@ -217,15 +217,10 @@ func (o *vmCreateOptions) validate() error {
 	if (o.template == "") == (o.templateFile == "") {
 		return &usageError{errors.New("name one template: --template ID (from the catalog) or --template-file FILE")}
 	}
-	switch {
-	case o.wait && o.dryRun:
+	if o.wait && o.dryRun {
 		return &usageError{errors.New("--wait has nothing to wait for with --dry-run, which creates nothing")}
-	case o.wait && o.timeout <= 0:
-		return &usageError{fmt.Errorf("--timeout %s: want a positive duration such as 90s or 10m", o.timeout)}
-	case !o.wait && o.timeoutSet:
-		return &usageError{errors.New("--timeout bounds --wait; add --wait")}
 	}
-	return nil
+	return checkWait(o.wait, o.timeout, o.timeoutSet)
 }
 
 // loadTemplate reads the template from --template-file or the catalog.

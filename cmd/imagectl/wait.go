@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/spf13/cobra"
 )
 
 // hubPoll is how often a --wait looks at the hub again.
@@ -34,15 +32,13 @@ func pollUntil(ctx context.Context, timeout time.Duration, onTimeout error, done
 	}
 }
 
-// validateWaitFlags checks -o, --wait and --timeout.
-func validateWaitFlags(cmd *cobra.Command, out *outputFlags, wait bool, timeout time.Duration) error {
-	if err := out.validate(); err != nil {
-		return err
-	}
+// checkWait checks --wait and --timeout: a positive timeout, given only
+// with --wait.
+func checkWait(wait bool, timeout time.Duration, timeoutSet bool) error {
 	switch {
 	case wait && timeout <= 0:
 		return &usageError{fmt.Errorf("--timeout %s: want a positive duration such as 90s or 10m", timeout)}
-	case !wait && cmd.Flags().Changed("timeout"):
+	case !wait && timeoutSet:
 		return &usageError{errors.New("--timeout bounds --wait; add --wait")}
 	}
 	return nil

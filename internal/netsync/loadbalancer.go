@@ -256,7 +256,7 @@ func (r *LoadBalancers) ensureService(ctx context.Context, lb *v1alpha1.LoadBala
 	for _, p := range lb.Spec.Ports {
 		want.Ports = append(want.Ports, corev1.ServicePort{
 			Name: portName(p), Protocol: corev1.Protocol(p.Protocol), Port: p.Port,
-			TargetPort: intstr.FromInt32(targetPort(p)),
+			TargetPort: intstr.FromInt32(p.Target()),
 		})
 	}
 	svc = &corev1.Service{}
@@ -324,7 +324,7 @@ func (r *LoadBalancers) ensureEndpoints(ctx context.Context, lb *v1alpha1.LoadBa
 	}
 	for _, p := range lb.Spec.Ports {
 		want.Ports = append(want.Ports, discoveryv1.EndpointPort{
-			Name: ptr(portName(p)), Protocol: ptr(corev1.Protocol(p.Protocol)), Port: ptr(targetPort(p)),
+			Name: ptr(portName(p)), Protocol: ptr(corev1.Protocol(p.Protocol)), Port: ptr(p.Target()),
 		})
 	}
 	for _, h := range hosts {
@@ -359,13 +359,6 @@ func (r *LoadBalancers) ensureEndpoints(ctx context.Context, lb *v1alpha1.LoadBa
 // portName names a port in the Service and the EndpointSlice: tcp-443.
 func portName(p v1alpha1.LoadBalancerPort) string {
 	return fmt.Sprintf("%s-%d", strings.ToLower(cmp.Or(p.Protocol, "TCP")), p.Port)
-}
-
-func targetPort(p v1alpha1.LoadBalancerPort) int32 {
-	if p.TargetPort == 0 {
-		return p.Port
-	}
-	return p.TargetPort
 }
 
 func setLBCondition(lb *v1alpha1.LoadBalancer, status metav1.ConditionStatus, reason, message string) {

@@ -23,6 +23,21 @@ func (f resolverFunc) Resolve(ctx context.Context, ref name.Tag) (string, bool, 
 	return f(ctx, ref)
 }
 
+// applierParts are what an Applier needs besides its client: the
+// registry whose events it applies, and the default tenancy.
+func applierParts(t *testing.T) (name.Registry, *hub.Tenancy) {
+	t.Helper()
+	reg, err := name.NewRegistry("registry.example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenancy, err := hub.NewTenancy("", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, tenancy
+}
+
 // TestDeleteRacingARepush: a delete notification is being confirmed while
 // the tag is pushed again and the push is applied (another worker, another
 // replica). The registry's "not found" was about the old digest; it must
@@ -32,14 +47,7 @@ func (f resolverFunc) Resolve(ctx context.Context, ref name.Tag) (string, bool, 
 func TestDeleteRacingARepush(t *testing.T) {
 	t.Parallel()
 	cluster := harness.StartSyncerHub(t, "hub-a", harness.SyncerHubOptions{Namespaces: []string{"acme"}})
-	reg, err := name.NewRegistry("registry.example.com")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tenancy, err := hub.NewTenancy("", nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, tenancy := applierParts(t)
 	d1, d2 := "sha256:"+strings.Repeat("1", 64), "sha256:"+strings.Repeat("2", 64)
 	pusher := &hub.Applier{Client: cluster.Client, Registry: reg, Tenancy: tenancy}
 	if err := pusher.Apply(t.Context(), intake.Event{Action: intake.ActionPush, Repository: "acme/rhel", Tag: "9", Digest: d1}); err != nil {
@@ -52,7 +60,7 @@ func TestDeleteRacingARepush(t *testing.T) {
 		}
 		return "", false, nil
 	})}
-	err = deleter.Apply(t.Context(), intake.Event{Action: intake.ActionDelete, Repository: "acme/rhel", Tag: "9"})
+	err := deleter.Apply(t.Context(), intake.Event{Action: intake.ActionDelete, Repository: "acme/rhel", Tag: "9"})
 	if !apierrors.IsConflict(err) {
 		t.Errorf("the delete raced by a push: %v; want a conflict, retried later", err)
 	}
@@ -87,14 +95,7 @@ func (c staleCache) Get(ctx context.Context, key client.ObjectKey, obj client.Ob
 func TestPushAppliedWhileTheCacheLags(t *testing.T) {
 	t.Parallel()
 	cluster := harness.StartSyncerHub(t, "hub-a", harness.SyncerHubOptions{Namespaces: []string{"acme"}, NoCDI: true})
-	reg, err := name.NewRegistry("registry.example.com")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tenancy, err := hub.NewTenancy("", nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, tenancy := applierParts(t)
 	d1, d2 := "sha256:"+strings.Repeat("1", 64), "sha256:"+strings.Repeat("2", 64)
 	fresh := &hub.Applier{Client: cluster.Client, Registry: reg, Tenancy: tenancy}
 	if err := fresh.Apply(t.Context(), intake.Event{Action: intake.ActionPush, Repository: "acme/rhel", Tag: "9", Digest: d1}); err != nil {

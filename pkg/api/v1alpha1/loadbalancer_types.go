@@ -30,6 +30,14 @@ type LoadBalancerPort struct {
 	Protocol string `json:"protocol"`
 }
 
+// Target is the port on the hosts: TargetPort, or Port when unset.
+func (p LoadBalancerPort) Target() int32 {
+	if p.TargetPort == 0 {
+		return p.Port
+	}
+	return p.TargetPort
+}
+
 // LoadBalancerSpec is what the tenant asks for.
 type LoadBalancerSpec struct {
 	// Hosts names the VirtualMachines that serve the ports, in the load
