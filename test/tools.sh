@@ -44,6 +44,9 @@ fi
 # proxy or links single-threaded, the others keep the cores busy. Each lane's
 # lines carry its name; the first failure fails the run once all have ended.
 here="$(dirname "$0")"
+# Less garbage collection in the compiler and linker: a tenth less CPU on a
+# cold build cache, each process capped by GOMEMLIMIT (as the Makefile's GOBUILD).
+export GOGC=400 GOMEMLIMIT=4GiB
 lane() {
 	local name=$1
 	shift

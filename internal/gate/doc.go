@@ -5,10 +5,10 @@
 // Verifier.Verify takes a digest in a tenant's repository (an image, or an
 // index of up to 8 linux images) and reads every byte of it once:
 //
-//   - the manifest and config, strictly: the registry's Content-Type and
-//     the body agree, no key twice, no descriptor with urls or embedded
-//     data, one layer, one diff ID, bounded annotations and labels, and
-//     no environment but KubeVirt's instancetype defaults;
+//   - the manifest and config, strictly (internal/ocidoc): the registry's
+//     Content-Type and the body agree, no key twice, no descriptor with
+//     urls or embedded data, one layer, one diff ID, bounded annotations
+//     and labels, and no environment but KubeVirt's instancetype defaults;
 //   - the layer from the registry by digest: its bytes must show the
 //     compression its media type names, its tar must hold exactly disk/
 //     and disk/disk.img (107:107, 0444) and nothing after them but zero

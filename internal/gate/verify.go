@@ -25,6 +25,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/ocidoc"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -134,11 +135,11 @@ func (v *Verifier) verifySubject(ctx context.Context, subject name.Digest) ([]ap
 	if err != nil {
 		return nil, err
 	}
-	doc, err := parseDocument(raw)
+	doc, err := ocidoc.ParseDocument(string(raw.MediaType), raw.Bytes)
 	if err != nil {
 		return nil, err
 	}
-	if !doc.isIndex() {
+	if !doc.IsIndex() {
 		img, err := v.verifyImage(ctx, subject.Context(), raw, doc, "")
 		if err != nil {
 			return nil, err
@@ -152,10 +153,10 @@ func (v *Verifier) verifySubject(ctx context.Context, subject name.Digest) ([]ap
 	seen := map[string]bool{}
 	for _, entry := range doc.Manifests {
 		p := entry.Platform
-		if p == nil || p.OS != "linux" || !archPattern.MatchString(p.Architecture) || (p.Variant != "" && !archPattern.MatchString(p.Variant)) {
+		if p == nil || !ocidoc.LinuxPlatform(*p) {
 			return nil, reject.New(reject.ManifestShape, "the index entry %s names no linux platform", entry.Digest)
 		}
-		platform := platformOf(&ocispec.Image{Platform: *p})
+		platform := ocidoc.PlatformString(*p)
 		if seen[platform] {
 			return nil, reject.New(reject.ManifestShape, "the index lists %s twice; readers disagree on which one counts", platform)
 		}
@@ -168,11 +169,11 @@ func (v *Verifier) verifySubject(ctx context.Context, subject name.Digest) ([]ap
 		if string(raw.MediaType) != entry.MediaType {
 			return nil, reject.New(reject.ManifestShape, "the index says %s is a %q but the registry serves a %q", entry.Digest, entry.MediaType, raw.MediaType)
 		}
-		doc, err := parseDocument(raw)
+		doc, err := ocidoc.ParseDocument(string(raw.MediaType), raw.Bytes)
 		if err != nil {
 			return nil, err
 		}
-		if doc.isIndex() {
+		if doc.IsIndex() {
 			return nil, reject.New(reject.ManifestShape, "the index entry %s is itself an index", entry.Digest)
 		}
 		img, err := v.verifyImage(ctx, subject.Context(), raw, doc, platform)
@@ -186,20 +187,20 @@ func (v *Verifier) verifySubject(ctx context.Context, subject name.Digest) ([]ap
 
 // verifyImage verifies one image manifest in full; platform, when set, is
 // what its index entry says the image is for.
-func (v *Verifier) verifyImage(ctx context.Context, repo name.Repository, raw *registry.RawManifest, doc *document, platform string) (*api.VerifiedImage, error) {
+func (v *Verifier) verifyImage(ctx context.Context, repo name.Repository, raw *registry.RawManifest, doc *ocidoc.Document, platform string) (*api.VerifiedImage, error) {
 	if err := containerdisk.CheckLayerCount(len(doc.Layers)); err != nil {
 		return nil, err
 	}
-	cfgBytes, err := v.readBlob(ctx, repo, doc.Config.Descriptor, MaxConfigSize)
+	cfgBytes, err := v.readBlob(ctx, repo, doc.Config.Descriptor, ocidoc.MaxConfigSize)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := parseConfig(cfgBytes, doc.Config.MediaType)
+	cfg, err := ocidoc.ParseConfig(cfgBytes, doc.Config.MediaType)
 	if err != nil {
 		return nil, err
 	}
-	if platform != "" && platformOf(cfg) != platform {
-		return nil, reject.New(reject.PlatformMismatch, "the index lists the image %s for %s but its config says %s", raw.Digest, platform, platformOf(cfg))
+	if platform != "" && ocidoc.PlatformString(cfg.Platform) != platform {
+		return nil, reject.New(reject.PlatformMismatch, "the index lists the image %s for %s but its config says %s", raw.Digest, platform, ocidoc.PlatformString(cfg.Platform))
 	}
 	layerDesc := doc.Layers[0].Descriptor
 	comp, err := containerdisk.CompressionOf(layerDesc.MediaType)
@@ -248,7 +249,7 @@ func (v *Verifier) verifyImage(ctx context.Context, repo name.Repository, raw *r
 		return nil, err
 	}
 	out := &api.VerifiedImage{
-		Platform: platformOf(cfg), Source: raw.Digest, Canonical: canonical,
+		Platform: ocidoc.PlatformString(cfg.Platform), Source: raw.Digest, Canonical: canonical,
 		Format: string(info.Format), VirtualSize: info.VirtualSize, DiskSize: diskSize,
 		Checks: api.ChecksPassed,
 	}
@@ -476,7 +477,7 @@ func (v *Verifier) canonicalLayer(ctx context.Context, repo name.Repository, dis
 // made here, from the verified values and the pushed ones that passed
 // their checks, so that an image built by imagectl publishes to its own
 // digest and costs nothing: its manifest is not written again.
-func (v *Verifier) publish(ctx context.Context, repo name.Repository, source string, cfg *ocispec.Image, doc *document, layer ocispec.Descriptor, diffID string) (string, error) {
+func (v *Verifier) publish(ctx context.Context, repo name.Repository, source string, cfg *ocispec.Image, doc *ocidoc.Document, layer ocispec.Descriptor, diffID string) (string, error) {
 	canonCfg := ocispec.Image{
 		Created:  cfg.Created,
 		Platform: ocispec.Platform{Architecture: cfg.Architecture, OS: cfg.OS, Variant: cfg.Variant},
@@ -505,7 +506,7 @@ func (v *Verifier) publish(ctx context.Context, repo name.Repository, source str
 	if _, err := v.Registry.PushBlob(ctx, repo, ocispec.MediaTypeImageConfig, cfgBytes); err != nil {
 		return "", fmt.Errorf("pushing the canonical config: %w", err)
 	}
-	if err := v.Registry.PutManifest(ctx, repo.Digest(d), manifest, manifestMediaType); err != nil {
+	if err := v.Registry.PutManifest(ctx, repo.Digest(d), manifest, types.OCIManifestSchema1); err != nil {
 		return "", fmt.Errorf("pushing the canonical manifest: %w", err)
 	}
 	return d, nil

@@ -1,4 +1,4 @@
-package gate
+package ocidoc
 
 import (
 	"bytes"
@@ -6,10 +6,8 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -32,21 +30,23 @@ const (
 	dockerConfig       = "application/vnd.docker.container.image.v1+json"
 )
 
-// document is the part of a manifest or index the gate reads. Fields a
+// Document is the part of a manifest or index the gate reads. Fields a
 // reader could use to find bytes elsewhere are read so that they can be
 // refused.
-type document struct {
+type Document struct {
 	SchemaVersion int                 `json:"schemaVersion"`
 	MediaType     string              `json:"mediaType"`
 	ArtifactType  string              `json:"artifactType"`
-	Config        *descriptor         `json:"config"`
-	Layers        []descriptor        `json:"layers"`
-	Manifests     []descriptor        `json:"manifests"`
+	Config        *Descriptor         `json:"config"`
+	Layers        []Descriptor        `json:"layers"`
+	Manifests     []Descriptor        `json:"manifests"`
 	Annotations   map[string]string   `json:"annotations"`
 	Subject       *ocispec.Descriptor `json:"subject"`
 }
 
-type descriptor struct {
+// Descriptor is a descriptor with the fields that would point a reader
+// elsewhere than the blob.
+type Descriptor struct {
 	ocispec.Descriptor
 	// Data and URLs are refused: CDI's importer fetches a layer's urls
 	// from inside the hub instead of the blob, and go-containerregistry
@@ -54,24 +54,24 @@ type descriptor struct {
 	Data json.RawMessage `json:"data"`
 }
 
-// parseDocument reads raw as a manifest or index and checks that the
-// registry's Content-Type and the body's mediaType agree (CDI's importer
+// ParseDocument reads b as a manifest or index and checks that
+// contentType, the registry's Content-Type, and the body's mediaType agree (CDI's importer
 // goes by the former, most clients by the latter) and that no JSON key
 // appears twice or in another case than the specification's (Go's decoder
 // takes the last of duplicates, and any case; other parsers differ).
-func parseDocument(raw *registry.RawManifest) (*document, error) {
-	if err := checkJSONKeys(raw.Bytes); err != nil {
+func ParseDocument(contentType string, b []byte) (*Document, error) {
+	if err := checkJSONKeys(b); err != nil {
 		return nil, err
 	}
-	var doc document
-	if err := json.Unmarshal(raw.Bytes, &doc); err != nil {
+	var doc Document
+	if err := json.Unmarshal(b, &doc); err != nil {
 		return nil, reject.New(reject.ManifestShape, "the manifest is not valid JSON: %v", err)
 	}
 	if doc.SchemaVersion != 2 {
 		return nil, reject.New(reject.ManifestShape, "the manifest's schemaVersion is %d, not 2", doc.SchemaVersion)
 	}
-	if doc.MediaType != string(raw.MediaType) {
-		return nil, reject.New(reject.ManifestShape, "the registry serves the manifest as %q but its mediaType says %q", raw.MediaType, doc.MediaType)
+	if doc.MediaType != contentType {
+		return nil, reject.New(reject.ManifestShape, "the registry serves the manifest as %q but its mediaType says %q", contentType, doc.MediaType)
 	}
 	switch doc.MediaType {
 	case ocispec.MediaTypeImageIndex, dockerManifestList:
@@ -91,7 +91,7 @@ func parseDocument(raw *registry.RawManifest) (*document, error) {
 	default:
 		return nil, reject.New(reject.ManifestShape, "the media type %q is not an image manifest or index", doc.MediaType)
 	}
-	for _, d := range append(append([]descriptor{}, doc.Layers...), doc.Manifests...) {
+	for _, d := range append(append([]Descriptor{}, doc.Layers...), doc.Manifests...) {
 		if err := d.check(); err != nil {
 			return nil, err
 		}
@@ -107,12 +107,12 @@ func parseDocument(raw *registry.RawManifest) (*document, error) {
 	return &doc, nil
 }
 
-// isIndex reports whether doc lists manifests.
-func (d *document) isIndex() bool {
+// IsIndex reports whether d lists manifests.
+func (d *Document) IsIndex() bool {
 	return d.MediaType == ocispec.MediaTypeImageIndex || d.MediaType == dockerManifestList
 }
 
-func (d descriptor) check() error {
+func (d Descriptor) check() error {
 	if len(d.URLs) > 0 {
 		return reject.New(reject.ManifestShape, "the descriptor of %s names urls %q; importers would fetch them instead of the blob", d.Digest, d.URLs)
 	}
@@ -196,10 +196,16 @@ func checkJSONKeys(b []byte) error {
 // archPattern is what an architecture or variant name may look like.
 var archPattern = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
 
-// parseConfig reads a pushed image config: linux, a valid architecture,
+// LinuxPlatform reports whether p is a linux platform with an architecture
+// and variant of the shape ParseConfig accepts.
+func LinuxPlatform(p ocispec.Platform) bool {
+	return p.OS == "linux" && archPattern.MatchString(p.Architecture) && (p.Variant == "" || archPattern.MatchString(p.Variant))
+}
+
+// ParseConfig reads a pushed image config: linux, a valid architecture,
 // one diff ID, bounded labels, and only the environment variables CDI
 // reads (KubeVirt's instancetype defaults), each a valid name.
-func parseConfig(b []byte, mediaType string) (*ocispec.Image, error) {
+func ParseConfig(b []byte, mediaType string) (*ocispec.Image, error) {
 	if mediaType != ocispec.MediaTypeImageConfig && mediaType != dockerConfig {
 		return nil, reject.New(reject.ManifestShape, "the config's media type %q is not an image config", mediaType)
 	}
@@ -210,7 +216,7 @@ func parseConfig(b []byte, mediaType string) (*ocispec.Image, error) {
 	if err := json.Unmarshal(b, &cfg); err != nil {
 		return nil, reject.New(reject.ManifestShape, "the image config is not valid: %v", err)
 	}
-	if cfg.OS != "linux" || !archPattern.MatchString(cfg.Architecture) || (cfg.Variant != "" && !archPattern.MatchString(cfg.Variant)) {
+	if !LinuxPlatform(cfg.Platform) {
 		return nil, reject.New(reject.ManifestShape, "the image config's platform %q/%q is not a linux platform", cfg.OS, cfg.Architecture)
 	}
 	if cfg.RootFS.Type != "layers" || len(cfg.RootFS.DiffIDs) != 1 {
@@ -234,14 +240,11 @@ func parseConfig(b []byte, mediaType string) (*ocispec.Image, error) {
 // namePattern is a DNS-1123 subdomain, the name of an instancetype.
 var namePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$`)
 
-// platformOf is a config's platform as "os/arch[/variant]".
-func platformOf(cfg *ocispec.Image) string {
-	p := cfg.OS + "/" + cfg.Architecture
-	if cfg.Variant != "" {
-		p += "/" + cfg.Variant
+// PlatformString is p as "os/arch[/variant]".
+func PlatformString(p ocispec.Platform) string {
+	s := p.OS + "/" + p.Architecture
+	if p.Variant != "" {
+		s += "/" + p.Variant
 	}
-	return p
+	return s
 }
-
-// manifestMediaType is the canonical manifest's media type.
-var manifestMediaType = types.OCIManifestSchema1

@@ -1,17 +1,14 @@
-package gate
+package ocidoc
 
 import (
 	"encoding/json"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-
-	"github.com/imagepipe/imagepipe/internal/registry"
 )
 
-// FuzzParseDocument feeds manifests, indexes and configs to the gate's
-// strict readers: no input panics, and what they accept keeps the
+// FuzzParseDocument feeds manifests, indexes and configs to the strict
+// readers: no input panics, and what they accept keeps the
 // promises the verifier relies on.
 func FuzzParseDocument(f *testing.F) {
 	cfg := `{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":["sha256:` + "aa" + `"]}}`
@@ -26,7 +23,7 @@ func FuzzParseDocument(f *testing.F) {
 		if len(b) > 1<<16 {
 			return
 		}
-		doc, err := parseDocument(&registry.RawManifest{MediaType: types.MediaType(mediaType), Bytes: b})
+		doc, err := ParseDocument(mediaType, b)
 		if err == nil {
 			if doc.MediaType != mediaType || doc.SchemaVersion != 2 {
 				t.Fatalf("accepted %q served as %q", doc.MediaType, mediaType)
@@ -36,7 +33,7 @@ func FuzzParseDocument(f *testing.F) {
 					t.Fatalf("accepted a descriptor with urls or data: %+v", d)
 				}
 			}
-			if !doc.isIndex() && (doc.Config == nil || doc.Manifests != nil) {
+			if !doc.IsIndex() && (doc.Config == nil || doc.Manifests != nil) {
 				t.Fatalf("accepted an image manifest without a config or with manifests")
 			}
 			var again map[string]any
@@ -44,7 +41,7 @@ func FuzzParseDocument(f *testing.F) {
 				t.Fatalf("accepted invalid JSON")
 			}
 		}
-		if cfg, err := parseConfig(b, ocispec.MediaTypeImageConfig); err == nil {
+		if cfg, err := ParseConfig(b, ocispec.MediaTypeImageConfig); err == nil {
 			if cfg.OS != "linux" || len(cfg.RootFS.DiffIDs) != 1 {
 				t.Fatalf("accepted config %+v", cfg)
 			}
