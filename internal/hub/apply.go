@@ -2,6 +2,7 @@ package hub
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/internal/intake"
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
@@ -44,8 +46,13 @@ type Applier struct {
 	Logger    *slog.Logger
 	// Wake, when set, is told of the BaseImages waiting for a verdict on
 	// a digest that something may just have been attached to (the gate's
-	// verdict, a tenant's signature); the Reconciler's Wake.
-	Wake func(ctx context.Context, subject name.Digest, waiting []client.ObjectKey) error
+	// verdict, a tenant's signature), with the attached manifest's digest
+	// when the event named it; the Reconciler's Wake.
+	Wake func(ctx context.Context, subject name.Digest, waiting []client.ObjectKey, referrer string) error
+	// Manifests reads a manifest pushed by digest, to learn which digest
+	// it is attached to; nil wakes every waiting BaseImage of the
+	// repository instead. *registry.Client implements it.
+	Manifests ManifestReader
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }
@@ -73,14 +80,13 @@ func (a *Applier) Apply(ctx context.Context, e intake.Event) error {
 		if e.Action != intake.ActionPush {
 			return nil
 		}
-		return a.wakeWaiting(ctx, tenant, ns, e.Repository, "sha256:"+strings.TrimPrefix(e.Tag, "sha256-")[:64])
+		return a.wakeWaiting(ctx, tenant, ns, e.Repository, "sha256:"+strings.TrimPrefix(e.Tag, "sha256-")[:64], "")
 	}
 	if e.Tag == "" {
 		if e.Action == intake.ActionPush {
-			// No tag to sync; perhaps a referrer (the gate's verdict on
-			// a registry with the referrers API), whose subject the
-			// event does not name.
-			return a.wakeWaiting(ctx, tenant, ns, e.Repository, "")
+			// No tag to sync; perhaps a referrer (the gate's verdict),
+			// whose subject the event does not name.
+			return a.wakeForReferrer(ctx, tenant, ns, e)
 		}
 		return a.applyDigest(ctx, tenant, ns, e)
 	}
@@ -133,9 +139,50 @@ func (a *Applier) applyDigest(ctx context.Context, tenant, ns string, e intake.E
 	return nil
 }
 
+// ManifestReader fetches a manifest; *registry.Client implements it.
+type ManifestReader interface {
+	FetchManifest(ctx context.Context, ref name.Reference) (*registry.RawManifest, error)
+}
+
+// wakeForReferrer handles the push of a manifest by digest. A verdict
+// attached to a digest wakes the BaseImages waiting on that digest, with
+// the verdict's digest for their look-ups; another referrer wakes those
+// of its subject, and a manifest attached to nothing wakes none. When the
+// manifest cannot be read (no Manifests, the registry failed), every
+// waiting BaseImage of the repository is woken.
+func (a *Applier) wakeForReferrer(ctx context.Context, tenant, ns string, e intake.Event) error {
+	if a.Manifests == nil || e.Digest == "" {
+		return a.wakeWaiting(ctx, tenant, ns, e.Repository, "", "")
+	}
+	ref := a.Registry.Repo(e.Repository).Digest(e.Digest)
+	raw, err := a.Manifests.FetchManifest(ctx, ref)
+	if err != nil {
+		a.logger().Debug("pushed manifest not read; waking every waiting image of the repository", "manifest", ref.String(), "error", err)
+		return a.wakeWaiting(ctx, tenant, ns, e.Repository, "", "")
+	}
+	var m struct {
+		ArtifactType string `json:"artifactType"`
+		Subject      *struct {
+			Digest string `json:"digest"`
+		} `json:"subject"`
+	}
+	if json.Unmarshal(raw.Bytes, &m) != nil || m.Subject == nil {
+		return nil
+	}
+	if _, err := v1.NewHash(m.Subject.Digest); err != nil {
+		return nil
+	}
+	referrer := ""
+	if m.ArtifactType == api.VerdictArtifactType {
+		referrer = raw.Digest
+	}
+	return a.wakeWaiting(ctx, tenant, ns, e.Repository, m.Subject.Digest, referrer)
+}
+
 // wakeWaiting wakes the BaseImages of repo waiting for a verdict on
-// subject, or on any digest when subject is "".
-func (a *Applier) wakeWaiting(ctx context.Context, tenant, ns, repo, subject string) error {
+// subject, or on any digest when subject is "". referrer, when set, is
+// the verdict just attached to subject.
+func (a *Applier) wakeWaiting(ctx context.Context, tenant, ns, repo, subject, referrer string) error {
 	if a.Wake == nil {
 		return nil
 	}
@@ -157,7 +204,7 @@ func (a *Applier) wakeWaiting(ctx context.Context, tenant, ns, repo, subject str
 			continue // not a digest this syncer could have looked up
 		}
 		ref := a.Registry.Repo(repo).Digest(d) // keeps the registry's scheme
-		if err := a.Wake(ctx, ref, keys); err != nil {
+		if err := a.Wake(ctx, ref, keys, referrer); err != nil {
 			return err
 		}
 	}

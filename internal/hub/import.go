@@ -34,6 +34,9 @@ import (
 type Verdicts interface {
 	Verdict(ctx context.Context, subject name.Digest) (*api.Verdict, error)
 	Forget(subject name.Digest)
+	// Expect has the next look-ups of subject read referrer too, a
+	// verdict a registry event announced before the registry lists it.
+	Expect(subject name.Digest, referrer string)
 }
 
 // ReasonNoVerdict is the Rejected condition's reason while a digest has

@@ -145,12 +145,14 @@ const wakeBuffer = 1024
 
 // Wake has the BaseImages waiting for a verdict on subject looked at
 // again at once, rather than at their next recheck: something (the gate's
-// verdict, a tenant's signature) was just attached to it. On the leader,
-// any look-up of the subject's verdict in flight is forgotten, since it
-// may have missed the attachment, and the BaseImages are queued. Another
-// replica, whose reconciler does not run, stamps them with
+// verdict, a tenant's signature) was just attached to it. referrer, when
+// set, is the attached manifest's digest from the registry's event, which
+// the look-ups read whether or not the registry lists it yet. On the
+// leader, any look-up of the subject's verdict in flight is forgotten,
+// since it may have missed the attachment, and the BaseImages are queued.
+// Another replica, whose reconciler does not run, stamps them with
 // AnnotationAttachedAt instead, which the leader's watch sees.
-func (r *Reconciler) Wake(ctx context.Context, subject name.Digest, waiting []client.ObjectKey) error {
+func (r *Reconciler) Wake(ctx context.Context, subject name.Digest, waiting []client.ObjectKey, referrer string) error {
 	if !r.leading() {
 		stamp := r.now().UTC().Format(time.RFC3339Nano)
 		for _, key := range waiting {
@@ -161,6 +163,9 @@ func (r *Reconciler) Wake(ctx context.Context, subject name.Digest, waiting []cl
 			}
 		}
 		return nil
+	}
+	if referrer != "" {
+		r.Verdicts.Expect(subject, referrer)
 	}
 	nudge := func() {
 		r.Verdicts.Forget(subject)
@@ -173,6 +178,9 @@ func (r *Reconciler) Wake(ctx context.Context, subject name.Digest, waiting []cl
 		}
 	}
 	nudge()
+	if referrer != "" {
+		return nil // the look-ups read it by digest
+	}
 	// distribution announces a tag push before the tag points at the new
 	// manifest, so the first look may still find the old referrers tag;
 	// it points there tens of milliseconds later, so the next looks come

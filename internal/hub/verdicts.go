@@ -2,6 +2,9 @@ package hub
 
 import (
 	"context"
+	"errors"
+	"slices"
+	"sync"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"golang.org/x/sync/singleflight"
@@ -21,7 +24,14 @@ type GateVerdicts struct {
 	trust    verdict.Checker
 	flight   singleflight.Group
 	memory   verdict.Memory
+
+	mu       sync.Mutex
+	expected map[string][]string // Expect's referrers, by subject
 }
+
+// maxExpected bounds the subjects Expect remembers referrers for; past it,
+// those remembered are dropped, and the registry's listing finds them.
+const maxExpected = 1024
 
 // NewGateVerdicts finds verdicts in reg signed with trust.
 func NewGateVerdicts(reg verdict.Registry, trust verdict.Checker) *GateVerdicts {
@@ -36,7 +46,17 @@ func (g *GateVerdicts) Verdict(ctx context.Context, subject name.Digest) (*api.V
 		return v, nil
 	}
 	res, err, _ := g.flight.Do(key, func() (any, error) {
-		v, err := verdict.Find(ctx, g.registry, g.trust, subject)
+		g.mu.Lock()
+		also := slices.Clone(g.expected[key])
+		g.mu.Unlock()
+		v, err := verdict.Find(ctx, g.registry, g.trust, subject, also...)
+		if err == nil || errors.Is(err, verdict.ErrNoVerdict) {
+			g.mu.Lock()
+			if slices.Equal(g.expected[key], also) {
+				delete(g.expected, key)
+			}
+			g.mu.Unlock()
+		}
 		if err == nil {
 			g.memory.Put(key, v)
 		}
@@ -54,4 +74,21 @@ func (g *GateVerdicts) Forget(subject name.Digest) {
 	key := subject.String()
 	g.flight.Forget(key)
 	g.memory.Forget(key)
+}
+
+// Expect implements Verdicts: referrer, which a registry event says was
+// just pushed with subject as its subject, is read by the next look-ups of
+// subject's verdict until one answers, whether or not the registry lists
+// it yet (distribution moves the referrers tag only after it announces
+// the push). It passes the same checks as any listed verdict.
+func (g *GateVerdicts) Expect(subject name.Digest, referrer string) {
+	key := subject.String()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.expected == nil || len(g.expected) >= maxExpected {
+		g.expected = map[string][]string{}
+	}
+	if !slices.Contains(g.expected[key], referrer) {
+		g.expected[key] = append(g.expected[key], referrer)
+	}
 }

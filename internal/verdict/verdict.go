@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -104,10 +105,20 @@ func (e *NoVerdictError) Forged() bool { return len(e.Refused) > 0 }
 // Find returns the newest verdict on subject that trust verifies and that
 // was given in subject's repository. Registry failures are errors; a
 // subject without such a verdict is a *NoVerdictError.
-func Find(ctx context.Context, reg Registry, trust Checker, subject name.Digest) (*api.Verdict, error) {
+//
+// also are referrer digests of subject learnt elsewhere (a registry event
+// announcing a verdict's push), which the registry's listing may not show
+// yet: they are candidates too, and pass the same checks (at most
+// maxAlso are read).
+func Find(ctx context.Context, reg Registry, trust Checker, subject name.Digest, also ...string) (*api.Verdict, error) {
 	candidates, err := bundles(ctx, reg, subject, api.VerdictPredicateType)
 	if err != nil {
 		return nil, err
+	}
+	for _, d := range also[:min(len(also), maxAlso)] {
+		if !slices.Contains(candidates, d) {
+			candidates = append(candidates, d)
+		}
 	}
 	var best *api.Verdict
 	nv := &NoVerdictError{Subject: subject.String()}
@@ -152,6 +163,9 @@ func bundles(ctx context.Context, reg Registry, subject name.Digest, predicateTy
 	}
 	return out, nil
 }
+
+// maxAlso bounds the referrers Find reads beyond the registry's listing.
+const maxAlso = 4
 
 // newer reports whether a was given after b. A time that does not parse
 // is older than any that does.

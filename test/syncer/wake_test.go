@@ -1,17 +1,32 @@
 package syncer
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/imagepipe/imagepipe/internal/attest"
+	"github.com/imagepipe/imagepipe/internal/gate"
+	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/verdict"
+	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
@@ -122,4 +137,114 @@ func TestAVerdictWakesTheHubAtOnce(t *testing.T) {
 	if at := attachedAt("2"); at != "" {
 		t.Errorf("the leader stamped the BaseImage (%s=%s) instead of queueing it", v1alpha1.AnnotationAttachedAt, at)
 	}
+}
+
+// TestAVerdictNotYetListedWakesTheHub: distribution announces a pushed
+// manifest before its referrers tag lists it, and under load the tag moves
+// up to a second later. The verdict's own push event names its digest, so
+// the syncer must read the verdict by that digest and import at once,
+// whatever the registry lists. The test plays the gate's publishing step
+// alone: the gate's own Verifier gives the verdict in this process, it is
+// signed with the provider key, and its manifest is PUT by digest with
+// plain HTTP, so that the referrers tag never lists it.
+func TestAVerdictNotYetListedWakesTheHub(t *testing.T) {
+	t.Parallel()
+	hub := startAPIHub(t, "hub-a")
+	s := harness.ReserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h")
+
+	res := importImage(t, rawDisk(t, "a verdict not yet listed"), reg.Host+"/acme/rhel:1")
+	hub.baseImage(t, "acme", "rhel--1", "awaiting the verdict", func(b *v1alpha1.BaseImage) bool {
+		c := apimeta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionProgressing)
+		return c != nil && c.Reason == "AwaitingVerdict"
+	})
+
+	subject, err := name.NewDigest(reg.Host+"/acme/rhel@"+res.Digest, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := registry.New(registry.WithCacheDir(""), registry.WithInsecure(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := (&gate.Verifier{Registry: rc, TempDir: t.TempDir(), Engine: "image-gate", Version: "test"}).Verify(t.Context(), subject)
+	if err != nil || v.Verdict != api.VerdictAccepted {
+		t.Fatalf("the gate's verifier: %+v, %v", v, err)
+	}
+	referrer := putUnlistedVerdict(t, subject, v)
+
+	referrersTag := reg.Host + "/acme/rhel:" + strings.Replace(res.Digest, ":", "-", 1)
+	harness.WaitUntil(t, fmt.Sprintf("the DataVolume of %s within %s of its verdict's push", res.Digest, wakeBound), wakeBound, 50*time.Millisecond, func() (bool, error) {
+		var dv cdiv1.DataVolume
+		err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: dvName(res.Digest)}, &dv)
+		return err == nil, client.IgnoreNotFound(err)
+	})
+	tag, err := name.NewTag(referrersTag, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remote.Head(tag); err == nil {
+		t.Fatalf("the referrers tag %s exists; the test meant the registry to list no verdict (%s)", referrersTag, referrer)
+	}
+}
+
+// putUnlistedVerdict signs v with the provider key and pushes it as a
+// referrer of subject, as verdict.Publish does, but PUTs the manifest by
+// digest with plain HTTP: no referrers tag lists it. It returns the
+// manifest's digest.
+func putUnlistedVerdict(t *testing.T, subject name.Digest, v *api.Verdict) string {
+	t.Helper()
+	keyFile, _ := harness.ProviderKeyFiles(t)
+	pemKey, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := attest.LoadSigner(pemKey, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pred, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle, err := signer.Sign(t.Context(), attest.Statement{Subject: subject.DigestStr(), SubjectName: subject.Context().Name(),
+		PredicateType: api.VerdictPredicateType, Predicate: pred})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subjectDesc, err := remote.Head(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, blob := range [][]byte{[]byte("{}"), bundle} {
+		if err := remote.WriteLayer(subject.Context(), static.NewLayer(blob, types.OCILayer)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := json.Marshal(ocispec.Manifest{
+		Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest,
+		ArtifactType: api.VerdictArtifactType, Config: ocispec.DescriptorEmptyJSON,
+		Layers:      []ocispec.Descriptor{{MediaType: attest.BundleMediaType, Digest: digest.FromBytes(bundle), Size: int64(len(bundle))}},
+		Subject:     &ocispec.Descriptor{MediaType: string(subjectDesc.MediaType), Digest: digest.Digest(subjectDesc.Digest.String()), Size: subjectDesc.Size},
+		Annotations: map[string]string{verdict.PredicateTypeAnnotation: api.VerdictPredicateType},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := digest.FromBytes(m).String()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, "http://"+subject.RegistryStr()+"/v2/"+subject.RepositoryStr()+"/manifests/"+d, bytes.NewReader(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", ocispec.MediaTypeImageManifest)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("PUT of the verdict's manifest: %s", resp.Status)
+	}
+	return d
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -149,6 +150,10 @@ type latencyResult struct {
 	retries    map[string]int
 	retryError string
 	load       [2]string // /proc/loadavg before the pushes and after the last DataVolume
+	// toVerdict is manifest PUT → the gate's "verdict given" log line, per push.
+	toVerdict []time.Duration
+	// cpu is the CPU time each program used from the first push to the last DataVolume.
+	cpu map[string]time.Duration
 }
 
 // hubLatency is one hub's view of the pushes.
@@ -156,10 +161,11 @@ type hubLatency struct {
 	name string
 	// total is manifest PUT → DataVolume ADDED on the watch; toBaseImage manifest PUT →
 	// BaseImage ADDED; toSeen manifest PUT → the applier's seen-at stamp on the BaseImage;
-	// reconcile BaseImage ADDED → DataVolume ADDED.
-	total, toBaseImage, toSeen, reconcile []time.Duration
-	hist                                  histogram // the syncer's sync_latency
-	events                                float64   // webhook events received
+	// reconcile BaseImage ADDED → DataVolume ADDED; afterVerdict the gate's verdict →
+	// DataVolume ADDED.
+	total, toBaseImage, toSeen, reconcile, afterVerdict []time.Duration
+	hist                                                histogram // the syncer's sync_latency
+	events                                              float64   // webhook events received
 	// slowWrites of writes counts the apiserver's BaseImage and DataVolume writes (POST, PUT)
 	// that took over slowWrite.
 	slowWrites, writes float64
@@ -215,7 +221,7 @@ func benchLatency(t *testing.T) *latencyResult {
 
 	n := latencyRepos * latencyTags
 	pushes := make([]push, 0, n)
-	load0 := loadavg(t)
+	load0, cpu0 := loadavg(t), cpuByProgram(t)
 	t.Logf("pushing %d images to %d repositories with imagectl import", n, latencyRepos)
 	begin := time.Now()
 	for i := range n {
@@ -244,16 +250,32 @@ func benchLatency(t *testing.T) *latencyResult {
 	}
 	waitForDataVolumes(t, hubs, obs, names)
 
-	res := &latencyResult{pushes: n, pushWall: pushWall, exitLag: exitLag, load: [2]string{load0, loadavg(t)}}
+	res := &latencyResult{pushes: n, pushWall: pushWall, exitLag: exitLag, load: [2]string{load0, loadavg(t)}, cpu: map[string]time.Duration{}}
+	for prog, d := range cpuByProgram(t) {
+		if d -= cpu0[prog]; d > 0 {
+			res.cpu[prog] = d
+		}
+	}
+	given := verdictsGiven(t, reg.Gate.LogPath)
+	verdictAt := make([]time.Time, len(pushes))
+	for i, p := range pushes {
+		at, ok := given[p.repo+"@"+p.digest]
+		if !ok {
+			t.Fatalf("the gate's log has no verdict on %s@%s", p.repo, p.digest)
+		}
+		verdictAt[i] = at
+		res.toVerdict = append(res.toVerdict, at.Sub(p.put))
+	}
 	for i, h := range hubs {
 		res.hubs = append(res.hubs, hubLatency{name: h.Name, warmUp: warmUp[i]})
 	}
 	res.retries, res.retryError = notificationRetries(t, reg.LogPath(), syncers)
 	for i, o := range obs {
 		hl := &res.hubs[i]
-		for _, p := range pushes {
+		for j, p := range pushes {
 			dvAt, _ := o.dvAt(dvName(p))
 			hl.total = append(hl.total, dvAt.Sub(p.put))
+			hl.afterVerdict = append(hl.afterVerdict, dvAt.Sub(verdictAt[j]))
 			bi, ok := o.baseImage(cdi.BaseImageName(p.repo, p.tag))
 			if !ok || bi.digest != p.digest {
 				t.Fatalf("%s: no BaseImage ADDED for %s:%s at %s (saw %+v)", hubs[i].Name, p.repo, p.tag, p.digest, bi)
@@ -1101,9 +1123,10 @@ func renderLatency(p func(string, ...any), lat *latencyResult) {
 	stage := func(ds []time.Duration) string {
 		return fmt.Sprintf("%s / %s / %s", secs(quantile(ds, 0.5)), secs(quantile(ds, 0.99)), secs(maxOf(ds)))
 	}
+	p("- the gate's verdict published (its \"verdict given\" log line, millisecond stamps): %s\n", stage(lat.toVerdict))
 	for _, h := range lat.hubs {
-		p("- %s: seen-at stamp %s; BaseImage ADDED %s; BaseImage ADDED → DataVolume ADDED (revalidation, DataVolume create) %s; manifest push events received %v (2 per import, the build-key tag and the tag; the warm-up's included); the apiserver's BaseImage and DataVolume writes over %s s: %v of %v\n",
-			h.name, stage(h.toSeen), stage(h.toBaseImage), stage(h.reconcile), h.events, slowWrite, h.slowWrites, h.writes)
+		p("- %s: seen-at stamp %s; BaseImage ADDED %s; BaseImage ADDED → DataVolume ADDED (the wait for the verdict, its look-up, the DataVolume create) %s; the gate's verdict → DataVolume ADDED %s; manifest push events received %v (2 per import, the build-key tag and the tag; the warm-up's included); the apiserver's BaseImage and DataVolume writes over %s s: %v of %v\n",
+			h.name, stage(h.toSeen), stage(h.toBaseImage), stage(h.reconcile), stage(h.afterVerdict), h.events, slowWrite, h.slowWrites, h.writes)
 	}
 	p("- the unmeasured warm-up push before them (the first after the hubs and syncers started):")
 	for i, h := range lat.hubs {
@@ -1118,6 +1141,90 @@ func renderLatency(p func(string, ...any), lat *latencyResult) {
 		p(", e.g. %q", lat.retryError)
 	}
 	p("\n- load average (1, 5, 15 min) before the pushes: %s; after the last DataVolume: %s\n", lat.load[0], lat.load[1])
+	var total time.Duration
+	for _, d := range lat.cpu {
+		total += d
+	}
+	p("- CPU seconds from the first push to the last DataVolume, by program (two hubs' of each; a program's children that ended count as its own: the gate's verifications as image-gate's, the imagectl imports as syncer.test's): %.1f in all; %s\n",
+		total.Seconds(), cpuTable(lat.cpu))
+}
+
+// verdictsGiven reads the gate's log: when it published a verdict, by REPO@DIGEST.
+func verdictsGiven(t *testing.T, path string) map[string]time.Time {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("reading the gate's log: %v", err)
+	}
+	defer f.Close()
+	out := map[string]time.Time{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if logfmtValue(line, "msg") != "verdict given" {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339Nano, logfmtValue(line, "time"))
+		if err != nil {
+			t.Fatalf("the gate's log line %q has no time: %v", line, err)
+		}
+		ref, err := name.NewDigest(logfmtValue(line, "subject"))
+		if err != nil {
+			t.Fatalf("the gate's log line %q names no subject: %v", line, err)
+		}
+		out[ref.RepositoryStr()+"@"+ref.DigestStr()] = at
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("reading the gate's log: %v", err)
+	}
+	return out
+}
+
+// cpuByProgram sums, by program name, the CPU time of every process on the machine and of
+// its children that ended (utime, stime, cutime and cstime of /proc/PID/stat).
+func cpuByProgram(t *testing.T) map[string]time.Duration {
+	t.Helper()
+	dirs, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const tick = 10 * time.Millisecond // USER_HZ, 100 on Linux
+	out := map[string]time.Duration{}
+	for _, path := range dirs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue // the process ended since the glob
+		}
+		open, end := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
+		if open < 0 || end < open {
+			continue
+		}
+		f := strings.Fields(string(b[end+1:]))
+		if len(f) < 15 {
+			continue
+		}
+		var sum int64
+		for _, v := range f[11:15] { // fields 14 to 17: utime stime cutime cstime
+			n, _ := strconv.ParseInt(v, 10, 64)
+			sum += n
+		}
+		out[string(b[open+1:end])] += time.Duration(sum) * tick
+	}
+	return out
+}
+
+// cpuTable is the programs that used at least half a CPU second, most first.
+func cpuTable(cpu map[string]time.Duration) string {
+	progs := slices.Collect(maps.Keys(cpu))
+	slices.SortFunc(progs, func(a, b string) int { return cmp.Compare(cpu[b], cpu[a]) })
+	var parts []string
+	for _, prog := range progs {
+		if cpu[prog] >= 500*time.Millisecond {
+			parts = append(parts, fmt.Sprintf("%s %.1f", prog, cpu[prog].Seconds()))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func renderResync(p func(string, ...any), rs *resyncResult) {
