@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
@@ -18,27 +20,32 @@ import (
 )
 
 // verifyOneCmd is the command the gate runs as a child process for each
-// verification (gate.Child): it verifies one subject, publishes its
-// canonical image and prints the verdict as JSON. It signs nothing and
-// reads no signing key; the parent signs.
+// verification (gate.Child): it gets ready, reads one subject from its
+// standard input, verifies it, publishes its canonical image and prints
+// the verdict as JSON. It signs nothing and reads no signing key; the
+// parent signs. Standard input ending without a subject ends it quietly.
 func verifyOneCmd(o *options) *cobra.Command {
 	var tempDir string
 	cmd := &cobra.Command{
-		Use:    "verify-one SUBJECT",
-		Short:  "Verify one pushed digest and print the verdict (run by image-gate for each verification)",
-		Args:   cobra.ExactArgs(1),
+		Use:    "verify-one",
+		Short:  "Verify one pushed digest, read from standard input, and print the verdict (run by image-gate for each verification)",
+		Args:   cobra.NoArgs,
 		Hidden: true,
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			reg, err := daemonflag.Registry(o.registry, o.registryInsecure)
-			if err != nil {
-				return err
-			}
-			subject, err := name.NewDigest(args[0], registry.NameOptions(reg)...)
 			if err != nil {
 				return err
 			}
 			gate.LimitSelf(o.verifyMemoryLimit)
 			level, err := daemonflag.Level(o.logLevel)
+			if err != nil {
+				return err
+			}
+			line, err := bufio.NewReader(io.LimitReader(cmd.InOrStdin(), maxSubjectLine)).ReadString('\n')
+			if err != nil && line == "" {
+				return nil // stopped before it was given a subject
+			}
+			subject, err := name.NewDigest(strings.TrimSpace(line), registry.NameOptions(reg)...)
 			if err != nil {
 				return err
 			}
@@ -60,8 +67,11 @@ func verifyOneCmd(o *options) *cobra.Command {
 	return cmd
 }
 
+// maxSubjectLine bounds the subject a child reads: a reference.
+const maxSubjectLine = 4096
+
 // childArgs are the arguments of verify-one that carry the parent's
-// settings (gate.Child adds the folder and the subject).
+// settings (gate.Child adds the folder).
 func (o *options) childArgs() []string {
 	args := []string{"verify-one",
 		"--registry", o.registry,

@@ -131,10 +131,9 @@ func serve(ctx context.Context, o *options, log *slog.Logger) error {
 		}
 	}
 	applier := &hub.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registry: reg, Resolver: rc, Manifests: rc, Tenancy: tenancy, Wake: rec.Wake, Logger: log}
-	runnables := []manager.Runnable{
-		hub.NewWorkers(queue, applier, metrics, o.workers, log),
-		hub.NewPollLoop(intake.NewPoller(reg, rc, tenancy), queue, metrics, o.pollInterval, o.digestResyncInterval, log),
-	}
+	poll := hub.NewPollLoop(intake.NewPoller(reg, rc, tenancy), queue, metrics, o.pollInterval, o.digestResyncInterval, log)
+	poll.Backlog = rec.Backlog
+	runnables := []manager.Runnable{hub.NewWorkers(queue, applier, metrics, o.workers, log), poll}
 	if o.webhookListen != "" {
 		server, err := newWebhookServer(o, queue, metrics, log)
 		if err != nil {

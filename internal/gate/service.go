@@ -161,6 +161,10 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	stop := context.AfterFunc(ctx, s.queue.shutdown)
 	defer stop()
+	if s.Isolated != nil {
+		go s.Isolated.refill() // the first verification's child starts now
+		defer s.Isolated.Close()
+	}
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
@@ -306,6 +310,17 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 		}
 	}
 	start := time.Now()
+	// The subject's manifest, which the verdict names, is read while the
+	// verification runs.
+	type fetched struct {
+		raw *registry.RawManifest
+		err error
+	}
+	manifest := make(chan fetched, 1)
+	go func() {
+		raw, err := s.Registry.FetchManifest(ctx, subject)
+		manifest <- fetched{raw, err}
+	}()
 	keyID, refusal, err := s.signatureCheck(ctx, subject, referrer)
 	if err != nil {
 		s.Metrics.failed()
@@ -331,10 +346,11 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 		s.overLimit.forget(subject)
 		v.SignedBy = keyID
 	}
-	raw, err := s.Registry.FetchManifest(ctx, subject)
-	if err != nil {
-		return nil, err
+	m := <-manifest
+	if m.err != nil {
+		return nil, m.err
 	}
+	raw := m.raw
 	desc := ocispec.Descriptor{MediaType: string(raw.MediaType), Digest: digest.Digest(raw.Digest), Size: int64(len(raw.Bytes))}
 	ref, err := verdict.Publish(ctx, s.Registry, s.Signer, subject, desc, v)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -94,6 +95,17 @@ type Reconciler struct {
 
 	wake    chan event.GenericEvent // Wake's requests, made by SetupWithManager
 	elected <-chan struct{}         // closed once this replica leads
+	// queue is the controller's work queue, once it started (Backlog).
+	queue atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
+}
+
+// Backlog is how many BaseImages wait in the controller's queue to be
+// looked at now (those waiting for a later recheck are not counted).
+func (r *Reconciler) Backlog() int {
+	if q := r.queue.Load(); q != nil {
+		return (*q).Len()
+	}
+	return 0
 }
 
 var _ reconcile.Reconciler = (*Reconciler)(nil)
@@ -118,6 +130,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: max(workers, 1),
 			RateLimiter:             newRateLimiter(),
+			NewQueue: func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+				q := workqueue.NewTypedRateLimitingQueueWithConfig(rl, workqueue.TypedRateLimitingQueueConfig[reconcile.Request]{Name: name})
+				r.queue.Store(&q)
+				return q
+			},
 		}).
 		Complete(r)
 }

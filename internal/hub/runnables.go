@@ -74,14 +74,27 @@ func (*Workers) NeedLeaderElection() bool { return false }
 // Interval it runs a fast pass, and a full one (every tag's digest looked
 // up again) once Resync has passed since the last full pass that
 // succeeded; the first pass is a full one. A fast pass may wait while the
-// queue still holds events (intake.PassSkipper). A failed poll is logged
-// and changes nothing.
+// queue still holds events, or Backlog says the reconciler is still
+// working through BaseImages (intake.PassSkipper): a first sync of
+// thousands of tags is not listed again while it is being applied. A
+// failed poll is logged and changes nothing.
 type PollLoop struct {
+	// Backlog, when set, is the reconciler's work waiting now
+	// (Reconciler.Backlog).
+	Backlog func() int
+
 	poller           *intake.Poller
 	queue            *intake.Queue
 	metrics          *Metrics
 	interval, resync time.Duration
 	logger           *slog.Logger
+}
+
+func (l *PollLoop) backlog() int {
+	if l.Backlog == nil {
+		return 0
+	}
+	return l.Backlog()
 }
 
 // NewPollLoop returns the loop polling with poller into queue. metrics
@@ -98,7 +111,7 @@ func (l *PollLoop) Start(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		full := lastFull.IsZero() || time.Since(lastFull) >= l.resync
-		if skipper.ShouldSkip(full, l.queue.Len()) {
+		if skipper.ShouldSkip(full, l.queue.Len()+l.backlog()) {
 			l.metrics.PollSkipped()
 			select {
 			case <-ctx.Done():

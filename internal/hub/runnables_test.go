@@ -61,3 +61,43 @@ func TestPollingGoesOnWhileTheQueueNeverDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// While the reconciler still works through BaseImages (a first sync of
+// thousands of tags), fast passes wait as they do for queued events:
+// listing every repository again would find nothing the sync does not
+// already hold.
+func TestFastPassesWaitForTheReconcilersBacklog(t *testing.T) {
+	reg, err := name.NewRegistry("registry.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := &catalogCounter{}
+	loop := NewPollLoop(intake.NewPoller(reg, counter, everyTenant{}), intake.NewQueue(), nil, time.Millisecond, time.Hour, nil)
+	var looks atomic.Int64
+	loop.Backlog = func() int {
+		looks.Add(1)
+		return 1000
+	}
+	const ticks = 5 * (intake.MaxSkippedPasses + 1)
+	// One full pass, then at most one fast pass per MaxSkippedPasses+1 ticks.
+	most := int64(1 + ticks/(intake.MaxSkippedPasses+1) + 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- loop.Start(ctx) }()
+	deadline := time.After(10 * time.Second)
+	for looks.Load() < ticks && counter.catalogs.Load() <= 2*most {
+		select {
+		case <-deadline:
+			cancel()
+			t.Fatalf("%d looks at the backlog and %d passes in 10 s, at one tick every millisecond", looks.Load(), counter.catalogs.Load())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if passes := counter.catalogs.Load(); passes > most {
+		t.Errorf("%d passes in %d looks at a backlog of 1000 BaseImages; want at most %d", passes, looks.Load(), most)
+	}
+}

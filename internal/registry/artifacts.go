@@ -18,6 +18,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 )
@@ -162,11 +163,22 @@ var emptyJSON = []byte("{}")
 // subjectDesc) into subject's repository and returns its manifest digest.
 func (c *Client) AttachArtifact(ctx context.Context, subject name.Digest, subjectDesc ocispec.Descriptor, a Artifact) (string, error) {
 	repo := subject.Context()
-	if _, err := c.pushSmallBlob(ctx, repo, ocispec.MediaTypeEmptyJSON, emptyJSON); err != nil {
+	rt, err := c.pushSession(ctx, repo)
+	if err != nil {
 		return "", err
 	}
-	layer, err := c.pushSmallBlob(ctx, repo, a.MediaType, a.Content)
+	base, err := c.scheme(ctx, repo.Registry)
 	if err != nil {
+		return "", err
+	}
+	base += "://" + repo.RegistryStr()
+	layer := ocispec.Descriptor{MediaType: a.MediaType, Digest: digest.FromBytes(a.Content), Size: int64(len(a.Content))}
+	var uploads errgroup.Group
+	uploads.Go(func() error {
+		return uploadSmallBlob(ctx, rt, base, repo, ocispec.DescriptorEmptyJSON.Digest, emptyJSON)
+	})
+	uploads.Go(func() error { return uploadSmallBlob(ctx, rt, base, repo, layer.Digest, a.Content) })
+	if err := uploads.Wait(); err != nil {
 		return "", err
 	}
 	m, err := json.Marshal(ocispec.Manifest{
@@ -188,8 +200,8 @@ func (c *Client) AttachArtifact(ctx context.Context, subject name.Digest, subjec
 	// is read back, and the manifest pushed again (which extends the index
 	// again) until it lists d.
 	for attempt := 1; ; attempt++ {
-		if err := c.putManifest(ctx, repo.Digest(d), m, types.OCIManifestSchema1); err != nil {
-			return "", err
+		if err := remote.Put(repo.Digest(d), rawManifest{m, types.OCIManifestSchema1}, remote.WithContext(ctx), remote.WithTransport(rt)); err != nil {
+			return "", fmt.Errorf("pushing the manifest to %s: %w", repo.Digest(d), err)
 		}
 		refs, err := c.referrers(ctx, subject, "")
 		if err != nil {

@@ -305,7 +305,22 @@ type cachedSession struct {
 // It carries the client's retries and User-Agent, which
 // go-containerregistry does not add to a Wrapper.
 func (c *Client) session(ctx context.Context, reg name.Registry) (http.RoundTripper, error) {
-	key := reg.RegistryStr()
+	return c.cachedSession(ctx, reg, reg.RegistryStr(), reg.Scope(transport.PullScope))
+}
+
+// pushSession is session for pushes into repo: one authentication for the
+// blobs and manifests of an attachment, and for the next ones.
+func (c *Client) pushSession(ctx context.Context, repo name.Repository) (http.RoundTripper, error) {
+	return c.cachedSession(ctx, repo.Registry, "push "+repo.Name(), repo.Scope(transport.PushScope))
+}
+
+// maxSessions bounds the transports kept (one per registry, one per
+// repository pushed to); past it, all are dropped and made again.
+const maxSessions = 256
+
+// cachedSession returns the transport kept under key, or makes one for
+// reg authorised for scope and keeps it for sessionTTL.
+func (c *Client) cachedSession(ctx context.Context, reg name.Registry, key, scope string) (http.RoundTripper, error) {
 	c.mu.Lock()
 	s, ok := c.sessions[key]
 	c.mu.Unlock()
@@ -321,7 +336,7 @@ func (c *Client) session(ctx context.Context, reg name.Registry) (http.RoundTrip
 		transport.WithRetryStatusCodes(http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusInternalServerError,
 			http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout))
 	rt = transport.NewUserAgent(rt, c.opts.userAgent)
-	rt, err = transport.NewWithContext(ctx, reg, auth, rt, []string{reg.Scope(transport.PullScope)})
+	rt, err = transport.NewWithContext(ctx, reg, auth, rt, []string{scope})
 	if err != nil {
 		// net/http reports an HTTPS request answered in plain HTTP
 		// only in this sentence, with no error type to match.
@@ -331,6 +346,9 @@ func (c *Client) session(ctx context.Context, reg name.Registry) (http.RoundTrip
 		return nil, fmt.Errorf("authenticating to %s: %w", reg, err)
 	}
 	c.mu.Lock()
+	if len(c.sessions) >= maxSessions {
+		clear(c.sessions)
+	}
 	c.sessions[key] = cachedSession{rt: rt, made: time.Now()}
 	c.mu.Unlock()
 	return rt, nil

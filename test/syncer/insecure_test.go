@@ -44,7 +44,7 @@ func TestAPlainHTTPRegistryByName(t *testing.T) {
 
 	// Without --registry-insecure: HTTPS only, since the name is not a
 	// loopback one, and an error that names the flag.
-	r := testenv.RunCommand(t, testenv.Command{Name: gateBin, Args: []string{"verify-one", "--registry", host, host + "/acme/rhel@" + res.Digest}})
+	r := testenv.RunCommand(t, testenv.Command{Name: gateBin, Args: []string{"verify-one", "--registry", host}, Stdin: host + "/acme/rhel@" + res.Digest + "\n"})
 	if r.Code == 0 || !strings.Contains(r.Stderr, "the registry speaks plain HTTP, not HTTPS") {
 		t.Errorf("image-gate verify-one without --registry-insecure: exit %d, want HTTPS only, naming the flag, to %s\n%s", r.Code, host, r.Stderr)
 	}
