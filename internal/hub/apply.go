@@ -181,7 +181,8 @@ func (a *Applier) wakeForReferrer(ctx context.Context, tenant, ns string, e inta
 
 // wakeWaiting wakes the BaseImages of repo waiting for a verdict on
 // subject, or on any digest when subject is "". referrer, when set, is
-// the verdict just attached to subject.
+// the verdict just attached to subject, passed on even when no BaseImage
+// waits yet.
 func (a *Applier) wakeWaiting(ctx context.Context, tenant, ns, repo, subject, referrer string) error {
 	if a.Wake == nil {
 		return nil
@@ -198,6 +199,12 @@ func (a *Applier) wakeWaiting(ctx context.Context, tenant, ns, repo, subject, re
 			continue
 		}
 		waiting[d] = append(waiting[d], client.ObjectKeyFromObject(&bi))
+	}
+	if _, ok := waiting[subject]; !ok && referrer != "" {
+		// The verdict may come before the BaseImage that will wait for it
+		// (the gate verifies while this hub's events queue): its look-ups
+		// are told of it all the same.
+		waiting[subject] = nil
 	}
 	for d, keys := range waiting {
 		if _, err := v1.NewHash(d); err != nil {

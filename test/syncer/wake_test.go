@@ -23,6 +23,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
+	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/internal/gate"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/verdict"
@@ -187,6 +188,42 @@ func TestAVerdictNotYetListedWakesTheHub(t *testing.T) {
 	if _, err := remote.Head(tag); err == nil {
 		t.Fatalf("the referrers tag %s exists; the test meant the registry to list no verdict (%s)", referrersTag, referrer)
 	}
+
+	// The gate is quicker than the hub: the verdict comes before the tag's
+	// BaseImage exists. The image is pushed by digest only, its verdict
+	// put and fetched by the syncer, and only then tagged.
+	img, err := remote.Image(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	early, err := name.NewDigest(reg.Host+"/acme/debian@"+res.Digest, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(early, img); err != nil {
+		t.Fatal(err)
+	}
+	v, err = (&gate.Verifier{Registry: rc, TempDir: t.TempDir(), Engine: "image-gate", Version: "test"}).Verify(t.Context(), early)
+	if err != nil || v.Verdict != api.VerdictAccepted {
+		t.Fatalf("the gate's verifier on %s: %+v, %v", early, v, err)
+	}
+	referrer = putUnlistedVerdict(t, early, v)
+	waitFor(t, "the syncer reading the verdict "+referrer, func() (bool, error) {
+		data, err := os.ReadFile(reg.LogPath())
+		return strings.Contains(string(data), `"GET /v2/acme/debian/manifests/`+referrer+` HTTP/1.1" 200`), err
+	})
+	debianTag, err := name.NewTag(reg.Host+"/acme/debian:12", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Tag(debianTag, img); err != nil {
+		t.Fatal(err)
+	}
+	harness.WaitUntil(t, fmt.Sprintf("the DataVolume of acme/debian:12 within %s of its tag", wakeBound), wakeBound, 50*time.Millisecond, func() (bool, error) {
+		var dv cdiv1.DataVolume
+		err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: cdi.DataVolumeName("debian", res.Digest)}, &dv)
+		return err == nil, client.IgnoreNotFound(err)
+	})
 }
 
 // putUnlistedVerdict signs v with the provider key and pushes it as a
