@@ -1092,7 +1092,7 @@ func render(lat *latencyResult, rs *resyncResult, took time.Duration) string {
 	p("- image-syncer: %s; imagectl: %s\n", testenv.ImageSyncer, testenv.Imagectl)
 	p("- registry: %s; %s; etcd %s (from %s)\n", toolVersion(filepath.Join(bin, "registry"), "--version"),
 		toolVersion(filepath.Join(bin, "kube-apiserver"), "--version"), strings.TrimPrefix(toolVersion(filepath.Join(bin, "etcd"), "--version"), "etcd Version: "), bin)
-	p("- hubs: etcd + kube-apiserver + CDI's controller each, the node stand-in paused (CDI's importer pods stay Pending: imports run on worker nodes, not on the two cores measured here, and the created DataVolume ends the measured path); the gate beside the registry verifies every push, and the syncer imports only what it verified; the syncer runs as the hub user \"syncer\" bound to config/syncer/rbac.yaml, with its defaults (--workers 4, --kube-qps 200, --kube-burst 400)\n")
+	p("- hubs: etcd + kube-apiserver + CDI's controller each, the node stand-in paused (CDI's importer pods stay Pending: imports run on worker nodes, not on the two cores measured here, and the created DataVolume ends the measured path); the gate beside the registry verifies every push, and the syncer imports only what it verified; the syncer runs as the hub user \"syncer\" bound to config/syncer/rbac.yaml, with its defaults (--workers 4, --kube-qps 500, --kube-burst 1000)\n")
 	p("- whole syncer bench: %s wall, hub start-ups included\n", took.Round(time.Second))
 	if lat != nil {
 		renderLatency(p, lat)
