@@ -108,14 +108,15 @@ func (e *NoVerdictError) Forged() bool { return len(e.Refused) > 0 }
 //
 // also are referrer digests of subject learnt elsewhere (a registry event
 // announcing a verdict's push), which the registry's listing may not show
-// yet: they are candidates too, and pass the same checks (at most
-// maxAlso are read).
+// yet, oldest first: they are candidates too, and pass the same checks
+// (the last maxAlso are read).
 func Find(ctx context.Context, reg Registry, trust Checker, subject name.Digest, also ...string) (*api.Verdict, error) {
 	candidates, err := bundles(ctx, reg, subject, api.VerdictPredicateType)
 	if err != nil {
 		return nil, err
 	}
-	for _, d := range also[:min(len(also), maxAlso)] {
+	for _, d := range also[max(0, len(also)-maxAlso):] { // the newest, if more came
+
 		if !slices.Contains(candidates, d) {
 			candidates = append(candidates, d)
 		}
