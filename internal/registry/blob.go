@@ -46,8 +46,9 @@ func uploadSmallBlob(ctx context.Context, rt http.RoundTripper, base string, rep
 	if err != nil {
 		return fmt.Errorf("uploading %s: %w", d, err)
 	}
+	err = transport.CheckError(resp, http.StatusAccepted) // reads the body of an error
 	resp.Body.Close()
-	if err := transport.CheckError(resp, http.StatusAccepted); err != nil {
+	if err != nil {
 		return fmt.Errorf("uploading %s: %w", d, err)
 	}
 	loc, err := resp.Location()
@@ -65,8 +66,9 @@ func uploadSmallBlob(ctx context.Context, rt http.RoundTripper, base string, rep
 	if resp, err = client.Do(req); err != nil {
 		return fmt.Errorf("uploading %s: %w", d, err)
 	}
+	err = transport.CheckError(resp, http.StatusCreated)
 	resp.Body.Close()
-	if err := transport.CheckError(resp, http.StatusCreated); err != nil {
+	if err != nil {
 		return fmt.Errorf("uploading %s: %w", d, err)
 	}
 	return nil
