@@ -163,15 +163,10 @@ var emptyJSON = []byte("{}")
 // subjectDesc) into subject's repository and returns its manifest digest.
 func (c *Client) AttachArtifact(ctx context.Context, subject name.Digest, subjectDesc ocispec.Descriptor, a Artifact) (string, error) {
 	repo := subject.Context()
-	rt, err := c.pushSession(ctx, repo)
+	rt, base, err := c.pushSession(ctx, repo)
 	if err != nil {
 		return "", err
 	}
-	base, err := c.scheme(ctx, repo.Registry)
-	if err != nil {
-		return "", err
-	}
-	base += "://" + repo.RegistryStr()
 	layer := ocispec.Descriptor{MediaType: a.MediaType, Digest: digest.FromBytes(a.Content), Size: int64(len(a.Content))}
 	var uploads errgroup.Group
 	uploads.Go(func() error {

@@ -309,9 +309,18 @@ func (c *Client) session(ctx context.Context, reg name.Registry) (http.RoundTrip
 }
 
 // pushSession is session for pushes into repo: one authentication for the
-// blobs and manifests of an attachment, and for the next ones.
-func (c *Client) pushSession(ctx context.Context, repo name.Repository) (http.RoundTripper, error) {
-	return c.cachedSession(ctx, repo.Registry, "push "+repo.Name(), repo.Scope(transport.PushScope))
+// blobs and manifests of an attachment, and for the next ones. It also
+// returns the registry's base URL ("https://host" or "http://host").
+func (c *Client) pushSession(ctx context.Context, repo name.Repository) (http.RoundTripper, string, error) {
+	rt, err := c.cachedSession(ctx, repo.Registry, "push "+repo.Name(), repo.Scope(transport.PushScope))
+	if err != nil {
+		return nil, "", err
+	}
+	scheme, err := c.scheme(ctx, repo.Registry)
+	if err != nil {
+		return nil, "", err
+	}
+	return rt, scheme + "://" + repo.RegistryStr(), nil
 }
 
 // maxSessions bounds the transports kept (one per registry, one per
