@@ -343,8 +343,8 @@ func (r *Reconciler) startImport(ctx context.Context, bi *v1alpha1.BaseImage, im
 	}
 	// The cache may lag behind the status written after the last
 	// failure; an import is started only from the current object.
-	if current, err := r.isCurrent(ctx, bi); err != nil || !current {
-		return reconcile.Result{Requeue: true}, err
+	if err := r.current(ctx, bi); err != nil {
+		return reconcile.Result{}, err
 	}
 	want := im.DataVolume()
 	want.Labels[cdi.LabelBaseImage] = bi.Name

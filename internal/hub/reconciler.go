@@ -139,12 +139,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager, workers int) error {
 		Complete(r)
 }
 
-// Requeues after an error or a stale cache read (a BaseImage whose cached
-// copy lags behind the status just written) wait requeueBase, doubling per
-// BaseImage up to requeueMax. A cache catches up within milliseconds, so
-// the first looks come soon; a cache or registry that stays behind is
-// asked less and less often, so that thousands of BaseImages never make a
-// storm of requests.
+// Requeues after an error wait requeueBase, doubling per BaseImage up to
+// requeueMax: the first looks come soon, and a registry or API server
+// that stays unavailable is asked less and less often, so that thousands
+// of BaseImages never make a storm of requests.
 const (
 	requeueBase = 50 * time.Millisecond
 	requeueMax  = 5 * time.Minute
@@ -229,6 +227,12 @@ func (r *Reconciler) leading() bool {
 // reconcile move it one step on (import.go, serve.go, gc.go record what
 // they did in the status in memory), and writes the status here, the one
 // place it is written, only when it changed.
+//
+// A step that must start from the newest BaseImage (an import, a deletion,
+// the status write) and finds the cached copy behind the API server's goes
+// on at once from the API server's copy, rather than waiting for the cache:
+// under load the cache can lag by a second, and each requeue through the
+// backoff waits twice as long as the one before.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var bi v1alpha1.BaseImage
 	if err := r.Client.Get(ctx, req.NamespacedName, &bi); err != nil {
@@ -238,30 +242,52 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		}
 		return reconcile.Result{}, err
 	}
+	res, err := r.step(ctx, &bi)
+	var stale *staleError
+	if errors.As(err, &stale) {
+		res, err = r.step(ctx, stale.fresh)
+		if errors.As(err, &stale) {
+			// Written again meanwhile: a busy object, looked at again later.
+			return reconcile.Result{Requeue: true}, nil
+		}
+	}
+	// An error is not logged here: controller-runtime logs it with the
+	// request and retries with backoff.
+	return res, err
+}
+
+// step reconciles bi once and writes its status. It returns a *staleError
+// when bi turned out to be older than the API server's copy, and then
+// writes nothing.
+func (r *Reconciler) step(ctx context.Context, bi *v1alpha1.BaseImage) (reconcile.Result, error) {
+	key := client.ObjectKeyFromObject(bi)
 	if !bi.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, nil
 	}
 	before := bi.Status.DeepCopy()
-	res, gone, err := r.reconcile(ctx, &bi)
+	res, gone, err := r.reconcile(ctx, bi)
+	if stale := (*staleError)(nil); errors.As(err, &stale) {
+		return res, err
+	}
 	if gone {
-		r.Metrics.phase(req.NamespacedName, "")
+		r.Metrics.phase(key, "")
 		return res, err
 	}
 	bi.Status.ObservedGeneration = bi.Generation
 	if !equality.Semantic.DeepEqual(before, &bi.Status) {
-		uerr := r.Client.Status().Update(ctx, &bi)
+		uerr := r.Client.Status().Update(ctx, bi)
 		if apierrors.IsConflict(uerr) && err == nil {
-			// A stale cache read: the next run sees the newer object.
+			if cerr := r.current(ctx, bi); cerr != nil {
+				return reconcile.Result{}, cerr
+			}
 			return reconcile.Result{Requeue: true}, nil
 		}
 		if uerr != nil {
-			return res, errors.Join(err, fmt.Errorf("updating the status of BaseImage %s: %w", req.NamespacedName, uerr))
+			return res, errors.Join(err, fmt.Errorf("updating the status of BaseImage %s: %w", key, uerr))
 		}
-		r.recordEvents(&bi, before)
+		r.recordEvents(bi, before)
 	}
-	r.Metrics.phase(req.NamespacedName, bi.Status.Phase)
-	// An error is not logged here: controller-runtime logs it with the
-	// request and retries with backoff.
+	r.Metrics.phase(key, bi.Status.Phase)
 	return res, err
 }
 
@@ -284,8 +310,8 @@ func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res
 	if _, removed := bi.Annotations[v1alpha1.AnnotationRemoved]; removed {
 		if r.onDelete(bi) == v1alpha1.DeletionDelete {
 			// A push may have cleared the mark since the cache saw it.
-			if current, err := r.isCurrent(ctx, bi); err != nil || !current {
-				return reconcile.Result{Requeue: true}, true, err
+			if err := r.current(ctx, bi); err != nil {
+				return reconcile.Result{}, false, err
 			}
 			return reconcile.Result{}, true, r.deleteAll(ctx, bi, image)
 		}
@@ -337,17 +363,29 @@ func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res
 	return res, false, r.collect(ctx, bi, image, dvName)
 }
 
-// isCurrent reports whether bi is the newest version of the object.
-func (r *Reconciler) isCurrent(ctx context.Context, bi *v1alpha1.BaseImage) (bool, error) {
+// current returns nil when bi is the newest version of the object, and
+// otherwise a *staleError carrying the newest.
+func (r *Reconciler) current(ctx context.Context, bi *v1alpha1.BaseImage) error {
 	reader := r.APIReader
 	if reader == nil {
-		return true, nil // the client reads the API server itself
+		return nil // the client reads the API server itself
 	}
-	var fresh v1alpha1.BaseImage
-	if err := reader.Get(ctx, client.ObjectKeyFromObject(bi), &fresh); err != nil {
-		return false, fmt.Errorf("reading BaseImage %s: %w", client.ObjectKeyFromObject(bi), err)
+	fresh := &v1alpha1.BaseImage{}
+	if err := reader.Get(ctx, client.ObjectKeyFromObject(bi), fresh); err != nil {
+		return fmt.Errorf("reading BaseImage %s: %w", client.ObjectKeyFromObject(bi), err)
 	}
-	return fresh.ResourceVersion == bi.ResourceVersion, nil
+	if fresh.ResourceVersion == bi.ResourceVersion {
+		return nil
+	}
+	return &staleError{fresh: fresh}
+}
+
+// staleError reports that a BaseImage read from the cache is older than
+// fresh, the API server's copy.
+type staleError struct{ fresh *v1alpha1.BaseImage }
+
+func (e *staleError) Error() string {
+	return fmt.Sprintf("BaseImage %s/%s changed since the cache read it", e.fresh.Namespace, e.fresh.Name)
 }
 
 // conflict reports on bi that an object it needs belongs to someone else,

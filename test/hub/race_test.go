@@ -4,14 +4,18 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/internal/hub"
 	"github.com/imagepipe/imagepipe/internal/intake"
+	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 	"github.com/imagepipe/imagepipe/test/harness"
 )
@@ -111,5 +115,79 @@ func TestPushAppliedWhileTheCacheLags(t *testing.T) {
 	}
 	if bi.Spec.Digest != d2 {
 		t.Errorf("the BaseImage names %s, want the pushed %s", bi.Spec.Digest, d2)
+	}
+}
+
+// snapshotCache plays a controller-runtime cache that still holds an older
+// copy of one BaseImage: under load, the watch delivers the status the
+// reconciler just wrote a second or more later.
+type snapshotCache struct {
+	client.Client
+	old *v1alpha1.BaseImage
+}
+
+func (c snapshotCache) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if bi, ok := obj.(*v1alpha1.BaseImage); ok && key == client.ObjectKeyFromObject(c.old) {
+		c.old.DeepCopyInto(bi)
+		return nil
+	}
+	return c.Client.Get(ctx, key, obj, opts...)
+}
+
+// acceptedVerdicts plays the gate: every digest has an accepted verdict
+// for linux/amd64, its canonical image the digest itself.
+type acceptedVerdicts struct{}
+
+func (acceptedVerdicts) Verdict(_ context.Context, subject name.Digest) (*api.Verdict, error) {
+	return &api.Verdict{
+		Repository: subject.RepositoryStr(), Subject: subject.DigestStr(), Verdict: api.VerdictAccepted,
+		Images: []api.VerifiedImage{{Platform: "linux/amd64", Canonical: subject.DigestStr(), Format: "qcow2", VirtualSize: 1 << 30, DiskSize: 1 << 20}},
+		Engine: "imagepipe-gate", EngineVersion: "test", VerifiedAt: time.Now().UTC().Format(api.VerdictTimeFormat),
+	}, nil
+}
+func (acceptedVerdicts) Forget(name.Digest)         {}
+func (acceptedVerdicts) Expect(name.Digest, string) {}
+
+// TestAnImportStartsWhileTheCacheLags: the verdict arrives while the
+// controller's cache still holds the BaseImage as it was before the
+// reconciler's last status write. The import starts from the API server's
+// copy in the same reconcile, instead of being requeued through the
+// backoff until the cache catches up (which put push → DataVolume past a
+// second under load).
+func TestAnImportStartsWhileTheCacheLags(t *testing.T) {
+	t.Parallel()
+	cluster := harness.StartSyncerHub(t, "hub-a", harness.SyncerHubOptions{Namespaces: []string{"acme"}, NoCDI: true})
+	reg, tenancy := applierParts(t)
+	digest := "sha256:" + strings.Repeat("3", 64)
+	applier := &hub.Applier{Client: cluster.Client, Registry: reg, Tenancy: tenancy}
+	if err := applier.Apply(t.Context(), intake.Event{Action: intake.ActionPush, Repository: "acme/rhel", Tag: "9", Digest: digest}); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKey{Namespace: "acme", Name: cdi.BaseImageName("acme/rhel", "9")}
+	var bi v1alpha1.BaseImage
+	if err := cluster.Client.Get(t.Context(), key, &bi); err != nil {
+		t.Fatal(err)
+	}
+	cached := bi.DeepCopy()
+	bi.Status.Phase = v1alpha1.PhasePending // the reconciler's write while no verdict was there
+	if err := cluster.Client.Status().Update(t.Context(), &bi); err != nil {
+		t.Fatal(err)
+	}
+
+	r := &hub.Reconciler{Client: snapshotCache{cluster.Client, cached}, APIReader: cluster.Client, Registry: reg, Verdicts: acceptedVerdicts{}}
+	res, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dv cdiv1.DataVolume
+	dvKey := client.ObjectKey{Namespace: "acme", Name: cdi.DataVolumeName(cdi.ImageName("acme/rhel"), digest)}
+	if err := cluster.Client.Get(t.Context(), dvKey, &dv); err != nil {
+		t.Fatalf("after one reconcile through a lagging cache (result %+v): %v; want DataVolume %s created", res, err, dvKey.Name)
+	}
+	if err := cluster.Client.Get(t.Context(), key, &bi); err != nil {
+		t.Fatal(err)
+	}
+	if bi.Status.Phase != v1alpha1.PhaseImporting || bi.Status.ObservedDigest != digest {
+		t.Errorf("BaseImage status: phase %s, observed %q; want Importing %s", bi.Status.Phase, bi.Status.ObservedDigest, digest)
 	}
 }

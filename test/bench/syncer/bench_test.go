@@ -166,6 +166,9 @@ type hubLatency struct {
 	total, toBaseImage, toSeen, reconcile, afterVerdict []time.Duration
 	hist                                                histogram // the syncer's sync_latency
 	events                                              float64   // webhook events received
+	// reconciles counts the BaseImage controller's reconciles by result (success, error,
+	// requeue, requeue_after), from controller-runtime's own metric.
+	reconciles map[string]float64
 	// slowWrites of writes counts the apiserver's BaseImage and DataVolume writes (POST, PUT)
 	// that took over slowWrite.
 	slowWrites, writes float64
@@ -287,6 +290,10 @@ func benchLatency(t *testing.T) *latencyResult {
 		m := syncers[i].metrics(t)
 		hl.hist = readHistogram(m, "imagepipe_syncer_sync_latency_seconds")
 		hl.events = m.sum("imagepipe_syncer_events_total", "source", "distribution", "result", "received")
+		hl.reconciles = map[string]float64{}
+		for _, result := range []string{"success", "error", "requeue", "requeue_after"} {
+			hl.reconciles[result] = m.sum("controller_runtime_reconcile_total", "controller", "baseimage", "result", result)
+		}
 		hl.peakKiB, _ = syncers[i].memory(t)
 		hl.slowWrites, hl.writes = slowWrites(hubs[i].apiserverMetrics(t))
 	}
@@ -1127,8 +1134,9 @@ func renderLatency(p func(string, ...any), lat *latencyResult) {
 	}
 	p("- the gate's verdict published (its \"verdict given\" log line, millisecond stamps): %s\n", stage(lat.toVerdict))
 	for _, h := range lat.hubs {
-		p("- %s: seen-at stamp %s; BaseImage ADDED %s; BaseImage ADDED → DataVolume ADDED (the wait for the verdict, its look-up, the DataVolume create) %s; the gate's verdict → DataVolume ADDED %s; manifest push events received %v (2 per import, the build-key tag and the tag; the warm-up's included); the apiserver's BaseImage and DataVolume writes over %s s: %v of %v\n",
-			h.name, stage(h.toSeen), stage(h.toBaseImage), stage(h.reconcile), stage(h.afterVerdict), h.events, slowWrite, h.slowWrites, h.writes)
+		p("- %s: seen-at stamp %s; BaseImage ADDED %s; BaseImage ADDED → DataVolume ADDED (the wait for the verdict, its look-up, the DataVolume create) %s; the gate's verdict → DataVolume ADDED %s; manifest push events received %v (2 per import, the build-key tag and the tag; the warm-up's included); the apiserver's BaseImage and DataVolume writes over %s s: %v of %v; BaseImage reconciles: %v successes, %v requeues through the backoff, %v rechecks, %v errors\n",
+			h.name, stage(h.toSeen), stage(h.toBaseImage), stage(h.reconcile), stage(h.afterVerdict), h.events, slowWrite, h.slowWrites, h.writes,
+			h.reconciles["success"], h.reconciles["requeue"], h.reconciles["requeue_after"], h.reconciles["error"])
 	}
 	p("- the unmeasured warm-up push before them (the first after the hubs and syncers started):")
 	for i, h := range lat.hubs {
