@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -15,6 +16,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/internal/hub"
 	"github.com/imagepipe/imagepipe/internal/intake"
+	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 	"github.com/imagepipe/imagepipe/test/harness"
@@ -148,6 +150,36 @@ func (acceptedVerdicts) Verdict(_ context.Context, subject name.Digest) (*api.Ve
 func (acceptedVerdicts) Forget(name.Digest)         {}
 func (acceptedVerdicts) Expect(name.Digest, string) {}
 
+// noVerdicts plays a gate that has not given its verdict yet.
+type noVerdicts struct{ acceptedVerdicts }
+
+func (noVerdicts) Verdict(_ context.Context, subject name.Digest) (*api.Verdict, error) {
+	return nil, &verdict.NoVerdictError{Subject: subject.String()}
+}
+
+// laggingHub is a hub with BaseImage acme/rhel:9 at digest, whose status
+// was written once after cached was read: a cache holding cached lags.
+func laggingHub(t *testing.T, digest string) (cluster *harness.SyncerHub, reg name.Registry, key client.ObjectKey, cached *v1alpha1.BaseImage) {
+	t.Helper()
+	cluster = harness.StartSyncerHub(t, "hub-a", harness.SyncerHubOptions{Namespaces: []string{"acme"}, NoCDI: true})
+	reg, tenancy := applierParts(t)
+	applier := &hub.Applier{Client: cluster.Client, Registry: reg, Tenancy: tenancy}
+	if err := applier.Apply(t.Context(), intake.Event{Action: intake.ActionPush, Repository: "acme/rhel", Tag: "9", Digest: digest}); err != nil {
+		t.Fatal(err)
+	}
+	key = client.ObjectKey{Namespace: "acme", Name: cdi.BaseImageName("acme/rhel", "9")}
+	var bi v1alpha1.BaseImage
+	if err := cluster.Client.Get(t.Context(), key, &bi); err != nil {
+		t.Fatal(err)
+	}
+	cached = bi.DeepCopy()
+	bi.Status.Phase = v1alpha1.PhasePending // the reconciler's write while no verdict was there
+	if err := cluster.Client.Status().Update(t.Context(), &bi); err != nil {
+		t.Fatal(err)
+	}
+	return cluster, reg, key, cached
+}
+
 // TestAnImportStartsWhileTheCacheLags: the verdict arrives while the
 // controller's cache still holds the BaseImage as it was before the
 // reconciler's last status write. The import starts from the API server's
@@ -156,24 +188,8 @@ func (acceptedVerdicts) Expect(name.Digest, string) {}
 // second under load).
 func TestAnImportStartsWhileTheCacheLags(t *testing.T) {
 	t.Parallel()
-	cluster := harness.StartSyncerHub(t, "hub-a", harness.SyncerHubOptions{Namespaces: []string{"acme"}, NoCDI: true})
-	reg, tenancy := applierParts(t)
 	digest := "sha256:" + strings.Repeat("3", 64)
-	applier := &hub.Applier{Client: cluster.Client, Registry: reg, Tenancy: tenancy}
-	if err := applier.Apply(t.Context(), intake.Event{Action: intake.ActionPush, Repository: "acme/rhel", Tag: "9", Digest: digest}); err != nil {
-		t.Fatal(err)
-	}
-	key := client.ObjectKey{Namespace: "acme", Name: cdi.BaseImageName("acme/rhel", "9")}
-	var bi v1alpha1.BaseImage
-	if err := cluster.Client.Get(t.Context(), key, &bi); err != nil {
-		t.Fatal(err)
-	}
-	cached := bi.DeepCopy()
-	bi.Status.Phase = v1alpha1.PhasePending // the reconciler's write while no verdict was there
-	if err := cluster.Client.Status().Update(t.Context(), &bi); err != nil {
-		t.Fatal(err)
-	}
-
+	cluster, reg, key, cached := laggingHub(t, digest)
 	r := &hub.Reconciler{Client: snapshotCache{cluster.Client, cached}, APIReader: cluster.Client, Registry: reg, Verdicts: acceptedVerdicts{}}
 	res, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: key})
 	if err != nil {
@@ -184,10 +200,33 @@ func TestAnImportStartsWhileTheCacheLags(t *testing.T) {
 	if err := cluster.Client.Get(t.Context(), dvKey, &dv); err != nil {
 		t.Fatalf("after one reconcile through a lagging cache (result %+v): %v; want DataVolume %s created", res, err, dvKey.Name)
 	}
+	var bi v1alpha1.BaseImage
 	if err := cluster.Client.Get(t.Context(), key, &bi); err != nil {
 		t.Fatal(err)
 	}
 	if bi.Status.Phase != v1alpha1.PhaseImporting || bi.Status.ObservedDigest != digest {
 		t.Errorf("BaseImage status: phase %s, observed %q; want Importing %s", bi.Status.Phase, bi.Status.ObservedDigest, digest)
+	}
+}
+
+// TestAStatusIsWrittenWhileTheCacheLags: a status write from a stale copy
+// conflicts; the reconcile goes on from the API server's copy and writes
+// the status then, instead of leaving the BaseImage unreported until a
+// requeue through the backoff.
+func TestAStatusIsWrittenWhileTheCacheLags(t *testing.T) {
+	t.Parallel()
+	cluster, reg, key, cached := laggingHub(t, "sha256:"+strings.Repeat("4", 64))
+	r := &hub.Reconciler{Client: snapshotCache{cluster.Client, cached}, APIReader: cluster.Client, Registry: reg, Verdicts: noVerdicts{}}
+	res, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bi v1alpha1.BaseImage
+	if err := cluster.Client.Get(t.Context(), key, &bi); err != nil {
+		t.Fatal(err)
+	}
+	c := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionRejected)
+	if c == nil || c.Reason != hub.ReasonNoVerdict || res.RequeueAfter <= 0 {
+		t.Errorf("after one reconcile through a lagging cache: Rejected condition %+v, result %+v; want reason %s and a recheck", c, res, hub.ReasonNoVerdict)
 	}
 }
