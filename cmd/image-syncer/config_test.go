@@ -64,6 +64,7 @@ func TestOptionsValidate(t *testing.T) {
 		"webhook without token": func(o *options) { o.webhookTokenFile = "" },
 		"keep 0":                func(o *options) { o.keep = 0 },
 		"keep 11":               func(o *options) { o.keep = 11 },
+		"negative image limit":  func(o *options) { o.maxImagesPerTenant = -1 },
 		"pull method":           func(o *options) { o.pullMethod = "kubelet" },
 		"on-delete":             func(o *options) { o.onDelete = "purge" },
 		"resync below poll":     func(o *options) { o.digestResyncInterval = time.Second },

@@ -37,6 +37,7 @@ type options struct {
 	architecture         string
 	pullMethod           string
 	keep                 int32
+	maxImagesPerTenant   int
 	onDelete             string
 	maxAttempts          int32
 	retryDelay           time.Duration
@@ -113,6 +114,7 @@ the first log line says which, and which build runs:
 	f.StringVar(&o.pullMethod, "pull-method", "pod", "CDI registry pull method: pod or node")
 	f.StringVar(&o.architecture, "architecture", "", "the hub's CPU architecture: the canonical image for it is imported, and images verified for none are refused (default: what most nodes report, else amd64)")
 	f.Int32Var(&o.keep, "keep", hub.DefaultKeep, "successful imports kept per image tag (1-10)")
+	f.IntVar(&o.maxImagesPerTenant, "max-images-per-tenant", hub.DefaultMaxImagesPerTenant, "BaseImages one tenant may have on this hub; a tag pushed beyond it is not synced (logged). 0: no bound")
 	f.StringVar(&o.onDelete, "on-delete", string(v1alpha1.DeletionRetain), "when a tag leaves the registry: retain (keep the current import) or delete")
 	f.Int32Var(&o.maxAttempts, "max-attempts", hub.DefaultMaxAttempts, "failed imports of one digest before retries stop")
 	f.DurationVar(&o.retryDelay, "retry-delay", hub.DefaultRetryDelay, "wait after a failed import, doubling after each further one (at most 10m)")
@@ -157,6 +159,9 @@ func (o *options) validate() error {
 	}
 	if _, err := hub.NewTenancy(o.namespaceTemplate, o.tenants, o.denyTenants); err != nil {
 		errs = append(errs, fmt.Errorf("--namespace-template: %w", err))
+	}
+	if o.maxImagesPerTenant < 0 {
+		errs = append(errs, fmt.Errorf("--max-images-per-tenant %d: want 0 (no bound) or more", o.maxImagesPerTenant))
 	}
 	if o.keep < 1 || o.keep > 10 {
 		errs = append(errs, fmt.Errorf("--keep %d: want 1 to 10", o.keep))

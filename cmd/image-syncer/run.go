@@ -130,7 +130,8 @@ func serve(ctx context.Context, o *options, log *slog.Logger) error {
 			return fmt.Errorf("setting up load balancers: %w", err)
 		}
 	}
-	applier := &hub.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registry: reg, Resolver: rc, Manifests: rc, Tenancy: tenancy, Wake: rec.Wake, Logger: log}
+	applier := &hub.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registry: reg, Resolver: rc, Manifests: rc, Tenancy: tenancy, Wake: rec.Wake, Logger: log,
+		MaxImagesPerTenant: o.maxImagesPerTenant}
 	poll := hub.NewPollLoop(intake.NewPoller(reg, rc, tenancy), queue, metrics, o.pollInterval, o.digestResyncInterval, log)
 	poll.Backlog = rec.Backlog
 	runnables := []manager.Runnable{hub.NewWorkers(queue, applier, metrics, o.workers, log), poll}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -53,9 +54,21 @@ type Applier struct {
 	// it is attached to; nil wakes every waiting BaseImage of the
 	// repository instead. *registry.Client implements it.
 	Manifests ManifestReader
+	// MaxImagesPerTenant bounds the BaseImages of one tenant on this hub:
+	// a tag pushed beyond it gets none (logged), since tags cost a tenant
+	// one small manifest each and cost every hub an object, a reconcile
+	// and a status write. 0 means no bound.
+	MaxImagesPerTenant int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+
+	mu     sync.Mutex
+	counts map[string]imageCount // by tenant, for MaxImagesPerTenant
 }
+
+// DefaultMaxImagesPerTenant is image-syncer's default bound on one
+// tenant's BaseImages per hub.
+const DefaultMaxImagesPerTenant = 1000
 
 // Apply handles one event. It returns nil for events about tenants this
 // hub does not serve or whose namespace belongs to another tenant (logged;
@@ -227,6 +240,60 @@ func (a *Applier) apiReader() client.Reader {
 
 func (a *Applier) repository(repo string) string { return a.Registry.Repo(repo).String() }
 
+// tenantFull reports whether tenant has MaxImagesPerTenant BaseImages in
+// ns. Counting lists the tenant's BaseImages in the cache, so the count is
+// kept, with the creates since, for countFor: a first sync creates
+// thousands. Creates by other workers meanwhile, or a count up to
+// countFor old, may let a tenant pass the bound by a few, never by many.
+func (a *Applier) tenantFull(ctx context.Context, tenant, ns string) (bool, error) {
+	if a.MaxImagesPerTenant <= 0 {
+		return false, nil
+	}
+	a.mu.Lock()
+	c, ok := a.counts[tenant]
+	a.mu.Unlock()
+	if ok && a.now().Sub(c.at) < countFor && c.n < a.MaxImagesPerTenant {
+		return false, nil
+	}
+	var list v1alpha1.BaseImageList
+	if err := a.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{cdi.LabelTenant: tenant}, client.UnsafeDisableDeepCopy); err != nil {
+		return false, fmt.Errorf("counting the BaseImages of tenant %s: %w", tenant, err)
+	}
+	n := len(list.Items)
+	a.mu.Lock()
+	if a.counts == nil || len(a.counts) >= maxCounted {
+		a.counts = map[string]imageCount{}
+	}
+	a.counts[tenant] = imageCount{n: n, at: a.now()}
+	a.mu.Unlock()
+	return n >= a.MaxImagesPerTenant, nil
+}
+
+// created counts a BaseImage just made for tenant in its kept count.
+func (a *Applier) created(tenant string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c, ok := a.counts[tenant]; ok {
+		c.n++
+		a.counts[tenant] = c
+	}
+}
+
+// imageCount is a tenant's BaseImages, as counted at a time.
+type imageCount struct {
+	n  int
+	at time.Time
+}
+
+// countFor is how long a tenant's count of BaseImages is used before it is
+// counted again; a count at the bound is counted again at each new tag,
+// so that a BaseImage deleted makes room at once.
+const countFor = 10 * time.Second
+
+// maxCounted bounds the tenants whose counts are kept; past it, all are
+// dropped and counted again.
+const maxCounted = 4096
+
 // upsert makes the BaseImage of repo:tag name digest.
 func (a *Applier) upsert(ctx context.Context, tenant, ns, repo, tag, digest string) error {
 	image := cdi.ImageName(repo)
@@ -234,6 +301,13 @@ func (a *Applier) upsert(ctx context.Context, tenant, ns, repo, tag, digest stri
 	var bi v1alpha1.BaseImage
 	err := a.Client.Get(ctx, key, &bi)
 	if apierrors.IsNotFound(err) {
+		if full, err := a.tenantFull(ctx, tenant, ns); err != nil || full {
+			if full {
+				a.logger().Warn("event not applied: the tenant has as many BaseImages as this hub allows (--max-images-per-tenant)",
+					"repository", repo, "tag", tag, "tenant", tenant, "namespace", ns, "limit", a.MaxImagesPerTenant)
+			}
+			return err
+		}
 		bi = v1alpha1.BaseImage{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: key.Name, Namespace: ns,
@@ -246,6 +320,7 @@ func (a *Applier) upsert(ctx context.Context, tenant, ns, repo, tag, digest stri
 		}
 		err = a.Client.Create(ctx, &bi)
 		if err == nil {
+			a.created(tenant)
 			a.logger().Info("BaseImage created", "baseimage", key, "digest", digest)
 			return nil
 		}
