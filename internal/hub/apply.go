@@ -241,23 +241,32 @@ func (a *Applier) apiReader() client.Reader {
 func (a *Applier) repository(repo string) string { return a.Registry.Repo(repo).String() }
 
 // tenantFull reports whether tenant has MaxImagesPerTenant BaseImages in
-// ns. Counting lists the tenant's BaseImages in the cache, so the count is
-// kept, with the creates since, for countFor: a first sync creates
-// thousands. Creates by other workers meanwhile, or a count up to
-// countFor old, may let a tenant pass the bound by a few, never by many.
-func (a *Applier) tenantFull(ctx context.Context, tenant, ns string) (bool, error) {
+// ns, and whether they were counted just now. Counting lists the tenant's
+// BaseImages in the cache, so a count is kept, with the creates since:
+// below the bound for countFor (a first sync creates thousands), at the
+// bound for recountAtBound (a flood of new tags is turned away without a
+// count each, and a BaseImage deleted makes room soon). Creates by other
+// workers meanwhile may let a tenant pass the bound by a few, never by
+// many.
+func (a *Applier) tenantFull(ctx context.Context, tenant, ns string) (full, counted bool, err error) {
 	if a.MaxImagesPerTenant <= 0 {
-		return false, nil
+		return false, false, nil
 	}
 	a.mu.Lock()
 	c, ok := a.counts[tenant]
 	a.mu.Unlock()
-	if ok && a.now().Sub(c.at) < countFor && c.n < a.MaxImagesPerTenant {
-		return false, nil
+	if ok {
+		age := a.now().Sub(c.at)
+		if c.n < a.MaxImagesPerTenant && age < countFor {
+			return false, false, nil
+		}
+		if c.n >= a.MaxImagesPerTenant && age < recountAtBound {
+			return true, false, nil
+		}
 	}
 	var list v1alpha1.BaseImageList
 	if err := a.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{cdi.LabelTenant: tenant}, client.UnsafeDisableDeepCopy); err != nil {
-		return false, fmt.Errorf("counting the BaseImages of tenant %s: %w", tenant, err)
+		return false, false, fmt.Errorf("counting the BaseImages of tenant %s: %w", tenant, err)
 	}
 	n := len(list.Items)
 	a.mu.Lock()
@@ -266,7 +275,7 @@ func (a *Applier) tenantFull(ctx context.Context, tenant, ns string) (bool, erro
 	}
 	a.counts[tenant] = imageCount{n: n, at: a.now()}
 	a.mu.Unlock()
-	return n >= a.MaxImagesPerTenant, nil
+	return n >= a.MaxImagesPerTenant, true, nil
 }
 
 // created counts a BaseImage just made for tenant in its kept count.
@@ -285,10 +294,12 @@ type imageCount struct {
 	at time.Time
 }
 
-// countFor is how long a tenant's count of BaseImages is used before it is
-// counted again; a count at the bound is counted again at each new tag,
-// so that a BaseImage deleted makes room at once.
-const countFor = 10 * time.Second
+// How long a tenant's count of BaseImages is used before it is counted
+// again (tenantFull).
+const (
+	countFor       = 10 * time.Second
+	recountAtBound = time.Second
+)
 
 // maxCounted bounds the tenants whose counts are kept; past it, all are
 // dropped and counted again.
@@ -301,12 +312,19 @@ func (a *Applier) upsert(ctx context.Context, tenant, ns, repo, tag, digest stri
 	var bi v1alpha1.BaseImage
 	err := a.Client.Get(ctx, key, &bi)
 	if apierrors.IsNotFound(err) {
-		if full, err := a.tenantFull(ctx, tenant, ns); err != nil || full {
-			if full {
-				a.logger().Warn("event not applied: the tenant has as many BaseImages as this hub allows (--max-images-per-tenant)",
-					"repository", repo, "tag", tag, "tenant", tenant, "namespace", ns, "limit", a.MaxImagesPerTenant)
-			}
+		full, counted, err := a.tenantFull(ctx, tenant, ns)
+		if err != nil {
 			return err
+		}
+		if full {
+			// A flood of tags is logged once per count, not once per tag.
+			level := slog.LevelDebug
+			if counted {
+				level = slog.LevelWarn
+			}
+			a.logger().Log(ctx, level, "event not applied: the tenant has as many BaseImages as this hub allows (--max-images-per-tenant)",
+				"repository", repo, "tag", tag, "tenant", tenant, "namespace", ns, "limit", a.MaxImagesPerTenant)
+			return nil
 		}
 		bi = v1alpha1.BaseImage{
 			ObjectMeta: metav1.ObjectMeta{

@@ -3,6 +3,7 @@ package hub
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -18,12 +19,14 @@ import (
 // every hub a BaseImage, its reconciles and status writes. Past
 // --max-images-per-tenant a tenant's new tags get no BaseImage, the event
 // is not retried, tags it already has still follow pushes, and other
-// tenants are not affected; once a BaseImage goes, a new tag fits again.
+// tenants are not affected; once a BaseImage goes, a new tag fits again
+// (within a second: a tenant at the bound is not counted at every tag).
 func TestATagFloodStopsAtTheTenantsLimit(t *testing.T) {
 	t.Parallel()
 	cluster := harness.StartSyncerHub(t, "hub-a", harness.SyncerHubOptions{Namespaces: []string{"acme", "globex"}, NoCDI: true})
 	reg, tenancy := applierParts(t)
-	applier := &hub.Applier{Client: cluster.Client, Registry: reg, Tenancy: tenancy, MaxImagesPerTenant: 2}
+	clock := time.Now()
+	applier := &hub.Applier{Client: cluster.Client, Registry: reg, Tenancy: tenancy, MaxImagesPerTenant: 2, Now: func() time.Time { return clock }}
 	d1, d2 := "sha256:"+strings.Repeat("1", 64), "sha256:"+strings.Repeat("2", 64)
 	push := func(repo, tag, digest string) {
 		t.Helper()
@@ -61,7 +64,12 @@ func TestATagFloodStopsAtTheTenantsLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	push("acme/rhel", "11", d1)
+	if _, ok := get("acme", "acme/rhel", "11"); ok {
+		t.Errorf("acme/rhel:11 has a BaseImage at once; a tenant at the bound is counted again only after a second")
+	}
+	clock = clock.Add(2 * time.Second)
+	push("acme/rhel", "11", d1)
 	if _, ok := get("acme", "acme/rhel", "11"); !ok {
-		t.Errorf("acme/rhel:11 has no BaseImage after one of acme's went")
+		t.Errorf("acme/rhel:11 has no BaseImage a second after one of acme's went")
 	}
 }
