@@ -241,41 +241,47 @@ func (a *Applier) apiReader() client.Reader {
 func (a *Applier) repository(repo string) string { return a.Registry.Repo(repo).String() }
 
 // tenantFull reports whether tenant has MaxImagesPerTenant BaseImages in
-// ns, and whether they were counted just now. Counting lists the tenant's
-// BaseImages in the cache, so a count is kept, with the creates since:
-// below the bound for countFor (a first sync creates thousands), at the
-// bound for recountAtBound (a flood of new tags is turned away without a
-// count each, and a BaseImage deleted makes room soon). Creates by other
+// ns, and whether to warn about it: once per count, so that a flood of
+// tags is logged once a second, not once per tag. Counting lists the
+// tenant's BaseImages in the cache, so a count is kept, with the creates
+// since: below the bound for countFor (a first sync creates thousands), at
+// the bound for recountAtBound (a flood of new tags is turned away without
+// a count each, and a BaseImage deleted makes room soon). Creates by other
 // workers meanwhile may let a tenant pass the bound by a few, never by
 // many.
-func (a *Applier) tenantFull(ctx context.Context, tenant, ns string) (full, counted bool, err error) {
+func (a *Applier) tenantFull(ctx context.Context, tenant, ns string) (full, warn bool, err error) {
 	if a.MaxImagesPerTenant <= 0 {
 		return false, false, nil
 	}
 	a.mu.Lock()
 	c, ok := a.counts[tenant]
-	a.mu.Unlock()
 	if ok {
 		age := a.now().Sub(c.at)
 		if c.n < a.MaxImagesPerTenant && age < countFor {
+			a.mu.Unlock()
 			return false, false, nil
 		}
 		if c.n >= a.MaxImagesPerTenant && age < recountAtBound {
-			return true, false, nil
+			warn, c.warned = !c.warned, true
+			a.counts[tenant] = c
+			a.mu.Unlock()
+			return true, warn, nil
 		}
 	}
+	a.mu.Unlock()
 	var list v1alpha1.BaseImageList
 	if err := a.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{cdi.LabelTenant: tenant}, client.UnsafeDisableDeepCopy); err != nil {
 		return false, false, fmt.Errorf("counting the BaseImages of tenant %s: %w", tenant, err)
 	}
-	n := len(list.Items)
+	c = imageCount{n: len(list.Items), at: a.now()}
+	c.warned = c.n >= a.MaxImagesPerTenant
 	a.mu.Lock()
 	if a.counts == nil || len(a.counts) >= maxCounted {
 		a.counts = map[string]imageCount{}
 	}
-	a.counts[tenant] = imageCount{n: n, at: a.now()}
+	a.counts[tenant] = c
 	a.mu.Unlock()
-	return n >= a.MaxImagesPerTenant, true, nil
+	return c.warned, c.warned, nil
 }
 
 // created counts a BaseImage just made for tenant in its kept count.
@@ -288,10 +294,12 @@ func (a *Applier) created(tenant string) {
 	}
 }
 
-// imageCount is a tenant's BaseImages, as counted at a time.
+// imageCount is a tenant's BaseImages, as counted at a time, and whether
+// a tag turned away since has been logged.
 type imageCount struct {
-	n  int
-	at time.Time
+	n      int
+	at     time.Time
+	warned bool
 }
 
 // How long a tenant's count of BaseImages is used before it is counted
@@ -312,14 +320,13 @@ func (a *Applier) upsert(ctx context.Context, tenant, ns, repo, tag, digest stri
 	var bi v1alpha1.BaseImage
 	err := a.Client.Get(ctx, key, &bi)
 	if apierrors.IsNotFound(err) {
-		full, counted, err := a.tenantFull(ctx, tenant, ns)
+		full, warn, err := a.tenantFull(ctx, tenant, ns)
 		if err != nil {
 			return err
 		}
 		if full {
-			// A flood of tags is logged once per count, not once per tag.
 			level := slog.LevelDebug
-			if counted {
+			if warn {
 				level = slog.LevelWarn
 			}
 			a.logger().Log(ctx, level, "event not applied: the tenant has as many BaseImages as this hub allows (--max-images-per-tenant)",
