@@ -273,15 +273,14 @@ func (a *Applier) tenantFull(ctx context.Context, tenant, ns string) (full, warn
 	if err := a.Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{cdi.LabelTenant: tenant}, client.UnsafeDisableDeepCopy); err != nil {
 		return false, false, fmt.Errorf("counting the BaseImages of tenant %s: %w", tenant, err)
 	}
-	c = imageCount{n: len(list.Items), at: a.now()}
-	c.warned = c.n >= a.MaxImagesPerTenant
+	full = len(list.Items) >= a.MaxImagesPerTenant
 	a.mu.Lock()
 	if a.counts == nil || len(a.counts) >= maxCounted {
 		a.counts = map[string]imageCount{}
 	}
-	a.counts[tenant] = c
+	a.counts[tenant] = imageCount{n: len(list.Items), at: a.now(), warned: full}
 	a.mu.Unlock()
-	return c.warned, c.warned, nil
+	return full, full, nil // a fresh count at the bound is warned about
 }
 
 // created counts a BaseImage just made for tenant in its kept count.
@@ -320,9 +319,9 @@ func (a *Applier) upsert(ctx context.Context, tenant, ns, repo, tag, digest stri
 	var bi v1alpha1.BaseImage
 	err := a.Client.Get(ctx, key, &bi)
 	if apierrors.IsNotFound(err) {
-		full, warn, err := a.tenantFull(ctx, tenant, ns)
-		if err != nil {
-			return err
+		full, warn, cerr := a.tenantFull(ctx, tenant, ns)
+		if cerr != nil {
+			return cerr
 		}
 		if full {
 			level := slog.LevelDebug

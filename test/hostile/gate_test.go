@@ -184,10 +184,14 @@ func TestVerificationOutOfMemoryStopsNoOther(t *testing.T) {
 	if v.Verdict != api.VerdictRejected || v.Reasons[0].Code != string(reject.VerificationLimit) || !strings.Contains(v.Reasons[0].Message, "over its limit of 64 MiB") {
 		t.Errorf("the big image: %+v; want a verification-limit rejection", v)
 	}
-	log, err := os.ReadFile(reg.Gate.LogPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The gate logs the verdict after it pushed it, so the log is read
+	// once it holds that line.
+	var log []byte
+	harness.WaitUntil(t, "the gate to log its verdict on the big image", 10*time.Second, 50*time.Millisecond, func() (bool, error) {
+		var err error
+		log, err = os.ReadFile(reg.Gate.LogPath)
+		return bytes.Contains(log, []byte(`msg="verdict given" subject=`+bigSubject.String())), err
+	})
 	if n := bytes.Count(log, []byte("acme/big@"+bigSubject.DigestStr()+" used ")); n != gate.MaxOverLimit {
 		t.Errorf("the big image went past its limit %d times; want %d before the verdict", n, gate.MaxOverLimit)
 	}

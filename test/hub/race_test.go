@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/google/go-containerregistry/pkg/name"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
@@ -157,6 +159,12 @@ func (noVerdicts) Verdict(_ context.Context, subject name.Digest) (*api.Verdict,
 	return nil, &verdict.NoVerdictError{Subject: subject.String()}
 }
 
+// quietContext is the test's context with a logger that discards, as
+// the controller's would carry one.
+func quietContext(t *testing.T) context.Context {
+	return ctrllog.IntoContext(t.Context(), logr.Discard())
+}
+
 // laggingHub is a hub with BaseImage acme/rhel:9 at digest, whose status
 // was written once after cached was read: a cache holding cached lags.
 func laggingHub(t *testing.T, digest string) (cluster *harness.SyncerHub, reg name.Registry, key client.ObjectKey, cached *v1alpha1.BaseImage) {
@@ -191,7 +199,7 @@ func TestAnImportStartsWhileTheCacheLags(t *testing.T) {
 	digest := "sha256:" + strings.Repeat("3", 64)
 	cluster, reg, key, cached := laggingHub(t, digest)
 	r := &hub.Reconciler{Client: snapshotCache{cluster.Client, cached}, APIReader: cluster.Client, Registry: reg, Verdicts: acceptedVerdicts{}}
-	res, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: key})
+	res, err := r.Reconcile(quietContext(t), reconcile.Request{NamespacedName: key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +225,7 @@ func TestAStatusIsWrittenWhileTheCacheLags(t *testing.T) {
 	t.Parallel()
 	cluster, reg, key, cached := laggingHub(t, "sha256:"+strings.Repeat("4", 64))
 	r := &hub.Reconciler{Client: snapshotCache{cluster.Client, cached}, APIReader: cluster.Client, Registry: reg, Verdicts: noVerdicts{}}
-	res, err := r.Reconcile(t.Context(), reconcile.Request{NamespacedName: key})
+	res, err := r.Reconcile(quietContext(t), reconcile.Request{NamespacedName: key})
 	if err != nil {
 		t.Fatal(err)
 	}
