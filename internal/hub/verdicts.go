@@ -33,9 +33,6 @@ type GateVerdicts struct {
 // those remembered are dropped, and the registry's listing finds them.
 const maxExpected = 1024
 
-// maxExpectedPerSubject bounds the referrers Expect keeps for one subject.
-const maxExpectedPerSubject = 4
-
 // NewGateVerdicts finds verdicts in reg signed with trust.
 func NewGateVerdicts(reg verdict.Registry, trust verdict.Checker) *GateVerdicts {
 	return &GateVerdicts{registry: reg, trust: trust}
@@ -92,8 +89,8 @@ func (g *GateVerdicts) Expect(subject name.Digest, referrer string) {
 		g.expected = map[string][]string{}
 	}
 	if !slices.Contains(g.expected[key], referrer) {
-		// Anyone with push access can attach manifests: the newest few
-		// are kept.
-		g.expected[key] = append(g.expected[key], referrer)[max(0, len(g.expected[key])+1-maxExpectedPerSubject):]
+		// Anyone with push access can attach manifests: the newest that
+		// verdict.Find reads are kept.
+		g.expected[key] = append(g.expected[key], referrer)[max(0, len(g.expected[key])+1-verdict.MaxAlso):]
 	}
 }

@@ -109,14 +109,13 @@ func (e *NoVerdictError) Forged() bool { return len(e.Refused) > 0 }
 // also are referrer digests of subject learnt elsewhere (a registry event
 // announcing a verdict's push), which the registry's listing may not show
 // yet, oldest first: they are candidates too, and pass the same checks
-// (the last maxAlso are read).
+// (the last MaxAlso are read).
 func Find(ctx context.Context, reg Registry, trust Checker, subject name.Digest, also ...string) (*api.Verdict, error) {
 	candidates, err := bundles(ctx, reg, subject, api.VerdictPredicateType)
 	if err != nil {
 		return nil, err
 	}
-	for _, d := range also[max(0, len(also)-maxAlso):] { // the newest, if more came
-
+	for _, d := range also[max(0, len(also)-MaxAlso):] { // the newest, if more came
 		if !slices.Contains(candidates, d) {
 			candidates = append(candidates, d)
 		}
@@ -165,8 +164,8 @@ func bundles(ctx context.Context, reg Registry, subject name.Digest, predicateTy
 	return out, nil
 }
 
-// maxAlso bounds the referrers Find reads beyond the registry's listing.
-const maxAlso = 4
+// MaxAlso bounds the referrers Find reads beyond the registry's listing.
+const MaxAlso = 4
 
 // newer reports whether a was given after b. A time that does not parse
 // is older than any that does.
