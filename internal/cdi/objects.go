@@ -1,8 +1,11 @@
 package cdi
 
 import (
+	"errors"
+	"fmt"
 	"strings"
 
+	"github.com/opencontainers/go-digest"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -66,8 +69,9 @@ type Import struct {
 	Repository string // "TENANT/NAME"
 	Tag        string // the tag the DataSource serves
 	Digest     string // the digest pushed under the tag
-	// Canonical is the digest CDI imports: the gate's canonical image of
-	// Digest for this hub. Empty means Digest.
+	// Canonical is the digest CDI imports: the canonical image of Digest
+	// for this hub, as an accepted, trusted verdict of the gate names it.
+	// It has no default: without it there is no DataVolume.
 	Canonical   string
 	VirtualSize int64
 	// DiskSize is the size of the disk file in the layer, which CDI's
@@ -136,19 +140,27 @@ func (im Import) labels() map[string]string {
 // FullRepository is "REGISTRY/TENANT/NAME", as BaseImages record it.
 func (im Import) FullRepository() string { return im.Registry + "/" + im.Repository }
 
+// ErrUnverified is DataVolume's error for an Import without the canonical
+// digest of a verdict: nothing else may be imported, the pushed digest
+// included.
+var ErrUnverified = errors.New("no verified canonical digest to import")
+
 // URL is the digest-pinned source of the import: the canonical image.
-func (im Import) URL() string {
-	d := im.Canonical
-	if d == "" {
-		d = im.Digest
+func (im Import) URL() (string, error) {
+	if _, err := digest.Parse(im.Canonical); err != nil {
+		return "", fmt.Errorf("%w for %s@%s (%q)", ErrUnverified, im.FullRepository(), im.Digest, im.Canonical)
 	}
-	return "docker://" + im.FullRepository() + "@" + d
+	return "docker://" + im.FullRepository() + "@" + im.Canonical, nil
 }
 
 // DataVolume returns the digest-pinned import: the URL always names the
-// digest, never the tag, so what is imported is what was validated.
-func (im Import) DataVolume() *cdiv1.DataVolume {
-	url := im.URL()
+// canonical digest, never the tag nor the pushed digest, so what is
+// imported is what the gate verified.
+func (im Import) DataVolume() (*cdiv1.DataVolume, error) {
+	url, err := im.URL()
+	if err != nil {
+		return nil, err
+	}
 	pull := im.PullMethod
 	if pull == "" {
 		pull = cdiv1.RegistryPullPod
@@ -180,7 +192,7 @@ func (im Import) DataVolume() *cdiv1.DataVolume {
 			Source:  &cdiv1.DataVolumeSource{Registry: src},
 			Storage: im.Storage.Spec(im.VolumeSize()),
 		},
-	}
+	}, nil
 }
 
 // DataSource returns the DataSource VMs clone from, pointing at the PVC of

@@ -1,23 +1,41 @@
 package cdi
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 )
 
+// TestNoDataVolumeWithoutACanonicalDigest: an import the gate's verdict
+// names no canonical image for has no DataVolume; the pushed digest is
+// never the fallback.
+func TestNoDataVolumeWithoutACanonicalDigest(t *testing.T) {
+	for _, canonical := range []string{"", "latest", "sha256:" + strings.Repeat("a", 63)} {
+		im := Import{Namespace: "acme", Tenant: "acme", Image: "rhel", Registry: "registry.example.com", Repository: "acme/rhel",
+			Digest: "sha256:" + strings.Repeat("ab", 32), Canonical: canonical, VirtualSize: 1 << 30}
+		if dv, err := im.DataVolume(); !errors.Is(err, ErrUnverified) {
+			t.Errorf("canonical %q: DataVolume %v, error %v; want ErrUnverified", canonical, dv, err)
+		}
+	}
+}
+
 func TestImportObjects(t *testing.T) {
 	digest := "sha256:" + strings.Repeat("ab", 32)
+	canonical := "sha256:" + strings.Repeat("cd", 32)
 	im := Import{
 		Namespace: "acme", Tenant: "acme", Image: "rhel", Registry: "registry.example.com:5000",
-		Repository: "acme/rhel", Digest: digest, VirtualSize: 10 << 30,
+		Repository: "acme/rhel", Digest: digest, Canonical: canonical, VirtualSize: 10 << 30,
 		Storage:      Storage{StorageClass: "ceph-rbd", AccessMode: corev1.ReadWriteMany, VolumeMode: corev1.PersistentVolumeBlock},
 		Instancetype: "u1.medium",
 	}
-	dv := im.DataVolume()
-	if got := *dv.Spec.Source.Registry.URL; got != "docker://registry.example.com:5000/acme/rhel@"+digest {
-		t.Errorf("URL %q is not digest-pinned", got)
+	dv, err := im.DataVolume()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *dv.Spec.Source.Registry.URL; got != "docker://registry.example.com:5000/acme/rhel@"+canonical {
+		t.Errorf("URL %q is not pinned to the canonical digest", got)
 	}
 	if dv.Name != "rhel--"+strings.Repeat("ab", 16) || dv.Labels[LabelTenant] != "acme" || dv.Labels[instancetypeKey] != "u1.medium" {
 		t.Errorf("DataVolume meta: %s %v", dv.Name, dv.Labels)
@@ -82,10 +100,14 @@ func TestImportVolumeHoldsQcow2LargerThanItsVirtualSize(t *testing.T) {
 			t.Run(tc.name+" "+string(mode), func(t *testing.T) {
 				im := Import{
 					Namespace: "acme", Tenant: "acme", Image: "rhel", Registry: "registry.example.com", Repository: "acme/rhel",
-					Digest: "sha256:" + strings.Repeat("ab", 32), VirtualSize: tc.virtual, DiskSize: tc.diskFile,
+					Digest: "sha256:" + strings.Repeat("ab", 32), Canonical: "sha256:" + strings.Repeat("ab", 32), VirtualSize: tc.virtual, DiskSize: tc.diskFile,
 					Storage: Storage{AccessMode: corev1.ReadWriteMany, VolumeMode: mode},
 				}
-				q := im.DataVolume().Spec.Storage.Resources.Requests[corev1.ResourceStorage]
+				dv, err := im.DataVolume()
+				if err != nil {
+					t.Fatal(err)
+				}
+				q := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]
 				room := float64(q.Value()) * (1 - DefaultFilesystemOverhead)
 				if room < float64(tc.diskFile) {
 					t.Errorf("request %s leaves %.0f bytes in the scratch filesystem for a %d-byte qcow2 file", q.String(), room, tc.diskFile)

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -84,65 +85,103 @@ func joinReasons(reasons []api.Rejection) string {
 	return strings.Join(parts, "; ")
 }
 
-// admit reads the gate's verdict on the digest: nothing is imported
-// without an accepted one, signed by a provider key, and what is imported
-// is the canonical image it names for this hub's architecture. Without a
-// verdict yet (or with only untrusted ones) the digest stays unobserved
-// and admit returns when to look again.
-func (r *Reconciler) admit(ctx context.Context, bi *v1alpha1.BaseImage, digest string) (time.Duration, error) {
+// admission is what the gate's verdicts say of one digest on this hub.
+type admission struct {
+	// image is the verified image to import, its Canonical the digest CDI
+	// reads; nil unless an accepted verdict signed by a trusted key names
+	// one for this hub's architecture.
+	image *api.VerifiedImage
+	// verdict is the newest trusted verdict; nil when there is none (yet).
+	verdict *api.Verdict
+	// missing holds why there is no verdict: none yet, or only untrusted ones.
+	missing *verdict.NoVerdictError
+	// reasons are why the digest is not admitted, when a verdict refused it.
+	reasons []api.Rejection
+}
+
+// final reports whether a verdict decided the digest's fate: a tenant's
+// signature cannot change it.
+func (a admission) final() bool {
+	return a.verdict != nil && !verdict.AwaitsSignature(a.verdict)
+}
+
+// admissionOf reads the gate's verdict on digest. Nothing but a verdict
+// counts: whatever the BaseImage's status says, a digest is admitted only
+// while an accepted verdict, signed by a provider key, names its
+// canonical image for this hub. An error (the registry is unreachable)
+// says nothing either way.
+func (r *Reconciler) admissionOf(ctx context.Context, bi *v1alpha1.BaseImage, digest string) (admission, error) {
 	ref := r.Registry.Repo(r.repoPath(bi)).Digest(digest)
 	v, err := r.Verdicts.Verdict(ctx, ref)
 	var nv *verdict.NoVerdictError
 	switch {
 	case errors.As(err, &nv):
+		return admission{missing: nv}, nil
+	case err != nil:
+		return admission{}, fmt.Errorf("reading the verdict on %s: %w", ref, err)
+	}
+	a := admission{verdict: v, reasons: v.Reasons}
+	if v.Verdict != api.VerdictAccepted || verdict.AwaitsSignature(v) {
+		return a, nil
+	}
+	if a.image = imageFor(v.Images, r.Architecture); a.image == nil {
+		a.reasons = []api.Rejection{{Code: string(reject.PlatformMismatch), Message: fmt.Sprintf("the image holds %s; this hub runs %s", platforms(v.Images), r.Architecture)}}
+	}
+	return a, nil
+}
+
+// admit records in bi's status what a names of digest, and returns when
+// to look again for a verdict that may still come or change. The
+// canonical digest in the status is always the one a names, and empty
+// unless the digest is admitted.
+func (r *Reconciler) admit(ctx context.Context, bi *v1alpha1.BaseImage, digest string, a admission) time.Duration {
+	st := &bi.Status
+	switch {
+	case a.missing != nil:
 		reason := ReasonNoVerdict
 		msg := fmt.Sprintf("the gate has not given its verdict on %s yet; nothing is imported without one", digest)
-		if nv.Forged() {
-			reason, msg = "UntrustedVerdict", nv.Error()+"; nothing is imported without a verdict signed by a provider key"
+		if a.missing.Forged() {
+			reason, msg = "UntrustedVerdict", a.missing.Error()+"; nothing is imported without a verdict signed by a provider key"
 		}
+		st.ObservedDigest, st.CanonicalDigest = "", ""
 		bi.Status.Phase = v1alpha1.PhasePending
 		r.condition(bi, v1alpha1.ConditionRejected, true, reason, msg)
 		r.condition(bi, v1alpha1.ConditionProgressing, true, "AwaitingVerdict", msg)
-		return r.recheckAfter(bi, verdictRecheckMax), nil
-	case err != nil:
-		r.condition(bi, v1alpha1.ConditionProgressing, true, "RegistryUnavailable", "reading the gate's verdict: "+err.Error())
-		return 0, fmt.Errorf("reading the verdict on %s: %w", ref, err)
-	}
-	if verdict.AwaitsSignature(v) {
+		return r.recheckAfter(bi, verdictRecheckMax)
+	case !a.final():
 		// The tenant may still sign the digest: the gate then gives a new
 		// verdict, so the digest stays unobserved and is looked at again.
-		msg := "the gate refused the image: " + joinReasons(v.Reasons)
+		st.ObservedDigest, st.CanonicalDigest = "", ""
+		msg := "the gate refused the image: " + joinReasons(a.reasons)
 		bi.Status.Phase = v1alpha1.PhaseRejected
-		r.condition(bi, v1alpha1.ConditionRejected, true, conditionReason([]string{v.Reasons[0].Code}), msg)
+		r.condition(bi, v1alpha1.ConditionRejected, true, conditionReason([]string{a.reasons[0].Code}), msg)
 		r.condition(bi, v1alpha1.ConditionProgressing, true, "AwaitingSignature", "nothing is imported until the tenant signs "+digest+" with one of its keys (imagectl sign, cosign sign)")
-		return r.recheckAfter(bi, signatureRecheckMax), nil
+		return r.recheckAfter(bi, signatureRecheckMax)
 	}
-	st := &bi.Status
-	st.ObservedDigest, st.ShortDigest = digest, strings.TrimPrefix(digest, "sha256:")[:12]
-	st.Attempts, st.Progress, st.CanonicalDigest = 0, "", ""
-	reasons := v.Reasons
-	var img *api.VerifiedImage
-	if v.Verdict == api.VerdictAccepted {
-		if img = imageFor(v.Images, r.Architecture); img == nil {
-			reasons = []api.Rejection{{Code: string(reject.PlatformMismatch), Message: fmt.Sprintf("the image holds %s; this hub runs %s", platforms(v.Images), r.Architecture)}}
-		}
+	if st.ObservedDigest != digest {
+		st.ObservedDigest, st.ShortDigest = digest, strings.TrimPrefix(digest, "sha256:")[:12]
+		st.Attempts, st.Progress, st.LastFailure = 0, "", nil
 	}
-	if img == nil {
+	if a.image == nil {
+		st.CanonicalDigest = ""
 		var codes []string
-		for _, rj := range reasons {
+		for _, rj := range a.reasons {
 			codes = append(codes, rj.Code)
 		}
-		r.condition(bi, v1alpha1.ConditionRejected, true, conditionReason(codes), "the gate refused the image: "+joinReasons(reasons))
+		if !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionRejected) {
+			log.FromContext(ctx).Info("image rejected", "baseimage", client.ObjectKeyFromObject(bi), "digest", digest, "reasons", codes)
+		}
+		r.condition(bi, v1alpha1.ConditionRejected, true, conditionReason(codes), "the gate refused the image: "+joinReasons(a.reasons))
 		r.condition(bi, v1alpha1.ConditionProgressing, false, "Rejected", "nothing is imported from a rejected image")
-		log.FromContext(ctx).Info("image rejected", "image", ref, "reasons", codes)
-		return 0, nil
+		return 0
 	}
+	v, img := a.verdict, a.image
 	st.CanonicalDigest = img.Canonical
 	st.VirtualSize, st.DiskSize = img.VirtualSize, img.DiskSize
 	st.Instancetype, st.Preference = img.Instancetype, img.Preference
 	r.condition(bi, v1alpha1.ConditionRejected, false, "Verified",
 		fmt.Sprintf("%s %s verified the image in full at %s; CDI imports its canonical image %s", v.Engine, v.EngineVersion, v.VerifiedAt, img.Canonical))
-	return 0, nil
+	return 0
 }
 
 // imageFor picks the verified image for a hub of architecture arch
@@ -286,14 +325,27 @@ func (a cdiReader) List(ctx context.Context, namespace, selector string, list ru
 func (r *Reconciler) importDigest(ctx context.Context, bi *v1alpha1.BaseImage, im cdi.Import, dvName string) (reconcile.Result, error) {
 	st := &bi.Status
 	maxAttempts := r.maxAttempts()
+	want, err := im.DataVolume()
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	var dv cdiv1.DataVolume
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: bi.Namespace, Name: dvName}, &dv)
+	err = r.Client.Get(ctx, client.ObjectKey{Namespace: bi.Namespace, Name: dvName}, &dv)
 	switch {
 	case apierrors.IsNotFound(err):
-		return r.startImport(ctx, bi, im, dvName)
+		return r.startImport(ctx, bi, im, want)
 	case err != nil:
 		return reconcile.Result{}, fmt.Errorf("reading DataVolume %s/%s: %w", bi.Namespace, dvName, err)
-	case !importsFor(&dv, im.DataVolume()):
+	case !importsFor(&dv, want) && madeFor(bi, &dv) && dv.Annotations[cdi.AnnotationDigest] == im.Digest:
+		// This BaseImage's own import of the digest, from other bytes than
+		// the canonical image (an image-syncer before the gate imported the
+		// pushed digest): it is replaced, never served.
+		if err := r.deleteImport(ctx, bi, im.Image, dvName); err != nil {
+			return reconcile.Result{}, err
+		}
+		log.FromContext(ctx).Info("import replaced: it did not read the canonical image", "baseimage", client.ObjectKeyFromObject(bi), "datavolume", dvName, "url", importURL(&dv))
+		return reconcile.Result{RequeueAfter: replacedRecheck}, nil
+	case !importsFor(&dv, want):
 		return reconcile.Result{}, r.conflict(bi, &ConflictError{Kind: "DataVolume", Namespace: bi.Namespace, Name: dvName, Owner: ownerOf(&dv)})
 	}
 
@@ -330,7 +382,8 @@ func (r *Reconciler) importDigest(ctx context.Context, bi *v1alpha1.BaseImage, i
 
 // startImport creates the DataVolume of the digest, unless the attempts
 // are used up or the wait after the last failure has not passed.
-func (r *Reconciler) startImport(ctx context.Context, bi *v1alpha1.BaseImage, im cdi.Import, dvName string) (reconcile.Result, error) {
+func (r *Reconciler) startImport(ctx context.Context, bi *v1alpha1.BaseImage, im cdi.Import, want *cdiv1.DataVolume) (reconcile.Result, error) {
+	dvName := want.Name
 	st := &bi.Status
 	if st.Attempts >= r.maxAttempts() {
 		r.failed(bi)
@@ -346,7 +399,6 @@ func (r *Reconciler) startImport(ctx context.Context, bi *v1alpha1.BaseImage, im
 	if err := r.current(ctx, bi); err != nil {
 		return reconcile.Result{}, err
 	}
-	want := im.DataVolume()
 	want.Labels[cdi.LabelBaseImage] = bi.Name
 	if err := r.Client.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
 		r.condition(bi, v1alpha1.ConditionProgressing, true, "CreateFailed", err.Error())
@@ -403,15 +455,6 @@ func dvFailure(dv *cdiv1.DataVolume) string {
 		}
 	}
 	return fmt.Sprintf("phase %s, %d importer restarts", dv.Status.Phase, dv.Status.RestartCount)
-}
-
-func envValue(env []string, key string) string {
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, key+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // conditionReason turns rejection codes ("backing-file") into a condition

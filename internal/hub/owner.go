@@ -68,7 +68,7 @@ func importsFor(dv, want *cdiv1.DataVolume) bool {
 		return false
 	}
 	src, wsrc := dv.Spec.Source, want.Spec.Source
-	if src == nil || src.Registry == nil || src.Registry.URL == nil || *src.Registry.URL != *wsrc.Registry.URL {
+	if !importsFrom(dv, *wsrc.Registry.URL) {
 		return false
 	}
 	if ref := src.Registry.SecretRef; ref != nil && *ref != cdi.PullSecretName {
@@ -83,6 +83,19 @@ func importsFor(dv, want *cdiv1.DataVolume) bool {
 		return false
 	}
 	return true
+}
+
+// importsFrom reports whether dv imports from exactly url.
+func importsFrom(dv *cdiv1.DataVolume, url string) bool {
+	return url != "" && importURL(dv) == url
+}
+
+// importURL is the registry URL dv imports from, "" if it names none.
+func importURL(dv *cdiv1.DataVolume) string {
+	if src := dv.Spec.Source; src != nil && src.Registry != nil && src.Registry.URL != nil {
+		return *src.Registry.URL
+	}
+	return ""
 }
 
 // madeFor reports whether dv was created for bi: the syncer's label, bi's

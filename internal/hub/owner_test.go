@@ -18,7 +18,7 @@ import (
 // followed.
 func TestOwnership(t *testing.T) {
 	digest := "sha256:" + strings.Repeat("ab", 32)
-	im := cdi.Import{Namespace: "acme", Tenant: "acme", Image: "rhel", Registry: "reg.example.com", Repository: "acme/rhel", Tag: "9", Digest: digest,
+	im := cdi.Import{Namespace: "acme", Tenant: "acme", Image: "rhel", Registry: "reg.example.com", Repository: "acme/rhel", Tag: "9", Digest: digest, Canonical: digest,
 		Storage: cdi.Storage{AccessMode: corev1.ReadWriteMany, VolumeMode: corev1.PersistentVolumeBlock}}
 	bi := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Name: "rhel--9", Namespace: "acme"},
 		Spec: v1alpha1.BaseImageSpec{Tenant: "acme", Repository: "reg.example.com/acme/rhel", Tag: "9", Digest: digest}}
@@ -45,7 +45,7 @@ func TestOwnership(t *testing.T) {
 		}
 	}
 
-	want := im.DataVolume()
+	want := dataVolume(t, im)
 	if !importsFor(want.DeepCopy(), want) {
 		t.Fatal("the syncer's own DataVolume is not followed")
 	}
@@ -93,7 +93,7 @@ func TestOwnership(t *testing.T) {
 // picks the node's, as DataVolumes made before platforms were set did.
 func TestImportsForOnlyItsPlatform(t *testing.T) {
 	digest := "sha256:" + strings.Repeat("ab", 32)
-	im := cdi.Import{Namespace: "acme", Tenant: "acme", Image: "rhel", Registry: "reg.example.com", Repository: "acme/rhel", Tag: "9", Digest: digest,
+	im := cdi.Import{Namespace: "acme", Tenant: "acme", Image: "rhel", Registry: "reg.example.com", Repository: "acme/rhel", Tag: "9", Digest: digest, Canonical: digest,
 		Storage: cdi.Storage{AccessMode: corev1.ReadWriteMany, VolumeMode: corev1.PersistentVolumeBlock}}
 	for _, tc := range []struct {
 		want, existing string // architectures; "" names none
@@ -108,7 +108,7 @@ func TestImportsForOnlyItsPlatform(t *testing.T) {
 		t.Run(fmt.Sprintf("want %q, existing %q", tc.want, tc.existing), func(t *testing.T) {
 			wim, eim := im, im
 			wim.Architecture, eim.Architecture = tc.want, tc.existing
-			want, existing := wim.DataVolume(), eim.DataVolume()
+			want, existing := dataVolume(t, wim), dataVolume(t, eim)
 			if got := existing.Spec.Source.Registry.Platform; (got != nil) != (tc.existing != "") {
 				t.Fatalf("the existing DataVolume's platform is %+v, want %q", got, tc.existing)
 			}
@@ -117,4 +117,13 @@ func TestImportsForOnlyItsPlatform(t *testing.T) {
 			}
 		})
 	}
+}
+
+func dataVolume(t *testing.T, im cdi.Import) *cdiv1.DataVolume {
+	t.Helper()
+	dv, err := im.DataVolume()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dv
 }

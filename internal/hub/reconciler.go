@@ -42,6 +42,13 @@ const (
 	// importingRecheck is how often an import in progress is looked at
 	// even without a DataVolume event.
 	importingRecheck = 30 * time.Second
+	// servedRecheck is how often a served image's verdict is read again
+	// without an event: a verdict refused since, or signed by a key no
+	// longer trusted, withdraws the image within it.
+	servedRecheck = 15 * time.Minute
+	// replacedRecheck is the wait for an import deleted to be replaced
+	// to be gone.
+	replacedRecheck = time.Second
 )
 
 // Reconciler drives each BaseImage to a DataSource serving its digest:
@@ -326,16 +333,25 @@ func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res
 		bi.Status.Phase = v1alpha1.PhasePending
 		return reconcile.Result{}, false, nil
 	}
-	if bi.Status.ObservedDigest != digest {
-		wait, err := r.admit(ctx, bi, digest)
-		if err != nil || wait > 0 {
-			return reconcile.Result{RequeueAfter: wait}, false, err
-		}
+	// The verdicts are read on every look (a minute's memory makes that
+	// cheap), so that nothing a BaseImage's status says, whoever wrote it,
+	// is ground for an import or for serving a volume.
+	adm, err := r.admissionOf(ctx, bi, digest)
+	if err != nil {
+		r.condition(bi, v1alpha1.ConditionProgressing, true, "RegistryUnavailable", "reading the gate's verdict: "+err.Error())
+		return reconcile.Result{}, false, err
+	}
+	wait := r.admit(ctx, bi, digest, adm)
+	if err := r.checkServed(ctx, bi, image, digest, adm); err != nil {
+		return reconcile.Result{}, false, err
+	}
+	if wait > 0 {
+		return reconcile.Result{RequeueAfter: wait}, false, nil
 	}
 	if _, retry := bi.Annotations[v1alpha1.AnnotationRetry]; retry {
 		return r.retry(ctx, bi)
 	}
-	if meta.IsStatusConditionTrue(bi.Status.Conditions, v1alpha1.ConditionRejected) {
+	if adm.image == nil {
 		bi.Status.Phase = v1alpha1.PhaseRejected
 		return reconcile.Result{}, false, r.collect(ctx, bi, image, "")
 	}
@@ -351,14 +367,14 @@ func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res
 	}
 	dvName := cdi.DataVolumeName(image, digest)
 	if bi.Status.ImportedDigest == digest {
-		return reconcile.Result{}, false, r.serve(ctx, bi, im)
+		return reconcile.Result{RequeueAfter: servedRecheck}, false, r.serve(ctx, bi, im)
 	}
 	res, err = r.importDigest(ctx, bi, im, dvName)
 	if err != nil {
 		return res, false, err
 	}
 	if bi.Status.ImportedDigest == digest { // it just succeeded
-		return res, false, r.serve(ctx, bi, im)
+		return reconcile.Result{RequeueAfter: servedRecheck}, false, r.serve(ctx, bi, im)
 	}
 	return res, false, r.collect(ctx, bi, image, dvName)
 }

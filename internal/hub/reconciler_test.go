@@ -8,6 +8,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -91,7 +92,7 @@ func (newerReader) List(context.Context, client.ObjectList, ...client.ListOption
 func TestNoImportFromAStaleCache(t *testing.T) {
 	r := &Reconciler{APIReader: newerReader{}}
 	bi := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "rhel--9", ResourceVersion: "1"}}
-	_, err := r.startImport(t.Context(), bi, cdi.Import{}, "rhel--0123")
+	_, err := r.startImport(t.Context(), bi, cdi.Import{}, &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Name: "rhel--0123"}})
 	var stale *staleError
 	if !errors.As(err, &stale) || stale.fresh.ResourceVersion != "2" {
 		t.Fatalf("a stale BaseImage gives %v, want the API server's copy (resource version 2)", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -63,4 +64,72 @@ func labelsContain(have, want map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// checkServed withdraws the volume bi's DataSource serves when no verdict
+// admits its digest any longer (adm is the admission of digest, the
+// newest pushed), or when that volume was imported from other bytes than
+// the canonical image the verdict names, as an image-syncer made before
+// the gate did. A verdict that cannot be read withdraws nothing.
+func (r *Reconciler) checkServed(ctx context.Context, bi *v1alpha1.BaseImage, image, digest string, adm admission) error {
+	served := bi.Status.ImportedDigest
+	if served == "" {
+		return nil
+	}
+	a := adm
+	if served != digest {
+		var err error
+		if a, err = r.admissionOf(ctx, bi, served); err != nil {
+			return err
+		}
+	}
+	if a.image == nil {
+		why := "the gate refused it: " + joinReasons(a.reasons)
+		if a.missing != nil {
+			why = "it has no verdict signed by a provider key (" + a.missing.Error() + ")"
+		}
+		return r.withdraw(ctx, bi, served, a.final(), "the DataSource no longer serves "+served+": "+why)
+	}
+	dvName := cdi.DataVolumeName(image, served)
+	var dv cdiv1.DataVolume
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: bi.Namespace, Name: dvName}, &dv)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil // the volume's own labels and owner were checked when it was served
+	case err != nil:
+		return fmt.Errorf("reading DataVolume %s/%s: %w", bi.Namespace, dvName, err)
+	}
+	want := cdi.Import{Registry: r.Registry.RegistryStr(), Repository: r.repoPath(bi), Digest: served, Canonical: a.image.Canonical}
+	if url, err := want.URL(); err == nil && madeFor(bi, &dv) && !importsFrom(&dv, url) {
+		return r.withdraw(ctx, bi, served, true, fmt.Sprintf("the DataSource no longer serves %s: its volume was imported from %s, not from the canonical image %s the gate verified", served, importURL(&dv), a.image.Canonical))
+	}
+	return nil
+}
+
+// withdraw points bi's DataSource at nothing and records why; drop also
+// forgets the import of digest, so that the retention deletes it (a
+// verdict refused it), rather than keeping it for a verdict to come.
+func (r *Reconciler) withdraw(ctx context.Context, bi *v1alpha1.BaseImage, digest string, drop bool, msg string) error {
+	st := &bi.Status
+	if n := st.DataSourceName; n != "" {
+		var ds cdiv1.DataSource
+		err := r.Client.Get(ctx, client.ObjectKey{Namespace: bi.Namespace, Name: n}, &ds)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return fmt.Errorf("reading DataSource %s/%s: %w", bi.Namespace, n, err)
+		case ownsDataSource(bi, &ds) && ds.Spec.Source != (cdiv1.DataSourceSource{}):
+			ds.Spec.Source = cdiv1.DataSourceSource{}
+			if err := r.Client.Update(ctx, &ds); err != nil {
+				return fmt.Errorf("withdrawing DataSource %s/%s: %w", bi.Namespace, n, err)
+			}
+		}
+	}
+	st.ImportedDigest, st.PVCName = "", ""
+	if drop {
+		st.Imports = slices.DeleteFunc(st.Imports, func(rec v1alpha1.ImportRecord) bool { return rec.Digest == digest })
+	}
+	r.condition(bi, v1alpha1.ConditionReady, false, "Withdrawn", msg)
+	log.FromContext(ctx).Info("image withdrawn", "baseimage", client.ObjectKeyFromObject(bi), "digest", digest, "reason", msg)
+	return nil
 }

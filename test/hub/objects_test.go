@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/test/harness"
@@ -28,15 +29,22 @@ func TestImportObjectsFitTheRealCDISchemas(t *testing.T) {
 	}
 	im := cdi.Import{
 		Namespace: "default", Tenant: "acme", Image: "rhel", Registry: "registry.example.com",
-		Repository: "acme/rhel", Digest: "sha256:" + strings.Repeat("cd", 32), VirtualSize: 4 << 30,
+		Repository: "acme/rhel", Digest: "sha256:" + strings.Repeat("cd", 32), Canonical: "sha256:" + strings.Repeat("ef", 32), VirtualSize: 4 << 30,
 		SecretRef: "registry-pull", CertConfig: "registry-ca",
 		Storage: cdi.Storage{AccessMode: corev1.ReadWriteMany, VolumeMode: corev1.PersistentVolumeFilesystem},
 	}
+	dv, err := im.DataVolume()
+	if err != nil {
+		t.Fatal(err)
+	}
+	withdrawn := im.DataSource("rhel-withdrawn", "rhel-cdcdcdcdcdcd")
+	withdrawn.Spec.Source = cdiv1.DataSourceSource{} // as the syncer leaves a withdrawn image's
 	for _, tc := range []struct {
 		obj any
 		gvr schema.GroupVersionResource
 	}{
-		{im.DataVolume(), schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datavolumes"}},
+		{withdrawn, schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datasources"}},
+		{dv, schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datavolumes"}},
 		{im.DataSource("rhel", "rhel-cdcdcdcdcdcd"), schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datasources"}},
 	} {
 		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(tc.obj)
