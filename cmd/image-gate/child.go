@@ -54,7 +54,7 @@ func verifyOneCmd(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v := &gate.Verifier{Registry: rc, TempDir: tempDir, MaxVirtualSize: o.maxVirtualSize, Engine: engine, Version: version.Get().Version, Logger: log}
+			v := &gate.Verifier{Registry: rc, TempDir: tempDir, MaxVirtualSize: o.maxVirtualSize, Engine: engine, Version: version.Get().Version, Logger: log, Store: o.store()}
 			verdict, err := v.Verify(cmd.Context(), subject)
 			if err != nil {
 				return err
@@ -76,6 +76,7 @@ func (o *options) childArgs() []string {
 	args := []string{"verify-one",
 		"--registry", o.registry,
 		"--max-virtual-size", strconv.FormatInt(o.maxVirtualSize, 10),
+		"--state-dir", o.store().Dir,
 		"--verify-memory-limit", strconv.FormatInt(o.verifyMemoryLimit, 10),
 		"--log-format", o.logFormat, "--log-level", o.logLevel,
 	}

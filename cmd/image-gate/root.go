@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,6 +31,7 @@ type options struct {
 	workers              int
 	perTenant            int
 	tempDir              string
+	stateDir             string
 	maxVirtualSize       int64
 	verifyMemoryLimit    int64
 	metricsListen        string
@@ -97,6 +100,7 @@ again when a signature is pushed for it.`,
 	f.IntVar(&o.workers, "workers", gate.DefaultWorkers, "verifications at once")
 	f.IntVar(&o.perTenant, "per-tenant", gate.DefaultPerTenant, "verifications of one tenant at once")
 	f.StringVar(&o.tempDir, "temp-dir", "", "folder for the disks being verified (sparse files; at most one disk's size per verification, none for imagectl's qcow2 disks; default: $TMPDIR)")
+	f.StringVar(&o.stateDir, "state-dir", "", "folder of the gate's own record of the layers it read and the verdicts it gave, so that no layer is read twice and a verdict hidden in the registry is published again, not computed again; keep it on a volume that outlives restarts (default: image-gate-store in --temp-dir)")
 	f.Int64Var(&o.maxVirtualSize, "max-virtual-size", gate.DefaultMaxVirtualSize, "largest guest disk accepted, in bytes")
 	f.Int64Var(&o.verifyMemoryLimit, "verify-memory-limit", DefaultVerifyMemoryLimit, "resident memory one verification may use, in bytes: each runs in a process of its own, stopped past this limit without stopping the others (0: no limit)")
 	f.StringVar(&o.metricsListen, "metrics-listen", ":9090", "address of the Prometheus /metrics endpoint; empty disables it")
@@ -107,6 +111,19 @@ again when a signature is pushed for it.`,
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take")
 	return cmd
+}
+
+// store is the gate's Store, in --state-dir.
+func (o *options) store() *gate.Store {
+	dir := o.stateDir
+	if dir == "" {
+		base := o.tempDir
+		if base == "" {
+			base = os.TempDir()
+		}
+		dir = filepath.Join(base, "image-gate-store")
+	}
+	return &gate.Store{Dir: dir}
 }
 
 func (o *options) validate() error {

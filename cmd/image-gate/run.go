@@ -80,8 +80,11 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	store := o.store()
+	store.Prune()
 	svc := &gate.Service{
-		Verifier:     &gate.Verifier{Registry: rc, TempDir: o.tempDir, MaxVirtualSize: o.maxVirtualSize, Engine: engine, Version: build.Version, Logger: log},
+		Verifier:     &gate.Verifier{Registry: rc, TempDir: o.tempDir, MaxVirtualSize: o.maxVirtualSize, Engine: engine, Version: build.Version, Logger: log, Store: store},
+		Store:        store,
 		Isolated:     &gate.Child{Path: exe, Args: o.childArgs(), TempDir: o.tempDir, MemoryLimit: o.verifyMemoryLimit, Stderr: stderr},
 		Registry:     rc,
 		RegistryName: reg,

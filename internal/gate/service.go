@@ -76,6 +76,10 @@ type Service struct {
 	TenantKeys *TenantKeys
 	// Leases coordinate replicas; nil means this is the only one.
 	Leases Leases
+	// Store keeps the verdicts given, to publish again one that a tenant
+	// hid or deleted in the registry; nil keeps none. Verifier.Store keeps
+	// the layers' outcomes.
+	Store *Store
 	// Workers and PerTenant bound verifications at once, in all and per
 	// tenant; 0 means DefaultWorkers and DefaultPerTenant.
 	Workers, PerTenant int
@@ -321,6 +325,15 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 		raw, err := s.Registry.FetchManifest(ctx, subject)
 		manifest <- fetched{raw, err}
 	}()
+	if kept, ok := s.Store.Verdict(subject); ok && !verdict.AwaitsSignature(kept) {
+		// Given before, then hidden or deleted in the registry: published
+		// again, never computed again.
+		m := <-manifest
+		if m.err != nil {
+			return nil, m.err
+		}
+		return s.publish(ctx, subject, m.raw, kept, start, "verdict published again")
+	}
 	keyID, refusal, err := s.signatureCheck(ctx, subject, referrer)
 	if err != nil {
 		s.Metrics.failed()
@@ -350,7 +363,15 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 	if m.err != nil {
 		return nil, m.err
 	}
-	raw := m.raw
+	if err := s.Store.PutVerdict(subject, v); err != nil {
+		s.Logger.Warn("the verdict is not kept; hidden, it would be computed again", "subject", subject.String(), "error", err)
+	}
+	return s.publish(ctx, subject, m.raw, v, start, "verdict given")
+}
+
+// publish signs v and attaches it to subject, whose manifest is raw, and
+// remembers it; msg is what the log says of it.
+func (s *Service) publish(ctx context.Context, subject name.Digest, raw *registry.RawManifest, v *api.Verdict, start time.Time, msg string) (*api.Verdict, error) {
 	desc := ocispec.Descriptor{MediaType: string(raw.MediaType), Digest: digest.Digest(raw.Digest), Size: int64(len(raw.Bytes))}
 	ref, err := verdict.Publish(ctx, s.Registry, s.Signer, subject, desc, v)
 	if err != nil {
@@ -368,7 +389,7 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 		s.own.add(repoName + "@" + im.Canonical)
 	}
 	s.Metrics.verdict(v, time.Since(start))
-	s.Logger.Info("verdict given", "subject", subject.String(), "verdict", v.Verdict, "reasons", v.Reasons, "signedBy", v.SignedBy, "referrer", ref, "seconds", time.Since(start).Seconds())
+	s.Logger.Info(msg, "subject", subject.String(), "verdict", v.Verdict, "reasons", v.Reasons, "signedBy", v.SignedBy, "referrer", ref, "seconds", time.Since(start).Seconds())
 	return v, nil
 }
 

@@ -48,6 +48,7 @@ type Registry interface {
 	PushLayer(ctx context.Context, repo name.Repository, disk registry.Disk) (containerdisk.LayerInfo, error)
 	PushBlob(ctx context.Context, repo name.Repository, mediaType string, b []byte) (ocispec.Descriptor, error)
 	PutManifest(ctx context.Context, ref name.Reference, manifest []byte, mt types.MediaType) error
+	MountBlob(ctx context.Context, from, to name.Repository, digest string) error
 }
 
 var _ Registry = (*registry.Client)(nil)
@@ -66,6 +67,9 @@ type Verifier struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Store, when set, keeps each layer's outcome, so that a layer is read
+	// once however many images name it; nil reads every layer named.
+	Store *Store
 }
 
 // maxDiskSize bounds the disk/disk.img a layer may declare: a qcow2 file
@@ -203,54 +207,35 @@ func (v *Verifier) verifyImage(ctx context.Context, repo name.Repository, raw *r
 		return nil, reject.New(reject.PlatformMismatch, "the index lists the image %s for %s but its config says %s", raw.Digest, platform, ocidoc.PlatformString(cfg.Platform))
 	}
 	layerDesc := doc.Layers[0].Descriptor
-	comp, err := containerdisk.CompressionOf(layerDesc.MediaType)
-	if err != nil {
-		return nil, err
-	}
-
 	opts := convert.OpenOptions{Format: convert.Format(doc.Annotations[api.AnnotationDiskFormat]), MaxVirtualSize: v.maxVirtualSize()}
-	pushed, spool, err := v.readLayer(ctx, repo, raw.Digest, layerDesc, opts)
+	rec, err := v.layerOf(ctx, repo, layerDesc, opts)
 	if err != nil {
 		return nil, err
 	}
-	defer spool.Discard()
-	if pushed.diffID != cfg.RootFS.DiffIDs[0].String() {
-		return nil, reject.New(reject.ManifestShape, "the config's diff ID is %s but the layer's tar is %s", cfg.RootFS.DiffIDs[0], pushed.diffID)
+	if rj := rec.Rejection; rj != nil {
+		return nil, reject.New(reject.Reason(rj.Code), "%s", rj.Message)
 	}
-
-	// A disk the stream check found canonical is its own canonical layer;
-	// any other is verified in the spool.
-	info, diffID, diskSize := pushed.info, pushed.framedDiffID, pushed.size
-	layer := ocispec.Descriptor{MediaType: comp.MediaType(), Digest: layerDesc.Digest, Size: layerDesc.Size}
-	var img *convert.Image
-	if pushed.streamed != convert.StreamCanonical {
-		if img, err = convert.Open(spool.File, pushed.size, opts); err != nil {
-			return nil, err
-		}
-		if _, err := img.Verify(ctx); err != nil {
-			return nil, err
-		}
-		info = img.Info()
+	if rec.TarDigest != cfg.RootFS.DiffIDs[0].String() {
+		return nil, reject.New(reject.ManifestShape, "the config's diff ID is %s but the layer's tar is %s", cfg.RootFS.DiffIDs[0], rec.TarDigest)
 	}
+	info := convert.Info{Format: rec.Format, VirtualSize: rec.VirtualSize}
 	if err := checkAnnotations(doc.Annotations, cfg.Config.Labels, info); err != nil {
 		return nil, err
 	}
-	if img != nil {
-		disk, err := containerdisk.NewDisk(img, containerdisk.Options{DiskFormat: info.Format, Compression: comp, Logger: v.Logger})
-		if err != nil {
-			return nil, err
-		}
-		if layer, diffID, diskSize, err = v.canonicalLayer(ctx, repo, disk, spool.File, layerDesc, pushed); err != nil {
+	if rec.Repository != repo.RepositoryStr() {
+		// Read for another repository: the canonical layer is made to
+		// exist in this one too, without being read again.
+		if err := v.Registry.MountBlob(ctx, repo.Registry.Repo(rec.Repository), repo, rec.Canonical.Digest.String()); err != nil {
 			return nil, err
 		}
 	}
-	canonical, err := v.publish(ctx, repo, raw.Digest, cfg, doc, layer, diffID)
+	canonical, err := v.publish(ctx, repo, raw.Digest, cfg, doc, rec.Canonical, rec.DiffID)
 	if err != nil {
 		return nil, err
 	}
 	out := &api.VerifiedImage{
 		Platform: ocidoc.PlatformString(cfg.Platform), Source: raw.Digest, Canonical: canonical,
-		Format: string(info.Format), VirtualSize: info.VirtualSize, DiskSize: diskSize,
+		Format: string(info.Format), VirtualSize: info.VirtualSize, DiskSize: rec.DiskSize,
 		Checks: api.ChecksPassed,
 	}
 	for _, kv := range cfg.Config.Env {
@@ -261,8 +246,88 @@ func (v *Verifier) verifyImage(ctx context.Context, repo name.Repository, raw *r
 			out.Preference = val
 		}
 	}
-	v.logger().Info("image verified", "repository", repo.RepositoryStr(), "digest", raw.Digest, "canonical", canonical, "format", info.Format, "virtualSize", info.VirtualSize, "streamed", pushed.streamed == convert.StreamCanonical)
+	v.logger().Info("image verified", "repository", repo.RepositoryStr(), "digest", raw.Digest, "canonical", canonical, "format", info.Format, "virtualSize", info.VirtualSize)
 	return out, nil
+}
+
+// layerOf returns what reading the layer desc finds: from the Store when
+// any process sharing it read the layer before, for any repository;
+// otherwise it is read now, by one process at a time.
+func (v *Verifier) layerOf(ctx context.Context, repo name.Repository, desc ocispec.Descriptor, opts convert.OpenOptions) (*layerRecord, error) {
+	if v.Store == nil {
+		return v.readLayerRecord(ctx, repo, desc, opts)
+	}
+	key := layerKey(desc, opts, v.Version)
+	if rec, ok := v.Store.layer(key); ok {
+		return rec, nil
+	}
+	unlock, err := v.Store.lockLayer(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if rec, ok := v.Store.layer(key); ok {
+		return rec, nil // read meanwhile by the process that held the lock
+	}
+	rec, err := v.readLayerRecord(ctx, repo, desc, opts)
+	if err != nil {
+		return nil, err
+	}
+	rec.Key = key
+	if err := v.Store.putLayer(rec); err != nil {
+		v.logger().Warn("the layer's outcome is not kept; it will be read again", "digest", desc.Digest, "error", err)
+	}
+	return rec, nil
+}
+
+// readLayerRecord reads the layer desc of repo in full and verifies its
+// disk: its outcome is a rejection, or the tar's digest, the disk's
+// format and size, and the canonical layer, pushed into repo unless it is
+// the pushed one.
+func (v *Verifier) readLayerRecord(ctx context.Context, repo name.Repository, desc ocispec.Descriptor, opts convert.OpenOptions) (*layerRecord, error) {
+	rec, err := v.readLayerOutcome(ctx, repo, desc, opts)
+	if re := reject.As(err); re != nil {
+		return &layerRecord{Rejection: &api.Rejection{Code: string(re.Reason), Message: re.Detail}}, nil
+	}
+	return rec, err
+}
+
+func (v *Verifier) readLayerOutcome(ctx context.Context, repo name.Repository, desc ocispec.Descriptor, opts convert.OpenOptions) (*layerRecord, error) {
+	comp, err := containerdisk.CompressionOf(desc.MediaType)
+	if err != nil {
+		return nil, err
+	}
+	pushed, spool, err := v.readLayer(ctx, repo, desc.Digest.String(), desc, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer spool.Discard()
+	// A disk the stream check found canonical is its own canonical layer;
+	// any other is verified in the spool.
+	rec := &layerRecord{TarDigest: pushed.diffID, Repository: repo.RepositoryStr(),
+		Canonical: ocispec.Descriptor{MediaType: comp.MediaType(), Digest: desc.Digest, Size: desc.Size},
+		DiffID:    pushed.framedDiffID, DiskSize: pushed.size}
+	info := pushed.info
+	if pushed.streamed != convert.StreamCanonical {
+		img, err := convert.Open(spool.File, pushed.size, opts)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := img.Verify(ctx); err != nil {
+			return nil, err
+		}
+		info = img.Info()
+		disk, err := containerdisk.NewDisk(img, containerdisk.Options{DiskFormat: info.Format, Compression: comp, Logger: v.Logger})
+		if err != nil {
+			return nil, err
+		}
+		if rec.Canonical, rec.DiffID, rec.DiskSize, err = v.canonicalLayer(ctx, repo, disk, spool.File, desc, pushed); err != nil {
+			return nil, err
+		}
+	}
+	rec.Format, rec.VirtualSize = info.Format, info.VirtualSize
+	v.logger().Info("layer read", "repository", repo.RepositoryStr(), "layer", desc.Digest, "canonicalLayer", rec.Canonical.Digest, "streamed", pushed.streamed == convert.StreamCanonical)
+	return rec, nil
 }
 
 func cutEnv(kv, key string) (string, bool) {

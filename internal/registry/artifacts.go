@@ -85,6 +85,26 @@ func (c *Client) PushLayer(ctx context.Context, repo name.Repository, disk Disk)
 	return layer, err
 }
 
+// MountBlob makes the blob dgst of repository from exist in to: mounted
+// across repositories where the registry allows it, else streamed from
+// one to the other as stored, compressed, through this client. It does
+// nothing when to has the blob already.
+func (c *Client) MountBlob(ctx context.Context, from, to name.Repository, dgst string) error {
+	ropts, err := c.sessionOptions(ctx, from.Registry)
+	if err != nil {
+		return err
+	}
+	src, err := remote.Layer(from.Digest(dgst), ropts...)
+	if err != nil {
+		return fmt.Errorf("fetching blob %s: %w", dgst, err)
+	}
+	layer := &remote.MountableLayer{Layer: src, Reference: from.Digest(dgst)}
+	if err := remote.WriteLayer(to, layer, ropts...); err != nil {
+		return fmt.Errorf("mounting blob %s from %s into %s: %w", dgst, from.RepositoryStr(), to.RepositoryStr(), err)
+	}
+	return nil
+}
+
 // PushBlob uploads a small blob (a config, a bundle) unless repo has it.
 func (c *Client) PushBlob(ctx context.Context, repo name.Repository, mediaType string, b []byte) (ocispec.Descriptor, error) {
 	return c.pushSmallBlob(ctx, repo, mediaType, b)

@@ -1,0 +1,127 @@
+package gate
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/imagepipe/imagepipe/pkg/api"
+)
+
+func digestOf(b []byte) string { return digest.FromBytes(b).String() }
+
+func (b *blobCounter) total() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, c := range b.reads {
+		n += c
+	}
+	return n
+}
+
+// hideVerdicts empties subject's referrers tag, as a tenant with push
+// access may (88 bytes): the registry then lists no verdict.
+func hideVerdicts(t *testing.T, e *env, subject name.Digest) {
+	t.Helper()
+	tag := subject.Context().Tag(strings.Replace(subject.DigestStr(), ":", "-", 1))
+	empty := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}`)
+	if err := e.reg.PutManifest(t.Context(), tag, empty, types.OCIImageIndex); err != nil {
+		t.Fatal(err)
+	}
+	if refs, err := e.reg.Referrers(t.Context(), subject, ""); err != nil || len(refs) != 0 {
+		t.Fatalf("after emptying the referrers tag, referrers of %s: %v, %v", subject, refs, err)
+	}
+}
+
+// TestEachLayerIsReadOnce: manifests in two tenants' repositories that
+// name one layer (a foreign image, whose canonical layer the gate writes;
+// and a hostile one, refused) cost one read of that layer, and every
+// manifest still gets its own verdict, with the canonical image in its
+// own repository.
+func TestEachLayerIsReadOnce(t *testing.T) {
+	e := newEnv(t)
+	signer := newSigner(t)
+	s, counter := e.service(t, signer)
+	store := &Store{Dir: t.TempDir()}
+	s.Store, s.Verifier.Store = store, store
+
+	foreign := craftImage(t, rawDisk(t, 4<<20, 9))
+	hostile := craftImage(t, amplifier())
+	for _, c := range []struct {
+		img  *crafted
+		want string
+	}{{foreign, api.VerdictAccepted}, {hostile, api.VerdictRejected}} {
+		var canonical []string
+		for i, repo := range []string{"acme/a", "acme/b", "globex/c"} {
+			// Each manifest differs (an annotation), the layer does not.
+			c.img.annotations = map[string]string{"org.opencontainers.image.title": repo}
+			d := c.img.push(t, e, repo)
+			v, err := s.Handle(t.Context(), mustDigest(t, e.host+"/"+repo+"@"+d))
+			if err != nil || v.Verdict != c.want {
+				t.Fatalf("%s #%d: %+v, %v; want %s", repo, i, v, err, c.want)
+			}
+			for _, im := range v.Images {
+				canonical = append(canonical, im.Canonical)
+				if _, err := e.reg.FetchManifest(t.Context(), mustDigest(t, e.host+"/"+repo+"@"+im.Canonical)); err != nil {
+					t.Errorf("%s: the canonical image %s is not in the repository: %v", repo, im.Canonical, err)
+				}
+			}
+		}
+		layer := digestOf(c.img.layer)
+		if n := counter.reads[layer]; n != 1 {
+			t.Errorf("the layer %s named by three manifests was read %d times, want once", layer, n)
+		}
+	}
+}
+
+// TestAHiddenVerdictIsPublishedAgainNotComputedAgain: a tenant that
+// deletes the gate's verdict from the registry (its referrers tag) gets it
+// back, signed, without the gate reading the image again.
+func TestAHiddenVerdictIsPublishedAgainNotComputedAgain(t *testing.T) {
+	e := newEnv(t)
+	signer := newSigner(t)
+	s, counter := e.service(t, signer)
+	s.Store = &Store{Dir: t.TempDir()} // the verdicts only: the layer is read again if asked
+	d := craftImage(t, rawDisk(t, 2<<20, 10)).push(t, e, "acme/hide")
+	subject := mustDigest(t, e.host+"/acme/hide@"+d)
+	if _, err := s.Handle(t.Context(), subject); err != nil {
+		t.Fatal(err)
+	}
+	reads := counter.total()
+	s.memory.Forget(subject.String())
+	hideVerdicts(t, e, subject)
+	v, err := s.Handle(t.Context(), subject)
+	if err != nil || v.Verdict != api.VerdictAccepted {
+		t.Fatalf("after hiding: %+v, %v", v, err)
+	}
+	if n := counter.total(); n != reads {
+		t.Errorf("the hidden verdict cost %d blob reads, want none", n-reads)
+	}
+	if _, _, err := s.given(t.Context(), subject); err != nil {
+		t.Errorf("the verdict is not in the registry again: %v", err)
+	}
+}
+
+// TestStoreKeepsAtMostMaxRecords: past its bound the oldest records go.
+func TestStoreKeepsAtMostMaxRecords(t *testing.T) {
+	s := &Store{Dir: t.TempDir(), MaxRecords: 10}
+	for i := range 25 {
+		if err := s.PutVerdict(mustDigest(t, "registry.example.com/acme/x@"+digestOf([]byte{byte(i)})), &api.Verdict{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Prune()
+	entries, err := os.ReadDir(filepath.Join(s.Dir, "verdicts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 10 {
+		t.Errorf("%d records kept, want 10", len(entries))
+	}
+}
