@@ -26,6 +26,7 @@ import (
 // parent signs. Standard input ending without a subject ends it quietly.
 func verifyOneCmd(o *options) *cobra.Command {
 	var tempDir string
+	var maxSpool int64
 	cmd := &cobra.Command{
 		Use:    "verify-one",
 		Short:  "Verify one pushed digest, read from standard input, and print the verdict (run by image-gate for each verification)",
@@ -54,16 +55,22 @@ func verifyOneCmd(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v := &gate.Verifier{Registry: rc, TempDir: tempDir, MaxVirtualSize: o.maxVirtualSize, Engine: engine, Version: version.Get().Version, Logger: log, Store: o.store()}
+			v := &gate.Verifier{Registry: rc, TempDir: tempDir, MaxVirtualSize: o.maxVirtualSize, MaxSpool: maxSpool, Engine: engine, Version: version.Get().Version, Logger: log, Store: o.store()}
 			verdict, err := v.Verify(cmd.Context(), subject)
 			if err != nil {
 				return err
 			}
-			return json.NewEncoder(cmd.OutOrStdout()).Encode(verdict)
+			// The verdict, then what it cost, for the tenant's budget.
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			if err := enc.Encode(verdict); err != nil {
+				return err
+			}
+			return enc.Encode(v.Spent())
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&tempDir, "verify-temp-dir", "", "folder for the disk being verified")
+	f.Int64Var(&maxSpool, "verify-max-spool", 0, "data this verification may spool, in bytes (0: no bound)")
 	return cmd
 }
 
@@ -71,9 +78,11 @@ func verifyOneCmd(o *options) *cobra.Command {
 const maxSubjectLine = 4096
 
 // childArgs are the arguments of verify-one that carry the parent's
-// settings (gate.Child adds the folder).
-func (o *options) childArgs() []string {
+// settings, with maxSpool the data one verification may spool (gate.Child
+// adds the folder).
+func (o *options) childArgs(maxSpool int64) []string {
 	args := []string{"verify-one",
+		"--verify-max-spool", strconv.FormatInt(maxSpool, 10),
 		"--registry", o.registry,
 		"--max-virtual-size", strconv.FormatInt(o.maxVirtualSize, 10),
 		"--state-dir", o.store().Dir,

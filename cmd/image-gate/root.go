@@ -30,6 +30,11 @@ type options struct {
 	digestResyncInterval time.Duration
 	workers              int
 	perTenant            int
+	reserve              int
+	verifyCPULimit       time.Duration
+	verifyTimeout        time.Duration
+	maxSpool             int64
+	budget               gate.Budget
 	tempDir              string
 	stateDir             string
 	maxVirtualSize       int64
@@ -99,6 +104,14 @@ again when a signature is pushed for it.`,
 	f.DurationVar(&o.digestResyncInterval, "digest-resync-interval", time.Hour, "how often polling also re-resolves the digest of every known tag")
 	f.IntVar(&o.workers, "workers", gate.DefaultWorkers, "verifications at once")
 	f.IntVar(&o.perTenant, "per-tenant", gate.DefaultPerTenant, "verifications of one tenant at once")
+	f.IntVar(&o.reserve, "reserve", 0, "verifications beyond --workers that may run for tenants with none running, so that a tenant's image does not wait for others' long verifications (default: half of --workers)")
+	f.DurationVar(&o.verifyCPULimit, "verify-cpu-limit", time.Hour, "CPU time one verification may use; past it the image is refused (verification-limit). 0: no limit")
+	f.DurationVar(&o.verifyTimeout, "verify-timeout", 3*time.Hour, "time one verification may take; past it three times in a row the image is refused (verification-limit). 0: no limit")
+	f.Int64Var(&o.maxSpool, "max-spool", 0, "bytes of disk data all verifications at once may spool in --temp-dir, shared equally between them; past its share an image is refused (verification-limit) (default: 90% of --temp-dir's free space at start)")
+	f.DurationVar(&o.budget.Window, "tenant-budget-window", gate.DefaultBudgetWindow, "window of the tenants' budgets: past a budget within it, a tenant's next verification waits")
+	f.DurationVar(&o.budget.CPU, "tenant-budget-cpu", gate.DefaultBudgetCPU, "CPU time one tenant's verifications may use per --tenant-budget-window (0: no bound)")
+	f.Int64Var(&o.budget.Decompressed, "tenant-budget-decompressed", gate.DefaultBudgetDecompressed, "bytes one tenant's verifications may decompress per --tenant-budget-window (0: no bound)")
+	f.Int64Var(&o.budget.Spooled, "tenant-budget-spooled", gate.DefaultBudgetSpooled, "bytes one tenant's verifications may spool per --tenant-budget-window (0: no bound)")
 	f.StringVar(&o.tempDir, "temp-dir", "", "folder for the disks being verified (sparse files; at most one disk's size per verification, none for imagectl's qcow2 disks; default: $TMPDIR)")
 	f.StringVar(&o.stateDir, "state-dir", "", "folder of the gate's own record of the layers it read and the verdicts it gave, so that no layer is read twice and a verdict hidden in the registry is published again, not computed again; keep it on a volume that outlives restarts (default: image-gate-store in --temp-dir)")
 	f.Int64Var(&o.maxVirtualSize, "max-virtual-size", gate.DefaultMaxVirtualSize, "largest guest disk accepted, in bytes")
@@ -142,6 +155,12 @@ func (o *options) validate() error {
 	}
 	if o.digestResyncInterval < o.pollInterval {
 		errs = append(errs, fmt.Errorf("--digest-resync-interval %s is below --poll-interval %s", o.digestResyncInterval, o.pollInterval))
+	}
+	if o.reserve < 0 || o.maxSpool < 0 || o.verifyCPULimit < 0 || o.verifyTimeout < 0 {
+		errs = append(errs, errors.New("--reserve, --max-spool, --verify-cpu-limit and --verify-timeout: want 0 or more"))
+	}
+	if o.budget.Window < time.Minute {
+		errs = append(errs, fmt.Errorf("--tenant-budget-window %s: want at least a minute", o.budget.Window))
 	}
 	if o.workers < 1 || o.perTenant < 1 {
 		errs = append(errs, fmt.Errorf("--workers %d and --per-tenant %d: want at least 1", o.workers, o.perTenant))

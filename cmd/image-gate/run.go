@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -83,18 +84,25 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 	store := o.store()
 	store.Prune()
 	svc := &gate.Service{
-		Verifier:     &gate.Verifier{Registry: rc, TempDir: o.tempDir, MaxVirtualSize: o.maxVirtualSize, Engine: engine, Version: build.Version, Logger: log, Store: store},
 		Store:        store,
-		Isolated:     &gate.Child{Path: exe, Args: o.childArgs(), TempDir: o.tempDir, MemoryLimit: o.verifyMemoryLimit, Stderr: stderr},
 		Registry:     rc,
 		RegistryName: reg,
 		Signer:       signer,
 		Trust:        trust,
 		Workers:      o.workers,
 		PerTenant:    o.perTenant,
+		Reserve:      o.reserve,
+		Budget:       o.budget,
 		Metrics:      metrics,
 		Logger:       log,
 	}
+	spool, err := o.spoolPerVerification(svc.MaxRunning())
+	if err != nil {
+		return err
+	}
+	svc.Verifier = &gate.Verifier{Registry: rc, TempDir: o.tempDir, MaxVirtualSize: o.maxVirtualSize, MaxSpool: spool, Engine: engine, Version: build.Version, Logger: log, Store: store}
+	svc.Isolated = &gate.Child{Path: exe, Args: o.childArgs(spool), TempDir: o.tempDir, MemoryLimit: o.verifyMemoryLimit,
+		CPULimit: o.verifyCPULimit, Timeout: o.verifyTimeout, Stderr: stderr}
 	if o.tenantKeysDir != "" {
 		if st, err := os.Stat(o.tenantKeysDir); err != nil || !st.IsDir() {
 			return fmt.Errorf("--tenant-keys-dir %s: not a folder (%v)", o.tenantKeysDir, err)
@@ -109,7 +117,8 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 		svc.Leases = leases
 	}
 	log.Info("image-gate starting", "version", build.Version, "commit", build.Commit, "registry", reg.RegistryStr(),
-		"keyID", signer.KeyID(), "tenantKeysDir", o.tenantKeysDir, "workers", o.workers, "perTenant", o.perTenant, "leaseNamespace", o.leaseNamespace)
+		"keyID", signer.KeyID(), "tenantKeysDir", o.tenantKeysDir, "workers", o.workers, "perTenant", o.perTenant, "maxRunning", svc.MaxRunning(),
+		"spoolPerVerification", spool, "stateDir", store.Dir, "leaseNamespace", o.leaseNamespace)
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return svc.Run(ctx) })
@@ -140,6 +149,25 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 		g.Go(func() error { return listen(ctx, o.healthListen, mux, o.shutdownTimeout, log) })
 	}
 	return g.Wait()
+}
+
+// spoolPerVerification is the data one of running verifications at once
+// may spool: an equal share of --max-spool, or of nine tenths of the temp
+// folder's free space, so that together they never fill it.
+func (o *options) spoolPerVerification(running int) (int64, error) {
+	total := o.maxSpool
+	if total == 0 {
+		dir := o.tempDir
+		if dir == "" {
+			dir = os.TempDir()
+		}
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil {
+			return 0, fmt.Errorf("reading the free space of %s for --max-spool: %w", dir, err)
+		}
+		total = int64(st.Bavail) * st.Bsize / 10 * 9
+	}
+	return max(total/int64(running), 1), nil
 }
 
 // loadKeys reads the signing key and the key ring of verdicts that count

@@ -22,6 +22,7 @@ type OutputFile struct {
 	path string
 	sync bool
 	off  int64 // Write's position
+	data int64 // bytes Write stored, holes not counted
 	used bool  // Write was called
 	done bool
 }
@@ -65,12 +66,17 @@ func (o *OutputFile) Write(p []byte) (int, error) {
 			if _, err := o.File.WriteAt(p[:end], o.off); err != nil {
 				return n - len(p), err
 			}
+			o.data += int64(end)
 		}
 		o.off += int64(end)
 		p = p[end:]
 	}
 	return n, nil
 }
+
+// Stored is how many bytes Write stored: the disk space the data takes,
+// the holes it left for zero blocks not counted.
+func (o *OutputFile) Stored() int64 { return o.data }
 
 // Finish sets the file's size to what Write wrote, which trailing holes
 // did not; call it before reading the file back.

@@ -51,6 +51,14 @@ type Child struct {
 	// StopGrace is how long a child may take to stop after SIGTERM when
 	// the context ends, before it is killed; 0 means 10 s.
 	StopGrace time.Duration
+	// CPULimit is the CPU time one verification may use before the
+	// kernel kills it and the image is refused (ErrCPULimit); 0 means no
+	// limit.
+	CPULimit time.Duration
+	// Timeout is the time one verification may take before it is stopped
+	// (ErrOverLimit: the image is refused after MaxOverLimit in a row); 0
+	// means no limit.
+	Timeout time.Duration
 
 	mu       sync.Mutex
 	spare    *childProcess
@@ -59,8 +67,14 @@ type Child struct {
 }
 
 // ErrOverLimit is matched by Verify's error when the child was stopped
-// for passing MemoryLimit.
-var ErrOverLimit = errors.New("over the verification's memory limit")
+// for passing MemoryLimit or Timeout: either may be the machine's doing
+// (memory or cores taken by others), so the image is refused only after
+// MaxOverLimit in a row.
+var ErrOverLimit = errors.New("over the verification's memory or time limit")
+
+// ErrCPULimit is matched by Verify's error when the child used CPULimit:
+// CPU time is the image's doing, so it is refused at once.
+var ErrCPULimit = errors.New("over the verification's CPU time limit")
 
 // maxChildVerdict bounds what a child may print: one verdict.
 const maxChildVerdict = 1 << 20
@@ -157,19 +171,34 @@ func (c *Child) Close() {
 	}
 }
 
-// Verify runs one child for subject and returns its verdict. A child that
-// fails is an error (the work is tried again later); the error names how
-// it ended and the last lines it logged.
-func (c *Child) Verify(ctx context.Context, subject name.Digest) (*api.Verdict, error) {
+// Verify runs one child for subject and returns its verdict and what it
+// spent. A child that fails is an error (the work is tried again later);
+// the error names how it ended and the last lines it logged.
+func (c *Child) Verify(ctx context.Context, subject name.Digest) (*api.Verdict, Cost, error) {
 	p, err := c.take()
 	if err != nil {
-		return nil, fmt.Errorf("starting the verification of %s: %w", subject, err)
+		return nil, Cost{}, fmt.Errorf("starting the verification of %s: %w", subject, err)
 	}
 	go c.refill()
+	pid := p.cmd.Process.Pid
+	if c.CPULimit > 0 {
+		if err := limitCPU(pid, c.CPULimit); err != nil {
+			_ = p.cmd.Process.Kill()
+			<-p.done
+			return nil, Cost{}, fmt.Errorf("limiting the CPU time of the verification of %s: %w", subject, err)
+		}
+	}
 
-	over := make(chan int64, 1)
+	over := make(chan string, 2)
 	stop := make(chan struct{})
 	go c.watch(p.cmd.Process, over, stop)
+	if c.Timeout > 0 {
+		t := time.AfterFunc(c.Timeout, func() {
+			over <- fmt.Sprintf("took more than %s", c.Timeout)
+			_ = p.cmd.Process.Kill()
+		})
+		defer t.Stop()
+	}
 	grace := c.StopGrace
 	if grace == 0 {
 		grace = 10 * time.Second
@@ -185,43 +214,58 @@ func (c *Child) Verify(ctx context.Context, subject name.Digest) (*api.Verdict, 
 	<-p.done
 	stopOnCancel()
 	close(stop)
+	cost := Cost{CPU: p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()}
 	select {
-	case rss := <-over:
-		return nil, fmt.Errorf("the verification of %s used %d MiB, over its limit of %d MiB, and was stopped: %w", subject, rss>>20, c.MemoryLimit>>20, ErrOverLimit)
+	case why := <-over:
+		return nil, cost, fmt.Errorf("the verification of %s %s and was stopped: %w", subject, why, ErrOverLimit)
 	default:
+	}
+	if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && c.CPULimit > 0 && ws.Signaled() && ws.Signal() == syscall.SIGKILL && cost.CPU >= c.CPULimit-time.Second {
+		return nil, cost, fmt.Errorf("the verification of %s used %s of CPU time, its limit: %w", subject, cost.CPU.Round(time.Second), ErrCPULimit)
 	}
 	if p.err != nil {
 		if ctx.Err() != nil {
-			return nil, context.Cause(ctx)
+			return nil, cost, context.Cause(ctx)
 		}
-		return nil, fmt.Errorf("the verification of %s ended without a verdict (%v): %s", subject, p.err, p.tail.lastLines(3))
+		return nil, cost, fmt.Errorf("the verification of %s ended without a verdict (%v): %s", subject, p.err, p.tail.lastLines(3))
 	}
+	dec := json.NewDecoder(&p.stdout)
 	var v api.Verdict
-	if err := json.Unmarshal(p.stdout.Bytes(), &v); err != nil {
-		return nil, fmt.Errorf("reading the verdict of the verification of %s: %w", subject, err)
+	if err := dec.Decode(&v); err != nil {
+		return nil, cost, fmt.Errorf("reading the verdict of the verification of %s: %w", subject, err)
+	}
+	var spent Cost
+	if err := dec.Decode(&spent); err == nil {
+		cost.Decompressed, cost.Spooled = spent.Decompressed, spent.Spooled
 	}
 	if v.Subject != subject.DigestStr() || v.Repository != subject.RepositoryStr() {
-		return nil, fmt.Errorf("the verification of %s answered about %s@%s", subject, v.Repository, v.Subject)
+		return nil, cost, fmt.Errorf("the verification of %s answered about %s@%s", subject, v.Repository, v.Subject)
 	}
-	return &v, nil
+	return &v, cost, nil
 }
 
-// watch kills p once its resident memory passes MemoryLimit, sending
-// the size seen on over, until stop is closed.
-func (c *Child) watch(p *os.Process, over chan<- int64, stop <-chan struct{}) {
-	if c.MemoryLimit <= 0 {
-		return
-	}
+// watch kills p once its resident memory passes MemoryLimit, saying why
+// on over, and lowers its priority as its CPU time grows (niceAfter),
+// until stop is closed.
+func (c *Child) watch(p *os.Process, over chan<- string, stop <-chan struct{}) {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
+	nice := 0
 	for {
 		select {
 		case <-stop:
 			return
 		case <-t.C:
 		}
+		if cpu, err := cpuTime(p.Pid); err == nil && niceAfter(cpu) != nice {
+			nice = niceAfter(cpu)
+			_ = renice(p.Pid, nice)
+		}
+		if c.MemoryLimit <= 0 {
+			continue
+		}
 		if rss, err := residentBytes(p.Pid); err == nil && rss > c.MemoryLimit {
-			over <- rss
+			over <- fmt.Sprintf("used %d MiB, over its limit of %d MiB,", rss>>20, c.MemoryLimit>>20)
 			_ = p.Kill()
 			return
 		}

@@ -4,23 +4,41 @@ import (
 	"bufio"
 	"encoding/json"
 	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 
+	"github.com/imagepipe/imagepipe/internal/containerdisk"
+	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // TestMain lets this test binary play a verification child when
 // PLAY_GATE_CHILD is set: it reads a subject from its standard input and
 // prints an accepted verdict on it; standard input ending first, it exits 3.
+// With PLAY_GATE_CHILD=spin it spins on the cores instead, in several
+// threads, until it is killed: a verification of a disk built to cost.
 func TestMain(m *testing.M) {
-	if os.Getenv("PLAY_GATE_CHILD") != "" {
+	if play := os.Getenv("PLAY_GATE_CHILD"); play != "" {
 		line, err := bufio.NewReader(os.Stdin).ReadString('\n')
 		if err != nil {
 			os.Exit(3)
+		}
+		if play == "spin" {
+			for range 3 {
+				go func() {
+					for n := 0; ; n++ {
+					}
+				}()
+			}
+			select {}
 		}
 		d, err := name.NewDigest(strings.TrimSpace(line))
 		if err != nil {
@@ -54,7 +72,7 @@ func TestChildKeepsASpareStarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		v, err := c.Verify(t.Context(), subject)
+		v, _, err := c.Verify(t.Context(), subject)
 		if err != nil || v.Subject != subject.DigestStr() {
 			t.Fatalf("verification %d: %+v, %v", i, v, err)
 		}
@@ -73,7 +91,7 @@ func TestChildKeepsASpareStarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-spare.done
-	if v, err := c.Verify(t.Context(), subject); err != nil || v.Verdict != api.VerdictAccepted {
+	if v, _, err := c.Verify(t.Context(), subject); err != nil || v.Verdict != api.VerdictAccepted {
 		t.Fatalf("after the spare died: %+v, %v", v, err)
 	}
 
@@ -92,5 +110,117 @@ func TestChildKeepsASpareStarted(t *testing.T) {
 	}
 	if c.Verify(t.Context(), subject); c.spare != nil {
 		t.Error("a verification after Close left a spare")
+	}
+}
+
+// TestACPUBoundVerificationIsRefusedAtItsLimit: a verification that
+// spins past its CPU limit is killed by the kernel and the image refused
+// at once (verification-limit), not retried; its CPU time is charged to
+// its tenant, whose next verification then waits.
+func TestACPUBoundVerificationIsRefusedAtItsLimit(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PLAY_GATE_CHILD", "spin")
+	e := newEnv(t)
+	signer := newSigner(t)
+	s, _ := e.service(t, signer)
+	s.Isolated = &Child{Path: exe, TempDir: t.TempDir(), CPULimit: time.Second}
+	s.Budget = Budget{Window: time.Hour, Cost: Cost{CPU: 500 * time.Millisecond}}
+	d := e.importDisk(t, "acme/spin", rawDisk(t, 1<<20, 11), containerdisk.Options{}, registry.ImportOptions{})
+	v, err := s.Handle(t.Context(), mustDigest(t, e.host+"/acme/spin@"+d))
+	if err != nil || v.Verdict != api.VerdictRejected || v.Reasons[0].Code != string(reject.VerificationLimit) {
+		t.Fatalf("%+v, %v; want refused for the verification limit", v, err)
+	}
+	if !strings.Contains(v.Reasons[0].Message, "CPU time") {
+		t.Errorf("the refusal does not say which limit: %s", v.Reasons[0].Message)
+	}
+	if w := s.spent.wait("acme"); w <= 0 {
+		t.Errorf("after a second of CPU on a budget of half a second, acme waits %s", w)
+	}
+	if w := s.spent.wait("globex"); w != 0 {
+		t.Errorf("another tenant waits %s", w)
+	}
+}
+
+// TestReniceLowersEveryThread: a long verification's priority is lowered
+// in each of its threads, not only its first (Linux keeps one per thread).
+func TestReniceLowersEveryThread(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), "PLAY_GATE_CHILD=spin")
+	cmd.Stdin = strings.NewReader("registry.example/acme/rhel@sha256:" + strings.Repeat("1", 64) + "\n")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	pid := cmd.Process.Pid
+	// The spinning threads start after the subject is read: wait for them.
+	for tasks(t, pid) < 4 {
+		runtime.Gosched()
+	}
+	if err := renice(pid, 15); err != nil {
+		t.Fatal(err)
+	}
+	taskDir := "/proc/" + strconv.Itoa(pid) + "/task"
+	entries, err := os.ReadDir(taskDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(taskDir + "/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if f[16] != "15" {
+			t.Errorf("thread %s has nice %s, want 15", e.Name(), f[16])
+		}
+	}
+	if cpu, err := cpuTime(pid); err != nil || cpu < 0 {
+		t.Errorf("CPU time of the child: %s, %v", cpu, err)
+	}
+	prev := 0
+	for _, cpu := range []time.Duration{0, time.Second, 3 * time.Second, time.Minute, time.Hour} {
+		if n := niceAfter(cpu); n < prev || n > 19 {
+			t.Errorf("niceAfter(%s) = %d after %d: priorities only fall, within nice's range", cpu, n, prev)
+		} else {
+			prev = n
+		}
+	}
+	if niceAfter(0) != 0 || niceAfter(time.Hour) != 19 {
+		t.Error("a new verification must run at full priority, a long one at the lowest")
+	}
+}
+
+func tasks(t *testing.T, pid int) int {
+	entries, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(entries)
+}
+
+// TestTheSpoolBoundRefusesADiskWithTooMuchData: a disk whose data passes
+// the spool bound of one verification is refused, not written on until
+// the disk is full.
+func TestTheSpoolBoundRefusesADiskWithTooMuchData(t *testing.T) {
+	e := newEnv(t)
+	e.v.MaxSpool = 64 << 10 // the disk holds 192 KiB of data
+	d := craftImage(t, rawDisk(t, 4<<20, 12)).push(t, e, "acme/fat")
+	v := e.verify(t, "acme/fat", d)
+	if v.Verdict != api.VerdictRejected || v.Reasons[0].Code != string(reject.VerificationLimit) {
+		t.Fatalf("%+v; want refused for the verification limit", v)
+	}
+	if spent := e.v.Spent(); spent.Spooled > 1<<20 {
+		t.Errorf("spooled %d bytes before refusing, for a bound of %d", spent.Spooled, e.v.MaxSpool)
+	}
+	e.v.MaxSpool = 0
+	if v := e.verify(t, "acme/fat", d); v.Verdict != api.VerdictAccepted {
+		t.Errorf("without a bound: %+v", v)
 	}
 }

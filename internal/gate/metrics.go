@@ -15,6 +15,8 @@ type Metrics struct {
 	seconds  prometheus.Histogram
 	failures prometheus.Counter
 	waiting  prometheus.Gauge
+	cpu      *prometheus.CounterVec
+	bytes    *prometheus.CounterVec
 }
 
 // NewMetrics registers the gate's metrics with reg.
@@ -33,8 +35,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "imagepipe_gate_queue_depth", Help: "Images waiting for a verdict.",
 		}),
+		cpu: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "imagepipe_gate_tenant_cpu_seconds_total", Help: "CPU time of verifications, by tenant: what tenant budgets bound.",
+		}, []string{"tenant"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "imagepipe_gate_tenant_bytes_total", Help: "Bytes verifications decompressed and spooled, by tenant and what.",
+		}, []string{"tenant", "what"}),
 	}
-	for _, c := range []prometheus.Collector{m.verdicts, m.seconds, m.failures, m.waiting} {
+	for _, c := range []prometheus.Collector{m.verdicts, m.seconds, m.failures, m.waiting, m.cpu, m.bytes} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -64,4 +72,13 @@ func (m *Metrics) queued(n int) {
 	if m != nil {
 		m.waiting.Set(float64(n))
 	}
+}
+
+func (m *Metrics) spent(tenant string, c Cost) {
+	if m == nil {
+		return
+	}
+	m.cpu.WithLabelValues(tenant).Add(c.CPU.Seconds())
+	m.bytes.WithLabelValues(tenant, "decompressed").Add(float64(c.Decompressed))
+	m.bytes.WithLabelValues(tenant, "spooled").Add(float64(c.Spooled))
 }

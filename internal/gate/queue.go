@@ -26,14 +26,24 @@ func (w work) key() string {
 }
 
 // fairQueue hands out work tenant by tenant in turn, at most perTenant of
-// one tenant at once, so that a tenant pushing a thousand images delays
-// another's by at most one verification per worker. Work for an image
-// that is in progress waits until it is done, then runs with the newest
-// event; failed work comes back after a backoff.
+// one tenant at once and at most workers in all, so that a tenant pushing
+// a thousand images delays another's by at most one verification per
+// worker. Beyond workers, up to reserve more go to tenants that have
+// nothing running: a tenant's first image does not wait for others' long
+// verifications to end (the kernel then shares the cores, see niceAfter).
+// A tenant whose hold is not zero (over its budget) waits that long. Work
+// for an image that is in progress waits until it is done, then runs with
+// the newest event; failed work comes back after a backoff.
 type fairQueue struct {
 	mu        sync.Mutex
 	cond      *sync.Cond
 	perTenant int
+	workers   int
+	reserve   int
+	hold      func(tenant string) time.Duration
+	wakeUp    *time.Timer // ends the wait for the first hold to end, at wakeAt
+	wakeAt    time.Time
+	runs      int                    // work in progress, in all
 	tenants   []string               // tenants with pending work, in turn order
 	pending   map[string][]string    // tenant → keys in arrival order
 	items     map[string]work        // key → newest work not yet started
@@ -44,8 +54,13 @@ type fairQueue struct {
 	closed    bool
 }
 
-func newFairQueue(perTenant int) *fairQueue {
+// newFairQueue hands out work as fairQueue says; hold nil holds no one.
+func newFairQueue(workers, reserve, perTenant int, hold func(string) time.Duration) *fairQueue {
+	if hold == nil {
+		hold = func(string) time.Duration { return 0 }
+	}
 	q := &fairQueue{
+		workers: workers, reserve: reserve, hold: hold,
 		perTenant: perTenant, pending: map[string][]string{}, items: map[string]work{},
 		running: map[string]work{}, active: map[string]int{}, failures: map[string]int{},
 		timers: map[string]*time.Timer{},
@@ -97,8 +112,18 @@ func (q *fairQueue) next() (w work, done func(error), ok bool) {
 		if q.closed {
 			return work{}, nil, false
 		}
+		var held time.Duration
 		for i, tenant := range q.tenants {
 			if q.active[tenant] >= q.perTenant {
+				continue
+			}
+			if q.runs >= q.workers && (q.active[tenant] > 0 || q.runs >= q.workers+q.reserve) {
+				continue
+			}
+			if d := q.hold(tenant); d > 0 {
+				if held == 0 || d < held {
+					held = d
+				}
 				continue
 			}
 			keys := q.pending[tenant]
@@ -115,7 +140,20 @@ func (q *fairQueue) next() (w work, done func(error), ok bool) {
 			delete(q.items, k)
 			q.running[k] = w
 			q.active[tenant]++
+			q.runs++
 			return w, func(err error) { q.finish(tenant, k, err) }, true
+		}
+		if at := time.Now().Add(held); held > 0 && (q.wakeUp == nil || at.Before(q.wakeAt)) {
+			if q.wakeUp != nil {
+				q.wakeUp.Stop()
+			}
+			q.wakeAt = at
+			q.wakeUp = time.AfterFunc(held, func() {
+				q.mu.Lock()
+				defer q.mu.Unlock()
+				q.wakeUp = nil
+				q.cond.Broadcast()
+			})
 		}
 		q.cond.Wait()
 	}
@@ -128,6 +166,7 @@ func (q *fairQueue) finish(tenant, k string, err error) {
 	defer q.mu.Unlock()
 	failed := q.running[k]
 	delete(q.running, k)
+	q.runs--
 	q.active[tenant]--
 	if q.active[tenant] == 0 {
 		delete(q.active, tenant)
@@ -168,6 +207,9 @@ func (q *fairQueue) shutdown() {
 	q.closed = true
 	for _, t := range q.timers {
 		t.Stop()
+	}
+	if q.wakeUp != nil {
+		q.wakeUp.Stop()
 	}
 	q.cond.Broadcast()
 }

@@ -3,14 +3,16 @@ package gate
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 )
 
 // TestFairQueueTakesTenantsInTurn: a tenant with a thousand images waiting
 // delays another tenant's one image by at most one hand-out, and never
 // has more than perTenant running.
 func TestFairQueueTakesTenantsInTurn(t *testing.T) {
-	q := newFairQueue(1)
+	q := newFairQueue(8, 0, 1, nil)
 	for i := range 1000 {
 		q.add("flood", work{repo: "flood/img", tag: fmt.Sprint(i)})
 	}
@@ -38,7 +40,7 @@ func TestFairQueueTakesTenantsInTurn(t *testing.T) {
 // TestFairQueueKeepsNewestWork: work for an image in progress is not
 // lost; it runs once the current run ends, with the newest digest.
 func TestFairQueueKeepsNewestWork(t *testing.T) {
-	q := newFairQueue(2)
+	q := newFairQueue(8, 0, 2, nil)
 	q.add("acme", work{repo: "acme/rhel", tag: "10", digest: "sha256:1"})
 	w, done, _ := q.next()
 	q.add("acme", work{repo: "acme/rhel", tag: "10", digest: "sha256:2"})
@@ -50,5 +52,109 @@ func TestFairQueueKeepsNewestWork(t *testing.T) {
 	w, _, _ = q.next()
 	if w.digest != "sha256:3" {
 		t.Errorf("after the run: %+v; want the newest digest", w)
+	}
+}
+
+// TestANewTenantDoesNotWaitForLongVerifications: with every worker taken
+// by two tenants' long verifications, a third tenant's image starts at
+// once, in a reserve slot; a fourth waits once the reserve is taken too,
+// and so does more work of a tenant already running.
+func TestANewTenantDoesNotWaitForLongVerifications(t *testing.T) {
+	q := newFairQueue(4, 1, 2, nil)
+	for _, tenant := range []string{"big1", "big2"} {
+		for i := range 3 {
+			q.add(tenant, work{repo: tenant + "/huge", tag: fmt.Sprint(i)})
+		}
+	}
+	var dones []func(error)
+	for range 4 {
+		w, done, _ := q.next()
+		if w.repo == "" {
+			t.Fatal("no work")
+		}
+		dones = append(dones, done)
+	}
+	q.add("small", work{repo: "small/img", tag: "v1"})
+	q.add("later", work{repo: "later/img", tag: "v1"})
+	if w, _, _ := q.next(); w.repo != "small/img" {
+		t.Fatalf("with the workers busy, handed out %s; want the small tenant's image", w.key())
+	}
+	got := make(chan work, 1)
+	go func() { w, _, _ := q.next(); got <- w }()
+	select {
+	case w := <-got:
+		t.Fatalf("handed out %s with workers and reserve taken", w.key())
+	default:
+	}
+	dones[0](nil)
+	if w := <-got; w.repo != "later/img" {
+		t.Errorf("once a worker is free: %s; want the tenant waiting longest", w.key())
+	}
+}
+
+// TestAHeldTenantWaitsAndTheOthersDoNot: a tenant over its budget gets
+// nothing until its hold ends; the others go on meanwhile.
+func TestAHeldTenantWaitsAndTheOthersDoNot(t *testing.T) {
+	var mu sync.Mutex
+	holds := map[string]time.Duration{"spender": time.Hour}
+	q := newFairQueue(4, 0, 2, func(tenant string) time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		return holds[tenant]
+	})
+	q.add("spender", work{repo: "spender/a", tag: "1"})
+	q.add("thrifty", work{repo: "thrifty/a", tag: "1"})
+	if w, _, _ := q.next(); w.repo != "thrifty/a" {
+		t.Fatalf("handed out %s; want the tenant under budget", w.key())
+	}
+	got := make(chan work, 1)
+	go func() { w, _, _ := q.next(); got <- w }()
+	select {
+	case w := <-got:
+		t.Fatalf("handed out %s of a held tenant", w.key())
+	default:
+	}
+	mu.Lock()
+	holds["spender"] = 10 * time.Millisecond // its spending leaves the window
+	mu.Unlock()
+	q.add("thrifty", work{repo: "thrifty/b", tag: "1"}) // wakes the waiter to look again
+	if w := <-got; w.repo != "thrifty/b" {
+		t.Fatalf("handed out %s; want thrifty/b", w.key())
+	}
+	mu.Lock()
+	holds["spender"] = 0
+	mu.Unlock()
+	if w, _, _ := q.next(); w.repo != "spender/a" {
+		t.Errorf("after the hold: %s", w.key())
+	}
+}
+
+// TestLedgerHoldsATenantUntilItsSpendingLeavesTheWindow: under budget, no
+// wait; over it, the wait is until enough of the oldest spending is out of
+// the window; other tenants are not held.
+func TestLedgerHoldsATenantUntilItsSpendingLeavesTheWindow(t *testing.T) {
+	now := time.Unix(1000, 0)
+	l := &ledger{budget: Budget{Window: time.Hour, Cost: Cost{CPU: 10 * time.Minute, Decompressed: 1 << 40}}, now: func() time.Time { return now }}
+	l.charge("acme", Cost{CPU: 4 * time.Minute})
+	now = now.Add(10 * time.Minute)
+	l.charge("acme", Cost{CPU: 4 * time.Minute})
+	if d := l.wait("acme"); d != 0 {
+		t.Errorf("8 of 10 CPU-minutes spent: wait %s, want none", d)
+	}
+	now = now.Add(10 * time.Minute)
+	l.charge("acme", Cost{CPU: 3 * time.Minute, Decompressed: 1})
+	if d := l.wait("acme"); d != 40*time.Minute {
+		t.Errorf("11 of 10 CPU-minutes spent: wait %s, want 40m (the first spending leaves the window)", d)
+	}
+	if d := l.wait("globex"); d != 0 {
+		t.Errorf("another tenant waits %s", d)
+	}
+	now = now.Add(40 * time.Minute)
+	if d := l.wait("acme"); d != 0 {
+		t.Errorf("after the window: wait %s", d)
+	}
+	l.charge("globex", Cost{Decompressed: 2 << 40})
+	if d := l.wait("globex"); d != time.Hour {
+		t.Errorf("over the decompressed bound: wait %s, want an hour", d)
 	}
 }

@@ -81,13 +81,19 @@ type Service struct {
 	// the layers' outcomes.
 	Store *Store
 	// Workers and PerTenant bound verifications at once, in all and per
-	// tenant; 0 means DefaultWorkers and DefaultPerTenant.
-	Workers, PerTenant int
-	Metrics            *Metrics
-	Logger             *slog.Logger
+	// tenant; 0 means DefaultWorkers and DefaultPerTenant. Reserve more
+	// may run for tenants that have none running; 0 means half of
+	// Workers, rounded up.
+	Workers, PerTenant, Reserve int
+	// Budget bounds what one tenant's verifications spend in a window
+	// (see Budget); the zero value means DefaultBudget.
+	Budget  Budget
+	Metrics *Metrics
+	Logger  *slog.Logger
 
 	once      sync.Once
 	queue     *fairQueue
+	spent     *ledger
 	awaiting  awaitingSet
 	overLimit limitCounts
 	// memory holds final verdicts given or found lately, so that the
@@ -105,7 +111,12 @@ func (s *Service) init() {
 		if per <= 0 {
 			per = DefaultPerTenant
 		}
-		s.queue = newFairQueue(per)
+		budget := s.Budget
+		if budget == (Budget{}) {
+			budget = DefaultBudget
+		}
+		s.spent = &ledger{budget: budget, now: time.Now}
+		s.queue = newFairQueue(s.workers(), s.reserve(), per, s.spent.wait)
 		if s.Logger == nil {
 			s.Logger = slog.New(slog.DiscardHandler)
 		}
@@ -138,6 +149,24 @@ func (s *Service) Add(events []intake.Event) {
 	s.Metrics.queued(s.queue.len())
 }
 
+func (s *Service) workers() int {
+	if s.Workers > 0 {
+		return s.Workers
+	}
+	return DefaultWorkers
+}
+
+// MaxRunning is how many verifications may run at once: Workers, and
+// Reserve more for tenants with none running.
+func (s *Service) MaxRunning() int { return s.workers() + s.reserve() }
+
+func (s *Service) reserve() int {
+	if s.Reserve > 0 {
+		return s.Reserve
+	}
+	return (s.workers() + 1) / 2
+}
+
 // Queued is how many events wait for a worker.
 func (s *Service) Queued() int {
 	s.init()
@@ -159,10 +188,7 @@ func (s *Service) Recheck() {
 // Run verifies queued work until ctx ends.
 func (s *Service) Run(ctx context.Context) error {
 	s.init()
-	n := s.Workers
-	if n <= 0 {
-		n = DefaultWorkers
-	}
+	n := s.workers() + s.reserve()
 	stop := context.AfterFunc(ctx, s.queue.shutdown)
 	defer stop()
 	if s.Isolated != nil {
@@ -348,9 +374,12 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 		v = s.Verifier.refusal(subject, *refusal)
 	default:
 		v, err = s.verify(ctx, subject)
-		if errors.Is(err, ErrOverLimit) && s.overLimit.count(subject) >= MaxOverLimit {
+		switch {
+		case errors.Is(err, ErrCPULimit):
+			v, err = s.Verifier.refusal(subject, api.Rejection{Code: string(reject.VerificationLimit), Message: err.Error()}), nil
+		case errors.Is(err, ErrOverLimit) && s.overLimit.count(subject) >= MaxOverLimit:
 			v, err = s.Verifier.refusal(subject, api.Rejection{Code: string(reject.VerificationLimit),
-				Message: fmt.Sprintf("%d verifications in a row went past the memory limit: %v", MaxOverLimit, err)}), nil
+				Message: fmt.Sprintf("%d verifications in a row went past the memory or time limit: %v", MaxOverLimit, err)}), nil
 		}
 		if err != nil {
 			s.Metrics.failed()
@@ -393,12 +422,17 @@ func (s *Service) publish(ctx context.Context, subject name.Digest, raw *registr
 	return v, nil
 }
 
-// verify reads subject in full, in a child process when Isolated is set.
+// verify reads subject in full, in a child process when Isolated is set,
+// and charges what it spent to its tenant.
 func (s *Service) verify(ctx context.Context, subject name.Digest) (*api.Verdict, error) {
-	if s.Isolated != nil {
-		return s.Isolated.Verify(ctx, subject)
+	if s.Isolated == nil {
+		return s.Verifier.Verify(ctx, subject)
 	}
-	return s.Verifier.Verify(ctx, subject)
+	v, cost, err := s.Isolated.Verify(ctx, subject)
+	tenant, _, _ := strings.Cut(subject.RepositoryStr(), "/")
+	s.spent.charge(tenant, cost)
+	s.Metrics.spent(tenant, cost)
+	return v, err
 }
 
 // given finds the verdict subject already has. done is true when it

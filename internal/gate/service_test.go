@@ -64,8 +64,7 @@ func trusting(t *testing.T, signers ...*attest.Signer) *trust.Verifier {
 func (e *env) service(t *testing.T, signer *attest.Signer) (*Service, *blobCounter) {
 	t.Helper()
 	counter := &blobCounter{Client: e.reg, reads: map[string]int{}}
-	v := *e.v
-	v.Registry = counter
+	v := Verifier{Registry: counter, TempDir: e.v.TempDir, Engine: e.v.Engine, Version: e.v.Version}
 	reg, _ := name.NewRegistry(e.host)
 	return &Service{Verifier: &v, Registry: counter, RegistryName: reg, Signer: signer, Trust: trusting(t, signer)}, counter
 }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -67,9 +68,21 @@ type Verifier struct {
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// MaxSpool bounds the data one verification spools, in bytes (holes
+	// not counted); past it the image is refused (verification-limit). 0
+	// means no bound.
+	MaxSpool int64
+	// spent counts what Verify decompressed and spooled (Spent).
+	decompressed, spooled atomic.Int64
 	// Store, when set, keeps each layer's outcome, so that a layer is read
 	// once however many images name it; nil reads every layer named.
 	Store *Store
+}
+
+// Spent is what the verifications of v decompressed and spooled so far;
+// the CPU time is its process's.
+func (v *Verifier) Spent() Cost {
+	return Cost{Decompressed: v.decompressed.Load(), Spooled: v.spooled.Load()}
 }
 
 // maxDiskSize bounds the disk/disk.img a layer may declare: a qcow2 file
@@ -412,6 +425,22 @@ func (v *Verifier) newSpool() (*convert.OutputFile, error) {
 	return spool, nil
 }
 
+// boundedSpool refuses a disk whose data in the spool passes limit bytes
+// (0: no bound), so that one verification cannot take the disk the others
+// spool to.
+type boundedSpool struct {
+	*convert.OutputFile
+	limit int64
+}
+
+func (b boundedSpool) Write(p []byte) (int, error) {
+	n, err := b.OutputFile.Write(p)
+	if err == nil && b.limit > 0 && b.Stored() > b.limit {
+		return n, reject.New(reject.VerificationLimit, "the disk holds more than %d bytes of data to spool, the bound of one verification; imagectl's qcow2 disks are verified without a spool", b.limit)
+	}
+	return n, err
+}
+
 // extracted is what reading a pushed layer found.
 type extracted struct {
 	diffID string // sha256 of the layer's tar
@@ -465,9 +494,9 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 	ownHead := bytes.Equal(lr.Head(), head)
 	var sum hash.Hash
 	var check *convert.StreamCheck
-	sink := io.Writer(spool)
+	sink := io.Writer(boundedSpool{spool, v.MaxSpool})
 	if stream != nil {
-		check = convert.NewStreamCheck(lr.DiskSize(), *stream, spool)
+		check = convert.NewStreamCheck(lr.DiskSize(), *stream, sink)
 		sink = check
 	}
 	if !ownHead {
@@ -478,12 +507,14 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 	pr, pw := io.Pipe()
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		_, err := io.CopyBuffer(sink, pr, make([]byte, 1<<20))
+		n, err := io.CopyBuffer(sink, pr, make([]byte, 1<<20))
+		v.decompressed.Add(n)
 		pr.CloseWithError(err)
 	})
 	diffID, err := lr.CopyDisk(ctx, pw)
 	pw.CloseWithError(err)
 	wg.Wait()
+	v.spooled.Add(spool.Stored())
 	if err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, fmt.Errorf("reading layer %s: %w", desc.Digest, err)
