@@ -351,6 +351,15 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 		raw, err := s.Registry.FetchManifest(ctx, subject)
 		manifest <- fetched{raw, err}
 	}()
+	if prev != nil && !verdict.AwaitsSignature(prev) {
+		// Final, and signed by a trusted key that is not the current one:
+		// signed again, not computed again.
+		m := <-manifest
+		if m.err != nil {
+			return nil, m.err
+		}
+		return s.publish(ctx, subject, m.raw, prev, start, "verdict signed again with the current key")
+	}
 	if kept, ok := s.Store.Verdict(subject); ok && !verdict.AwaitsSignature(kept) {
 		// Given before, then hidden or deleted in the registry: published
 		// again, never computed again.
@@ -436,15 +445,20 @@ func (s *Service) verify(ctx context.Context, subject name.Digest) (*api.Verdict
 }
 
 // given finds the verdict subject already has. done is true when it
-// stands; a verdict that awaits the tenant's signature is returned with
-// done false, to be looked at again.
+// stands and the current signing key signed it; a verdict that awaits the
+// tenant's signature, or that an older trusted key signed (a key being
+// rotated out), is returned with done false, to be looked at again (and
+// signed again).
 func (s *Service) given(ctx context.Context, subject name.Digest) (v *api.Verdict, done bool, err error) {
-	v, err = verdict.Find(ctx, s.Registry, s.Trust, subject)
+	v, key, err := verdict.FindSigned(ctx, s.Registry, s.Trust, subject)
 	switch {
 	case errors.Is(err, verdict.ErrNoVerdict):
 		return nil, false, nil
 	case err != nil:
 		return nil, false, err
+	}
+	if key != s.Signer.KeyID() {
+		return v, false, nil
 	}
 	s.memory.Put(subject.String(), v)
 	return v, !verdict.AwaitsSignature(v), nil

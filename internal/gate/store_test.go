@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -123,5 +124,60 @@ func TestStoreKeepsAtMostMaxRecords(t *testing.T) {
 	}
 	if len(entries) != 10 {
 		t.Errorf("%d records kept, want 10", len(entries))
+	}
+}
+
+// TestKeyRotation: a provider rotates the gate's key. With the old and
+// the new key both trusted, the gate signs every verdict again with the
+// new one, reading no image; hubs that trust only the new key then find
+// them. Once the old key is removed, a verdict only it signed counts for
+// nothing: the gate publishes it again from its record (reading nothing)
+// or, without one, verifies the image again.
+func TestKeyRotation(t *testing.T) {
+	e := newEnv(t)
+	oldKey, newKey := newSigner(t), newSigner(t)
+	old, counter := e.service(t, oldKey)
+	store := &Store{Dir: t.TempDir()}
+	old.Store = store
+	var subjects []name.Digest
+	for i, repo := range []string{"acme/one", "acme/two"} {
+		d := craftImage(t, rawDisk(t, 1<<20, uint64(20+i))).push(t, e, repo)
+		subjects = append(subjects, mustDigest(t, e.host+"/"+repo+"@"+d))
+		if _, err := old.Handle(t.Context(), subjects[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reads := counter.total()
+
+	// Rotating: both keys trusted, the new one signs.
+	rotating, _ := e.service(t, newKey)
+	rotating.Verifier.Registry, rotating.Registry = counter, counter
+	rotating.Trust, rotating.Store = trusting(t, oldKey, newKey), store
+	if _, err := rotating.Handle(t.Context(), subjects[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := verdict.Find(t.Context(), e.reg, trusting(t, newKey), subjects[0]); err != nil {
+		t.Errorf("after the rotation, a hub trusting the new key finds no verdict: %v", err)
+	}
+	if n := counter.total(); n != reads {
+		t.Errorf("signing again read %d blobs, want none", n-reads)
+	}
+
+	// The old key removed before subjects[1] was signed again: the
+	// record gives its verdict back, signed with the new key.
+	rotated, _ := e.service(t, newKey)
+	rotated.Verifier.Registry, rotated.Registry = counter, counter
+	rotated.Store = store
+	if _, err := verdict.Find(t.Context(), e.reg, trusting(t, newKey), subjects[1]); err == nil {
+		t.Fatal("a verdict only the removed key signed is trusted")
+	}
+	if v, err := rotated.Handle(t.Context(), subjects[1]); err != nil || v.Verdict != api.VerdictAccepted {
+		t.Fatalf("%+v, %v", v, err)
+	}
+	if _, err := verdict.Find(t.Context(), e.reg, trusting(t, newKey), subjects[1]); err != nil {
+		t.Errorf("the verdict is not published again: %v", err)
+	}
+	if n := counter.total(); n != reads {
+		t.Errorf("publishing from the record read %d blobs, want none", n-reads)
 	}
 }

@@ -111,9 +111,17 @@ func (e *NoVerdictError) Forged() bool { return len(e.Refused) > 0 }
 // yet, oldest first: they are candidates too, and pass the same checks
 // (the last MaxAlso are read).
 func Find(ctx context.Context, reg Registry, trust Checker, subject name.Digest, also ...string) (*api.Verdict, error) {
+	v, _, err := FindSigned(ctx, reg, trust, subject, also...)
+	return v, err
+}
+
+// FindSigned is Find, and also says which trusted key signed the verdict
+// it returns (attest.KeyID), so that the gate can sign again with its
+// current key a verdict an older key signed.
+func FindSigned(ctx context.Context, reg Registry, trust Checker, subject name.Digest, also ...string) (*api.Verdict, string, error) {
 	candidates, err := bundles(ctx, reg, subject, api.VerdictPredicateType)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	for _, d := range also[max(0, len(also)-MaxAlso):] { // the newest, if more came
 		if !slices.Contains(candidates, d) {
@@ -121,25 +129,26 @@ func Find(ctx context.Context, reg Registry, trust Checker, subject name.Digest,
 		}
 	}
 	var best *api.Verdict
+	var bestKey string
 	nv := &NoVerdictError{Subject: subject.String()}
 	for _, d := range candidates {
 		bundle, err := reg.FetchArtifact(ctx, subject.Context(), d, attest.BundleMediaType, attest.MaxBundleSize)
 		if err != nil {
-			return nil, err
+			return nil, "", err
 		}
-		v, err := check(bundle, trust, subject)
+		v, key, err := check(bundle, trust, subject)
 		if err != nil {
 			nv.Refused = append(nv.Refused, fmt.Sprintf("%s: %v", d, err))
 			continue
 		}
 		if best == nil || newer(v, best) {
-			best = v
+			best, bestKey = v, key
 		}
 	}
 	if best == nil {
-		return nil, nv
+		return nil, "", nv
 	}
-	return best, nil
+	return best, bestKey, nil
 }
 
 // bundles lists the referrers of subject that may be sigstore bundles of
@@ -182,24 +191,24 @@ func newer(a, b *api.Verdict) bool {
 }
 
 // check verifies one bundle as a verdict on subject.
-func check(bundle []byte, trust Checker, subject name.Digest) (*api.Verdict, error) {
+func check(bundle []byte, trust Checker, subject name.Digest) (*api.Verdict, string, error) {
 	st, err := trust.Verify(bundle, subject.DigestStr(), api.VerdictPredicateType)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	var v api.Verdict
 	if err := json.Unmarshal(st.Predicate, &v); err != nil {
-		return nil, fmt.Errorf("reading the verdict: %w", err)
+		return nil, "", fmt.Errorf("reading the verdict: %w", err)
 	}
 	switch {
 	case v.Subject != subject.DigestStr():
-		return nil, fmt.Errorf("the verdict is about %s", v.Subject)
+		return nil, "", fmt.Errorf("the verdict is about %s", v.Subject)
 	case v.Repository != subject.RepositoryStr():
-		return nil, fmt.Errorf("the verdict was given in repository %s, not %s", v.Repository, subject.RepositoryStr())
+		return nil, "", fmt.Errorf("the verdict was given in repository %s, not %s", v.Repository, subject.RepositoryStr())
 	case v.Verdict != api.VerdictAccepted && v.Verdict != api.VerdictRejected:
-		return nil, fmt.Errorf("the verdict says %q", v.Verdict)
+		return nil, "", fmt.Errorf("the verdict says %q", v.Verdict)
 	case v.Verdict == api.VerdictAccepted && len(v.Images) == 0:
-		return nil, errors.New("the verdict accepts no image")
+		return nil, "", errors.New("the verdict accepts no image")
 	}
-	return &v, nil
+	return &v, st.KeyID, nil
 }
