@@ -141,7 +141,13 @@ func (s *Service) Add(events []intake.Event) {
 		case e.Tag != "" && !api.IsAttachmentTag(e.Tag):
 			s.queue.add(tenant, work{repo: e.Repository, tag: e.Tag, digest: e.Digest})
 		case e.Tag != "":
-			s.queue.add(tenant, work{repo: e.Repository, recheck: "sha256:" + e.Tag[len("sha256-"):len("sha256-")+64]})
+			w := work{repo: e.Repository, recheck: "sha256:" + e.Tag[len("sha256-"):len("sha256-")+64]}
+			s.queue.add(tenant, w)
+			// distribution announces a tag push before the tag points at
+			// the new manifest: the digest is looked at again a little later.
+			for _, after := range recheckAgain {
+				time.AfterFunc(after, func() { s.queue.add(tenant, w) })
+			}
 		case e.Digest != "" && !s.own.has(e.Repository+"@"+e.Digest):
 			s.queue.add(tenant, work{repo: e.Repository, referrer: e.Digest})
 		}
@@ -166,6 +172,10 @@ func (s *Service) reserve() int {
 	}
 	return (s.workers() + 1) / 2
 }
+
+// recheckAgain are when a digest whose referrers tag was pushed is looked
+// at again after the first look.
+var recheckAgain = []time.Duration{time.Second, 5 * time.Second}
 
 // Queued is how many events wait for a worker.
 func (s *Service) Queued() int {

@@ -1,0 +1,175 @@
+package hostile
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/reject"
+	"github.com/imagepipe/imagepipe/internal/verdict"
+	"github.com/imagepipe/imagepipe/pkg/api"
+	"github.com/imagepipe/imagepipe/test/harness"
+	"github.com/imagepipe/imagepipe/test/testenv"
+)
+
+// foreignLayer is a containerDisk layer of disk as another tool writes
+// it (gzip, tar headers of its own), with its diff ID.
+func foreignLayer(disk []byte) (layer []byte, diffID string) {
+	var tb bytes.Buffer
+	tw := tar.NewWriter(&tb)
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: api.DiskDir, Mode: 0o555, Uid: api.DiskUID, Gid: api.DiskGID, Uname: "qemu"})
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: api.DiskPath, Mode: 0o444, Uid: api.DiskUID, Gid: api.DiskGID, Uname: "qemu", Size: int64(len(disk))})
+	tw.Write(disk)
+	tw.Close()
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(tb.Bytes())
+	zw.Close()
+	return gz.Bytes(), digest.FromBytes(tb.Bytes()).String()
+}
+
+// pushManifestOf pushes a manifest naming layer, with annotations that
+// make it a manifest of its own, and returns its digest.
+func pushManifestOf(t *testing.T, ref name.Tag, layer []byte, diffID string, annotations map[string]string) string {
+	t.Helper()
+	cfg, _ := json.Marshal(ocispec.Image{
+		Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"},
+		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{digest.Digest(diffID)}},
+	})
+	for _, blob := range [][]byte{cfg, layer} {
+		if err := remote.WriteLayer(ref.Context(), static.NewLayer(blob, types.OCILayer)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, _ := json.Marshal(map[string]any{
+		"schemaVersion": 2, "mediaType": ocispec.MediaTypeImageManifest,
+		"config":      ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(cfg), Size: int64(len(cfg))},
+		"layers":      []ocispec.Descriptor{{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromBytes(layer), Size: int64(len(layer))}},
+		"annotations": annotations,
+	})
+	if err := remote.Put(ref, rawManifest(m)); err != nil {
+		t.Fatal(err)
+	}
+	return digest.FromBytes(m).String()
+}
+
+// diskWithData is a raw disk of size bytes whose first data bytes are
+// random, the rest zero (holes in a spool).
+func diskWithData(size, data int, seed uint64) []byte {
+	b := make([]byte, size)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for i := range data {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// waitVerdict waits for the gate's verdict on subject, as a hub finds it.
+func waitVerdict(t *testing.T, rc *registry.Client, subject name.Digest) *api.Verdict {
+	t.Helper()
+	trust := providerTrust(t)
+	var v *api.Verdict
+	harness.WaitUntil(t, "the gate's verdict on "+subject.String(), 2*time.Minute, 100*time.Millisecond, func() (bool, error) {
+		var err error
+		v, err = verdict.Find(t.Context(), rc, trust, subject)
+		if errors.Is(err, verdict.ErrNoVerdict) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	return v
+}
+
+// TestTheGateReadsEachLayerOnceAndKeepsWhatItVerified runs the real
+// image-gate against the CNCF registry. Three manifests in two tenants'
+// repositories naming one layer cost one read of it, and each gets its
+// own verdict and canonical image; a tenant who empties its referrers tag
+// gets the verdict back without the image being read again; and a disk
+// with more data than one verification's share of --max-spool is refused
+// once, not retried for ever, while another tenant's image is verified.
+func TestTheGateReadsEachLayerOnceAndKeepsWhatItVerified(t *testing.T) {
+	testenv.RequireQEMU(t)
+	// Six verifications at once share 600 kB: 100 kB each.
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, GateArgs: []string{"--max-spool", "600000"}})
+	rc, err := registry.New(registry.WithCacheDir(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer, diffID := foreignLayer(diskWithData(1<<20, 32<<10, 1))
+	var subjects []name.Digest
+	for i, repo := range []string{"acme/one", "acme/two", "globex/three"} {
+		ref, _ := name.NewTag(reg.Host+"/"+repo+":1", name.Insecure)
+		d := pushManifestOf(t, ref, layer, diffID, map[string]string{"org.opencontainers.image.title": repo})
+		subjects = append(subjects, ref.Context().Digest(d))
+		if v := waitVerdict(t, rc, subjects[i]); v.Verdict != api.VerdictAccepted {
+			t.Fatalf("%s: %+v", repo, v)
+		} else if _, err := rc.FetchManifest(t.Context(), ref.Context().Digest(v.Images[0].Canonical)); err != nil {
+			t.Errorf("%s: the canonical image is not in the repository: %v", repo, err)
+		}
+	}
+	gateLog := func() string {
+		b, err := os.ReadFile(reg.Gate.LogPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	layerDigest := digest.FromBytes(layer).String()
+	if n := strings.Count(gateLog(), `msg="layer read"`); n != 1 || !strings.Contains(gateLog(), "layer="+layerDigest) {
+		t.Errorf("the layer named by three manifests was read %d times, want once", n)
+	}
+
+	// The tenant empties the referrers tag of its first image.
+	hidden := subjects[0]
+	empty := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}`)
+	if err := rc.PutManifest(t.Context(), hidden.Context().Tag(strings.Replace(hidden.DigestStr(), ":", "-", 1)), empty, types.OCIImageIndex); err != nil {
+		t.Fatal(err)
+	}
+	if refs, err := rc.Referrers(t.Context(), hidden, ""); err != nil || len(refs) != 0 {
+		t.Fatalf("after emptying the referrers tag, the registry lists %v, %v", refs, err)
+	}
+	harness.WaitUntil(t, "the gate to publish the hidden verdict again", time.Minute, 100*time.Millisecond, func() (bool, error) {
+		return strings.Contains(gateLog(), `msg="verdict published again" subject=`+hidden.String()), nil
+	})
+	if v := waitVerdict(t, rc, hidden); v.Verdict != api.VerdictAccepted {
+		t.Errorf("after hiding: %+v", v)
+	}
+	if n := strings.Count(gateLog(), `msg="layer read"`); n != 1 {
+		t.Errorf("hiding the verdict cost %d more layer reads", n-1)
+	}
+
+	// A disk with 512 KiB of data, over its 100 kB share, beside another
+	// tenant's small one.
+	fatRef, _ := name.NewTag(reg.Host+"/acme/fat:1", name.Insecure)
+	fatLayer, fatDiffID := foreignLayer(diskWithData(4<<20, 512<<10, 2))
+	fat := fatRef.Context().Digest(pushManifestOf(t, fatRef, fatLayer, fatDiffID, nil))
+	thinRef, _ := name.NewTag(reg.Host+"/globex/thin:1", name.Insecure)
+	thinLayer, thinDiffID := foreignLayer(diskWithData(1<<20, 16<<10, 3))
+	thin := thinRef.Context().Digest(pushManifestOf(t, thinRef, thinLayer, thinDiffID, nil))
+	if v := waitVerdict(t, rc, fat); v.Verdict != api.VerdictRejected || v.Reasons[0].Code != string(reject.VerificationLimit) {
+		t.Errorf("the disk over its spool share: %+v; want refused, verification-limit", v)
+	}
+	if v := waitVerdict(t, rc, thin); v.Verdict != api.VerdictAccepted {
+		t.Errorf("the other tenant's image: %+v", v)
+	}
+	for _, line := range strings.Split(gateLog(), "\n") {
+		if strings.Contains(line, "retrying") && strings.Contains(line, "acme/fat") {
+			t.Errorf("the image over its spool share was retried: %s", line)
+		}
+	}
+}
