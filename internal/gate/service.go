@@ -91,11 +91,14 @@ type Service struct {
 	Metrics *Metrics
 	Logger  *slog.Logger
 
-	once      sync.Once
-	queue     *fairQueue
-	spent     *ledger
-	awaiting  awaitingSet
-	overLimit limitCounts
+	once     sync.Once
+	queue    *fairQueue
+	spent    *ledger
+	awaiting awaitingSet
+	// given are the subjects this gate gave verdicts (those in Store when
+	// it started, and since), looked at again after each full poll.
+	verdictsGiven awaitingSet
+	overLimit     limitCounts
 	// memory holds final verdicts given or found lately, so that the
 	// other tags of a digest cost no look-up; attachments, which may have
 	// dropped a verdict, are always looked up.
@@ -116,6 +119,11 @@ func (s *Service) init() {
 			budget = DefaultBudget
 		}
 		s.spent = &ledger{budget: budget, now: time.Now}
+		for _, subject := range s.Store.VerdictSubjects() {
+			if d, err := name.NewDigest(subject, registry.NameOptions(s.RegistryName)...); err == nil {
+				s.verdictsGiven.add(d)
+			}
+		}
 		s.queue = newFairQueue(s.workers(), s.reserve(), per, s.spent.wait)
 		if s.Logger == nil {
 			s.Logger = slog.New(slog.DiscardHandler)
@@ -183,12 +191,15 @@ func (s *Service) Queued() int {
 	return s.queue.len()
 }
 
-// Recheck queues every subject refused for want of a signature, to be
-// looked at again: the poller's way to learn of signatures on registries
-// that announce them by webhook only.
+// Recheck queues every subject refused for want of a signature, and
+// every subject this gate gave a verdict, to be looked at again: the
+// poller's way to learn of signatures on registries that announce them by
+// webhook only, and of verdicts a tenant deleted without an event (on a
+// registry with the referrers API, a deleted referrer): they are
+// published again.
 func (s *Service) Recheck() {
 	s.init()
-	for _, d := range s.awaiting.list() {
+	for _, d := range append(s.awaiting.list(), s.verdictsGiven.list()...) {
 		tenant, _, _ := strings.Cut(d.RepositoryStr(), "/")
 		s.queue.add(tenant, work{repo: d.RepositoryStr(), recheck: d.DigestStr()})
 	}
@@ -431,6 +442,7 @@ func (s *Service) publish(ctx context.Context, subject name.Digest, raw *registr
 		s.awaiting.remove(subject)
 	}
 	s.memory.Put(subject.String(), v)
+	s.verdictsGiven.add(subject)
 	repoName := subject.Context().RepositoryStr()
 	s.own.add(repoName + "@" + ref)
 	for _, im := range v.Images {

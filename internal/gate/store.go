@@ -110,12 +110,36 @@ func (s *Store) PutVerdict(subject name.Digest, v *api.Verdict) error {
 	return s.write("verdicts", subject.String(), storedVerdict{Subject: subject.String(), Verdict: v})
 }
 
+// VerdictSubjects lists the subjects of the verdicts kept, as written
+// ("REGISTRY/REPOSITORY@DIGEST").
+func (s *Store) VerdictSubjects() []string {
+	if s == nil {
+		return nil
+	}
+	entries, err := os.ReadDir(filepath.Join(s.Dir, "verdicts"))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		var rec storedVerdict
+		if !strings.Contains(e.Name(), ".") && s.readFile(filepath.Join(s.Dir, "verdicts", e.Name()), &rec) && rec.Verdict != nil {
+			out = append(out, rec.Subject)
+		}
+	}
+	return out
+}
+
 // maxRecordSize bounds a record read back: a verdict lists at most
 // maxIndexImages images and a few reasons.
 const maxRecordSize = 1 << 20
 
 func (s *Store) read(kind, key string, into any) bool {
-	f, err := os.Open(s.path(kind, key))
+	return s.readFile(s.path(kind, key), into)
+}
+
+func (s *Store) readFile(path string, into any) bool {
+	f, err := os.Open(path)
 	if err != nil {
 		return false
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
@@ -45,14 +46,14 @@ func foreignLayer(disk []byte) (layer []byte, diffID string) {
 
 // pushManifestOf pushes a manifest naming layer, with annotations that
 // make it a manifest of its own, and returns its digest.
-func pushManifestOf(t *testing.T, ref name.Tag, layer []byte, diffID string, annotations map[string]string) string {
+func pushManifestOf(t *testing.T, ref name.Tag, layer []byte, diffID string, annotations map[string]string, opts ...remote.Option) string {
 	t.Helper()
 	cfg, _ := json.Marshal(ocispec.Image{
 		Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"},
 		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{digest.Digest(diffID)}},
 	})
 	for _, blob := range [][]byte{cfg, layer} {
-		if err := remote.WriteLayer(ref.Context(), static.NewLayer(blob, types.OCILayer)); err != nil {
+		if err := remote.WriteLayer(ref.Context(), static.NewLayer(blob, types.OCILayer), opts...); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -62,7 +63,7 @@ func pushManifestOf(t *testing.T, ref name.Tag, layer []byte, diffID string, ann
 		"layers":      []ocispec.Descriptor{{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromBytes(layer), Size: int64(len(layer))}},
 		"annotations": annotations,
 	})
-	if err := remote.Put(ref, rawManifest(m)); err != nil {
+	if err := remote.Put(ref, rawManifest(m), opts...); err != nil {
 		t.Fatal(err)
 	}
 	return digest.FromBytes(m).String()
@@ -171,5 +172,60 @@ func TestTheGateReadsEachLayerOnceAndKeepsWhatItVerified(t *testing.T) {
 		if strings.Contains(line, "retrying") && strings.Contains(line, "acme/fat") {
 			t.Errorf("the image over its spool share was retried: %s", line)
 		}
+	}
+}
+
+// TestTheGateOnZotWithTheReferrersAPI runs the real image-gate against
+// zot, a registry with the OCI 1.1 referrers API and a credential per
+// tenant: the gate learns of a push by polling, its verdict is found
+// through the referrers API by a hub, and a tenant who deletes the
+// verdict (on such a registry there is no referrers tag to empty) gets it
+// back at the gate's next full poll, without its image being read again.
+func TestTheGateOnZotWithTheReferrersAPI(t *testing.T) {
+	z := harness.StartZot(t, harness.ZotOptions{
+		Users:  map[string]string{"gate": "gate-pw", "acme": "acme-pw"},
+		Access: map[string]map[string][]string{"acme/**": {"acme": {"read", "create", "update", "delete"}}},
+		Admins: []string{"gate"}, AdminActions: []string{"read", "create", "update"},
+	})
+	g := harness.ReserveGate(t)
+	g.Start(t, testenv.ImageGate, z.Host, "", "gate", "gate-pw", "--digest-resync-interval", "3s")
+	rc, err := registry.New(registry.WithCacheDir(""), registry.WithBasicAuth("gate", "gate-pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenant := remote.WithAuth(&authn.Basic{Username: "acme", Password: "acme-pw"})
+	ref, _ := name.NewTag(z.Host+"/acme/rhel:1", name.Insecure)
+	layer, diffID := foreignLayer(diskWithData(1<<20, 32<<10, 4))
+	subject := ref.Context().Digest(pushManifestOf(t, ref, layer, diffID, nil, tenant))
+	if v := waitVerdict(t, rc, subject); v.Verdict != api.VerdictAccepted {
+		t.Fatalf("%+v", v)
+	}
+	// zot 1.4 reports a referrer's config media type as its artifact
+	// type: all referrers are listed, the verdicts told by annotation.
+	refs, err := rc.Referrers(t.Context(), subject, "")
+	if err != nil || len(refs) == 0 {
+		t.Fatalf("the registry's referrers of %s: %v, %v", subject, refs, err)
+	}
+	// The tenant deletes the verdicts, which its credential allows.
+	for _, r := range refs {
+		if r.Annotations[verdict.PredicateTypeAnnotation] != api.VerdictPredicateType {
+			continue
+		}
+		if err := remote.Delete(ref.Context().Digest(r.Digest.String()), tenant); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := verdict.Find(t.Context(), rc, providerTrust(t), subject); !errors.Is(err, verdict.ErrNoVerdict) {
+		t.Fatalf("after the tenant deleted it, the verdict is still found: %v", err)
+	}
+	if v := waitVerdict(t, rc, subject); v.Verdict != api.VerdictAccepted {
+		t.Errorf("after the deletion: %+v", v)
+	}
+	log, err := os.ReadFile(g.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(log, []byte(`msg="layer read"`)); n != 1 || !bytes.Contains(log, []byte(`msg="verdict published again"`)) {
+		t.Errorf("%d layer reads, want 1, and the verdict published again from the gate's record:\n%s", n, log)
 	}
 }
