@@ -96,7 +96,7 @@ again when a signature is pushed for it.`,
 	f.DurationVar(&o.digestResyncInterval, "digest-resync-interval", time.Hour, "how often polling also re-resolves the digest of every known tag")
 	f.IntVar(&o.workers, "workers", gate.DefaultWorkers, "verifications at once")
 	f.IntVar(&o.perTenant, "per-tenant", gate.DefaultPerTenant, "verifications of one tenant at once")
-	f.StringVar(&o.tempDir, "temp-dir", "", "folder for the disks being verified (sparse files; at most one disk's size per verification, none for imagectl's qcow2 disks; default: $TMPDIR)")
+	f.StringVar(&o.tempDir, "temp-dir", "", "folder where the gate makes its own, image-gate-*, for the disks being verified (sparse files; at most one disk's size per verification, none for imagectl's qcow2 disks; default: $TMPDIR); at start it removes the folders of gates that are gone, never a running gate's")
 	f.Int64Var(&o.maxVirtualSize, "max-virtual-size", gate.DefaultMaxVirtualSize, "largest guest disk accepted, in bytes")
 	f.Int64Var(&o.verifyMemoryLimit, "verify-memory-limit", DefaultVerifyMemoryLimit, "resident memory one verification may use, in bytes: each runs in a process of its own, stopped past this limit without stopping the others (0: no limit)")
 	f.StringVar(&o.metricsListen, "metrics-listen", ":9090", "address of the Prometheus /metrics endpoint; empty disables it")

@@ -80,9 +80,18 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	work, err := gate.OpenWorkDir(o.tempDir, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := work.Close(); err != nil {
+			log.Warn("removing the gate's folder", "path", work.Path, "error", err)
+		}
+	}()
 	svc := &gate.Service{
-		Verifier:     &gate.Verifier{Registry: rc, TempDir: o.tempDir, MaxVirtualSize: o.maxVirtualSize, Engine: engine, Version: build.Version, Logger: log},
-		Isolated:     &gate.Child{Path: exe, Args: o.childArgs(), TempDir: o.tempDir, MemoryLimit: o.verifyMemoryLimit, Stderr: stderr},
+		Verifier:     &gate.Verifier{Registry: rc, TempDir: work.Path, MaxVirtualSize: o.maxVirtualSize, Engine: engine, Version: build.Version, Logger: log},
+		Isolated:     &gate.Child{Path: exe, Args: o.childArgs(), TempDir: work.Path, MemoryLimit: o.verifyMemoryLimit, Stderr: stderr},
 		Registry:     rc,
 		RegistryName: reg,
 		Signer:       signer,
