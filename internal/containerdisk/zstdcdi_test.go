@@ -33,25 +33,28 @@ const zstdDiffLimit = 4 << 20
 // The gate must never accept bytes CDI reads differently: when the gate
 // decodes a stream, each of CDI's readings must decode it to the same
 // bytes. The gate refusing what CDI reads is safe (the image is refused,
-// nothing reaches a hub). Streams that decode to less than two tar blocks
-// are skipped: the gate's tar check refuses those anyway.
+// nothing reaches a hub), so CDI is asked only about what the gate
+// decodes; that also spares the fuzzer CDI's slow decoding of streams the
+// gate refuses, such as windows of up to 512 MiB. Streams that decode to
+// less than two tar blocks are skipped: the gate's tar check refuses
+// those anyway.
 func FuzzZstdAgainstCDI(f *testing.F) {
 	ref := startZstdRef(f)
 	f.Add(rawZstdFrame(bytes.Repeat([]byte("imagepipe"), 120)))
 	f.Fuzz(func(t *testing.T, layer []byte) {
-		gate, gateErr := gateReadZstd(layer)
+		gate, err := gateReadZstd(layer)
+		if err != nil || len(gate) < 1024 {
+			return // refused by the gate: safe, whatever CDI makes of it
+		}
 		readings, err := ref.read(layer)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if gateErr != nil || len(gate) < 1024 {
-			return
+		want := byte(zstdRefRead)
+		if len(gate) > zstdDiffLimit {
+			gate, want = gate[:zstdDiffLimit], zstdRefOver
 		}
 		for i, r := range readings {
-			want := byte(zstdRefRead)
-			if len(gate) > zstdDiffLimit {
-				gate, want = gate[:zstdDiffLimit], zstdRefOver
-			}
 			if r.status != want || !bytes.Equal(r.out, gate) {
 				t.Errorf("the gate decodes %d bytes; CDI's reading %d (%s) gives status %d, %d bytes, first difference at %d, error %q",
 					len(gate), i, zstdRefReadings[i], r.status, len(r.out), firstDifference(r.out, gate), r.msg)

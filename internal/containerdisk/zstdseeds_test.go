@@ -20,7 +20,8 @@ import (
 // by imagepipe's writer, by the zstd program with several options and by
 // klauspost/compress, and frames made by hand around it: several frames,
 // skippable frames, raw and RLE blocks, dictionary IDs, window sizes,
-// checksums right and wrong, trailing bytes. It only runs with
+// checksums right and wrong, trailing bytes, more output than the fuzz
+// target compares. It only runs with
 // IMAGEPIPE_WRITE_SEEDS=1, since it writes into the source tree.
 func TestWriteZstdFuzzSeeds(t *testing.T) {
 	need.OptIn(t, "IMAGEPIPE_WRITE_SEEDS", "rewrite testdata/fuzz/FuzzZstdAgainstCDI")
@@ -96,6 +97,7 @@ func TestWriteZstdFuzzSeeds(t *testing.T) {
 		"raw-and-rle-window":     blockFrame(tarball, 17),
 		"window-256m":            blockFrame(tarball, 18<<3),
 		"window-1g":              blockFrame(tarball, 20<<3),
+		"over-the-limit":         blockFrame(concat(tarball, make([]byte, zstdDiffLimit)), 10<<3),
 		"dictionary-id":          concat(withDictID, rest),
 		"checksum-wrong":         badSum,
 		"single-segment-fcs-off": concat(fcsOff, rest),
