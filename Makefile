@@ -14,7 +14,7 @@ FUZZTIME  ?= 10s
 # chooses the pure-Go klauspost/pgzip build, as the container image has.
 TAGS      ?= isal
 # Fuzz targets as package:target pairs; `make fuzz` runs each for FUZZTIME.
-FUZZ_TARGETS := ./internal/convert:FuzzOpen ./internal/convert:FuzzQCOW2Header ./internal/convert:FuzzL2Table ./internal/convert:FuzzTableSharing ./internal/convert:FuzzUnwrap ./internal/convert:FuzzDetect ./internal/containerdisk:FuzzDiskEntry ./internal/registry:FuzzParseReference ./internal/intake:FuzzParseWebhook ./internal/cdi:FuzzNames ./internal/ocidoc:FuzzParseDocument
+FUZZ_TARGETS := ./internal/convert:FuzzOpen ./internal/convert:FuzzQCOW2Header ./internal/convert:FuzzL2Table ./internal/convert:FuzzTableSharing ./internal/convert:FuzzUnwrap ./internal/convert:FuzzDetect ./internal/containerdisk:FuzzDiskEntry ./internal/containerdisk:FuzzZstdAgainstCDI ./internal/registry:FuzzParseReference ./internal/intake:FuzzParseWebhook ./internal/cdi:FuzzNames ./internal/ocidoc:FuzzParseDocument
 
 # Tests run through hack/testreport: it prints what go test would, and fails
 # the run when a test skips for a reason outside internal/need's allow-list
@@ -91,8 +91,10 @@ test: tools lint build unit integration fuzz
 UNIT_FIRST        := ./internal/source ./internal/convert ./internal/registry ./internal/containerdisk ./internal/gate
 INTEGRATION_FIRST := ./test/syncer ./test/hub ./test/images ./test/hostile ./test/registry
 
+# Unit tests and fuzzers find the tools make tools built (a reference
+# decoder) in $(CACHE)/bin.
 unit:
-	$(GOBUILD) test $(TEST_EXEC) -json -tags "$(TAGS)" -race -count=1 $(UNIT_FIRST) ./internal/... ./pkg/... ./cmd/... ./hack/... 2>&1 | $(REPORT)
+	IMAGEPIPE_BIN=$(CACHE)/bin $(GOBUILD) test $(TEST_EXEC) -json -tags "$(TAGS)" -race -count=1 $(UNIT_FIRST) ./internal/... ./pkg/... ./cmd/... ./hack/... 2>&1 | $(REPORT)
 	$(GOBUILD) test $(TEST_EXEC) -json -count=1 -run Gzip ./internal/containerdisk 2>&1 | $(REPORT) # the pure-Go gzip fallback
 
 # test/images cross-compiles both binaries for two platforms from a cold
@@ -103,7 +105,7 @@ integration: build
 	IMAGECTL=$(BIN)/imagectl IMAGE_SYNCER=$(BIN)/image-syncer IMAGE_GATE=$(BIN)/image-gate IMAGEPIPE_CACHE=$(CACHE) $(GOBUILD) test $(TEST_EXEC) -json -count=1 -p 4 -timeout 60m $(INTEGRATION_FIRST) ./test/... 2>&1 | $(REPORT)
 
 fuzz:
-	@GOGC=400 GOMEMLIMIT=4GiB FUZZTIME=$(FUZZTIME) bash test/fuzz.sh $(FUZZ_TARGETS) # as GOBUILD: the fuzzers measure no memory
+	@IMAGEPIPE_BIN=$(CACHE)/bin GOGC=400 GOMEMLIMIT=4GiB FUZZTIME=$(FUZZTIME) bash test/fuzz.sh $(FUZZ_TARGETS) # as GOBUILD: the fuzzers measure no memory
 
 bench: tools build
 	IMAGECTL=$(BIN)/imagectl IMAGEPIPE_CACHE=$(CACHE) bash test/bench/bench.sh

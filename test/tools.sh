@@ -5,8 +5,9 @@
 # xz and gzip (wrapped sources), libisal-dev (ISA-L gzip), socat, unshare and
 # mount (network and mount namespaces of the node stand-in and some tests), then
 # builds the distribution registry, MinIO, crane, etcd, kube-apiserver, kubectl,
-# kube-controller-manager, CDI's controller and importer, and the CDI/KubeVirt
-# CRDs (test/buildtools.sh, test/buildkube.sh).
+# kube-controller-manager, CDI's controller and importer, the CDI/KubeVirt
+# CRDs and CDI's zstd decoding (test/zstdref) (test/buildtools.sh,
+# test/buildkube.sh).
 set -euo pipefail
 
 need=()
@@ -57,7 +58,7 @@ kube=$!
 lane servers bash -c "bash '$here/buildtools.sh' minio registry zot && bash '$here/kubevirt/build-admission.sh'" &
 servers=$!
 status=0
-lane kubevirt bash "$here/buildtools.sh" cosign cdi crds || status=$?
+lane kubevirt bash "$here/buildtools.sh" cosign cdi crds zstdref || status=$?
 wait "$kube" || status=$?
 wait "$servers" || status=$?
 exit "$status"

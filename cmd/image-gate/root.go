@@ -112,8 +112,8 @@ again when a signature is pushed for it.`,
 	f.DurationVar(&o.budget.CPU, "tenant-budget-cpu", gate.DefaultBudgetCPU, "CPU time one tenant's verifications may use per --tenant-budget-window (0: no bound)")
 	f.Int64Var(&o.budget.Decompressed, "tenant-budget-decompressed", gate.DefaultBudgetDecompressed, "bytes one tenant's verifications may decompress per --tenant-budget-window (0: no bound)")
 	f.Int64Var(&o.budget.Spooled, "tenant-budget-spooled", gate.DefaultBudgetSpooled, "bytes one tenant's verifications may spool per --tenant-budget-window (0: no bound)")
-	f.StringVar(&o.tempDir, "temp-dir", "", "folder for the disks being verified (sparse files; at most one disk's size per verification, none for imagectl's qcow2 disks; default: $TMPDIR)")
-	f.StringVar(&o.stateDir, "state-dir", "", "folder of the gate's own record of the layers it read and the verdicts it gave, so that no layer is read twice and a verdict hidden in the registry is published again, not computed again; keep it on a volume that outlives restarts (default: image-gate-store in --temp-dir)")
+	f.StringVar(&o.stateDir, "state-dir", "", "folder of the gate's own record of the layers it read and the verdicts it gave, so that no layer is read twice and a verdict hidden in the registry is published again, not computed again; keep it on a volume that outlives restarts (default: gate-store in --temp-dir)")
+	f.StringVar(&o.tempDir, "temp-dir", "", "folder where the gate makes its own, image-gate-*, for the disks being verified (sparse files; at most one disk's size per verification, none for imagectl's qcow2 disks; default: $TMPDIR); at start it removes the folders of gates that are gone, never a running gate's")
 	f.Int64Var(&o.maxVirtualSize, "max-virtual-size", gate.DefaultMaxVirtualSize, "largest guest disk accepted, in bytes")
 	f.Int64Var(&o.verifyMemoryLimit, "verify-memory-limit", DefaultVerifyMemoryLimit, "resident memory one verification may use, in bytes: each runs in a process of its own, stopped past this limit without stopping the others (0: no limit)")
 	f.StringVar(&o.metricsListen, "metrics-listen", ":9090", "address of the Prometheus /metrics endpoint; empty disables it")
@@ -134,7 +134,7 @@ func (o *options) store() *gate.Store {
 		if base == "" {
 			base = os.TempDir()
 		}
-		dir = filepath.Join(base, "image-gate-store")
+		dir = filepath.Join(base, "gate-store")
 	}
 	return &gate.Store{Dir: dir}
 }

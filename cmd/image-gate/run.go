@@ -81,6 +81,15 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	work, err := gate.OpenWorkDir(o.tempDir, log)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := work.Close(); err != nil {
+			log.Warn("removing the gate's folder", "path", work.Path, "error", err)
+		}
+	}()
 	store := o.store()
 	store.Prune()
 	svc := &gate.Service{
@@ -100,8 +109,8 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	svc.Verifier = &gate.Verifier{Registry: rc, TempDir: o.tempDir, MaxVirtualSize: o.maxVirtualSize, MaxSpool: spool, Engine: engine, Version: build.Version, Logger: log, Store: store}
-	svc.Isolated = &gate.Child{Path: exe, Args: o.childArgs(spool), TempDir: o.tempDir, MemoryLimit: o.verifyMemoryLimit,
+	svc.Verifier = &gate.Verifier{Registry: rc, TempDir: work.Path, MaxVirtualSize: o.maxVirtualSize, MaxSpool: spool, Engine: engine, Version: build.Version, Logger: log, Store: store}
+	svc.Isolated = &gate.Child{Path: exe, Args: o.childArgs(spool), TempDir: work.Path, MemoryLimit: o.verifyMemoryLimit,
 		CPULimit: o.verifyCPULimit, Timeout: o.verifyTimeout, Stderr: stderr}
 	if o.tenantKeysDir != "" {
 		if st, err := os.Stat(o.tenantKeysDir); err != nil || !st.IsDir() {

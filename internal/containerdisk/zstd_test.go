@@ -7,11 +7,14 @@ import (
 	"io"
 	"math/rand/v2"
 	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/klauspost/compress/zstd"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/need"
+	"github.com/imagepipe/imagepipe/internal/reject"
 )
 
 // bytesPayload is a disk held in memory.
@@ -121,4 +124,31 @@ func TestRawZstdFrame(t *testing.T) {
 			t.Errorf("%d bytes: decoded %d, %v", n, len(got), err)
 		}
 	}
+}
+
+// TestZstdLayerWhoseFirstBlockEndsEarlyIsRefused: a zstd layer whose
+// first block ends before byte 512 is one CDI's header probe breaks (it
+// decodes bytes it has already overwritten), so the gate refuses it as an
+// invalid layer; imagepipe's own layer of the same tar is read.
+func TestZstdLayerWhoseFirstBlockEndsEarlyIsRefused(t *testing.T) {
+	layer, tarball := zstdLayer(t, testDisks()["zeros"])
+	var small bytes.Buffer
+	enc, _ := zstd.NewWriter(&small, zstd.WithWindowSize(1<<10))
+	enc.Write(tarball)
+	enc.Close()
+	if got, err := probeLikeCDI(small.Bytes()); err == nil && bytes.Equal(got, tarball) {
+		t.Fatal("CDI's probe reads the layer of small blocks; the case tests nothing")
+	}
+	lr, err := OpenLayer(ocispec.MediaTypeImageLayerZstd, bytes.NewReader(small.Bytes()))
+	if re := reject.As(err); re == nil || re.Reason != reject.InvalidLayer || !strings.Contains(re.Detail, "first block ends at byte") {
+		t.Errorf("a zstd layer whose first block ends early: %v; want an %s rejection", err, reject.InvalidLayer)
+	}
+	if lr != nil {
+		lr.Close()
+	}
+	lr, err = OpenLayer(ocispec.MediaTypeImageLayerZstd, bytes.NewReader(layer))
+	if err != nil {
+		t.Fatalf("imagepipe's zstd layer: %v", err)
+	}
+	lr.Close()
 }

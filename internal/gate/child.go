@@ -28,7 +28,9 @@ import (
 // standard input, writes the verdict as JSON on its standard output and
 // exits 0, or exits non-zero without a verdict. Each child gets a folder of
 // its own under TempDir, removed when it exits however it ends, so a killed
-// child leaves no spool behind.
+// child leaves no spool behind. On Linux the kernel kills every child when
+// the gate dies, SIGKILL included, so none outlives it; what a killed gate
+// leaves in its folder the next gate removes (WorkDir).
 //
 // One child is kept started ahead, waiting for its subject (the spare): a
 // verification then does not wait for a process to start and initialise,
@@ -44,7 +46,8 @@ type Child struct {
 	// MemoryLimit is the resident memory a child may use, in bytes; 0
 	// means no limit.
 	MemoryLimit int64
-	// TempDir holds the children's folders ("" means $TMPDIR).
+	// TempDir holds the children's folders ("" means $TMPDIR): the gate's
+	// WorkDir.
 	TempDir string
 	// Stderr receives the children's logs; nil discards them.
 	Stderr io.Writer
@@ -103,7 +106,7 @@ func (c *Child) start() (*childProcess, error) {
 		p.cmd.Stderr = io.MultiWriter(c.Stderr, p.tail)
 	}
 	if p.stdin, err = p.cmd.StdinPipe(); err == nil {
-		err = p.cmd.Start()
+		err = startTied(p.cmd)
 	}
 	if err != nil {
 		os.RemoveAll(dir)

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 )
 
@@ -62,6 +63,34 @@ func Program(t T, name string) string {
 	path, err := exec.LookPath(name)
 	if err != nil {
 		Missing(t, "%s is not installed (make tools installs the Debian package %s)", name, pkg)
+	}
+	return path
+}
+
+// BuiltDir is where test/buildtools.sh puts the tools `make tools`
+// builds: $IMAGEPIPE_BIN, else $IMAGEPIPE_CACHE/bin, else
+// $HOME/.cache/imagepipe/bin.
+func BuiltDir() string {
+	if dir := os.Getenv("IMAGEPIPE_BIN"); dir != "" {
+		return dir
+	}
+	if cache := os.Getenv("IMAGEPIPE_CACHE"); cache != "" {
+		return filepath.Join(cache, "bin")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		home = os.TempDir()
+	}
+	return filepath.Join(home, ".cache", "imagepipe", "bin")
+}
+
+// Built returns the path of the tool name that `make tools` builds into
+// BuiltDir, or skips the test.
+func Built(t T, name string) string {
+	t.Helper()
+	path := filepath.Join(BuiltDir(), name)
+	if fi, err := os.Stat(path); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+		Missing(t, "%s is not built in %s: run make tools", name, BuiltDir())
 	}
 	return path
 }

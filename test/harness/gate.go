@@ -145,3 +145,13 @@ func (g *Gate) Stop(t T) {
 	g.stopped = true
 	stopDaemon(t, g.proc, "image-gate", g.LogPath)
 }
+
+// Kill sends the gate SIGKILL now, and nothing to its children, for tests
+// of a gate that dies mid-verification; it waits until the gate is reaped.
+func (g *Gate) Kill(t T) {
+	t.Helper()
+	g.stopped = true
+	if err := g.proc.kill(); err != nil {
+		t.Fatalf("killing image-gate: %v", err)
+	}
+}

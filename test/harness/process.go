@@ -29,30 +29,13 @@ const (
 	logTailBytes = 16 << 10
 )
 
-// BinDir is where buildtools.sh puts binaries: $IMAGEPIPE_BIN, else $IMAGEPIPE_CACHE/bin, else
-// $HOME/.cache/imagepipe/bin.
-func BinDir() string {
-	if dir := os.Getenv("IMAGEPIPE_BIN"); dir != "" {
-		return dir
-	}
-	if cache := os.Getenv("IMAGEPIPE_CACHE"); cache != "" {
-		return filepath.Join(cache, "bin")
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		home = os.TempDir()
-	}
-	return filepath.Join(home, ".cache", "imagepipe", "bin")
-}
+// BinDir is where buildtools.sh puts binaries (need.BuiltDir).
+func BinDir() string { return need.BuiltDir() }
 
 // Binary returns the path of a built tool, or skips the test (need.Missing) when it is missing.
 func Binary(t T, name string) string {
 	t.Helper()
-	path := filepath.Join(BinDir(), name)
-	if fi, err := os.Stat(path); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-		need.Missing(t, "%s is not built in %s: run make tools", name, BinDir())
-	}
-	return path
+	return need.Built(t, name)
 }
 
 // handedOut holds every port freePort has returned in this process: the kernel may offer a

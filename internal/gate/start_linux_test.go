@@ -1,0 +1,68 @@
+package gate
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/imagepipe/imagepipe/pkg/api"
+)
+
+// TestChildSurvivesTheExitOfTheThreadThatAskedForIt: the kernel kills a
+// child when the thread that forked it exits. A goroutine that locks its
+// thread, starts a child and returns ends its thread; a child started
+// there the plain way with a parent-death signal dies (the control, which
+// shows that the thread did end), while a Child's survives and verifies.
+func TestChildSurvivesTheExitOfTheThreadThatAskedForIt(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PLAY_GATE_CHILD", "1")
+	c := &Child{Path: exe, TempDir: t.TempDir()}
+	control := exec.Command(exe)
+	control.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	controlIn, err := control.StdinPipe() // kept open: the control waits for its subject
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer controlIn.Close()
+
+	type started struct {
+		p   *childProcess
+		err error
+	}
+	ch := make(chan started)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		if err := control.Start(); err != nil {
+			ch <- started{err: err}
+			return
+		}
+		p, err := c.start()
+		ch <- started{p, err}
+	}()
+	s := <-ch
+	if s.err != nil {
+		t.Fatal(s.err)
+	}
+	err = control.Wait()
+	if ws, ok := control.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Fatalf("the control child ended with %v; want killed when its thread ended", err)
+	}
+
+	// The child waits for its subject: it answers, so it lives.
+	if _, err := s.p.stdin.Write([]byte("registry.example/acme/rhel@sha256:" + strings.Repeat("2", 64) + "\n")); err != nil {
+		t.Fatalf("the child started from the thread that ended does not read: %v", err)
+	}
+	s.p.stdin.Close()
+	<-s.p.done
+	var v api.Verdict
+	if s.p.err != nil || json.Unmarshal(s.p.stdout.Bytes(), &v) != nil || v.Verdict != api.VerdictAccepted {
+		t.Fatalf("the child started from the thread that ended: %v, %q", s.p.err, s.p.stdout.String())
+	}
+}
