@@ -60,6 +60,10 @@ func OpenLayer(mediaType string, blob io.Reader) (*LayerReader, error) {
 	// archive/tar reads a header's blocks and nothing more: what passed
 	// so far is all the tar holds before the disk's first byte.
 	l.frame.disk = l.file.Size
+	if err := checkRawHeaders(l.Head(), l.file); err != nil {
+		l.Close()
+		return nil, err
+	}
 	return l, nil
 }
 
