@@ -85,7 +85,10 @@ func mediaTypeContent(mt string) (string, error) {
 // reader sets: FEXTRA at most 64 KiB (its length is 16 bits; imagectl's
 // own small layers carry 500 bytes of it, see gzipPadder), a name or
 // comment at most 512 bytes.
-func decompressLayer(mt string, r *bufio.Reader) (io.ReadCloser, error) {
+//
+// stream records the gzip stream's first header and its reader's member
+// count (streamFraming).
+func decompressLayer(mt string, r *bufio.Reader, stream *streamFraming) (io.ReadCloser, error) {
 	declared, err := mediaTypeContent(mt)
 	if err != nil {
 		return nil, err
@@ -103,10 +106,16 @@ func decompressLayer(mt string, r *bufio.Reader) (io.ReadCloser, error) {
 	}
 	switch found {
 	case contentGzip:
+		start, err := r.Peek(gzipPaddedHeaderSize)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		stream.gzip = classifyGzipStart(start)
 		zr, err := newGzipReader(r)
 		if err != nil {
 			return nil, fmt.Errorf("opening the gzip layer: %w", err)
 		}
+		stream.members, _ = zr.(gzipMembers)
 		return zr, nil
 	case contentZstd:
 		zr, err := zstd.NewReader(r, zstd.WithDecoderMaxWindow(zstdMaxWindow), zstd.WithDecoderConcurrency(1))
