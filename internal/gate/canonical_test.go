@@ -2,14 +2,12 @@ package gate
 
 import (
 	"bytes"
-	"compress/gzip"
 	"fmt"
 	"io"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
-	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -99,7 +97,7 @@ func checkCanonical(t *testing.T, e *env, repo, canonical string, wantTar []byte
 	if err != nil || digest.FromBytes(layer).String() != m.Layers[0].Digest.String() || int64(len(layer)) != m.Layers[0].Size {
 		t.Fatalf("the canonical layer: %d bytes (%v); the manifest says %s, %d bytes", len(layer), err, m.Layers[0].Digest, m.Layers[0].Size)
 	}
-	got, err := decompress(string(m.Layers[0].MediaType), layer)
+	got, err := oddlayer.Tar(string(m.Layers[0].MediaType), layer)
 	if err != nil {
 		t.Fatalf("decompressing the canonical layer: %v", err)
 	}
@@ -115,28 +113,6 @@ func checkCanonical(t *testing.T, e *env, repo, canonical string, wantTar []byte
 		}
 	}
 	return layer
-}
-
-// decompress is the tar a layer of mediaType holds.
-func decompress(mediaType string, layer []byte) ([]byte, error) {
-	switch mediaType {
-	case ocispec.MediaTypeImageLayerGzip:
-		zr, err := gzip.NewReader(bytes.NewReader(layer))
-		if err != nil {
-			return nil, err
-		}
-		return io.ReadAll(zr)
-	case ocispec.MediaTypeImageLayerZstd:
-		zr, err := zstd.NewReader(bytes.NewReader(layer))
-		if err != nil {
-			return nil, err
-		}
-		defer zr.Close()
-		return io.ReadAll(zr)
-	case ocispec.MediaTypeImageLayer:
-		return layer, nil
-	}
-	return nil, fmt.Errorf("a layer of media type %q", mediaType)
 }
 
 // TestForeignLayerStartIsReadOnce: a layer whose first bytes show it is

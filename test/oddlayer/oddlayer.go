@@ -280,6 +280,30 @@ func withHeaderCRC(gz []byte) []byte {
 	return append(h, gz[10:]...)
 }
 
+// Tar is the tar a layer of mediaType holds, decompressed by the
+// standard library's gzip reader or klauspost's zstd decoder, as
+// registry clients read layers.
+func Tar(mediaType string, layer []byte) ([]byte, error) {
+	switch mediaType {
+	case ocispec.MediaTypeImageLayerGzip:
+		zr, err := gzip.NewReader(bytes.NewReader(layer))
+		if err != nil {
+			return nil, err
+		}
+		return io.ReadAll(zr)
+	case ocispec.MediaTypeImageLayerZstd:
+		zr, err := zstd.NewReader(bytes.NewReader(layer))
+		if err != nil {
+			return nil, err
+		}
+		defer zr.Close()
+		return io.ReadAll(zr)
+	case ocispec.MediaTypeImageLayer:
+		return layer, nil
+	}
+	return nil, fmt.Errorf("a layer of media type %q", mediaType)
+}
+
 func digestOf(b []byte) string { return digest.FromBytes(b).String() }
 
 // payload is a disk held in memory, as containerdisk writes it.
