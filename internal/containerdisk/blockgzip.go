@@ -99,8 +99,7 @@ func (g *blockGzip) recycle(b []byte) {
 // writer emits the header, the blocks in order, and the trailer.
 func (g *blockGzip) writer() {
 	var err error
-	header := []byte{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff} // no name, no time, OS unknown
-	if _, err = g.w.Write(header); err != nil {
+	if _, err = g.w.Write(blockGzipHeader[:]); err != nil {
 		g.finishWriter(err)
 		return
 	}

@@ -65,7 +65,7 @@ import (
 // uses), so both accept the same headers; ISA-L inflates the deflate data
 // and checks each member's CRC and size.
 func newGzipReader(r *bufio.Reader) (io.ReadCloser, error) {
-	z := &isalGunzip{r: r}
+	z := &isalGunzip{r: r, members: 1}
 	if err := checkGzipHeader(r); err != nil {
 		return nil, err
 	}
@@ -82,7 +82,10 @@ type isalGunzip struct {
 	out     []byte // what ISA-L inflates into: it is slow with small outputs
 	pending []byte // out's bytes not read yet
 	err     error
+	members int // members begun
 }
+
+func (z *isalGunzip) memberCount() int { return z.members }
 
 // gunzipOutSize is the output ISA-L is given at a time.
 const gunzipOutSize = 1 << 20
@@ -135,7 +138,9 @@ func (z *isalGunzip) inflate(p []byte) (int, error) {
 			// The member ended and its trailer matched: another follows,
 			// or the stream ends.
 			C.gunzip_reset(z.st)
-			ferr = checkGzipHeader(z.r)
+			if ferr = checkGzipHeader(z.r); ferr == nil {
+				z.members++
+			}
 		case outUsed > 0 || inUsed > 0:
 			want = 1
 		case err == io.EOF || len(in) == z.r.Size():

@@ -30,14 +30,16 @@ func CheckLayerCount(n int) error {
 // of the blob's stream (a broken download) stay errors; anything wrong
 // with the bytes themselves is a *reject.Error (a shape or a disk reason).
 type LayerReader struct {
-	src   *trackedReader
-	buf   *bufio.Reader // src, read ahead; what the decompressor reads
-	zr    io.ReadCloser
-	diff  *asyncHash
-	frame *framing
-	tarIn io.Reader
-	tr    *tar.Reader
-	file  *tar.Header
+	src    *trackedReader
+	stream *streamFraming // sees src's bytes as buf reads them
+	buf    *bufio.Reader  // src, read ahead; what the decompressor reads
+	zr     io.ReadCloser
+	diff   *asyncHash
+	frame  *framing
+	tarIn  io.Reader
+	tr     *tar.Reader
+	file   *tar.Header
+	ended  bool // CopyDisk read the whole layer
 }
 
 // OpenLayer starts reading the layer blob of media type mediaType and
@@ -45,12 +47,13 @@ type LayerReader struct {
 // reader, and blob, which is not read further than asked.
 func OpenLayer(mediaType string, blob io.Reader) (*LayerReader, error) {
 	src := &trackedReader{r: blob}
-	buf := bufio.NewReaderSize(src, 128<<10) // holds any gzip header Go reads
-	zr, err := decompressLayer(mediaType, buf)
+	stream := newStreamFraming(mediaType)
+	buf := bufio.NewReaderSize(io.TeeReader(src, stream), 128<<10) // holds any gzip header Go reads
+	zr, err := decompressLayer(mediaType, buf, stream)
 	if err != nil {
 		return nil, layerError(err, src)
 	}
-	l := &LayerReader{src: src, buf: buf, zr: zr, diff: newAsyncHash(sha256.New()), frame: &framing{disk: -1}}
+	l := &LayerReader{src: src, stream: stream, buf: buf, zr: zr, diff: newAsyncHash(sha256.New()), frame: &framing{disk: -1}}
 	l.tarIn = io.TeeReader(zr, io.MultiWriter(l.diff, l.frame))
 	l.tr = tar.NewReader(l.tarIn)
 	if l.file, err = diskEntry(l.tr); err != nil {
@@ -60,7 +63,24 @@ func OpenLayer(mediaType string, blob io.Reader) (*LayerReader, error) {
 	// archive/tar reads a header's blocks and nothing more: what passed
 	// so far is all the tar holds before the disk's first byte.
 	l.frame.disk = l.file.Size
+	if err := checkRawHeaders(l.Head(), l.file); err != nil {
+		l.Close()
+		return nil, err
+	}
 	return l, nil
+}
+
+// OwnCompressionFraming reports whether the layer's compression framing
+// is what imagepipe's writers emit: for gzip the member headers (padding
+// included) and their count, for zstd the frames and their headers, and
+// nothing after the last. The coded data inside (deflate or zstd blocks)
+// is not compared: it is the build's compressor's, and the decoder checks
+// every byte of it. Before CopyDisk has returned it speaks of the bytes
+// read so far (false: the layer is not one imagepipe wrote); once
+// CopyDisk has returned without an error, of the whole layer. A layer
+// that is not compressed reports true.
+func (l *LayerReader) OwnCompressionFraming() bool {
+	return l.stream.own(l.ended, l.frame.total)
 }
 
 // Head is the tar's bytes before the disk's first byte, as read; nil when
@@ -86,15 +106,18 @@ func (l *LayerReader) Tail() []byte {
 // imagepipe's own headers and end marker are a few KiB.
 const maxFraming = 64 << 10
 
-// framing keeps the tar's bytes before and after the disk, as they pass.
+// framing keeps the tar's bytes before and after the disk, as they pass,
+// and counts them all.
 type framing struct {
 	disk       int64 // disk bytes still to pass; -1 while the headers are read
 	head, tail []byte
 	overflow   bool
+	total      int64
 }
 
 func (f *framing) Write(p []byte) (int, error) {
 	n := len(p)
+	f.total += int64(n)
 	if f.disk < 0 {
 		f.head = f.keep(f.head, p)
 		return n, nil
@@ -173,6 +196,7 @@ func (l *LayerReader) CopyDisk(ctx context.Context, w io.Writer) (diffID string,
 	if err := l.finish(); err != nil {
 		return "", err
 	}
+	l.ended = true
 	return fmt.Sprintf("sha256:%x", l.diff.Sum()), nil
 }
 

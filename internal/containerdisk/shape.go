@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 
 	"github.com/klauspost/compress/zstd"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -83,7 +85,10 @@ func mediaTypeContent(mt string) (string, error) {
 // reader sets: FEXTRA at most 64 KiB (its length is 16 bits; imagectl's
 // own small layers carry 500 bytes of it, see gzipPadder), a name or
 // comment at most 512 bytes.
-func decompressLayer(mt string, r *bufio.Reader) (io.ReadCloser, error) {
+//
+// stream records the gzip stream's first header and its reader's member
+// count (streamFraming).
+func decompressLayer(mt string, r *bufio.Reader, stream *streamFraming) (io.ReadCloser, error) {
 	declared, err := mediaTypeContent(mt)
 	if err != nil {
 		return nil, err
@@ -101,10 +106,16 @@ func decompressLayer(mt string, r *bufio.Reader) (io.ReadCloser, error) {
 	}
 	switch found {
 	case contentGzip:
+		start, err := r.Peek(gzipPaddedHeaderSize)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		stream.gzip = classifyGzipStart(start)
 		zr, err := newGzipReader(r)
 		if err != nil {
 			return nil, fmt.Errorf("opening the gzip layer: %w", err)
 		}
+		stream.members, _ = zr.(gzipMembers)
 		return zr, nil
 	case contentZstd:
 		if err := checkZstdFirstBlock(r); err != nil {
@@ -120,16 +131,89 @@ func decompressLayer(mt string, r *bufio.Reader) (io.ReadCloser, error) {
 }
 
 // allowedPAX are the PAX records a disk entry may carry: Go's tar writer
-// adds "size" for disks of 8 GiB and more; times change nothing. Any other
-// record (a path, a link, a GNU sparse map) changes what the entry means
-// to some readers and not to others.
-var allowedPAX = map[string]bool{"size": true, "mtime": true, "atime": true, "ctime": true}
+// adds "size" for disks of 8 GiB and more; times and owner names change
+// nothing, since the owner is the numeric one (and the canonical layer
+// has neither). Any other record (a path, a link, a numeric owner, a GNU
+// sparse map, extended attributes) changes what the entry means to some
+// readers and not to others.
+var allowedPAX = map[string]bool{"size": true, "mtime": true, "atime": true, "ctime": true, "uname": true, "gname": true}
+
+// tarBlockSize is the size of a tar header and the unit of its data.
+const tarBlockSize = 512
+
+// checkRawHeaders walks the header blocks of head, the tar's bytes before
+// the disk's first byte (already read by archive/tar), and refuses what a
+// reader without PAX or GNU extensions would read as another tar: a GNU
+// long-name or long-link header (such a reader sees the entry under its
+// raw name, and the header as one more file), a directory whose header
+// declares data, and a PAX size record that the disk's non-zero ustar
+// size field contradicts. file is the disk's header.
+func checkRawHeaders(head []byte, file *tar.Header) error {
+	if head == nil {
+		return reject.New(reject.TarEntry, "the layer's tar headers are over %d bytes; a containerDisk's take a few blocks", maxFraming)
+	}
+	gnu := false // a GNU long-name or long-link header came before the entry
+	for off := 0; off+tarBlockSize <= len(head); {
+		blk := head[off : off+tarBlockSize]
+		off += tarBlockSize
+		size, sizeOK := octalField(blk[124:136])
+		switch blk[156] {
+		case tar.TypeGNULongName, tar.TypeGNULongLink, tar.TypeXHeader:
+			if !sizeOK {
+				return reject.New(reject.TarEntry, "an extended header of the layer's tar has the size field %q", blk[124:136])
+			}
+			gnu = gnu || blk[156] != tar.TypeXHeader
+			off += int((size + tarBlockSize - 1) / tarBlockSize * tarBlockSize)
+			continue
+		}
+		name := rawName(blk)
+		if gnu {
+			return reject.New(reject.TarEntry, "a GNU long-name or long-link header renames or links the entry whose raw name is %q; a reader without GNU extensions sees that name, and the header as one more file", name)
+		}
+		if off < len(head) && (!sizeOK || size != 0) {
+			return reject.New(reject.TarEntry, "the directory %q declares data (size field %q); a reader that skips it takes %s's header for it", name, bytes.Trim(blk[124:136], "\x00"), api.DiskPath)
+		}
+		if _, pax := file.PAXRecords["size"]; off == len(head) && pax && (!sizeOK || size != 0 && size != file.Size) {
+			return reject.New(reject.TarEntry, "%s has a PAX size record of %d bytes but its ustar size field says %q; a reader without PAX reads another file", api.DiskPath, file.Size, bytes.Trim(blk[124:136], "\x00"))
+		}
+	}
+	return nil
+}
+
+// octalField parses a tar header's octal number field as archive/tar
+// does (spaces and NULs around it ignored); base-256 is not taken.
+func octalField(b []byte) (int64, bool) {
+	s := strings.Trim(string(b), " \x00")
+	if s == "" {
+		return 0, true
+	}
+	n, err := strconv.ParseInt(s, 8, 64)
+	return n, err == nil && n >= 0
+}
+
+// rawName is the name a header block gives its entry, as a reader without
+// PAX or GNU extensions reads it: the ustar prefix, if any, and the name.
+func rawName(blk []byte) string {
+	cstr := func(b []byte) string {
+		if i := bytes.IndexByte(b, 0); i >= 0 {
+			b = b[:i]
+		}
+		return string(b)
+	}
+	name := cstr(blk[0:100])
+	if string(blk[257:263]) == "ustar\x00" {
+		if prefix := cstr(blk[345:500]); prefix != "" {
+			name = prefix + "/" + name
+		}
+	}
+	return name
+}
 
 // checkPAX refuses a header whose PAX records could be read two ways.
 func checkPAX(h *tar.Header) error {
 	for k := range h.PAXRecords {
 		if !allowedPAX[k] {
-			return reject.New(reject.TarEntry, "the entry %q carries the PAX record %q; a containerDisk's entries carry none but size and times", h.Name, k)
+			return reject.New(reject.TarEntry, "the entry %q carries the PAX record %q; a containerDisk's entries carry none but size, times and owner names", h.Name, k)
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package containerdisk
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -154,5 +155,94 @@ func TestLayerTrailersAndPAXAreRefused(t *testing.T) {
 		if err := readLayer(t, ocispec.MediaTypeImageLayer, blob); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// fixChecksum sets the checksum of the tar header block blk.
+func fixChecksum(blk []byte) {
+	copy(blk[148:156], "        ")
+	var sum int
+	for _, c := range blk[:tarBlockSize] {
+		sum += int(c)
+	}
+	copy(blk[148:156], fmt.Sprintf("%06o\x00 ", sum))
+}
+
+// longHeader is a GNU long-name or long-link header block with its data,
+// naming target, for the entry that follows it.
+func longHeader(t *testing.T, typ byte, target string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "././@LongLink", Size: int64(len(target) + 1), Format: tar.FormatGNU})
+	tw.Write(append([]byte(target), 0))
+	tw.Flush()
+	blk := b.Bytes()
+	blk[156] = typ
+	fixChecksum(blk)
+	return blk
+}
+
+// withRawName is tarball (diskTar's) whose disk header has raw as its
+// ustar name.
+func withRawName(tarball []byte, raw string) []byte {
+	out := bytes.Clone(tarball)
+	blk := out[tarBlockSize : 2*tarBlockSize]
+	clear(blk[:100])
+	copy(blk, raw)
+	fixChecksum(blk)
+	return out
+}
+
+// TestTarHeadersReadersDisagreeOnAreRefused: a GNU long-name or long-link
+// header (a reader without GNU extensions sees the entry under its raw
+// name, ../../etc/evil.img say), a directory that declares data, and a
+// PAX size record the ustar size contradicts are refused; owner names,
+// in the ustar header or PAX records, are not.
+func TestTarHeadersReadersDisagreeOnAreRefused(t *testing.T) {
+	disk := make([]byte, 4096)
+	plain := diskTar(t, disk, nil, nil)
+	evil := withRawName(plain, "../../etc/evil.img")
+	insert := func(tarball []byte, at int, b []byte) []byte {
+		return append(append(bytes.Clone(tarball[:at]), b...), tarball[at:]...)
+	}
+	// A directory whose size field says 1 block: a reader that skips a
+	// directory's data takes the disk's header for it.
+	dirWithData := bytes.Clone(plain)
+	copy(dirWithData[124:136], "00000001000\x00")
+	fixChecksum(dirWithData)
+	paxSize := diskTar(t, disk, func(h *tar.Header) { h.PAXRecords = map[string]string{"size": "4096"} }, nil)
+	// The disk's ustar size field says 2 blocks more than the record.
+	paxLies := bytes.Clone(paxSize)
+	fileHdr := paxLies[len(paxLies)-len(disk)-1024-tarBlockSize:]
+	copy(fileHdr[124:136], "00000014000\x00")
+	fixChecksum(fileHdr)
+
+	refused := map[string][]byte{
+		"a GNU long name over the raw name ../../etc/evil.img": insert(evil, 512, longHeader(t, tar.TypeGNULongName, api.DiskPath)),
+		"a GNU long link on the disk":                          insert(plain, 512, longHeader(t, tar.TypeGNULongLink, "/etc/passwd")),
+		"a GNU long name on the directory":                     insert(plain, 0, longHeader(t, tar.TypeGNULongName, api.DiskDir)),
+		"a directory that declares data":                       dirWithData,
+		"a PAX size the ustar size contradicts":                paxLies,
+	}
+	for name, blob := range refused {
+		err := readLayer(t, ocispec.MediaTypeImageLayer, blob)
+		if re := reject.As(err); re == nil || re.Reason != reject.TarEntry {
+			t.Errorf("%s: %v; want a %s rejection", name, err, reject.TarEntry)
+		}
+	}
+	accepted := map[string][]byte{
+		"owner names":                   diskTar(t, disk, func(h *tar.Header) { h.Uname, h.Gname = "root", "wheel" }, nil),
+		"a PAX uname":                   withRawPAX(t, plain, "uname", "root"),
+		"a PAX gname":                   withRawPAX(t, plain, "gname", "wheel"),
+		"a PAX size the ustar size has": paxSize,
+	}
+	for name, blob := range accepted {
+		if err := readLayer(t, ocispec.MediaTypeImageLayer, blob); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if err := readLayer(t, ocispec.MediaTypeImageLayer, evil); err == nil || !errors.Is(err, reject.ErrRejected) {
+		t.Errorf("the raw name alone: %v; want a rejection", err)
 	}
 }

@@ -59,12 +59,17 @@ func (z *zstdWriter) startBody() error {
 	if _, err := z.out.Write(rawZstdFrame(z.lead)); err != nil {
 		return err
 	}
-	enc, err := zstd.NewWriter(z.out, zstd.WithEncoderLevel(zstd.SpeedFastest))
+	enc, err := newZstdBodyEncoder(z.out)
 	if err != nil {
 		return err
 	}
 	z.enc = enc
 	return nil
+}
+
+// newZstdBodyEncoder is the encoder of the frame after the lead frame.
+func newZstdBodyEncoder(out io.Writer) (*zstd.Encoder, error) {
+	return zstd.NewWriter(out, zstd.WithEncoderLevel(zstd.SpeedFastest))
 }
 
 func (z *zstdWriter) Close() error {

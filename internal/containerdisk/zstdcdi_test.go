@@ -78,7 +78,7 @@ const (
 // compressed stream), up to zstdDiffLimit+1 bytes.
 func gateReadZstd(layer []byte) ([]byte, error) {
 	buf := bufio.NewReaderSize(bytes.NewReader(layer), 128<<10)
-	zr, err := decompressLayer(ocispec.MediaTypeImageLayerZstd, buf)
+	zr, err := decompressLayer(ocispec.MediaTypeImageLayerZstd, buf, nil)
 	if err != nil {
 		return nil, err
 	}

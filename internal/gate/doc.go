@@ -11,8 +11,9 @@
 //     and labels, and no environment but KubeVirt's instancetype defaults;
 //   - the layer from the registry by digest: its bytes must show the
 //     compression its media type names, its tar must hold exactly disk/
-//     and disk/disk.img (107:107, 0444) and nothing after them but zero
-//     padding, and its digest, size and diff ID must match;
+//     and disk/disk.img (107:107, 0444), with no header readers disagree
+//     on, and nothing after them but zero padding, and its digest, size
+//     and diff ID must match;
 //   - the disk, through the disk engine's full verdict: header, every
 //     table, shared clusters, every compressed cluster. A qcow2 disk that
 //     is byte for byte what imagepipe's writer makes is checked as it
@@ -24,10 +25,15 @@
 //
 // It then writes the canonical image into the same repository, by digest:
 // a manifest and config of its own from the verified values, and the
-// layer imagepipe's writer makes of the verified disk. When the pushed
-// layer's tar already is that layer's tar, the pushed blob is kept, so
-// that an image `imagectl import` built is its own canonical image and
-// costs no storage. CDI then only ever reads bytes imagepipe wrote.
+// layer imagepipe's writer makes of the verified disk. The pushed blob is
+// kept instead only when its tar is that layer's tar byte for byte and its
+// compression framing (gzip member headers and count, zstd frames) is
+// byte for byte what imagepipe's writers emit
+// (containerdisk.LayerReader.OwnCompressionFraming); the coded data inside,
+// which depends on the build's compressor, was decoded in full. So an
+// image `imagectl import` built is its own canonical image and costs no
+// storage, and CDI only ever reads imagepipe's tar in imagepipe's framing
+// (docs/security.md, "The canonical image").
 //
 // A rejection is a verdict too, with the reason codes of internal/reject.
 // Errors (a registry that fails, a context that ends) are not verdicts.

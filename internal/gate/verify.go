@@ -315,8 +315,9 @@ func (v *Verifier) readLayerOutcome(ctx context.Context, repo name.Repository, d
 		return nil, err
 	}
 	defer spool.Discard()
-	// A disk the stream check found canonical is its own canonical layer;
-	// any other is verified in the spool.
+	// A disk the stream check found canonical, in a layer imagepipe's
+	// writer would make of it (extracted.keep), is its own canonical
+	// layer; any other is verified in the spool.
 	rec := &layerRecord{TarDigest: pushed.diffID, Repository: repo.RepositoryStr(),
 		Canonical: ocispec.Descriptor{MediaType: comp.MediaType(), Digest: desc.Digest, Size: desc.Size},
 		DiffID:    pushed.framedDiffID, DiskSize: pushed.size}
@@ -450,17 +451,29 @@ type extracted struct {
 	// canonical disk is the pushed one. "" when unknown (the pushed tar
 	// has imagepipe's headers but another end).
 	framedDiffID string
+	// ownCompression: the layer's compression framing is what
+	// imagepipe's writers emit (LayerReader.OwnCompressionFraming).
+	ownCompression bool
 	// streamed is what the stream check found of the disk; the spool
 	// holds the disk unless it is StreamCanonical or StreamLost.
 	streamed convert.StreamOutcome
 	info     convert.Info // the disk's, when streamed is StreamCanonical
 }
 
+// keep reports whether the pushed layer may stand as the canonical layer
+// whose tar has diff ID canonical: its tar is that tar byte for byte and
+// its compression framing is imagepipe's. Anything else, however benign,
+// is written anew, so that CDI reads a layer imagepipe framed.
+func (x *extracted) keep(canonical string) bool {
+	return x.diffID == canonical && x.ownCompression
+}
+
 // mustReread reports whether the spool lacks a disk that the usual way
-// must verify: the stream check dropped its data, or the pushed disk is
-// canonical in a tar that is not.
+// must verify, or that the gate must write a layer of: the stream check
+// dropped its data, or the pushed disk is canonical in a layer that is
+// not imagepipe's.
 func (x *extracted) mustReread() bool {
-	return x.streamed == convert.StreamLost || (x.streamed == convert.StreamCanonical && x.framedDiffID == "")
+	return x.streamed == convert.StreamLost || (x.streamed == convert.StreamCanonical && !x.keep(x.framedDiffID))
 }
 
 // extract streams the layer from the registry and checks its shape and
@@ -489,13 +502,17 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 	// The spool's writes run beside the decompression, on a core of their
 	// own. The pushed disk's diff ID in imagepipe's framing is its own
 	// when the pushed tar's headers are imagepipe's (the end marker is
-	// compared after); else it is hashed there too.
+	// compared after); else it is hashed there too. A layer whose start
+	// (tar headers, gzip header, zstd lead frame) is not imagepipe's
+	// cannot stand as the canonical layer, which the gate then writes
+	// from the spool: its disk goes there at once, unchecked as it
+	// streams.
 	head, tail := containerdisk.TarFraming(lr.DiskSize())
 	ownHead := bytes.Equal(lr.Head(), head)
 	var sum hash.Hash
 	var check *convert.StreamCheck
 	sink := io.Writer(boundedSpool{spool, v.MaxSpool})
-	if stream != nil {
+	if stream != nil && ownHead && lr.OwnCompressionFraming() {
 		check = convert.NewStreamCheck(lr.DiskSize(), *stream, sink)
 		sink = check
 	}
@@ -524,7 +541,7 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 	if counted.n != desc.Size {
 		return nil, reject.New(reject.ManifestShape, "the layer %s is %d bytes but its descriptor says %d", desc.Digest, counted.n, desc.Size)
 	}
-	x := &extracted{diffID: diffID, size: lr.DiskSize(), streamed: convert.StreamDiverted}
+	x := &extracted{diffID: diffID, size: lr.DiskSize(), ownCompression: lr.OwnCompressionFraming(), streamed: convert.StreamDiverted}
 	if check != nil {
 		if x.streamed, x.info, err = check.Finish(ctx); err != nil {
 			return nil, err
@@ -544,8 +561,9 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 }
 
 // canonicalLayer is the canonical layer of disk, pushed into repo unless
-// it is the pushed one (its tar is exactly the tar imagepipe writes for
-// the verified disk), with its diff ID and disk size.
+// the pushed layer may stand for it (extracted.keep: its tar is exactly
+// the tar imagepipe writes for the verified disk, in imagepipe's
+// compression framing), with its diff ID and disk size.
 func (v *Verifier) canonicalLayer(ctx context.Context, repo name.Repository, disk *containerdisk.Disk, spool io.ReaderAt, pushedLayer ocispec.Descriptor, pushed *extracted) (ocispec.Descriptor, string, int64, error) {
 	diffID, size, err := canonicalDiffID(ctx, disk, spool, pushed)
 	if err != nil {
@@ -553,7 +571,7 @@ func (v *Verifier) canonicalLayer(ctx context.Context, repo name.Repository, dis
 	}
 	comp, _ := containerdisk.CompressionOf(pushedLayer.MediaType)
 	layer := ocispec.Descriptor{MediaType: comp.MediaType(), Digest: pushedLayer.Digest, Size: pushedLayer.Size}
-	if diffID == pushed.diffID {
+	if pushed.keep(diffID) {
 		return layer, diffID, size, nil
 	}
 	info, err := v.Registry.PushLayer(ctx, repo, disk)

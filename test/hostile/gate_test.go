@@ -71,15 +71,7 @@ func TestCorpusPushedAsContainerDisksIsRefusedByTheGate(t *testing.T) {
 	t.Logf("%d images pushed, %d need options the gate does not take", len(all), skipped)
 
 	for _, p := range all {
-		var v *api.Verdict
-		harness.WaitUntil(t, "the gate's verdict on "+p.tc.name, time.Minute, 100*time.Millisecond, func() (bool, error) {
-			var err error
-			v, err = verdict.Find(t.Context(), rc, trust, p.subject)
-			if errors.Is(err, verdict.ErrNoVerdict) {
-				return false, nil
-			}
-			return err == nil, err
-		})
+		v := awaitVerdict(t, rc, trust, p.subject, p.tc.name)
 		if len(p.tc.want) == 0 {
 			if v.Verdict != api.VerdictAccepted {
 				t.Errorf("%s, a valid control, was refused: %+v", p.tc.name, v.Reasons)
@@ -106,11 +98,18 @@ func pushContainerDisk(t *testing.T, ref name.Tag, disk []byte) string {
 	zw := gzip.NewWriter(&gz)
 	zw.Write(tb.Bytes())
 	zw.Close()
+	return pushLayer(t, ref, gz.Bytes(), ocispec.MediaTypeImageLayerGzip, digest.FromBytes(tb.Bytes()).String())
+}
+
+// pushLayer pushes a linux/amd64 image of layer, of mediaType, whose
+// config names diffID, and returns the manifest digest.
+func pushLayer(t *testing.T, ref name.Tag, layer []byte, mediaType, diffID string) string {
+	t.Helper()
 	cfg, _ := json.Marshal(ocispec.Image{
 		Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"},
-		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{digest.FromBytes(tb.Bytes())}},
+		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{digest.Digest(diffID)}},
 	})
-	for _, blob := range [][]byte{cfg, gz.Bytes()} {
+	for _, blob := range [][]byte{cfg, layer} {
 		if err := remote.WriteLayer(ref.Context(), static.NewLayer(blob, types.OCILayer)); err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +117,7 @@ func pushContainerDisk(t *testing.T, ref name.Tag, disk []byte) string {
 	m, _ := json.Marshal(ocispec.Manifest{
 		MediaType: ocispec.MediaTypeImageManifest,
 		Config:    ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(cfg), Size: int64(len(cfg))},
-		Layers:    []ocispec.Descriptor{{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: digest.FromBytes(gz.Bytes()), Size: int64(gz.Len())}},
+		Layers:    []ocispec.Descriptor{{MediaType: mediaType, Digest: digest.FromBytes(layer), Size: int64(len(layer))}},
 	})
 	var doc map[string]any
 	json.Unmarshal(m, &doc)
@@ -162,25 +161,12 @@ func TestVerificationOutOfMemoryStopsNoOther(t *testing.T) {
 	bigSubject := bigRef.Context().Digest(pushContainerDisk(t, bigRef, bigDisk))
 	smallSubject := smallRef.Context().Digest(pushContainerDisk(t, smallRef, bytes.Repeat([]byte("small"), 1<<18)[:1<<20]))
 
-	var v *api.Verdict
-	harness.WaitUntil(t, "the gate's verdict on the small image", time.Minute, 100*time.Millisecond, func() (bool, error) {
-		v, err = verdict.Find(t.Context(), rc, trust, smallSubject)
-		if errors.Is(err, verdict.ErrNoVerdict) {
-			return false, nil
-		}
-		return err == nil, err
-	})
+	v := awaitVerdict(t, rc, trust, smallSubject, "the small image")
 	if v.Verdict != api.VerdictAccepted {
 		t.Errorf("the small image: %+v", v)
 	}
 	// Tried again after a backoff, then refused: the tenant learns why.
-	harness.WaitUntil(t, "the gate's verdict on the big image", time.Minute, 100*time.Millisecond, func() (bool, error) {
-		v, err = verdict.Find(t.Context(), rc, trust, bigSubject)
-		if errors.Is(err, verdict.ErrNoVerdict) {
-			return false, nil
-		}
-		return err == nil, err
-	})
+	v = awaitVerdict(t, rc, trust, bigSubject, "the big image")
 	if v.Verdict != api.VerdictRejected || v.Reasons[0].Code != string(reject.VerificationLimit) || !strings.Contains(v.Reasons[0].Message, "over its limit of 64 MiB") {
 		t.Errorf("the big image: %+v; want a verification-limit rejection", v)
 	}
@@ -203,6 +189,22 @@ func TestVerificationOutOfMemoryStopsNoOther(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, nil
 	})
+}
+
+// awaitVerdict waits up to a minute for the verdict on subject that a
+// key trust holds signed.
+func awaitVerdict(t *testing.T, rc *registry.Client, trust *trust.Verifier, subject name.Digest, what string) *api.Verdict {
+	t.Helper()
+	var v *api.Verdict
+	harness.WaitUntil(t, "the gate's verdict on "+what, time.Minute, 100*time.Millisecond, func() (bool, error) {
+		var err error
+		v, err = verdict.Find(t.Context(), rc, trust, subject)
+		if errors.Is(err, verdict.ErrNoVerdict) {
+			return false, nil
+		}
+		return err == nil, err
+	})
+	return v
 }
 
 // providerTrust trusts the process's provider key, as a hub does.
