@@ -30,7 +30,10 @@ func TestMain(m *testing.M) { os.Exit(testenv.MainWithSyncer(m)) }
 // reps is how many imports of the bench image are measured.
 const reps = 3
 
-// BenchmarkGate measures, against the CNCF distribution registry:
+// BenchmarkGate measures the gate against the CNCF distribution registry,
+// in parts (sub-benchmarks, each with a registry and gate of its own):
+//
+// Disk, on the bench image (IMAGEPIPE_BENCH_DISK):
 //
 //   - overhead: imagectl import of the bench image, then the gate's own
 //     time to verify it in full, publish its canonical image and sign the
@@ -52,15 +55,34 @@ const reps = 3
 //     alone and decompressing it while hashing blob and tar (floor.go).
 //
 // It is a Go benchmark, so that `go test ./...` never runs it; gate.sh runs
-// it once (-bench Gate -benchtime 1x). The section goes to
-// $IMAGEPIPE_BENCH_OUT.
+// it once (-bench Gate -benchtime 1x), and -bench 'Gate/ReadOnce' runs one
+// part. The section, of the parts run, goes to $IMAGEPIPE_BENCH_OUT.
 func BenchmarkGate(b *testing.B) {
-	for b.Loop() {
-		benchGate(b)
+	section := "\n### image-gate\n"
+	parts := []struct {
+		name string
+		run  func(testing.TB) string
+	}{{"Disk", benchGate}}
+	for _, p := range parts {
+		b.Run(p.name, func(b *testing.B) {
+			for b.Loop() {
+				section += p.run(b)
+			}
+		})
+	}
+	if b.Failed() {
+		return
+	}
+	fmt.Print(section)
+	if out := os.Getenv("IMAGEPIPE_BENCH_OUT"); out != "" {
+		if err := os.WriteFile(out, []byte(section), 0o644); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
-func benchGate(t testing.TB) {
+// benchGate is the Disk part: the gate on the bench image.
+func benchGate(t testing.TB) string {
 	disk := os.Getenv("IMAGEPIPE_BENCH_DISK")
 	if disk == "" {
 		t.Fatal("IMAGEPIPE_BENCH_DISK names no disk (gate.sh sets it)")
@@ -112,13 +134,7 @@ func benchGate(t testing.TB) {
 
 	hubs := pushToReady(t, disk)
 
-	section := render(disk, imports, gates, zImports, zGates, gzFloor, zFloor, reads, parallel, peak) + hubs.render(median(imports))
-	fmt.Print(section)
-	if out := os.Getenv("IMAGEPIPE_BENCH_OUT"); out != "" {
-		if err := os.WriteFile(out, []byte(section), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return render(disk, imports, gates, zImports, zGates, gzFloor, zFloor, reads, parallel, peak) + hubs.render(median(imports))
 }
 
 // hubFigures are one push of the bench image to Ready on two hubs.
@@ -259,29 +275,15 @@ func waitVerdict(t testing.TB, logPath, digest, repo string) float64 {
 // (the layer) by clients whose User-Agent contains agent.
 func layerReads(t testing.TB, logPath, repo, agent string) int {
 	t.Helper()
-	f, err := os.Open(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	written := map[string]int64{}
 	reads := map[string]int{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	blob := regexp.MustCompile(`http.request.uri="/v2/` + regexp.QuoteMeta(repo) + `/blobs/(sha256:[0-9a-f]{64})".*http.response.written=(\d+)`)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.Contains(line, `msg="response completed"`) || !strings.Contains(line, "http.request.method=GET ") {
+	for _, g := range blobGets(t, logPath) {
+		if g.repo != repo {
 			continue
 		}
-		m := blob.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		n, _ := strconv.ParseInt(m[2], 10, 64)
-		written[m[1]] = max(written[m[1]], n)
-		if strings.Contains(line, agent) {
-			reads[m[1]]++
+		written[g.digest] = max(written[g.digest], g.written)
+		if strings.Contains(g.line, agent) {
+			reads[g.digest]++
 		}
 	}
 	var largest string
@@ -293,6 +295,44 @@ func layerReads(t testing.TB, logPath, repo, agent string) int {
 	return reads[largest]
 }
 
+// blobGet is one completed GET of a blob in the registry's log.
+type blobGet struct {
+	repo, digest string
+	written      int64  // bytes sent
+	line         string // the whole log line
+}
+
+var blobGetLine = regexp.MustCompile(`http.request.uri="/v2/(.+?)/blobs/(sha256:[0-9a-f]{64})".*http.response.written=(\d+)`)
+
+// blobGets are the completed GETs of blobs in the registry's log.
+func blobGets(t testing.TB, logPath string) []blobGet {
+	t.Helper()
+	f, err := os.Open(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var gets []blobGet
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, `msg="response completed"`) || !strings.Contains(line, "http.request.method=GET ") {
+			continue
+		}
+		m := blobGetLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		n, _ := strconv.ParseInt(m[3], 10, 64)
+		gets = append(gets, blobGet{repo: m[1], digest: m[2], written: n, line: line})
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("reading the registry's log: %v", err)
+	}
+	return gets
+}
+
 // peakTreePSS samples, every 50 ms until stop is closed, the proportional
 // set size of process pid and its children together, and returns the
 // largest sum seen, in MiB.
@@ -302,15 +342,8 @@ func peakTreePSS(pid int, stop <-chan struct{}) float64 {
 	defer t.Stop()
 	for {
 		sum := procKB(pid, "smaps_rollup", "Pss:")
-		// Each thread lists the children it started.
-		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-		for _, task := range tasks {
-			kids, _ := os.ReadFile(task)
-			for _, f := range strings.Fields(string(kids)) {
-				if child, err := strconv.Atoi(f); err == nil {
-					sum += procKB(child, "smaps_rollup", "Pss:")
-				}
-			}
+		for _, child := range children(pid) {
+			sum += procKB(child, "smaps_rollup", "Pss:")
 		}
 		peak = max(peak, sum)
 		select {
@@ -319,6 +352,22 @@ func peakTreePSS(pid int, stop <-chan struct{}) float64 {
 		case <-t.C:
 		}
 	}
+}
+
+// children are the running child processes of process pid: each of its
+// threads lists those it started.
+func children(pid int) []int {
+	var pids []int
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, task := range tasks {
+		kids, _ := os.ReadFile(task)
+		for _, f := range strings.Fields(string(kids)) {
+			if child, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, child)
+			}
+		}
+	}
+	return pids
 }
 
 // procKB is a kB field of /proc/PID/file; 0 when it cannot be read (the
@@ -366,8 +415,7 @@ func median(xs []float64) float64 {
 func render(disk string, imports, gates, zImports, zGates []float64, gzFloor, zFloor floor, reads int, parallel []float64, peak float64) string {
 	var b strings.Builder
 	ratio := median(gates) / median(imports)
-	fmt.Fprintf(&b, "\n### image-gate\n\n")
-	fmt.Fprintf(&b, "Input: %s, imported %d times with imagectl (gzip, qcow2), each into a repository of its own against the CNCF distribution registry with image-gate beside it.\n\n", filepath.Base(disk), len(imports))
+	fmt.Fprintf(&b, "\nInput: %s, imported %d times with imagectl (gzip, qcow2), each into a repository of its own against the CNCF distribution registry with image-gate beside it.\n\n", filepath.Base(disk), len(imports))
 	fmt.Fprintf(&b, "| case | measured | target | |\n| --- | ---: | ---: | --- |\n")
 	fmt.Fprintf(&b, "| `imagectl import`, median of %d | %.2f s | | |\n", len(imports), median(imports))
 	fmt.Fprintf(&b, "| gate: verify in full, publish, sign; median | %.2f s | | |\n", median(gates))
