@@ -2,6 +2,7 @@ package gate
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"maps"
 	"os"
@@ -54,6 +55,8 @@ const reps = 3
 //   - floor: what any verifier of the layer must spend, decompressing it
 //     alone and decompressing it while hashing blob and tar (floor.go).
 //
+// ReadOnce: one layer named by many manifests is read once (readonce_test.go).
+//
 // It is a Go benchmark, so that `go test ./...` never runs it; gate.sh runs
 // it once (-bench Gate -benchtime 1x), and -bench 'Gate/ReadOnce' runs one
 // part. The section, of the parts run, goes to $IMAGEPIPE_BENCH_OUT.
@@ -62,7 +65,7 @@ func BenchmarkGate(b *testing.B) {
 	parts := []struct {
 		name string
 		run  func(testing.TB) string
-	}{{"Disk", benchGate}}
+	}{{"Disk", benchGate}, {"ReadOnce", benchReadOnce}}
 	for _, p := range parts {
 		b.Run(p.name, func(b *testing.B) {
 			for b.Loop() {
@@ -295,6 +298,19 @@ func layerReads(t testing.TB, logPath, repo, agent string) int {
 	return reads[largest]
 }
 
+// blobReads counts the registry's completed GETs of the blob digest, in
+// any repository, by clients whose User-Agent contains agent.
+func blobReads(t testing.TB, logPath, digest, agent string) int {
+	t.Helper()
+	n := 0
+	for _, g := range blobGets(t, logPath) {
+		if g.digest == digest && strings.Contains(g.line, agent) {
+			n++
+		}
+	}
+	return n
+}
+
 // blobGet is one completed GET of a blob in the registry's log.
 type blobGet struct {
 	repo, digest string
@@ -368,6 +384,63 @@ func children(pid int) []int {
 		}
 	}
 	return pids
+}
+
+// procStat is what the bench reads of /proc/PID/stat.
+type procStat struct {
+	user, sys time.Duration // its own CPU time
+	// childUser and childSys are the CPU time of its children that ended
+	// and were waited for.
+	childUser, childSys time.Duration
+	nice                int
+}
+
+// cpu is the process's own CPU time, user and system.
+func (s procStat) cpu() time.Duration { return s.user + s.sys }
+
+// readStat reads /proc/PID/stat; ok is false when the process is gone.
+func readStat(pid int) (s procStat, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return s, false
+	}
+	// The command name may hold spaces: fields are counted after its ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return s, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 17 {
+		return s, false
+	}
+	const tick = 10 * time.Millisecond // USER_HZ, 100 on Linux
+	n := func(i int) int64 { v, _ := strconv.ParseInt(f[i], 10, 64); return v }
+	ticks := func(i int) time.Duration { return time.Duration(n(i)) * tick }
+	// Fields 14 to 17 of proc(5): utime stime cutime cstime; 19: nice.
+	return procStat{user: ticks(11), sys: ticks(12), childUser: ticks(13), childSys: ticks(14), nice: int(n(16))}, true
+}
+
+// cpuTime is CPU time, user and system.
+type cpuTime struct{ user, sys time.Duration }
+
+func (c cpuTime) total() time.Duration { return c.user + c.sys }
+
+func (c cpuTime) sub(o cpuTime) cpuTime { return cpuTime{c.user - o.user, c.sys - o.sys} }
+
+// treeCPU is the CPU time of process pid and of all its children, those
+// that ended and those still running.
+func treeCPU(t testing.TB, pid int) cpuTime {
+	t.Helper()
+	var sum cpuTime
+	for i, p := range append([]int{pid}, children(pid)...) {
+		s, ok := readStat(p)
+		if !ok && i == 0 {
+			t.Fatalf("process %d is gone", pid)
+		}
+		sum.user += s.user + s.childUser
+		sum.sys += s.sys + s.childSys
+	}
+	return sum
 }
 
 // procKB is a kB field of /proc/PID/file; 0 when it cannot be read (the
