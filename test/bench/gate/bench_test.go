@@ -57,6 +57,9 @@ const reps = 3
 //
 // ReadOnce: one layer named by many manifests is read once (readonce_test.go).
 //
+// Waiting: a small image's verdict while other tenants' long
+// verifications run (waiting_test.go).
+//
 // It is a Go benchmark, so that `go test ./...` never runs it; gate.sh runs
 // it once (-bench Gate -benchtime 1x), and -bench 'Gate/ReadOnce' runs one
 // part. The section, of the parts run, goes to $IMAGEPIPE_BENCH_OUT.
@@ -65,7 +68,7 @@ func BenchmarkGate(b *testing.B) {
 	parts := []struct {
 		name string
 		run  func(testing.TB) string
-	}{{"Disk", benchGate}, {"ReadOnce", benchReadOnce}}
+	}{{"Disk", benchGate}, {"ReadOnce", benchReadOnce}, {"Waiting", benchWaiting}}
 	for _, p := range parts {
 		b.Run(p.name, func(b *testing.B) {
 			for b.Loop() {
