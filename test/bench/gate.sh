@@ -12,7 +12,7 @@
 # and an index of 8 platforms: the gate's CPU time and reads of the layer per step (target: none
 # after the first, at most 0.05 of its CPU). Waiting: a 4 MiB image's push to verdict, alone and
 # while two other tenants' four 16 GiB verifications run (target 5 s).
-# About 8 minutes on 2 cores; ReadOnce spools 8 GiB in the gate's temp folder. The Markdown
+# About 7 minutes on 2 cores; ReadOnce spools 8 GiB in the gate's temp folder. The Markdown
 # section goes to standard output. One part alone, without the bench image:
 #   go test ./test/bench/gate -run '^$' -bench 'Gate/ReadOnce' -benchtime 1x -v
 #
@@ -47,7 +47,7 @@ main() {
 	IMAGEPIPE_CACHE=$CACHE bash test/bench/bench.sh --raw >&2
 	OUT=$(mktemp)
 	trap 'rm -f "$OUT"' EXIT
-	log "running test/bench/gate (about 8 minutes)"
+	log "running test/bench/gate (about 7 minutes)"
 	if ! IMAGEPIPE_BENCH_OUT=$OUT IMAGEPIPE_BENCH_DISK=$CACHE/bench/a.raw IMAGECTL=$IMAGECTL \
 		IMAGE_GATE=${IMAGE_GATE:+$(abs "$IMAGE_GATE")} IMAGE_SYNCER=${IMAGE_SYNCER:+$(abs "$IMAGE_SYNCER")} \
 		IMAGEPIPE_CACHE=$CACHE IMAGEPIPE_BIN=$TOOLS_BIN \
