@@ -27,7 +27,8 @@
 # syncer.sh needs go, and etcd, kube-apiserver, the registry and the CRDs from test/buildtools.sh
 # (it builds image-syncer itself unless IMAGE_SYNCER names a binary). Last, test/bench/gate.sh
 # (image-gate: its time next to an import of the 4 GiB image, layer reads, peak RSS with four
-# verifications at once).
+# verifications at once, one layer named by many manifests, a small image among long
+# verifications).
 # The last report is also written to ${IMAGEPIPE_CACHE}/bench/last.md.
 set -euo pipefail
 

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"maps"
 	"os"
@@ -30,7 +31,10 @@ func TestMain(m *testing.M) { os.Exit(testenv.MainWithSyncer(m)) }
 // reps is how many imports of the bench image are measured.
 const reps = 3
 
-// BenchmarkGate measures, against the CNCF distribution registry:
+// BenchmarkGate measures the gate against the CNCF distribution registry,
+// in parts (sub-benchmarks, each with a registry and gate of its own):
+//
+// Disk, on the bench image (IMAGEPIPE_BENCH_DISK):
 //
 //   - overhead: imagectl import of the bench image, then the gate's own
 //     time to verify it in full, publish its canonical image and sign the
@@ -51,16 +55,40 @@ const reps = 3
 //   - floor: what any verifier of the layer must spend, decompressing it
 //     alone and decompressing it while hashing blob and tar (floor.go).
 //
+// ReadOnce: one layer named by many manifests is read once (readonce_test.go).
+//
+// Waiting: a small image's verdict while other tenants' long
+// verifications run (waiting_test.go).
+//
 // It is a Go benchmark, so that `go test ./...` never runs it; gate.sh runs
-// it once (-bench Gate -benchtime 1x). The section goes to
-// $IMAGEPIPE_BENCH_OUT.
+// it once (-bench Gate -benchtime 1x), and -bench 'Gate/ReadOnce' runs one
+// part. The section, of the parts run, goes to $IMAGEPIPE_BENCH_OUT.
 func BenchmarkGate(b *testing.B) {
-	for b.Loop() {
-		benchGate(b)
+	section := "\n### image-gate\n"
+	parts := []struct {
+		name string
+		run  func(testing.TB) string
+	}{{"Disk", benchGate}, {"ReadOnce", benchReadOnce}, {"Waiting", benchWaiting}}
+	for _, p := range parts {
+		b.Run(p.name, func(b *testing.B) {
+			for b.Loop() {
+				section += p.run(b)
+			}
+		})
+	}
+	if b.Failed() {
+		return
+	}
+	fmt.Print(section)
+	if out := os.Getenv("IMAGEPIPE_BENCH_OUT"); out != "" {
+		if err := os.WriteFile(out, []byte(section), 0o644); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
-func benchGate(t testing.TB) {
+// benchGate is the Disk part: the gate on the bench image.
+func benchGate(t testing.TB) string {
 	disk := os.Getenv("IMAGEPIPE_BENCH_DISK")
 	if disk == "" {
 		t.Fatal("IMAGEPIPE_BENCH_DISK names no disk (gate.sh sets it)")
@@ -112,13 +140,7 @@ func benchGate(t testing.TB) {
 
 	hubs := pushToReady(t, disk)
 
-	section := render(disk, imports, gates, zImports, zGates, gzFloor, zFloor, reads, parallel, peak) + hubs.render(median(imports))
-	fmt.Print(section)
-	if out := os.Getenv("IMAGEPIPE_BENCH_OUT"); out != "" {
-		if err := os.WriteFile(out, []byte(section), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return render(disk, imports, gates, zImports, zGates, gzFloor, zFloor, reads, parallel, peak) + hubs.render(median(imports))
 }
 
 // hubFigures are one push of the bench image to Ready on two hubs.
@@ -259,29 +281,15 @@ func waitVerdict(t testing.TB, logPath, digest, repo string) float64 {
 // (the layer) by clients whose User-Agent contains agent.
 func layerReads(t testing.TB, logPath, repo, agent string) int {
 	t.Helper()
-	f, err := os.Open(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	written := map[string]int64{}
 	reads := map[string]int{}
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	blob := regexp.MustCompile(`http.request.uri="/v2/` + regexp.QuoteMeta(repo) + `/blobs/(sha256:[0-9a-f]{64})".*http.response.written=(\d+)`)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.Contains(line, `msg="response completed"`) || !strings.Contains(line, "http.request.method=GET ") {
+	for _, g := range blobGets(t, logPath) {
+		if g.repo != repo {
 			continue
 		}
-		m := blob.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		n, _ := strconv.ParseInt(m[2], 10, 64)
-		written[m[1]] = max(written[m[1]], n)
-		if strings.Contains(line, agent) {
-			reads[m[1]]++
+		written[g.digest] = max(written[g.digest], g.written)
+		if strings.Contains(g.line, agent) {
+			reads[g.digest]++
 		}
 	}
 	var largest string
@@ -293,6 +301,57 @@ func layerReads(t testing.TB, logPath, repo, agent string) int {
 	return reads[largest]
 }
 
+// blobReads counts the registry's completed GETs of the blob digest, in
+// any repository, by clients whose User-Agent contains agent.
+func blobReads(t testing.TB, logPath, digest, agent string) int {
+	t.Helper()
+	n := 0
+	for _, g := range blobGets(t, logPath) {
+		if g.digest == digest && strings.Contains(g.line, agent) {
+			n++
+		}
+	}
+	return n
+}
+
+// blobGet is one completed GET of a blob in the registry's log.
+type blobGet struct {
+	repo, digest string
+	written      int64  // bytes sent
+	line         string // the whole log line
+}
+
+var blobGetLine = regexp.MustCompile(`http.request.uri="/v2/(.+?)/blobs/(sha256:[0-9a-f]{64})".*http.response.written=(\d+)`)
+
+// blobGets are the completed GETs of blobs in the registry's log.
+func blobGets(t testing.TB, logPath string) []blobGet {
+	t.Helper()
+	f, err := os.Open(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var gets []blobGet
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.Contains(line, `msg="response completed"`) || !strings.Contains(line, "http.request.method=GET ") {
+			continue
+		}
+		m := blobGetLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		n, _ := strconv.ParseInt(m[3], 10, 64)
+		gets = append(gets, blobGet{repo: m[1], digest: m[2], written: n, line: line})
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("reading the registry's log: %v", err)
+	}
+	return gets
+}
+
 // peakTreePSS samples, every 50 ms until stop is closed, the proportional
 // set size of process pid and its children together, and returns the
 // largest sum seen, in MiB.
@@ -302,15 +361,8 @@ func peakTreePSS(pid int, stop <-chan struct{}) float64 {
 	defer t.Stop()
 	for {
 		sum := procKB(pid, "smaps_rollup", "Pss:")
-		// Each thread lists the children it started.
-		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-		for _, task := range tasks {
-			kids, _ := os.ReadFile(task)
-			for _, f := range strings.Fields(string(kids)) {
-				if child, err := strconv.Atoi(f); err == nil {
-					sum += procKB(child, "smaps_rollup", "Pss:")
-				}
-			}
+		for _, child := range children(pid) {
+			sum += procKB(child, "smaps_rollup", "Pss:")
 		}
 		peak = max(peak, sum)
 		select {
@@ -319,6 +371,79 @@ func peakTreePSS(pid int, stop <-chan struct{}) float64 {
 		case <-t.C:
 		}
 	}
+}
+
+// children are the running child processes of process pid: each of its
+// threads lists those it started.
+func children(pid int) []int {
+	var pids []int
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, task := range tasks {
+		kids, _ := os.ReadFile(task)
+		for _, f := range strings.Fields(string(kids)) {
+			if child, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, child)
+			}
+		}
+	}
+	return pids
+}
+
+// procStat is what the bench reads of /proc/PID/stat.
+type procStat struct {
+	user, sys time.Duration // its own CPU time
+	// childUser and childSys are the CPU time of its children that ended
+	// and were waited for.
+	childUser, childSys time.Duration
+	nice                int
+}
+
+// cpu is the process's own CPU time, user and system.
+func (s procStat) cpu() time.Duration { return s.user + s.sys }
+
+// readStat reads /proc/PID/stat; ok is false when the process is gone.
+func readStat(pid int) (s procStat, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return s, false
+	}
+	// The command name may hold spaces: fields are counted after its ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return s, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 17 {
+		return s, false
+	}
+	const tick = 10 * time.Millisecond // USER_HZ, 100 on Linux
+	n := func(i int) int64 { v, _ := strconv.ParseInt(f[i], 10, 64); return v }
+	ticks := func(i int) time.Duration { return time.Duration(n(i)) * tick }
+	// Fields 14 to 17 of proc(5): utime stime cutime cstime; 19: nice.
+	return procStat{user: ticks(11), sys: ticks(12), childUser: ticks(13), childSys: ticks(14), nice: int(n(16))}, true
+}
+
+// cpuTime is CPU time, user and system.
+type cpuTime struct{ user, sys time.Duration }
+
+func (c cpuTime) total() time.Duration { return c.user + c.sys }
+
+func (c cpuTime) sub(o cpuTime) cpuTime { return cpuTime{c.user - o.user, c.sys - o.sys} }
+
+// treeCPU is the CPU time of process pid and of all its children, those
+// that ended and those still running.
+func treeCPU(t testing.TB, pid int) cpuTime {
+	t.Helper()
+	var sum cpuTime
+	for i, p := range append([]int{pid}, children(pid)...) {
+		s, ok := readStat(p)
+		if !ok && i == 0 {
+			t.Fatalf("process %d is gone", pid)
+		}
+		sum.user += s.user + s.childUser
+		sum.sys += s.sys + s.childSys
+	}
+	return sum
 }
 
 // procKB is a kB field of /proc/PID/file; 0 when it cannot be read (the
@@ -366,8 +491,7 @@ func median(xs []float64) float64 {
 func render(disk string, imports, gates, zImports, zGates []float64, gzFloor, zFloor floor, reads int, parallel []float64, peak float64) string {
 	var b strings.Builder
 	ratio := median(gates) / median(imports)
-	fmt.Fprintf(&b, "\n### image-gate\n\n")
-	fmt.Fprintf(&b, "Input: %s, imported %d times with imagectl (gzip, qcow2), each into a repository of its own against the CNCF distribution registry with image-gate beside it.\n\n", filepath.Base(disk), len(imports))
+	fmt.Fprintf(&b, "\nInput: %s, imported %d times with imagectl (gzip, qcow2), each into a repository of its own against the CNCF distribution registry with image-gate beside it.\n\n", filepath.Base(disk), len(imports))
 	fmt.Fprintf(&b, "| case | measured | target | |\n| --- | ---: | ---: | --- |\n")
 	fmt.Fprintf(&b, "| `imagectl import`, median of %d | %.2f s | | |\n", len(imports), median(imports))
 	fmt.Fprintf(&b, "| gate: verify in full, publish, sign; median | %.2f s | | |\n", median(gates))
