@@ -83,17 +83,7 @@ func diskWithData(size, data int, seed uint64) []byte {
 // waitVerdict waits for the gate's verdict on subject, as a hub finds it.
 func waitVerdict(t *testing.T, rc *registry.Client, subject name.Digest) *api.Verdict {
 	t.Helper()
-	trust := providerTrust(t)
-	var v *api.Verdict
-	harness.WaitUntil(t, "the gate's verdict on "+subject.String(), 2*time.Minute, 100*time.Millisecond, func() (bool, error) {
-		var err error
-		v, err = verdict.Find(t.Context(), rc, trust, subject)
-		if errors.Is(err, verdict.ErrNoVerdict) {
-			return false, nil
-		}
-		return err == nil, err
-	})
-	return v
+	return awaitVerdict(t, rc, providerTrust(t), subject, subject.String())
 }
 
 // TestTheGateReadsEachLayerOnceAndKeepsWhatItVerified runs the real
