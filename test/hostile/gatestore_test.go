@@ -4,10 +4,16 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
-	"math/rand/v2"
+	mrand "math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -73,7 +79,7 @@ func pushManifestOf(t *testing.T, ref name.Tag, layer []byte, diffID string, ann
 // random, the rest zero (holes in a spool).
 func diskWithData(size, data int, seed uint64) []byte {
 	b := make([]byte, size)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	rng := mrand.New(mrand.NewPCG(seed, 1))
 	for i := range data {
 		b[i] = byte(rng.Uint32())
 	}
@@ -217,5 +223,61 @@ func TestTheGateOnZotWithTheReferrersAPI(t *testing.T) {
 	}
 	if n := bytes.Count(log, []byte(`msg="layer read"`)); n != 1 || !bytes.Contains(log, []byte(`msg="verdict published again"`)) {
 		t.Errorf("%d layer reads, want 1, and the verdict published again from the gate's record:\n%s", n, log)
+	}
+}
+
+// TestTheGateSignsAgainWithARotatedKey rotates the real gate's key as
+// docs/install.md says: a gate started with a new signing key, trusting
+// the old and the new, signs the verdict the old key signed again with
+// the new one, reading no image; a hub trusting only the new key then
+// finds it.
+func TestTheGateSignsAgainWithARotatedKey(t *testing.T) {
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate})
+	rc, err := registry.New(registry.WithCacheDir(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, _ := name.NewTag(reg.Host+"/acme/rotate:1", name.Insecure)
+	layer, diffID := foreignLayer(diskWithData(1<<20, 16<<10, 5))
+	subject := ref.Context().Digest(pushManifestOf(t, ref, layer, diffID, nil))
+	if v := waitVerdict(t, rc, subject); v.Verdict != api.VerdictAccepted {
+		t.Fatalf("%+v", v)
+	}
+	reg.Gate.Stop(t)
+
+	dir := t.TempDir()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalPKCS8PrivateKey(k)
+	pub, _ := x509.MarshalPKIXPublicKey(k.Public())
+	newKey, newPub, both := filepath.Join(dir, "new.key"), filepath.Join(dir, "new.pub"), filepath.Join(dir, "both.pub")
+	_, oldPub := harness.ProviderKeyFiles(t)
+	old, err := os.ReadFile(oldPub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub})
+	for path, data := range map[string][]byte{newKey: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), newPub: newPEM, both: append(old, newPEM...)} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newTrust := harness.TrustKeyFile(t, newPub)
+	if _, err := verdict.Find(t.Context(), rc, newTrust, subject); !errors.Is(err, verdict.ErrNoVerdict) {
+		t.Fatalf("before the rotation, the new key's trust finds %v", err)
+	}
+	g := harness.ReserveGate(t)
+	g.Start(t, testenv.ImageGate, reg.Host, "", "", "", "--signing-key", newKey, "--trusted-keys", both)
+	if v := awaitVerdict(t, rc, newTrust, subject, "the verdict signed with the new key"); v.Verdict != api.VerdictAccepted {
+		t.Errorf("%+v", v)
+	}
+	log, err := os.ReadFile(g.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(log, []byte(`msg="verdict signed again with the current key"`)) || bytes.Contains(log, []byte(`msg="layer read"`)) {
+		t.Errorf("the rotated gate read the image again, or did not sign its verdict again:\n%s", log)
 	}
 }
