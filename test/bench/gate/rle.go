@@ -52,7 +52,10 @@ func newRLELayers(diskSize int64, fill byte, lasts []byte) ([]*rleLayer, error) 
 		return nil, err
 	}
 	defer enc.Close()
-	headFrame, tailFrame := enc.EncodeAll(head, nil), enc.EncodeAll(tail, nil)
+	// The tar headers go first as one raw block, which ends past byte 512:
+	// the gate refuses a zstd layer whose first block ends before (CDI's
+	// importer would read another stream).
+	headFrame, tailFrame := rawFrame(head), enc.EncodeAll(tail, nil)
 
 	shared := sha256.New()
 	shared.Write(head)
@@ -84,6 +87,21 @@ func newRLELayers(diskSize int64, fill byte, lasts []byte) ([]*rleLayer, error) 
 		})
 	}
 	return layers, nil
+}
+
+// rawFrame is one zstd frame (RFC 8878) holding b (at most 128 KiB) as
+// one raw block: a frame header without a content size and with a window
+// of b's size rounded up, then the block.
+func rawFrame(b []byte) []byte {
+	frame := binary.LittleEndian.AppendUint32(nil, 0xFD2FB528)
+	exp := 0
+	for 1<<(10+exp) < len(b) {
+		exp++
+	}
+	frame = append(frame, 0x00, byte(exp)<<3) // no size, no checksum; window 2^(10+exp)
+	header := uint32(len(b))<<3 | 1           // a raw block, the frame's last
+	frame = append(frame, byte(header), byte(header>>8), byte(header>>16))
+	return append(frame, b...)
 }
 
 // rleFrame is one zstd frame (RFC 8878) of n bytes of fill, the last 128
