@@ -46,8 +46,9 @@ const (
 	// without an event: a verdict refused since, or signed by a key no
 	// longer trusted, withdraws the image within it.
 	servedRecheck = 15 * time.Minute
-	// replacedRecheck is the wait for an import deleted to be replaced
-	// to be gone.
+	// replacedRecheck is how soon a BaseImage whose import was deleted to
+	// be replaced is looked at again: the new DataVolume, of the same
+	// name, is created once the old one is gone.
 	replacedRecheck = time.Second
 )
 
