@@ -25,6 +25,10 @@ func (c Cost) add(o Cost) Cost {
 	return Cost{CPU: c.CPU + o.CPU, Decompressed: c.Decompressed + o.Decompressed, Spooled: c.Spooled + o.Spooled}
 }
 
+func (c Cost) sub(o Cost) Cost {
+	return c.add(Cost{CPU: -o.CPU, Decompressed: -o.Decompressed, Spooled: -o.Spooled})
+}
+
 // Budget bounds what one tenant's verifications may spend in a Window:
 // past any of its bounds, that tenant's next verification waits until
 // what it spent over the last Window is back under them. A verification
@@ -98,7 +102,7 @@ func (l *ledger) wait(tenant string) time.Duration {
 	// Over budget: the wait is until the oldest spendings, enough of
 	// them to bring the rest under every bound, have left the window.
 	for _, s := range rec {
-		total = Cost{CPU: total.CPU - s.CPU, Decompressed: total.Decompressed - s.Decompressed, Spooled: total.Spooled - s.Spooled}
+		total = total.sub(s.Cost)
 		if l.under(total) {
 			return s.at.Add(l.budget.Window).Sub(now)
 		}

@@ -372,23 +372,12 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 		raw, err := s.Registry.FetchManifest(ctx, subject)
 		manifest <- fetched{raw, err}
 	}()
-	if prev != nil && !verdict.AwaitsSignature(prev) {
-		// Final, and signed by a trusted key that is not the current one:
-		// signed again, not computed again.
+	if again, msg := s.republishable(subject, prev); again != nil {
 		m := <-manifest
 		if m.err != nil {
 			return nil, m.err
 		}
-		return s.publish(ctx, subject, m.raw, prev, start, "verdict signed again with the current key")
-	}
-	if kept, ok := s.Store.Verdict(subject); ok && !verdict.AwaitsSignature(kept) {
-		// Given before, then hidden or deleted in the registry: published
-		// again, never computed again.
-		m := <-manifest
-		if m.err != nil {
-			return nil, m.err
-		}
-		return s.publish(ctx, subject, m.raw, kept, start, "verdict published again")
+		return s.publish(ctx, subject, m.raw, again, start, msg)
 	}
 	keyID, refusal, err := s.signatureCheck(ctx, subject, referrer)
 	if err != nil {
@@ -426,6 +415,21 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 		s.Logger.Warn("the verdict is not kept; hidden, it would be computed again", "subject", subject.String(), "error", err)
 	}
 	return s.publish(ctx, subject, m.raw, v, start, "verdict given")
+}
+
+// republishable is a final verdict subject already had, to be signed and
+// attached again rather than computed again, with what the log says of
+// it: prev, which a trusted key other than the current one signed, or the
+// one the Store kept, hidden or deleted since in the registry. nil means
+// none.
+func (s *Service) republishable(subject name.Digest, prev *api.Verdict) (*api.Verdict, string) {
+	if prev != nil && !verdict.AwaitsSignature(prev) {
+		return prev, "verdict signed again with the current key"
+	}
+	if kept, ok := s.Store.Verdict(subject); ok && !verdict.AwaitsSignature(kept) {
+		return kept, "verdict published again"
+	}
+	return nil, ""
 }
 
 // publish signs v and attaches it to subject, whose manifest is raw, and
