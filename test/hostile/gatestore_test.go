@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	mrand "math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
@@ -202,25 +204,34 @@ func TestTheGateOnZotWithTheReferrersAPI(t *testing.T) {
 	if err != nil || len(refs) == 0 {
 		t.Fatalf("the registry's referrers of %s: %v, %v", subject, refs, err)
 	}
-	// The tenant deletes the verdicts, which its credential allows.
+	// The tenant deletes the verdicts, which its credential allows. The
+	// gate may sign again before the next line runs, so what is checked is
+	// that the deleted manifests are gone: a verdict signed again is
+	// another manifest, its signature being new.
+	var deleted []name.Digest
 	for _, r := range refs {
 		if r.Annotations[verdict.PredicateTypeAnnotation] != api.VerdictPredicateType {
 			continue
 		}
-		if err := remote.Delete(ref.Context().Digest(r.Digest.String()), tenant); err != nil {
+		d := ref.Context().Digest(r.Digest.String())
+		if err := remote.Delete(d, tenant); err != nil {
 			t.Fatal(err)
 		}
+		deleted = append(deleted, d)
 	}
-	if _, err := verdict.Find(t.Context(), rc, providerTrust(t), subject); !errors.Is(err, verdict.ErrNoVerdict) {
-		t.Fatalf("after the tenant deleted it, the verdict is still found: %v", err)
+	if len(deleted) == 0 {
+		t.Fatalf("no verdict among the referrers of %s: %+v", subject, refs)
+	}
+	for _, d := range deleted {
+		var terr *transport.Error
+		if _, err := remote.Head(d, tenant); !errors.As(err, &terr) || terr.StatusCode != http.StatusNotFound {
+			t.Fatalf("the deleted verdict %s is still served: %v", d, err)
+		}
 	}
 	if v := waitVerdict(t, rc, subject); v.Verdict != api.VerdictAccepted {
 		t.Errorf("after the deletion: %+v", v)
 	}
-	log, err := os.ReadFile(g.LogPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	log := awaitLogLine(t, g.LogPath, `msg="verdict published again"`)
 	if n := bytes.Count(log, []byte(`msg="layer read"`)); n != 1 || !bytes.Contains(log, []byte(`msg="verdict published again"`)) {
 		t.Errorf("%d layer reads, want 1, and the verdict published again from the gate's record:\n%s", n, log)
 	}
@@ -273,11 +284,26 @@ func TestTheGateSignsAgainWithARotatedKey(t *testing.T) {
 	if v := awaitVerdict(t, rc, newTrust, subject, "the verdict signed with the new key"); v.Verdict != api.VerdictAccepted {
 		t.Errorf("%+v", v)
 	}
-	log, err := os.ReadFile(g.LogPath)
-	if err != nil {
-		t.Fatal(err)
-	}
+	log := awaitLogLine(t, g.LogPath, `msg="verdict signed again with the current key"`)
 	if !bytes.Contains(log, []byte(`msg="verdict signed again with the current key"`)) || bytes.Contains(log, []byte(`msg="layer read"`)) {
 		t.Errorf("the rotated gate read the image again, or did not sign its verdict again:\n%s", log)
 	}
+}
+
+// awaitLogLine returns the log at path once it holds line, or after 30 s
+// without it: the gate logs a verdict just after the registry has it, so
+// a test that found the verdict may read the log a moment too early.
+func awaitLogLine(t *testing.T, path, line string) []byte {
+	t.Helper()
+	var log []byte
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		var err error
+		if log, err = os.ReadFile(path); err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(log, []byte(line)) {
+			break
+		}
+	}
+	return log
 }
