@@ -16,9 +16,11 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/cachefile"
+	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -28,9 +30,11 @@ const DefaultMaxRecords = 100000
 
 // Store is the gate's own record of its work, in a folder only the gate
 // writes: the outcome of reading each layer, by what decides it (the
-// layer's digest and media type, the disk format its manifest claims, the
-// size limit, the engine version), and each verdict, by subject. A layer
-// that many manifests, indexes, tags or tenants name is read once, and a
+// layer's digest, the compression its media type names, the size limit,
+// the engine version), and each verdict, by subject. What a manifest only
+// claims of a layer (its size, its disk format) is compared with the
+// record afterwards, never part of the key: a layer that many manifests,
+// indexes, tags or tenants name, under any claims, is read once. A
 // verdict a tenant hid or deleted in the registry is published again from
 // here, never computed again. The parent and its verification children
 // share it: records are JSON files replaced atomically, and a layer is
@@ -51,6 +55,8 @@ type Store struct {
 type layerRecord struct {
 	Key       string         `json:"key"`
 	Rejection *api.Rejection `json:"rejection,omitempty"`
+	// Size is the pushed layer's length in bytes, as read.
+	Size int64 `json:"size,omitempty"`
 	// TarDigest is the sha256 of the pushed layer's tar: the diff ID its
 	// config must name.
 	TarDigest   string         `json:"tarDigest,omitempty"`
@@ -64,11 +70,11 @@ type layerRecord struct {
 	DiskSize   int64              `json:"diskSize,omitempty"`
 }
 
-// layerKey names what decides a layer's outcome: its bytes (digest), how
-// its descriptor reads them (media type, size), the format its manifest
-// claims, the size limit and the engine.
-func layerKey(desc ocispec.Descriptor, opts convert.OpenOptions, engineVersion string) string {
-	return strings.Join([]string{desc.Digest.String(), desc.MediaType, fmt.Sprint(desc.Size), string(opts.Format), fmt.Sprint(opts.MaxVirtualSize), engineVersion}, "\x00")
+// layerKey names what decides a layer's outcome: its bytes (digest), the
+// compression they are read with, the size limit and the engine. Media
+// types naming one compression (OCI's and Docker's gzip) read alike.
+func layerKey(layer digest.Digest, comp containerdisk.Compression, maxVirtualSize int64, engineVersion string) string {
+	return strings.Join([]string{layer.String(), string(comp), fmt.Sprint(maxVirtualSize), engineVersion}, "\x00")
 }
 
 func (s *Store) path(kind, key string) string {

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -78,6 +80,49 @@ func TestEachLayerIsReadOnce(t *testing.T) {
 		if n := counter.reads[layer]; n != 1 {
 			t.Errorf("the layer %s named by three manifests was read %d times, want once", layer, n)
 		}
+	}
+}
+
+// TestNoClaimBuysASecondRead: manifests that name one layer under every
+// claim a tenant can vary (the disk format annotation, the descriptor's
+// size, Docker's media type for the same compression) cost one read of
+// it; each claim is then judged against what that read found.
+func TestNoClaimBuysASecondRead(t *testing.T) {
+	e := newEnv(t)
+	s, counter := e.service(t, newSigner(t))
+	store := &Store{Dir: t.TempDir()}
+	s.Store, s.Verifier.Store = store, store
+	img := craftImage(t, rawDisk(t, 4<<20, 11))
+	size := len(img.layer)
+	for i, c := range []struct {
+		annotations map[string]string
+		layerDesc   map[string]any
+		want        reject.Reason // "" accepted
+	}{
+		{want: ""},
+		{annotations: map[string]string{api.AnnotationDiskFormat: "raw"}},
+		{annotations: map[string]string{api.AnnotationDiskFormat: "qcow2"}, want: reject.AnnotationMismatch},
+		{annotations: map[string]string{api.AnnotationDiskFormat: "vmdk"}, want: reject.AnnotationMismatch},
+		{layerDesc: map[string]any{"size": size + 1}, want: reject.ManifestShape},
+		{layerDesc: map[string]any{"size": size - 1}, want: reject.ManifestShape},
+		{layerDesc: map[string]any{"size": 1}, want: reject.ManifestShape},
+		{layerDesc: map[string]any{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip"}},
+	} {
+		img.annotations, img.layerDesc = c.annotations, c.layerDesc
+		repo := fmt.Sprintf("acme/claim%d", i)
+		v, err := s.Handle(t.Context(), mustDigest(t, e.host+"/"+repo+"@"+img.push(t, e, repo)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case c.want == "" && v.Verdict != api.VerdictAccepted:
+			t.Errorf("claim %d (%v %v): %+v, want accepted", i, c.annotations, c.layerDesc, v)
+		case c.want != "" && (v.Verdict != api.VerdictRejected || len(v.Reasons) != 1 || v.Reasons[0].Code != string(c.want)):
+			t.Errorf("claim %d (%v %v): %+v, want refused for %s", i, c.annotations, c.layerDesc, v, c.want)
+		}
+	}
+	if n := counter.reads[digestOf(img.layer)]; n != 1 {
+		t.Errorf("one layer under eight claims was read %d times, want once", n)
 	}
 }
 

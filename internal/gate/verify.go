@@ -219,14 +219,20 @@ func (v *Verifier) verifyImage(ctx context.Context, repo name.Repository, raw *r
 	if platform != "" && ocidoc.PlatformString(cfg.Platform) != platform {
 		return nil, reject.New(reject.PlatformMismatch, "the index lists the image %s for %s but its config says %s", raw.Digest, platform, ocidoc.PlatformString(cfg.Platform))
 	}
+	// The layer is read whatever the manifest claims of it; its claims
+	// (the descriptor's size, the disk format and size annotations) are
+	// then compared with what reading found, so that no claim buys a
+	// second read.
 	layerDesc := doc.Layers[0].Descriptor
-	opts := convert.OpenOptions{Format: convert.Format(doc.Annotations[api.AnnotationDiskFormat]), MaxVirtualSize: v.maxVirtualSize()}
-	rec, err := v.layerOf(ctx, repo, layerDesc, opts)
+	rec, err := v.layerOf(ctx, repo, layerDesc)
 	if err != nil {
 		return nil, err
 	}
 	if rj := rec.Rejection; rj != nil {
 		return nil, reject.New(reject.Reason(rj.Code), "%s", rj.Message)
+	}
+	if rec.Size != layerDesc.Size {
+		return nil, reject.New(reject.ManifestShape, "the layer %s is %d bytes but its descriptor says %d", layerDesc.Digest, rec.Size, layerDesc.Size)
 	}
 	if rec.TarDigest != cfg.RootFS.DiffIDs[0].String() {
 		return nil, reject.New(reject.ManifestShape, "the config's diff ID is %s but the layer's tar is %s", cfg.RootFS.DiffIDs[0], rec.TarDigest)
@@ -266,11 +272,16 @@ func (v *Verifier) verifyImage(ctx context.Context, repo name.Repository, raw *r
 // layerOf returns what reading the layer desc finds: from the Store when
 // any process sharing it read the layer before, for any repository;
 // otherwise it is read now, by one process at a time.
-func (v *Verifier) layerOf(ctx context.Context, repo name.Repository, desc ocispec.Descriptor, opts convert.OpenOptions) (*layerRecord, error) {
+func (v *Verifier) layerOf(ctx context.Context, repo name.Repository, desc ocispec.Descriptor) (*layerRecord, error) {
+	comp, err := containerdisk.CompressionOf(desc.MediaType)
+	if err != nil {
+		return nil, err
+	}
+	opts := convert.OpenOptions{MaxVirtualSize: v.maxVirtualSize()}
 	if v.Store == nil {
 		return v.readLayerRecord(ctx, repo, desc, opts)
 	}
-	key := layerKey(desc, opts, v.Version)
+	key := layerKey(desc.Digest, comp, opts.MaxVirtualSize, v.Version)
 	if rec, ok := v.Store.layer(key); ok {
 		return rec, nil
 	}
@@ -315,10 +326,11 @@ func (v *Verifier) readLayerOutcome(ctx context.Context, repo name.Repository, d
 		return nil, err
 	}
 	defer spool.Discard()
+	desc.Size = pushed.layerSize // the descriptor's claim is compared by the caller
 	// A disk the stream check found canonical, in a layer imagepipe's
 	// writer would make of it (extracted.keep), is its own canonical
 	// layer; any other is verified in the spool.
-	rec := &layerRecord{TarDigest: pushed.diffID, Repository: repo.RepositoryStr(),
+	rec := &layerRecord{Size: pushed.layerSize, TarDigest: pushed.diffID, Repository: repo.RepositoryStr(),
 		Canonical: ocispec.Descriptor{MediaType: comp.MediaType(), Digest: desc.Digest, Size: desc.Size},
 		DiffID:    pushed.framedDiffID, DiskSize: pushed.size}
 	info := pushed.info
@@ -444,8 +456,9 @@ func (b boundedSpool) Write(p []byte) (int, error) {
 
 // extracted is what reading a pushed layer found.
 type extracted struct {
-	diffID string // sha256 of the layer's tar
-	size   int64  // size of disk/disk.img
+	layerSize int64  // bytes of the pushed layer
+	diffID    string // sha256 of the layer's tar
+	size      int64  // size of disk/disk.img
 	// framedDiffID is the sha256 of the tar imagepipe's writer would
 	// make around the pushed disk: the canonical layer's diff ID when the
 	// canonical disk is the pushed one. "" when unknown (the pushed tar
@@ -538,10 +551,7 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 		}
 		return nil, err
 	}
-	if counted.n != desc.Size {
-		return nil, reject.New(reject.ManifestShape, "the layer %s is %d bytes but its descriptor says %d", desc.Digest, counted.n, desc.Size)
-	}
-	x := &extracted{diffID: diffID, size: lr.DiskSize(), ownCompression: lr.OwnCompressionFraming(), streamed: convert.StreamDiverted}
+	x := &extracted{layerSize: counted.n, diffID: diffID, size: lr.DiskSize(), ownCompression: lr.OwnCompressionFraming(), streamed: convert.StreamDiverted}
 	if check != nil {
 		if x.streamed, x.info, err = check.Finish(ctx); err != nil {
 			return nil, err
