@@ -11,6 +11,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/daemonflag"
 	"github.com/imagepipe/imagepipe/internal/hub"
+	"github.com/imagepipe/imagepipe/internal/netsync"
 	"github.com/imagepipe/imagepipe/internal/version"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
@@ -38,6 +39,8 @@ type options struct {
 	pullMethod           string
 	keep                 int32
 	maxImagesPerTenant   int
+	bounds               netsync.Bounds
+	loadBalancerNodePort bool
 	onDelete             string
 	maxAttempts          int32
 	retryDelay           time.Duration
@@ -115,6 +118,10 @@ the first log line says which, and which build runs:
 	f.StringVar(&o.architecture, "architecture", "", "the hub's CPU architecture: the canonical image for it is imported, and images verified for none are refused (default: what most nodes report, else amd64)")
 	f.Int32Var(&o.keep, "keep", hub.DefaultKeep, "successful imports kept per image tag (1-10)")
 	f.IntVar(&o.maxImagesPerTenant, "max-images-per-tenant", hub.DefaultMaxImagesPerTenant, "BaseImages one tenant may have on this hub; a tag pushed beyond it is not synced (logged). 0: no bound")
+	f.IntVar(&o.bounds.Networks, "max-networks-per-tenant", netsync.DefaultMaxNetworks, "private networks (each a namespace) one tenant may have on this hub; a newer one gets no namespace. 0: no bound")
+	f.IntVar(&o.bounds.LoadBalancers, "max-load-balancers-per-tenant", netsync.DefaultMaxLoadBalancers, "load balancers (each an external address) one tenant may have on this hub, over all its namespaces; a newer one gets no Service. 0: no bound")
+	f.IntVar(&o.bounds.ExposedPorts, "max-exposed-ports-per-tenant", netsync.DefaultMaxExposedPorts, "ports one tenant may expose on this hub, summed over its load balancers. 0: no bound")
+	f.BoolVar(&o.loadBalancerNodePort, "load-balancer-node-ports", false, "let the hub allocate a NodePort for each exposed port (allocateLoadBalancerNodePorts), for load-balancer implementations that forward to nodes; NodePorts are one range for the whole hub")
 	f.StringVar(&o.onDelete, "on-delete", string(v1alpha1.DeletionRetain), "when a tag leaves the registry: retain (keep the current import) or delete")
 	f.Int32Var(&o.maxAttempts, "max-attempts", hub.DefaultMaxAttempts, "failed imports of one digest before retries stop")
 	f.DurationVar(&o.retryDelay, "retry-delay", hub.DefaultRetryDelay, "wait after a failed import, doubling after each further one (at most 10m)")
@@ -162,6 +169,11 @@ func (o *options) validate() error {
 	}
 	if o.maxImagesPerTenant < 0 {
 		errs = append(errs, fmt.Errorf("--max-images-per-tenant %d: want 0 (no bound) or more", o.maxImagesPerTenant))
+	}
+	for flag, n := range map[string]int{"--max-networks-per-tenant": o.bounds.Networks, "--max-load-balancers-per-tenant": o.bounds.LoadBalancers, "--max-exposed-ports-per-tenant": o.bounds.ExposedPorts} {
+		if n < 0 {
+			errs = append(errs, fmt.Errorf("%s %d: want 0 (no bound) or more", flag, n))
+		}
 	}
 	if o.keep < 1 || o.keep > 10 {
 		errs = append(errs, fmt.Errorf("--keep %d: want 1 to 10", o.keep))

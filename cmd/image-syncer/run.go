@@ -121,11 +121,11 @@ func serve(ctx context.Context, o *options, log *slog.Logger) error {
 		return fmt.Errorf("setting up the reconciler: %w", err)
 	}
 	if o.tenantRole != "" {
-		nets := &netsync.Reconciler{Client: mgr.GetClient(), TenantRole: o.tenantRole, Logger: log}
+		nets := &netsync.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), TenantRole: o.tenantRole, Bounds: o.bounds, Logger: log}
 		if err := nets.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up private networks: %w", err)
 		}
-		lbs := &netsync.LoadBalancers{Client: mgr.GetClient(), Logger: log}
+		lbs := &netsync.LoadBalancers{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Bounds: o.bounds, NodePorts: o.loadBalancerNodePort, Logger: log}
 		if err := lbs.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up load balancers: %w", err)
 		}
@@ -246,6 +246,10 @@ func newManager(cfg *rest.Config, o *options) (manager.Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	launchers, err := labels.Parse(netsync.LabelVirtLauncher)
+	if err != nil {
+		return nil, err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		LeaderElection:                o.leaderElect,
@@ -257,10 +261,13 @@ func newManager(cfg *rest.Config, o *options) (manager.Manager, error) {
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsListen},
 		HealthProbeBindAddress:        o.healthListen,
 		GracefulShutdownTimeout:       &o.shutdownTimeout,
-		// Only the Services and EndpointSlices of load balancers are cached.
+		// Only the Services and EndpointSlices of load balancers are
+		// cached, and of pods only KubeVirt's virt-launchers, whose
+		// addresses a load balancer may send traffic to.
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&corev1.Service{}:            {Label: loadBalancerObjects},
 			&discoveryv1.EndpointSlice{}: {Label: loadBalancerObjects},
+			&corev1.Pod{}:                {Label: launchers},
 		}},
 		Client: client.Options{Cache: &client.CacheOptions{
 			// Read directly: the syncer may only get these, not list or watch them.

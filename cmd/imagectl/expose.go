@@ -220,7 +220,7 @@ func waitExposed(ctx context.Context, kc *kube.Client, ns, name string, timeout 
 			return false, nil
 		case c.Status == metav1.ConditionTrue:
 			return true, nil
-		case c.Reason == v1alpha1.ReasonHostsMissing || c.Reason == v1alpha1.ReasonServiceUsed:
+		case c.Reason == v1alpha1.ReasonHostsMissing || c.Reason == v1alpha1.ReasonServiceUsed || c.Reason == v1alpha1.ReasonTenantLimit:
 			return false, fmt.Errorf("load balancer %s is not ready (%s): %s", name, c.Reason, c.Message)
 		}
 		return false, nil

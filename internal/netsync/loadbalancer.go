@@ -52,7 +52,16 @@ var vmiKind = schema.GroupVersionKind{Group: "kubevirt.io", Version: "v1", Kind:
 // addresses, and reports the external addresses and the hosts.
 type LoadBalancers struct {
 	Client client.Client
-	Logger *slog.Logger
+	// APIReader reads from the API server itself, past the cache; nil:
+	// Client.
+	APIReader client.Reader
+	// Bounds bound each tenant's load balancers and exposed ports.
+	Bounds Bounds
+	// NodePorts lets the hub allocate a NodePort for each exposed port, as
+	// load-balancer implementations that forward to nodes need. Off, the
+	// Services hold none: NodePorts are one range for the whole hub.
+	NodePorts bool
+	Logger    *slog.Logger
 }
 
 // SetupWithManager registers the reconciler; it watches the Services and
@@ -60,11 +69,18 @@ type LoadBalancers struct {
 // VirtualMachineInstances, whose addresses and readiness it passes on.
 func (r *LoadBalancers) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).Named("loadbalancer").For(&v1alpha1.LoadBalancer{}).
-		Owns(&corev1.Service{}).Owns(&discoveryv1.EndpointSlice{})
+		Owns(&corev1.Service{}).Owns(&discoveryv1.EndpointSlice{}).
+		// A load balancer made or deleted moves the tenant's others
+		// within or past its bounds.
+		Watches(&v1alpha1.LoadBalancer{}, handler.EnqueueRequestsFromMapFunc(r.tenantsBalancers))
 	if _, err := mgr.GetRESTMapper().RESTMapping(vmiKind.GroupKind(), vmiKind.Version); err == nil {
 		vmi := &unstructured.Unstructured{}
 		vmi.SetGroupVersionKind(vmiKind)
-		b = b.Watches(vmi, handler.EnqueueRequestsFromMapFunc(r.balancersOf))
+		vm := &metav1.PartialObjectMetadata{}
+		vm.SetGroupVersionKind(vmKind)
+		b = b.Watches(vmi, handler.EnqueueRequestsFromMapFunc(r.balancersOf)).
+			Watches(vm, handler.EnqueueRequestsFromMapFunc(r.balancersOf)).
+			Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.balancersOfPod))
 	} else {
 		r.logger().Info("KubeVirt's VirtualMachineInstances are not served here; load balancers find no hosts", "error", err)
 	}
@@ -85,6 +101,34 @@ func (r *LoadBalancers) balancersOf(ctx context.Context, vmi client.Object) []re
 		}
 	}
 	return out
+}
+
+// labelDomain is KubeVirt's label on a virt-launcher pod: the name of the
+// instance it runs.
+const labelDomain = "kubevirt.io/domain"
+
+// balancersOfPod lists the LoadBalancers that name the instance a
+// virt-launcher pod runs, whose addresses the pod's decide.
+func (r *LoadBalancers) balancersOfPod(ctx context.Context, pod client.Object) []reconcile.Request {
+	name := pod.GetLabels()[labelDomain]
+	if name == "" {
+		return nil
+	}
+	return r.balancersOf(ctx, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: pod.GetNamespace(), Name: name}})
+}
+
+// tenantsBalancers lists the load balancers of lb's tenant.
+func (r *LoadBalancers) tenantsBalancers(ctx context.Context, lb client.Object) []reconcile.Request {
+	var ns corev1.Namespace
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: lb.GetNamespace()}, &ns); err != nil {
+		return nil
+	}
+	all, err := balancersOfTenant(ctx, r.Client, tenantOf(&ns))
+	if err != nil {
+		r.logger().Error("listing a tenant's load balancers", "namespace", lb.GetNamespace(), "error", err)
+		return nil
+	}
+	return requestsOf(all)
 }
 
 // Reconcile brings one LoadBalancer's Service and EndpointSlice to what it
@@ -109,11 +153,28 @@ func (r *LoadBalancers) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, err
 	}
 	lb.Status.Hosts = hosts
+	lb.Status.Addresses = nil
+	why, err := r.Bounds.admitLoadBalancer(ctx, r.Client, cmp.Or[client.Reader](r.APIReader, r.Client), &lb, tenantOf(&ns))
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	// Past the tenant's bounds, or before any host exists, the load
+	// balancer holds nothing of the hub's: no Service, no address, no port.
+	reason := v1alpha1.ReasonTenantLimit
+	if why == "" && len(missing) == len(lb.Spec.Hosts) {
+		reason, why = v1alpha1.ReasonHostsMissing, fmt.Sprintf("no VM of namespace %s is named %s; the load balancer gets its Service once one is", lb.Namespace, strings.Join(missing, ", "))
+	}
+	if why != "" {
+		if err := r.removeService(ctx, &lb); err != nil {
+			return reconcile.Result{}, err
+		}
+		setLBCondition(&lb, metav1.ConditionFalse, reason, why)
+		return reconcile.Result{}, r.writeLBStatus(ctx, &lb, before)
+	}
 	svc, used, err := r.ensureService(ctx, &lb)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	lb.Status.Addresses = nil
 	if used {
 		setLBCondition(&lb, metav1.ConditionFalse, v1alpha1.ReasonServiceUsed,
 			fmt.Sprintf("Service %s/%s exists and is not this load balancer's; choose another name", lb.Namespace, lb.Name))
@@ -153,11 +214,12 @@ func (r *LoadBalancers) Reconcile(ctx context.Context, req reconcile.Request) (r
 // what the guest's agent says: a hostile guest could name any address,
 // and the load balancer would send traffic there. In a private network's
 // namespace only addresses of its subnet are taken (none while the network
-// is gone). Elsewhere every address is taken.
+// is gone). On the pod network, nil: an address is taken only when the
+// instance's own virt-launcher pod holds it (podAddresses).
 func (r *LoadBalancers) addressesOf(ctx context.Context, ns *corev1.Namespace) (func(netip.Addr) bool, error) {
 	of, ok := ns.Annotations[tenantnet.AnnotationNetworkOf]
 	if !ok {
-		return func(netip.Addr) bool { return true }, nil
+		return nil, nil
 	}
 	home, name, _ := strings.Cut(of, "/")
 	var pn v1alpha1.PrivateNetwork
@@ -175,9 +237,36 @@ func (r *LoadBalancers) addressesOf(ctx context.Context, ns *corev1.Namespace) (
 	return subnet.Contains, nil
 }
 
+// LabelCreatedBy is KubeVirt's label on a virt-launcher pod: the UID of the
+// instance it runs. Tenants cannot write pods.
+const LabelCreatedBy = "kubevirt.io/created-by"
+
+// LabelVirtLauncher selects KubeVirt's virt-launcher pods, the only pods
+// the syncer caches.
+const LabelVirtLauncher = "kubevirt.io=virt-launcher"
+
+// podAddresses says whether an address is one a pod running vmi holds on
+// the pod network, as its kubelet reported it: during a migration, either
+// pod's.
+func (r *LoadBalancers) podAddresses(ctx context.Context, vmi client.Object) (func(netip.Addr) bool, error) {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(vmi.GetNamespace()), client.MatchingLabels{LabelCreatedBy: string(vmi.GetUID())}); err != nil {
+		return nil, fmt.Errorf("listing the pods of instance %s/%s: %w", vmi.GetNamespace(), vmi.GetName(), err)
+	}
+	held := map[netip.Addr]bool{}
+	for _, p := range pods.Items {
+		for _, ip := range p.Status.PodIPs {
+			if a, err := netip.ParseAddr(ip.IP); err == nil {
+				held[a] = true
+			}
+		}
+	}
+	return func(a netip.Addr) bool { return held[a] }, nil
+}
+
 // hosts reads each host's instance: its address on the network it is
-// attached to through the pod (its primary network), if admits takes it,
-// and whether it is ready. missing names the hosts that are no VM of the
+// attached to through the pod (its primary network), if admits takes it
+// (nil: if its own pod holds it), and whether it is ready. missing names the hosts that are no VM of the
 // namespace.
 func (r *LoadBalancers) hosts(ctx context.Context, lb *v1alpha1.LoadBalancer, admits func(netip.Addr) bool) (hosts []v1alpha1.LoadBalancerHost, missing []string, err error) {
 	vms, err := vmsIn(ctx, r.Client, lb.Namespace)
@@ -197,8 +286,14 @@ func (r *LoadBalancers) hosts(ctx context.Context, lb *v1alpha1.LoadBalancer, ad
 		switch {
 		case err == nil:
 			h.IP, h.Ready = instanceAddress(vmi)
-			if a, err := netip.ParseAddr(h.IP); err == nil && !admits(a) {
-				r.logger().Info("a host's address is outside its network, and not used", "loadbalancer", client.ObjectKeyFromObject(lb), "host", name, "address", h.IP)
+			takes := admits
+			if takes == nil {
+				if takes, err = r.podAddresses(ctx, vmi); err != nil {
+					return nil, nil, err
+				}
+			}
+			if a, err := netip.ParseAddr(h.IP); err == nil && !takes(a) {
+				r.logger().Info("a host's address is neither its pod's nor on its network, and not used", "loadbalancer", client.ObjectKeyFromObject(lb), "host", name, "address", h.IP)
 				h.IP, h.Ready = "", false
 			}
 		case !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err):
@@ -248,11 +343,36 @@ func instanceAddress(vmi *unstructured.Unstructured) (ip string, ready bool) {
 	return ip, ready && phase == "Running" && ip != ""
 }
 
+// removeService deletes the Service and EndpointSlice lb controls, if any.
+func (r *LoadBalancers) removeService(ctx context.Context, lb *v1alpha1.LoadBalancer) error {
+	for _, o := range []client.Object{&corev1.Service{}, &discoveryv1.EndpointSlice{}} {
+		key := client.ObjectKeyFromObject(lb)
+		if _, slice := o.(*discoveryv1.EndpointSlice); slice {
+			key.Name += "-hosts"
+		}
+		err := r.Client.Get(ctx, key, o)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if !metav1.IsControlledBy(o, lb) {
+			continue
+		}
+		if err := r.Client.Delete(ctx, o); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		r.logger().Info("removed what a load balancer held", "loadbalancer", client.ObjectKeyFromObject(lb), "object", key.Name)
+	}
+	return nil
+}
+
 // ensureService makes the LoadBalancer's Service what it asks for. used is
 // true when a Service of that name exists that this LoadBalancer does not
 // control; it is left alone.
 func (r *LoadBalancers) ensureService(ctx context.Context, lb *v1alpha1.LoadBalancer) (svc *corev1.Service, used bool, err error) {
-	want := corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer}
+	want := corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, AllocateLoadBalancerNodePorts: ptr(r.NodePorts)}
 	for _, p := range lb.Spec.Ports {
 		want.Ports = append(want.Ports, corev1.ServicePort{
 			Name: portName(p), Protocol: corev1.Protocol(p.Protocol), Port: p.Port,
@@ -285,21 +405,24 @@ func (r *LoadBalancers) ensureService(ctx context.Context, lb *v1alpha1.LoadBala
 		return nil, true, nil
 	}
 	have := svc.Spec.Ports
-	same := svc.Spec.Type == want.Type && len(svc.Spec.Selector) == 0 && len(svc.Spec.ExternalIPs) == 0 && len(have) == len(want.Ports)
+	same := svc.Spec.Type == want.Type && len(svc.Spec.Selector) == 0 && len(svc.Spec.ExternalIPs) == 0 && len(have) == len(want.Ports) &&
+		equality.Semantic.DeepEqual(svc.Spec.AllocateLoadBalancerNodePorts, want.AllocateLoadBalancerNodePorts)
 	for i := 0; same && i < len(have); i++ {
 		w := want.Ports[i]
-		same = have[i].Name == w.Name && have[i].Protocol == w.Protocol && have[i].Port == w.Port && have[i].TargetPort == w.TargetPort
+		same = have[i].Name == w.Name && have[i].Protocol == w.Protocol && have[i].Port == w.Port && have[i].TargetPort == w.TargetPort &&
+			(r.NodePorts || have[i].NodePort == 0)
 	}
 	if same {
 		return svc, false, nil
 	}
 	svc.Spec.Type, svc.Spec.Selector, svc.Spec.ExternalIPs = want.Type, nil, nil
+	svc.Spec.AllocateLoadBalancerNodePorts = want.AllocateLoadBalancerNodePorts
 	ports := make([]corev1.ServicePort, len(want.Ports))
 	for i, w := range want.Ports {
-		if j := slices.IndexFunc(have, func(p corev1.ServicePort) bool { return p.Port == w.Port && p.Protocol == w.Protocol }); j >= 0 {
+		if j := slices.IndexFunc(have, func(p corev1.ServicePort) bool { return p.Port == w.Port && p.Protocol == w.Protocol }); j >= 0 && r.NodePorts {
 			w.NodePort = have[j].NodePort // keep what the hub allocated
 		}
-		ports[i] = w
+		ports[i] = w // without NodePorts, any the Service held are released
 	}
 	svc.Spec.Ports = ports
 	return svc, false, r.Client.Update(ctx, svc)

@@ -51,11 +51,16 @@ const indexNamespace = "status.namespace"
 // Reconciler provisions PrivateNetworks.
 type Reconciler struct {
 	Client client.Client
+	// APIReader reads from the API server itself, past the cache; nil:
+	// Client.
+	APIReader client.Reader
 	// TenantRole is the ClusterRole bound in a network's namespace to the
 	// subjects bound to it in the network's home (config/tenant's
 	// imagepipe-tenant).
 	TenantRole string
-	Logger     *slog.Logger
+	// Bounds bound each tenant's networks.
+	Bounds Bounds
+	Logger *slog.Logger
 }
 
 // SetupWithManager registers the reconciler; it also watches the metadata
@@ -69,7 +74,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
-	b := ctrl.NewControllerManagedBy(mgr).Named("privatenetwork").For(&v1alpha1.PrivateNetwork{})
+	b := ctrl.NewControllerManagedBy(mgr).Named("privatenetwork").For(&v1alpha1.PrivateNetwork{}).
+		// A network deleted may let a newer one of the tenant within its bound.
+		Watches(&v1alpha1.PrivateNetwork{}, handler.EnqueueRequestsFromMapFunc(r.tenantsNetworks))
 	if _, err := mgr.GetRESTMapper().RESTMapping(vmKind.GroupKind(), vmKind.Version); err == nil {
 		vm := &metav1.PartialObjectMetadata{}
 		vm.SetGroupVersionKind(vmKind)
@@ -78,6 +85,14 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.logger().Info("KubeVirt's VirtualMachines are not served here; private networks count no VMs", "error", err)
 	}
 	return b.Complete(r)
+}
+
+func (r *Reconciler) tenantsNetworks(ctx context.Context, pn client.Object) []reconcile.Request {
+	var list v1alpha1.PrivateNetworkList
+	if err := r.Client.List(ctx, &list, client.InNamespace(pn.GetNamespace())); err != nil {
+		return nil
+	}
+	return requestsOf(list.Items)
 }
 
 func (r *Reconciler) networkOfVM(ctx context.Context, vm client.Object) []reconcile.Request {
@@ -195,6 +210,11 @@ func (r *Reconciler) ensureNamespace(ctx context.Context, pn *v1alpha1.PrivateNe
 	var n corev1.Namespace
 	err := r.Client.Get(ctx, client.ObjectKey{Name: ns}, &n)
 	if apierrors.IsNotFound(err) {
+		if why, err := r.Bounds.admitNetwork(ctx, cmp.Or[client.Reader](r.APIReader, r.Client), pn); err != nil {
+			return outcome{err: err}
+		} else if why != "" {
+			return refused(v1alpha1.ReasonTenantLimit, errors.New(why))
+		}
 		n = corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 			Name:        ns,
 			Labels:      map[string]string{tenantnet.LabelPrimaryUDN: "", tenantnet.LabelNetwork: pn.Name},

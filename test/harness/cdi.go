@@ -52,6 +52,36 @@ type CDI struct {
 	client client.Client
 }
 
+// StartControllerManager starts kube-controller-manager on the hub with the named controllers
+// only (garbage-collector-controller, namespace-controller, resourcequota-controller, ...), and
+// stops it when the test ends; for a hub without CDI, whose StartCDI starts its own.
+func (h *Hub) StartControllerManager(t T, controllers ...string) {
+	t.Helper()
+	dir := filepath.Join(h.dir, "kcm")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h.startControllerManager(t, Binary(t, "kube-controller-manager"), dir, controllers...)
+}
+
+func (h *Hub) startControllerManager(t T, bin, dir string, controllers ...string) {
+	t.Helper()
+	kcmLog := filepath.Join(dir, "kube-controller-manager.log")
+	kcm, err := startProc(kcmLog, nil, bin,
+		"--kubeconfig", h.Kubeconfig, "--leader-elect=false", "--secure-port=0",
+		"--controllers="+strings.Join(controllers, ","),
+	)
+	if err != nil {
+		t.Fatalf("hub %s: %v", h.Name, err)
+	}
+	t.Cleanup(func() {
+		if err := kcm.stop(); err != nil {
+			t.Errorf("stopping hub %s kube-controller-manager: %v", h.Name, err)
+		}
+		logOnFailure(t, "hub "+h.Name+" kube-controller-manager", kcmLog)
+	})
+}
+
 // StartCDI starts kube-controller-manager, CDI's controller and a node stand-in serving claims of
 // StorageClasses whose provisioner is provisioner, and stops them when the test ends. It creates
 // the CDI object and the namespace cdi as CDI's operator would. Pods it runs, volumes and logs
@@ -73,20 +103,7 @@ func (h *Hub) StartCDI(t T, provisioner string) *CDI {
 		t.Fatal(err)
 	}
 
-	kcmLog := filepath.Join(dir, "kube-controller-manager.log")
-	kcm, err := startProc(kcmLog, nil, kcmBin,
-		"--kubeconfig", h.Kubeconfig, "--leader-elect=false", "--secure-port=0",
-		"--controllers=garbage-collector-controller,namespace-controller,persistentvolume-binder-controller,persistentvolumeclaim-protection-controller,persistentvolume-protection-controller",
-	)
-	if err != nil {
-		t.Fatalf("hub %s: %v", h.Name, err)
-	}
-	t.Cleanup(func() {
-		if err := kcm.stop(); err != nil {
-			t.Errorf("stopping hub %s kube-controller-manager: %v", h.Name, err)
-		}
-		logOnFailure(t, "hub "+h.Name+" kube-controller-manager", kcmLog)
-	})
+	h.startControllerManager(t, kcmBin, dir, "garbage-collector-controller", "namespace-controller", "persistentvolume-binder-controller", "persistentvolumeclaim-protection-controller", "persistentvolume-protection-controller")
 
 	ctx := t.Context()
 	for _, obj := range []client.Object{

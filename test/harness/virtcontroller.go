@@ -169,3 +169,23 @@ func RunningVMStatus() kubevirtv1.VirtualMachineStatus {
 		Conditions: []kubevirtv1.VirtualMachineCondition{{Type: kubevirtv1.VirtualMachineReady, Status: corev1.ConditionTrue}},
 	}
 }
+
+// LauncherPod is the virt-launcher pod virt-controller creates for vmi (which must be stored,
+// to have its UID), with the labels KubeVirt gives it: kubevirt.io=virt-launcher,
+// kubevirt.io/created-by (the instance's UID) and kubevirt.io/domain (its name). Its spec
+// names node, which no node stand-in plays, so nothing runs it; store it, then set its status
+// with LauncherPodStatus, as kubelet reports a running pod's addresses.
+func LauncherPod(vmi *kubevirtv1.VirtualMachineInstance, node string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: vmi.Namespace, Name: "virt-launcher-" + vmi.Name,
+			Labels: map[string]string{"kubevirt.io": "virt-launcher", "kubevirt.io/created-by": string(vmi.UID), "kubevirt.io/domain": vmi.Name},
+		},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "compute", Image: "quay.io/kubevirt/virt-launcher"}}},
+	}
+}
+
+// LauncherPodStatus is the status kubelet reports of a running pod with address ip.
+func LauncherPodStatus(ip string) corev1.PodStatus {
+	return corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
+}

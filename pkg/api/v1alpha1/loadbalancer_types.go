@@ -11,6 +11,7 @@ const (
 	ReasonNoReadyHosts   = "NoReadyHosts"   // no host runs with an address
 	ReasonHostsMissing   = "HostsMissing"   // a named host is no VM of this namespace
 	ReasonServiceUsed    = "ServiceUsed"    // a Service of that name exists and is not this load balancer's
+	ReasonTenantLimit    = "TenantLimit"    // the tenant's older objects take its bound on this hub
 )
 
 // LoadBalancerPort maps one external port to a port of the hosts.
