@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/imagepipe/imagepipe/internal/tenantnet"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
 
@@ -105,6 +106,9 @@ func NewTenancy(namespaceTemplate string, allow, deny []string) (*Tenancy, error
 		if err != nil {
 			return nil, fmt.Errorf("namespace template %q: %w", namespaceTemplate, err)
 		}
+		if tenantnet.IsNetworkNamespace(ns) && !tenantnet.IsNetworkNamespace(tenant) {
+			return nil, fmt.Errorf("namespace template %q maps tenant %q to %q, which has the form of a private network's namespace (HOME-net-NAME)", namespaceTemplate, tenant, ns)
+		}
 		if other, ok := seen[ns]; ok && other != tenant {
 			hint := ""
 			if len(other) == maxTenantLength && len(tenant) == maxTenantLength {
@@ -149,6 +153,9 @@ func (t *Tenancy) Namespace(repository string) (tenant, namespace string, err er
 	}
 	if !dns1123Label.MatchString(namespace) {
 		return "", "", fmt.Errorf("the template maps tenant %q to %q, not a valid namespace", tenant, namespace)
+	}
+	if tenantnet.IsNetworkNamespace(namespace) {
+		return "", "", fmt.Errorf("the template maps tenant %q to namespace %q, which has the form of a private network's namespace (HOME-net-NAME); no tenant is served in such a namespace", tenant, namespace)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -61,6 +61,20 @@ func TestTenancy(t *testing.T) {
 			t.Errorf("template %q refused: %v", tmpl, err)
 		}
 	}
+	// A network's namespace (HOME-net-NAME) is no tenant's, whether the
+	// tenant's name or the template makes it so.
+	for tmpl, repo := range map[string]string{"{{.Tenant}}": "globex-net-front/rhel", "acme-{{.Tenant}}": "net-front/rhel", "vms-{{.Tenant}}": "a-net-b/x"} {
+		ten, err := NewTenancy(tmpl, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ns, err := ten.Namespace(repo); err == nil || !strings.Contains(err.Error(), "private network's namespace") {
+			t.Errorf("template %q: Namespace(%q) = %q, %v; want refused as a network's namespace", tmpl, repo, ns, err)
+		}
+	}
+	if _, err := NewTenancy("{{.Tenant}}-net-x", nil, nil); err == nil {
+		t.Error("a template making every namespace a network's was accepted")
+	}
 	long, _ := NewTenancy("{{.Tenant}}-"+strings.Repeat("x", 60), nil, nil)
 	if _, _, err := long.Namespace("acme/x"); err == nil {
 		t.Error("a namespace over 63 characters was accepted")

@@ -233,3 +233,39 @@ func haltedVM(ns, name string) *kubevirtv1.VirtualMachine {
 		},
 	}
 }
+
+// TestANetworksNamespaceIsNoTenants: a registry tenant named like a private
+// network's namespace (HOME-net-NAME) gets nothing synced on a hub, even
+// while the network's home has no image yet (so no tenant recorded on its
+// namespaces): its images would land among another tenant's VMs, and the
+// name would be one a network may need.
+func TestANetworksNamespaceIsNoTenants(t *testing.T) {
+	t.Parallel()
+	hub := &testHub{harness.StartSyncerHub(t, "hub-squat", harness.SyncerHubOptions{Namespaces: []string{"globex"}, NoCDI: true, OVNKubernetes: true})}
+	hub.BindTenant(t, "tenant-b", "globex")
+	s := harness.ReserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h", "--log-level", "debug")
+	lab := network("globex", "lab", "10.10.0.0/24")
+	if err := userClient(t, hub, "tenant-b").Create(t.Context(), lab); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "globex's network provisioned", func() (bool, error) {
+		err := hub.Client.Get(t.Context(), client.ObjectKeyFromObject(lab), lab)
+		c := meta.FindStatusCondition(lab.Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Reason == v1alpha1.ReasonProvisioned, err
+	})
+
+	importImage(t, rawDisk(t, "squatter"), reg.Host+"/globex-net-lab/rhel:1")
+	waitLogLine(t, s, "event ignored", "repository=globex-net-lab/rhel")
+	importImage(t, rawDisk(t, "globex"), reg.Host+"/globex/rhel:1")
+	hub.baseImage(t, "globex", "rhel--1", "globex's own image", func(*v1alpha1.BaseImage) bool { return true })
+	hub.wantNoBaseImagesOf(t, "globex-net-lab", "globex-net-lab")
+	var ns corev1.Namespace
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Name: "globex-net-lab"}, &ns); err != nil {
+		t.Fatal(err)
+	}
+	if owner := ns.Annotations["imagepipe.io/tenant"]; owner == "globex-net-lab" {
+		t.Errorf("the network's namespace is recorded as tenant %q's", owner)
+	}
+}
