@@ -523,7 +523,19 @@ func newVMDeleteCmd(g *globalOptions) *cobra.Command {
 }
 
 func newVMMigrateCmd(g *globalOptions) *cobra.Command {
-	return vmLifecycleCmd(g, "migrate NAME", "Live-migrate a running VM to another node", 1, nil, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) (*vmOutcome, error) {
+	var cancel bool
+	cmd := vmLifecycleCmd(g, "migrate NAME", "Live-migrate a running VM to another node, or cancel its migration", 1, nil, func(cmd *cobra.Command, kc vmlaunch.Cluster, ns string, args []string) (*vmOutcome, error) {
+		if cancel {
+			names, err := vmlaunch.CancelMigration(cmd.Context(), kc, ns, args[0])
+			if err != nil {
+				return nil, err
+			}
+			text := ""
+			for _, n := range names {
+				text += fmt.Sprintf("virtualmachineinstancemigration %s/%s cancelled\n", ns, n)
+			}
+			return &vmOutcome{api.VMResult{Name: args[0], Namespace: ns, Action: api.VMActionCancelMigration, Changed: true, Migration: names[0]}, text}, nil
+		}
 		m, err := vmlaunch.Migrate(cmd.Context(), kc, ns, args[0])
 		if err != nil {
 			return nil, err
@@ -533,6 +545,8 @@ func newVMMigrateCmd(g *globalOptions) *cobra.Command {
 			fmt.Sprintf("virtualmachineinstancemigration %s/%s created\n", ns, m.Name),
 		}, nil
 	})
+	cmd.Flags().BoolVar(&cancel, "cancel", false, "cancel the VM's migration in progress (KubeVirt's way: its migration object is deleted; the VM stays where it runs)")
+	return cmd
 }
 
 func newVMVolumeCmd(g *globalOptions, attach bool) *cobra.Command {

@@ -298,6 +298,35 @@ func Migrate(ctx context.Context, c Cluster, ns, name string) (*kubevirtv1.Virtu
 	return m, nil
 }
 
+// CancelMigration cancels the live migrations of a VM that have not ended,
+// as KubeVirt cancels one: by deleting its VirtualMachineInstanceMigration
+// (the VM stays where it ran). It returns their names, and refuses when
+// there is none, whoever created it.
+func CancelMigration(ctx context.Context, c Cluster, ns, name string) ([]string, error) {
+	if _, err := getVM(ctx, c, ns, name); err != nil {
+		return nil, err
+	}
+	var list kubevirtv1.VirtualMachineInstanceMigrationList
+	if err := c.List(ctx, ns, "", &list); err != nil {
+		return nil, fmt.Errorf("listing the migrations in %s: %w", ns, err)
+	}
+	var cancelled []string
+	for i := range list.Items {
+		m := &list.Items[i]
+		if m.Spec.VMIName != name || !m.DeletionTimestamp.IsZero() || m.Status.Phase == kubevirtv1.MigrationSucceeded || m.Status.Phase == kubevirtv1.MigrationFailed {
+			continue
+		}
+		if err := c.Delete(ctx, m, false); err != nil && !apierrors.IsNotFound(err) {
+			return cancelled, fmt.Errorf("cancelling migration %s/%s: %w", ns, m.Name, err)
+		}
+		cancelled = append(cancelled, m.Name)
+	}
+	if len(cancelled) == 0 {
+		return nil, fmt.Errorf("VM %s has no migration in progress to cancel", name)
+	}
+	return cancelled, nil
+}
+
 // Delete deletes a VM and returns the data volumes attached to it, which
 // stay. Its root disk, a DataVolume template of the VM, and its
 // cloud-init Secrets go with it.

@@ -189,13 +189,15 @@ type VMCondition struct {
 
 // VM actions, the values of VMResult.Action.
 const (
-	VMActionStart        = "start"
-	VMActionStop         = "stop"
-	VMActionRestart      = "restart"
-	VMActionDelete       = "delete"
-	VMActionMigrate      = "migrate"
-	VMActionAttachVolume = "attach-volume"
-	VMActionDetachVolume = "detach-volume"
+	VMActionStart   = "start"
+	VMActionStop    = "stop"
+	VMActionRestart = "restart"
+	VMActionDelete  = "delete"
+	VMActionMigrate = "migrate"
+	// VMActionCancelMigration: vm migrate --cancel.
+	VMActionCancelMigration = "cancel-migration"
+	VMActionAttachVolume    = "attach-volume"
+	VMActionDetachVolume    = "detach-volume"
 )
 
 // VMResult is what the vm commands that act on one VM print under -o json
@@ -219,7 +221,8 @@ type VMResult struct {
 	// Pending is true when a volume change takes effect only when the VM
 	// next starts, because it may be running.
 	Pending bool `json:"pending,omitempty"`
-	// Migration is the VirtualMachineInstanceMigration vm migrate created.
+	// Migration is the VirtualMachineInstanceMigration vm migrate created,
+	// or with --cancel the first it cancelled.
 	Migration string `json:"migration,omitempty"`
 	// KeptVolumes are the data volumes attached to a VM vm delete deleted;
 	// they stay.

@@ -228,6 +228,16 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 	if err := hub.Client.List(t.Context(), &migrations, client.InNamespace("acme")); err != nil || len(migrations.Items) != 1 || migrations.Items[0].Spec.VMIName != "web" {
 		t.Errorf("migrations %+v (%v)", migrations.Items, err)
 	}
+	// The tenant cancels it, as KubeVirt cancels one: its object goes.
+	if r := vmOK("migrate", "web", "--cancel"); !strings.Contains(r.Stdout, "virtualmachineinstancemigration acme/"+migrations.Items[0].Name+" cancelled") {
+		t.Errorf("vm migrate --cancel printed %q", r.Stdout)
+	}
+	if err := hub.Client.Get(t.Context(), client.ObjectKeyFromObject(&migrations.Items[0]), &kubevirtv1.VirtualMachineInstanceMigration{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the cancelled migration is still there (%v)", err)
+	}
+	if r := vm("migrate", "web", "--cancel"); r.Code == 0 || !strings.Contains(r.Stderr, "no migration in progress") {
+		t.Errorf("cancelling without a migration: exit %d\n%s", r.Code, r.Stderr)
+	}
 	vmOK("restart", "web")
 	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &kubevirtv1.VirtualMachineInstance{}); err == nil {
 		t.Error("restart left the old instance")
