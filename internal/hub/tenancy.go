@@ -195,14 +195,19 @@ func (t *Tenancy) claim(ctx context.Context, c client.Client, tenant, namespace 
 	} else {
 		owner = t.recorded[namespace] // written by this process, not yet in the cache
 	}
+	labelled := ns.Labels[AnnotationTenant] == tenant
 	switch owner {
 	case tenant:
-		return nil
+		if labelled {
+			return nil
+		}
 	case "":
 	default:
 		return &namespaceTakenError{Namespace: namespace, Owner: owner, Tenant: tenant}
 	}
-	patch := fmt.Appendf(nil, `{"metadata":{"resourceVersion":%q,"annotations":{%q:%q}}}`, ns.ResourceVersion, AnnotationTenant, tenant)
+	// The label, the annotation's twin, selects the namespace for the
+	// tenant admission policy (config/tenant/policy.yaml).
+	patch := fmt.Appendf(nil, `{"metadata":{"resourceVersion":%q,"annotations":{%q:%q},"labels":{%q:%q}}}`, ns.ResourceVersion, AnnotationTenant, tenant, AnnotationTenant, tenant)
 	if err := c.Patch(ctx, &ns, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return fmt.Errorf("recording tenant %q as the owner of namespace %s: %w", tenant, namespace, err)
 	}

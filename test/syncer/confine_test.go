@@ -1,0 +1,108 @@
+package syncer
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
+	"github.com/imagepipe/imagepipe/test/harness"
+)
+
+// TestATenantsObjectsNameNothingOutsideItsNamespace: with
+// config/tenant/policy.yaml on the real API server, a tenant writing
+// VirtualMachines and DataVolumes with its own credentials (no imagectl)
+// cannot name another namespace's network attachment, pass a Multus
+// networks annotation to its VM's pod, or clone from another namespace;
+// in its home namespace (labelled by the provider) and in its network's
+// (labelled by image-syncer) alike. The same objects naming their own
+// namespace pass.
+func TestATenantsObjectsNameNothingOutsideItsNamespace(t *testing.T) {
+	t.Parallel()
+	hub := &testHub{harness.StartSyncerHub(t, "hub-confine", harness.SyncerHubOptions{Namespaces: []string{"acme", "globex"}, NoCDI: true, OVNKubernetes: true})}
+	hub.BindTenant(t, "tenant-a", "acme")
+	for _, ns := range []string{"acme", "globex"} { // as the provider labels tenant namespaces
+		patch := []byte(`{"metadata":{"labels":{"imagepipe.io/tenant":"` + ns + `"}}}`)
+		if err := hub.Client.Patch(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, obj := range harness.ReadManifests(t, filepath.Join(harness.RepoRoot(t), "config", "tenant", "policy.yaml")) {
+		hub.Create(t, obj)
+	}
+	reg := harness.StartRegistry(t, harness.RegistryOptions{})
+	startSyncer(t, harness.ReserveSyncer(t), hub, reg.Host, "--poll-interval", "1h")
+	acme := userClient(t, hub, "tenant-a")
+	front := network("acme", "front", "10.10.0.0/24")
+	if err := acme.Create(t.Context(), front); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "acme's network provisioned", func() (bool, error) {
+		err := hub.Client.Get(t.Context(), client.ObjectKeyFromObject(front), front)
+		c := meta.FindStatusCondition(front.Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Reason == v1alpha1.ReasonProvisioned, err
+	})
+
+	withNetwork := func(ns, networkName string) client.Object {
+		vm := haltedVM(ns, "web")
+		vm.Spec.Template.Spec.Networks = []kubevirtv1.Network{{Name: "lab", NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: networkName}}}}
+		vm.Spec.Template.Spec.Domain.Devices.Interfaces = []kubevirtv1.Interface{{Name: "lab", InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Bridge: &kubevirtv1.InterfaceBridge{}}}}
+		return vm
+	}
+	withAnnotation := func(ns string) client.Object {
+		vm := haltedVM(ns, "web")
+		vm.Spec.Template.ObjectMeta.Annotations = map[string]string{"k8s.v1.cni.cncf.io/networks": "globex/lab"}
+		return vm
+	}
+	cloneFrom := func(ns, from string) client.Object {
+		return &cdiv1.DataVolume{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "copy"}, Spec: cdiv1.DataVolumeSpec{
+			Source:  &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: from, Name: "disk"}},
+			Storage: &cdiv1.StorageSpec{},
+		}}
+	}
+	vmCloning := func(ns, from string) client.Object {
+		vm := haltedVM(ns, "web")
+		vm.Spec.DataVolumeTemplates = []kubevirtv1.DataVolumeTemplateSpec{{ObjectMeta: metav1.ObjectMeta{Name: "root"}, Spec: cdiv1.DataVolumeSpec{
+			SourceRef: &cdiv1.DataVolumeSourceRef{Kind: "DataSource", Namespace: &from, Name: "rhel--9"},
+			Storage:   &cdiv1.StorageSpec{},
+		}}}
+		return vm
+	}
+	for _, ns := range []string{"acme", "acme-net-front"} {
+		for what, c := range map[string]struct {
+			obj  client.Object
+			want string // "" accepted
+		}{
+			"another namespace's network attachment": {withNetwork(ns, "globex/lab"), "may attach only network attachments of its own namespace"},
+			"the Multus networks annotation":         {withAnnotation(ns), "may not carry the annotation k8s.v1.cni.cncf.io/networks"},
+			"a clone from another namespace":         {cloneFrom(ns, "globex"), "may clone only from its own namespace"},
+			"a VM cloning another namespace's image": {vmCloning(ns, "globex"), "may clone only from its own namespace"},
+			"its own network attachment":             {withNetwork(ns, "lab"), ""},
+			"its own network attachment, qualified":  {withNetwork(ns, ns+"/lab"), ""},
+			"a clone from its own namespace":         {cloneFrom(ns, ns), ""},
+			"a VM cloning its own image":             {vmCloning(ns, ns), ""},
+		} {
+			var err error
+			waitFor(t, "the policy in force", func() (bool, error) {
+				err = acme.Create(t.Context(), c.obj, client.DryRunAll)
+				// The API server loads a new policy within a second or so;
+				// until then a refused object passes.
+				return c.want == "" || err != nil, nil
+			})
+			switch {
+			case c.want == "" && err != nil:
+				t.Errorf("%s in %s: refused: %v", what, ns, err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Errorf("%s in %s: %v; want refused saying %q", what, ns, err, c.want)
+			}
+		}
+	}
+}
