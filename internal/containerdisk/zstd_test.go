@@ -40,7 +40,7 @@ func testDisks() map[string][]byte {
 }
 
 // zstdLayer builds the zstd layer of disk and returns it with its tar.
-func zstdLayer(t *testing.T, disk []byte) (layer, tarball []byte) {
+func zstdLayer(t testing.TB, disk []byte) (layer, tarball []byte) {
 	t.Helper()
 	var out, tee bytes.Buffer
 	if _, err := WriteLayer(t.Context(), &out, bytesPayload(disk), CompressionZstd, &tee); err != nil {

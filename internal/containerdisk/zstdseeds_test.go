@@ -104,6 +104,7 @@ func TestWriteZstdFuzzSeeds(t *testing.T) {
 		"trailing-garbage":       concat(layer, []byte("garbage!")),
 		"trailing-zeros":         concat(layer, make([]byte, 16)),
 		"truncated":              layer[:len(layer)-3],
+		"lead-block-compressed":  compressedLead(t, layer, tarball),
 	}
 	dir := filepath.Join("testdata", "fuzz", "FuzzZstdAgainstCDI")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -118,6 +119,30 @@ func TestWriteZstdFuzzSeeds(t *testing.T) {
 }
 
 func concat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+
+// compressedLead is layer, imagepipe's zstd layer of tarball, with its
+// lead frame's raw block replaced by a compressed block of the same 1024
+// bytes under the same frame header: a first block that ends long before
+// byte 512, which CDI's header probe overwrites before it decodes what
+// follows. Only the lead frame's block header tells it from imagepipe's
+// framing.
+func compressedLead(tb testing.TB, layer, tarball []byte) []byte {
+	tb.Helper()
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderCRC(false), zstd.WithSingleSegment(true))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer enc.Close()
+	frame := enc.EncodeAll(tarball[:zstdLeadSize], nil)
+	walk := newZstdFrames()
+	walk.Write(frame)
+	if !walk.ended() || walk.frames != 1 || walk.kept[0].block[0]>>1&3 != 2 {
+		tb.Fatalf("klauspost's frame of the tar headers is not one frame of a compressed block: % x", frame)
+	}
+	prefix := zstdLeadPrefix(zstdLeadSize)
+	header := prefix[:len(prefix)-3] // the lead frame's header, without its block header
+	return concat(header, frame[len(walk.kept[0].header):], layer[len(prefix)+zstdLeadSize:])
+}
 
 // skippableFrame is a zstd skippable frame of magic (0x184D2A50 to
 // 0x184D2A5F) holding data.
