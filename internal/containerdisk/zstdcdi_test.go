@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,7 +46,12 @@ const zstdDiffLimit = 4 << 20
 func FuzzZstdAgainstCDI(f *testing.F) {
 	ref := startZstdRef(f)
 	f.Add(rawZstdFrame(bytes.Repeat([]byte("imagepipe"), 120)))
-	layer, tarball := zstdLayer(f, bytes.Repeat([]byte("a small disk "), 4096))
+	disk := bytes.Repeat([]byte("a small disk "), 2048)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range 2048 {
+		disk[4096+i] = byte(rng.Uint32())
+	}
+	layer, tarball := zstdLayer(f, disk)
 	f.Add(layer)
 	f.Add(compressedLead(f, layer, tarball))
 	f.Fuzz(func(t *testing.T, layer []byte) {

@@ -18,7 +18,9 @@ import (
 // TestWriteZstdFuzzSeeds writes FuzzZstdAgainstCDI's seed corpus,
 // testdata/fuzz/FuzzZstdAgainstCDI: the zstd layer of a 64 KiB disk made
 // by imagepipe's writer, by the zstd program with several options and by
-// klauspost/compress, and frames made by hand around it: several frames,
+// klauspost/compress, imagepipe's layers of a tiny disk and of one whose
+// tar decodes past the fuzz target's limit, and frames made by hand
+// around them: a lead frame holding a compressed block, several frames,
 // skippable frames, raw and RLE blocks, dictionary IDs, window sizes,
 // checksums right and wrong, trailing bytes, more output than the fuzz
 // target compares. It only runs with
@@ -33,6 +35,8 @@ func TestWriteZstdFuzzSeeds(t *testing.T) {
 		disk[i] = byte(rng.Uint32())
 	}
 	layer, tarball := zstdLayer(t, disk)
+	small, _ := zstdLayer(t, []byte("a disk of a few bytes"))
+	overLimit, _ := zstdLayer(t, make([]byte, zstdDiffLimit+1<<20))
 	cli := func(args ...string) []byte {
 		t.Helper()
 		cmd := exec.Command(zstdProgram, append([]string{"-q", "-c"}, args...)...)
@@ -105,6 +109,8 @@ func TestWriteZstdFuzzSeeds(t *testing.T) {
 		"trailing-zeros":         concat(layer, make([]byte, 16)),
 		"truncated":              layer[:len(layer)-3],
 		"lead-block-compressed":  compressedLead(t, layer, tarball),
+		"imagepipe-small":        small,
+		"imagepipe-over-limit":   overLimit,
 	}
 	dir := filepath.Join("testdata", "fuzz", "FuzzZstdAgainstCDI")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
