@@ -85,6 +85,7 @@ func mediaTypeContent(mt string) (string, error) {
 // reader sets: FEXTRA at most 64 KiB (its length is 16 bits; imagectl's
 // own small layers carry 500 bytes of it, see gzipPadder), a name or
 // comment at most 512 bytes.
+//
 // A zstd layer may be several frames, skippable ones among them but not
 // first (sniffLayer), with windows up to zstdMaxWindow, and is decoded on
 // one goroutine. Its first block may end anywhere: CDI's importer up to

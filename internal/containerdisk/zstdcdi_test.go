@@ -35,11 +35,11 @@ const zstdDiffLimit = 4 << 20
 // exactly as the gate reads it. The gate keeps a pushed layer only when
 // its compression framing is imagepipe's (LayerReader.OwnCompressionFraming)
 // and its tar is imagepipe's; any other layer it reads, it rewrites, so
-// CDI never reads those bytes and the gate may read them as it likes. So
-// CDI is asked about every stream the gate decodes in imagepipe's framing,
-// whatever its tar: each of CDI's readings must decode it to the same
-// bytes. The gate refusing a stream is safe too (nothing reaches a hub).
-// Leaving the other streams out also spares the fuzzer CDI's slow
+// CDI never reads those bytes and how it would read them does not matter.
+// So CDI is asked about every stream the gate decodes in imagepipe's
+// framing, whatever its tar: each of CDI's readings must decode it to the
+// same bytes. The gate refusing a stream is safe too (nothing reaches a
+// hub). Leaving the other streams out also spares the fuzzer CDI's slow
 // decoding of ones such as windows of up to 512 MiB. Streams that decode
 // to less than two tar blocks are skipped: the gate's tar check refuses
 // those anyway.
