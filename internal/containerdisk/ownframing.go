@@ -271,8 +271,12 @@ var _ io.Writer = (*streamFraming)(nil)
 // when the unpadded layer would be shorter than cdiPeekSize (gzipPadder).
 // zstd: the lead frame holding the tar's first zstdLeadSize bytes as one
 // raw block (rawZstdFrame), then one frame with the header imagepipe's
-// encoder writes for the rest, and no skippable frame. Nothing after the
-// last member or frame; the reader refuses such bytes anyway.
+// encoder writes for the rest, and no skippable frame. The lead frame's
+// block header is compared too: that block ends past cdiPeekSize, which
+// is what has CDI's importer read the stream as the gate does (see
+// zstdWriter); a first block that ends sooner, compressed say, is not
+// imagepipe's. Nothing after the last member or frame; the reader refuses
+// such bytes anyway.
 func (s *streamFraming) own(ended bool, tarSize int64) bool {
 	switch s.content {
 	case contentGzip:

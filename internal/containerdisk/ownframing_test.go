@@ -134,7 +134,7 @@ func TestOtherCompressionFramingIsNotOwn(t *testing.T) {
 	disk := testDisks()["mixed"]
 	_, gzLayer, tarball := buildLayer(t, disk, CompressionGzip)
 	_, small, smallTar := buildLayer(t, smallDisks()["empty qcow2"], CompressionGzip)
-	_, zsLayer, _ := buildLayer(t, disk, CompressionZstd)
+	_, zsLayer, zsTar := buildLayer(t, disk, CompressionZstd)
 	lead := len(zstdLeadPrefix(zstdLeadSize)) + zstdLeadSize
 	skippable := []byte{0x5e, 0x2a, 0x4d, 0x18, 3, 0, 0, 0, 'i', 'm', 'g'}
 	padded := func(gz []byte) []byte {
@@ -165,6 +165,7 @@ func TestOtherCompressionFramingIsNotOwn(t *testing.T) {
 			append(bytes.Clone(zsLayer[:lead]), zstdFramesOf(t, tarball[zstdLeadSize:], 4096)...)},
 		"another encoder's body frame": {ocispec.MediaTypeImageLayerZstd,
 			append(bytes.Clone(zsLayer[:lead]), zstdFramesOf(t, tarball[zstdLeadSize:])...)},
+		"a lead frame whose block is compressed": {ocispec.MediaTypeImageLayerZstd, compressedLead(t, zsLayer, zsTar)},
 	}
 	if len(small) >= 2*cdiPeekSize {
 		t.Fatalf("the small layer is %d bytes; the padding cases need one under %d", len(small), 2*cdiPeekSize)
@@ -177,7 +178,7 @@ func TestOtherCompressionFramingIsNotOwn(t *testing.T) {
 	}
 	// Shown at once by the first header or frame: the gate then spools
 	// the disk instead of streaming it.
-	for _, name := range []string{"gzip with FNAME", "gzip with FHCRC", "gzip with a time", "one zstd frame"} {
+	for _, name := range []string{"gzip with FNAME", "gzip with FHCRC", "gzip with a time", "one zstd frame", "a lead frame whose block is compressed"} {
 		if atOpen, _, _ := ownFraming(t, notOwn[name].mediaType, notOwn[name].blob); atOpen {
 			t.Errorf("%s: own framing after opening; want false", name)
 		}

@@ -86,6 +86,14 @@ func mediaTypeContent(mt string) (string, error) {
 // own small layers carry 500 bytes of it, see gzipPadder), a name or
 // comment at most 512 bytes.
 //
+// A zstd layer may be several frames, skippable ones among them but not
+// first (sniffLayer), with windows up to zstdMaxWindow, and is decoded on
+// one goroutine. Its first block may end anywhere: CDI's importer up to
+// v1.66 misreads a stream whose first block ends before byte cdiPeekSize
+// (see zstdWriter), but the gate keeps a pushed layer only in imagepipe's
+// framing (streamFraming.own), whose first block ends past it, and writes
+// any other anew, so CDI never reads such a stream.
+//
 // stream records the gzip stream's first header and its reader's member
 // count (streamFraming).
 func decompressLayer(mt string, r *bufio.Reader, stream *streamFraming) (io.ReadCloser, error) {
@@ -118,9 +126,6 @@ func decompressLayer(mt string, r *bufio.Reader, stream *streamFraming) (io.Read
 		stream.members, _ = zr.(gzipMembers)
 		return zr, nil
 	case contentZstd:
-		if err := checkZstdFirstBlock(r); err != nil {
-			return nil, err
-		}
 		zr, err := zstd.NewReader(r, zstd.WithDecoderMaxWindow(zstdMaxWindow), zstd.WithDecoderConcurrency(1))
 		if err != nil {
 			return nil, fmt.Errorf("opening the zstd layer: %w", err)
@@ -332,51 +337,3 @@ func (h *headReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	}
 	return n, nil
 }
-
-// checkZstdFirstBlock refuses a zstd layer whose first block ends before
-// byte cdiPeekSize. CDI's importer up to v1.66 reads the layer's first
-// cdiPeekSize bytes into a buffer, decodes from that buffer and the rest,
-// and writes the first decompressed bytes over the same buffer
-// (kubevirt/containerized-data-importer#4277, see zstdWriter): compressed
-// bytes after the first block's end but before cdiPeekSize may be read
-// only after they were overwritten, so CDI decodes another stream than
-// the gate does, or fails. A first block that reaches cdiPeekSize is read
-// whole before anything is decompressed. The frame header and block header
-// are read as RFC 8878 lays them out; the decoder checks the rest.
-func checkZstdFirstBlock(r *bufio.Reader) error {
-	head, err := r.Peek(zstdMaxHeader + 3)
-	if err != nil && !errors.Is(err, io.EOF) {
-		return err
-	}
-	if len(head) < 6 {
-		return reject.New(reject.InvalidLayer, "the zstd stream ends in its frame header")
-	}
-	fhd := head[4]
-	size := 5 + []int{0, 1, 2, 4}[fhd&3] // magic, descriptor, dictionary ID
-	single := fhd&0x20 != 0
-	if !single {
-		size++ // window descriptor
-	}
-	switch fcs := fhd >> 6; {
-	case fcs == 0 && single:
-		size++
-	case fcs > 0:
-		size += 1 << fcs // 2, 4 or 8 bytes
-	}
-	if len(head) < size+3 {
-		return reject.New(reject.InvalidLayer, "the zstd stream ends before its first block")
-	}
-	bh := uint32(head[size]) | uint32(head[size+1])<<8 | uint32(head[size+2])<<16
-	content := int(bh >> 3)
-	if (bh>>1)&3 == 1 { // RLE: one byte repeated
-		content = 1
-	}
-	if end := size + 3 + content; end < cdiPeekSize {
-		return reject.New(reject.InvalidLayer, "the zstd stream's first block ends at byte %d, before byte %d: CDI's importer overwrites those bytes before it decodes them (kubevirt/containerized-data-importer#4277) and would read another stream; imagectl's zstd layers start with a stored block that reaches past it", end, cdiPeekSize)
-	}
-	return nil
-}
-
-// zstdMaxHeader is the longest zstd frame header: magic, descriptor,
-// window descriptor, 4-byte dictionary ID, 8-byte content size.
-const zstdMaxHeader = 4 + 1 + 1 + 4 + 8

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,21 +31,36 @@ const zstdDiffLimit = 4 << 20
 // layer as that importer does (its 512-byte header probe included), once
 // with the decoder's default concurrency and once with one goroutine.
 //
-// The gate must never accept bytes CDI reads differently: when the gate
-// decodes a stream, each of CDI's readings must decode it to the same
-// bytes. The gate refusing what CDI reads is safe (the image is refused,
-// nothing reaches a hub), so CDI is asked only about what the gate
-// decodes; that also spares the fuzzer CDI's slow decoding of streams the
-// gate refuses, such as windows of up to 512 MiB. Streams that decode to
-// less than two tar blocks are skipped: the gate's tar check refuses
+// CDI must read every stream the gate could keep as the canonical layer
+// exactly as the gate reads it. The gate keeps a pushed layer only when
+// its compression framing is imagepipe's (LayerReader.OwnCompressionFraming)
+// and its tar is imagepipe's; any other layer it reads, it rewrites, so
+// CDI never reads those bytes and how it would read them does not matter.
+// So CDI is asked about every stream the gate decodes in imagepipe's
+// framing, whatever its tar: each of CDI's readings must decode it to the
+// same bytes. The gate refusing a stream is safe too (nothing reaches a
+// hub). Leaving the other streams out also spares the fuzzer CDI's slow
+// decoding of ones such as windows of up to 512 MiB. Streams that decode
+// to less than two tar blocks are skipped: the gate's tar check refuses
 // those anyway.
 func FuzzZstdAgainstCDI(f *testing.F) {
 	ref := startZstdRef(f)
 	f.Add(rawZstdFrame(bytes.Repeat([]byte("imagepipe"), 120)))
+	disk := bytes.Repeat([]byte("a small disk "), 2048)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range 2048 {
+		disk[4096+i] = byte(rng.Uint32())
+	}
+	layer, tarball := zstdLayer(f, disk)
+	f.Add(layer)
+	f.Add(compressedLead(f, layer, tarball))
 	f.Fuzz(func(t *testing.T, layer []byte) {
-		gate, err := gateReadZstd(layer)
+		gate, own, err := gateReadZstd(layer)
 		if err != nil || len(gate) < 1024 {
 			return // refused by the gate: safe, whatever CDI makes of it
+		}
+		if !own {
+			return // rewritten by the gate: CDI never reads these bytes
 		}
 		readings, err := ref.read(layer)
 		if err != nil {
@@ -56,7 +72,7 @@ func FuzzZstdAgainstCDI(f *testing.F) {
 		}
 		for i, r := range readings {
 			if r.status != want || !bytes.Equal(r.out, gate) {
-				t.Errorf("the gate decodes %d bytes; CDI's reading %d (%s) gives status %d, %d bytes, first difference at %d, error %q",
+				t.Errorf("the gate decodes %d bytes in imagepipe's framing; CDI's reading %d (%s) gives status %d, %d bytes, first difference at %d, error %q",
 					len(gate), i, zstdRefReadings[i], r.status, len(r.out), firstDifference(r.out, gate), r.msg)
 			}
 		}
@@ -75,22 +91,32 @@ const (
 
 // gateReadZstd decodes layer as the gate reads a zstd layer
 // (decompressLayer, then finish's check that nothing follows the
-// compressed stream), up to zstdDiffLimit+1 bytes.
-func gateReadZstd(layer []byte) ([]byte, error) {
+// compressed stream), up to zstdDiffLimit+1 bytes, and reports whether
+// its compression framing is imagepipe's, as OwnCompressionFraming does
+// once the layer is read to its end: the framing check sees every byte of
+// such a layer, and the tar's size is what the stream decodes to. The
+// framing of a stream past the limit is judged as one of limit+1 bytes:
+// imagepipe's body frame header is the same for every tar past 1 MiB
+// (zstdBodyHeader).
+func gateReadZstd(layer []byte) (tarball []byte, own bool, err error) {
 	buf := bufio.NewReaderSize(bytes.NewReader(layer), 128<<10)
 	zr, err := decompressLayer(ocispec.MediaTypeImageLayerZstd, buf, nil)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer zr.Close()
 	got, err := io.ReadAll(io.LimitReader(zr, zstdDiffLimit+1))
-	if err != nil || len(got) > zstdDiffLimit {
-		return got, err
+	if err != nil {
+		return got, false, err
 	}
-	if n, _ := io.Copy(io.Discard, buf); n > 0 {
-		return got, fmt.Errorf("%d bytes follow the compressed stream", n)
+	if len(got) <= zstdDiffLimit {
+		if n, _ := io.Copy(io.Discard, buf); n > 0 {
+			return got, false, fmt.Errorf("%d bytes follow the compressed stream", n)
+		}
 	}
-	return got, nil
+	stream := newStreamFraming(ocispec.MediaTypeImageLayerZstd)
+	stream.Write(layer)
+	return got, stream.own(true, int64(len(got))), nil
 }
 
 func firstDifference(a, b []byte) int {

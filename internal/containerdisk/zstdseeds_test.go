@@ -18,7 +18,9 @@ import (
 // TestWriteZstdFuzzSeeds writes FuzzZstdAgainstCDI's seed corpus,
 // testdata/fuzz/FuzzZstdAgainstCDI: the zstd layer of a 64 KiB disk made
 // by imagepipe's writer, by the zstd program with several options and by
-// klauspost/compress, and frames made by hand around it: several frames,
+// klauspost/compress, imagepipe's layers of a tiny disk and of one whose
+// tar decodes past the fuzz target's limit, and frames made by hand
+// around them: a lead frame holding a compressed block, several frames,
 // skippable frames, raw and RLE blocks, dictionary IDs, window sizes,
 // checksums right and wrong, trailing bytes, more output than the fuzz
 // target compares. It only runs with
@@ -33,6 +35,8 @@ func TestWriteZstdFuzzSeeds(t *testing.T) {
 		disk[i] = byte(rng.Uint32())
 	}
 	layer, tarball := zstdLayer(t, disk)
+	small, _ := zstdLayer(t, []byte("a disk of a few bytes"))
+	overLimit, _ := zstdLayer(t, make([]byte, zstdDiffLimit+1<<20))
 	cli := func(args ...string) []byte {
 		t.Helper()
 		cmd := exec.Command(zstdProgram, append([]string{"-q", "-c"}, args...)...)
@@ -104,6 +108,9 @@ func TestWriteZstdFuzzSeeds(t *testing.T) {
 		"trailing-garbage":       concat(layer, []byte("garbage!")),
 		"trailing-zeros":         concat(layer, make([]byte, 16)),
 		"truncated":              layer[:len(layer)-3],
+		"lead-block-compressed":  compressedLead(t, layer, tarball),
+		"imagepipe-small":        small,
+		"imagepipe-over-limit":   overLimit,
 	}
 	dir := filepath.Join("testdata", "fuzz", "FuzzZstdAgainstCDI")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -118,6 +125,30 @@ func TestWriteZstdFuzzSeeds(t *testing.T) {
 }
 
 func concat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+
+// compressedLead is layer, imagepipe's zstd layer of tarball, with its
+// lead frame's raw block replaced by a compressed block of the same 1024
+// bytes under the same frame header: a first block that ends long before
+// byte 512, which CDI's header probe overwrites before it decodes what
+// follows. Only the lead frame's block header tells it from imagepipe's
+// framing.
+func compressedLead(tb testing.TB, layer, tarball []byte) []byte {
+	tb.Helper()
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderCRC(false), zstd.WithSingleSegment(true))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer enc.Close()
+	frame := enc.EncodeAll(tarball[:zstdLeadSize], nil)
+	walk := newZstdFrames()
+	walk.Write(frame)
+	if !walk.ended() || walk.frames != 1 || walk.kept[0].block[0]>>1&3 != 2 {
+		tb.Fatalf("klauspost's frame of the tar headers is not one frame of a compressed block: % x", frame)
+	}
+	prefix := zstdLeadPrefix(zstdLeadSize)
+	header := prefix[:len(prefix)-3] // the lead frame's header, without its block header
+	return concat(header, frame[len(walk.kept[0].header):], layer[len(prefix)+zstdLeadSize:])
+}
 
 // skippableFrame is a zstd skippable frame of magic (0x184D2A50 to
 // 0x184D2A5F) holding data.

@@ -2,12 +2,15 @@ package gate
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
+	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -67,6 +70,107 @@ func TestCanonicalLayerIsImagepipes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestOtherToolsZstdLayerIsRewritten: a raw disk (an MBR, zeros, some
+// data) in a zstd layer made by klauspost's default encoder, as skopeo
+// and containerd make zstd layers, is accepted, whether its tar is
+// imagepipe's or another tool's. The encoder's first block holds the tar
+// headers, the MBR and zeros in far fewer than 512 bytes, and CDI's
+// importer up to v1.66 misreads a stream whose first block ends before
+// byte 512; the gate keeps no layer in another framing than imagepipe's,
+// so the canonical layer is the one imagepipe's writer makes of the disk,
+// and the canonical image verifies to itself.
+func TestOtherToolsZstdLayerIsRewritten(t *testing.T) {
+	e := newEnv(t)
+	disk := make([]byte, 4<<20)
+	entry := disk[446:462] // the MBR's first partition: Linux, from sector 2048 to the end
+	entry[4] = 0x83
+	binary.LittleEndian.PutUint32(entry[8:], 2048)
+	binary.LittleEndian.PutUint32(entry[12:], uint32(len(disk)/512-2048))
+	disk[510], disk[511] = 0x55, 0xaa
+	rng := rand.New(rand.NewPCG(36, 7))
+	for i := 1 << 20; i < 1<<20+256<<10; i++ {
+		disk[i] = byte(rng.Uint32())
+	}
+	var written bytes.Buffer
+	if _, err := containerdisk.WriteLayer(t.Context(), &written, payload(disk), containerdisk.CompressionZstd, nil); err != nil {
+		t.Fatal(err)
+	}
+	canonicalTar := oddlayer.CanonicalTar(disk)
+	for i, tarball := range [][]byte{canonicalTar, foreignTar(disk)} {
+		var layer bytes.Buffer
+		enc, err := zstd.NewWriter(&layer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := enc.Write(tarball); err != nil {
+			t.Fatal(err)
+		}
+		if err := enc.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if end := zstdFirstBlockEnd(t, layer.Bytes()); end >= 512 {
+			t.Fatalf("tar %d: the encoder's first block ends at byte %d; the case needs one that ends before byte 512", i, end)
+		}
+		repo := fmt.Sprintf("acme/zstd-%d", i)
+		pushed := (&crafted{layer: layer.Bytes(), layerMediaType: ocispec.MediaTypeImageLayerZstd, diffID: digest.FromBytes(tarball).String(),
+			config: ocispec.Image{Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"}}}).push(t, e, repo)
+		v := e.verify(t, repo, pushed)
+		if v.Verdict != api.VerdictAccepted || len(v.Images) != 1 || v.Images[0].Format != "raw" {
+			t.Fatalf("tar %d: %+v; want accepted as a raw disk", i, v)
+		}
+		canonical := v.Images[0].Canonical
+		if canonical == pushed {
+			t.Fatalf("tar %d: the pushed image is its own canonical image", i)
+		}
+		got := checkCanonical(t, e, repo, canonical, canonicalTar)
+		if !bytes.Equal(got, written.Bytes()) {
+			t.Errorf("tar %d: the canonical layer (%d bytes) is not the %d bytes imagepipe's writer makes of the disk; pushed: %v", i, len(got), written.Len(), bytes.Equal(got, layer.Bytes()))
+		}
+		lr, err := containerdisk.OpenLayer(ocispec.MediaTypeImageLayerZstd, bytes.NewReader(got))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lr.CopyDisk(t.Context(), io.Discard); err != nil || !lr.OwnCompressionFraming() {
+			t.Errorf("tar %d: the canonical layer's framing is not imagepipe's (%v)", i, err)
+		}
+		lr.Close()
+		if again := e.verify(t, repo, canonical); again.Verdict != api.VerdictAccepted || again.Images[0].Canonical != canonical {
+			t.Errorf("tar %d: the canonical image does not verify to itself: %+v", i, again)
+		}
+	}
+}
+
+// zstdFirstBlockEnd is the offset at which the first block of the zstd
+// stream b ends: its frame header, block header and block content (RFC
+// 8878, sections 3.1.1.1 and 3.1.1.2).
+func zstdFirstBlockEnd(t *testing.T, b []byte) int {
+	t.Helper()
+	if len(b) < 5 || binary.LittleEndian.Uint32(b) != 0xFD2FB528 {
+		t.Fatalf("not a zstd frame: % x", b[:min(len(b), 8)])
+	}
+	fhd := b[4]
+	single := fhd&0x20 != 0
+	n := 5 + [4]int{0, 1, 2, 4}[fhd&3] // magic, descriptor, dictionary ID
+	if !single {
+		n++ // window descriptor
+	}
+	switch fcs := fhd >> 6; {
+	case fcs == 0 && single:
+		n++
+	case fcs > 0:
+		n += 1 << fcs
+	}
+	if len(b) < n+3 {
+		t.Fatalf("the zstd frame ends in its header")
+	}
+	h := uint32(b[n]) | uint32(b[n+1])<<8 | uint32(b[n+2])<<16
+	size := int(h >> 3)
+	if h>>1&3 == 1 { // run-length: one byte
+		size = 1
+	}
+	return n + 3 + size
 }
 
 // checkCanonical reads the canonical image repo@canonical and checks that
@@ -129,7 +233,7 @@ func TestForeignLayerStartIsReadOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readOnce := map[string]bool{"tar: PAX mtime, atime and ctime records": true, "tar: foreign owner names": true, "stream: gzip with FNAME": true}
+	readOnce := map[string]bool{"tar: PAX mtime, atime and ctime records": true, "tar: foreign owner names": true, "stream: gzip with FNAME": true, "stream: one zstd frame": true}
 	for i, c := range cases {
 		if !readOnce[c.Name] {
 			continue

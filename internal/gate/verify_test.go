@@ -218,6 +218,20 @@ type crafted struct {
 // with its own headers (mtime, names), gzip-compressed.
 func craftImage(t *testing.T, disk []byte) *crafted {
 	t.Helper()
+	tb := foreignTar(disk)
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write(tb)
+	zw.Close()
+	return &crafted{
+		layer: gz.Bytes(), layerMediaType: ocispec.MediaTypeImageLayerGzip, diffID: digest.FromBytes(tb).String(),
+		config: ocispec.Image{Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"}},
+	}
+}
+
+// foreignTar is a containerDisk tar of disk as another tool writes it:
+// headers of its own (mtime, owner name).
+func foreignTar(disk []byte) []byte {
 	var tb bytes.Buffer
 	tw := tar.NewWriter(&tb)
 	mt := time.Unix(1600000000, 0)
@@ -225,14 +239,7 @@ func craftImage(t *testing.T, disk []byte) *crafted {
 	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: api.DiskPath, Mode: 0o444, Uid: 107, Gid: 107, Size: int64(len(disk)), ModTime: mt, Uname: "qemu"})
 	tw.Write(disk)
 	tw.Close()
-	var gz bytes.Buffer
-	zw := gzip.NewWriter(&gz)
-	zw.Write(tb.Bytes())
-	zw.Close()
-	return &crafted{
-		layer: gz.Bytes(), layerMediaType: ocispec.MediaTypeImageLayerGzip, diffID: digest.FromBytes(tb.Bytes()).String(),
-		config: ocispec.Image{Platform: ocispec.Platform{OS: "linux", Architecture: "amd64"}},
-	}
+	return tb.Bytes()
 }
 
 func (c *crafted) push(t *testing.T, e *env, repo string) string {

@@ -192,9 +192,12 @@ func Cases(ctx context.Context, disk []byte) ([]Case, error) {
 		{"a zstd skippable frame between frames", ocispec.MediaTypeImageLayerZstd, bytes.Join([][]byte{zs[:lead], skippable, zs[lead:]}, nil), "", false},
 		{"a zstd skippable frame at the end", ocispec.MediaTypeImageLayerZstd, append(bytes.Clone(zs), skippable...), "", false},
 		{"a zstd skippable frame first", ocispec.MediaTypeImageLayerZstd, append(bytes.Clone(skippable), zs...), reject.LayerMediaType, false},
-		// Its first block ends before byte 512, where CDI misreads it.
-		{"one zstd frame", ocispec.MediaTypeImageLayerZstd, zstdFrames(), reject.InvalidLayer, false},
-		{"three zstd frames", ocispec.MediaTypeImageLayerZstd, zstdFrames(1024, 4096), reject.InvalidLayer, false},
+		// klauspost's default encoder, as skopeo and containerd compress
+		// layers: the first block ends before byte 512, where CDI's
+		// importer up to v1.66 misreads a stream, so the layer is read
+		// and never kept.
+		{"one zstd frame", ocispec.MediaTypeImageLayerZstd, zstdFrames(), "", false},
+		{"three zstd frames", ocispec.MediaTypeImageLayerZstd, zstdFrames(1024, 4096), "", false},
 		{"bytes after the zstd stream", ocispec.MediaTypeImageLayerZstd, append(bytes.Clone(zs), "evil"...), reject.InvalidLayer, false},
 	}
 	for _, c := range streams {

@@ -52,9 +52,10 @@ func newRLELayers(diskSize int64, fill byte, lasts []byte) ([]*rleLayer, error) 
 		return nil, err
 	}
 	defer enc.Close()
-	// The tar headers go first as one raw block, which ends past byte 512:
-	// the gate refuses a zstd layer whose first block ends before (CDI's
-	// importer would read another stream).
+	// The tar headers go first as one raw block, then the disk's
+	// run-length blocks, then the tar's end. The framing is not
+	// imagepipe's, so the gate writes a canonical layer of its own for
+	// these layers, as it does for any other tool's.
 	headFrame, tailFrame := rawFrame(head), enc.EncodeAll(tail, nil)
 
 	shared := sha256.New()
