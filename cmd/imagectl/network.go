@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
@@ -44,6 +46,7 @@ type networkOptions struct {
 	kubeFlags
 	out     outputFlags
 	subnet  string
+	quota   []string
 	wait    bool
 	timeout time.Duration
 }
@@ -66,14 +69,24 @@ address with a prefix length from 8 to 29 that overlaps none of the
 namespace's other networks and none of the ranges OVN-Kubernetes keeps
 (100.64.0.0/16, 100.65.0.0/16, 100.88.0.0/16, 169.254.0.0/16) or no network
 can use (0/8, 127/8, 224/4, 240/4). With --wait it waits until the hub has
-provisioned it.`,
+provisioned it.
+
+--quota gives the network a share of the tenant's quota: of what the
+provider's quotas in the tenant's namespace bound, the network's namespace
+may use its share and the tenant's namespace keeps the rest. A bounded
+resource the share does not name is 0 on the network, so name each one
+whose use the network needs (vms, cpu and memory stand for
+count/virtualmachines.kubevirt.io, requests.cpu and requests.memory). The
+share cannot change later.`,
 		Example: `  imagectl network create frontend --subnet 10.10.0.0/24 --wait
+  imagectl network create frontend --subnet 10.10.0.0/24 --quota vms=2 --quota cpu=4 --quota memory=8Gi
   imagectl vm create web --network frontend --image acme/rhel:9 --template simple_vm`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: cobra.NoFileCompletions,
 		RunE:              func(cmd *cobra.Command, args []string) error { return runNetworkCreate(cmd, o, args[0]) },
 	}
 	cmd.Flags().StringVar(&o.subnet, "subnet", "", "IPv4 subnet, e.g. 10.10.0.0/24 (required)")
+	cmd.Flags().StringArrayVar(&o.quota, "quota", nil, "RESOURCE=QUANTITY: the network's share of the tenant's quota, repeatable (vms, cpu, memory, or a ResourceQuota resource name)")
 	cmd.Flags().BoolVar(&o.wait, "wait", false, "wait until the hub has provisioned the network")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 2*time.Minute, "with --wait: how long to wait")
 	addKubeFlags(cmd, &o.kubeFlags)
@@ -92,6 +105,10 @@ func runNetworkCreate(cmd *cobra.Command, o *networkOptions, name string) error 
 		return &usageError{errors.New("name the network's subnet with --subnet, e.g. 10.10.0.0/24")}
 	}
 	subnet, err := tenantnet.ParseSubnet(o.subnet)
+	if err != nil {
+		return &usageError{err}
+	}
+	quota, err := parseQuota(o.quota)
 	if err != nil {
 		return &usageError{err}
 	}
@@ -119,7 +136,7 @@ func runNetworkCreate(cmd *cobra.Command, o *networkOptions, name string) error 
 	}
 	pn := &v1alpha1.PrivateNetwork{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec:       v1alpha1.PrivateNetworkSpec{IPv4CIDR: subnet.String()},
+		Spec:       v1alpha1.PrivateNetworkSpec{IPv4CIDR: subnet.String(), Quota: quota},
 	}
 	if err := kc.Create(ctx, pn); err != nil {
 		return fmt.Errorf("creating network %s: %w", name, err)
@@ -141,6 +158,42 @@ func runNetworkCreate(cmd *cobra.Command, o *networkOptions, name string) error 
 
 // waitNetworkReady waits until the hub reports the network provisioned,
 // or fails with the reason it gives for not doing so.
+// quotaAliases are the short names --quota takes for the resources a VM
+// uses.
+var quotaAliases = map[string]corev1.ResourceName{
+	"vms": "count/virtualmachines.kubevirt.io", "cpu": corev1.ResourceRequestsCPU, "memory": corev1.ResourceRequestsMemory,
+}
+
+// parseQuota reads --quota RESOURCE=QUANTITY flags.
+func parseQuota(flags []string) (corev1.ResourceList, error) {
+	if len(flags) == 0 {
+		return nil, nil
+	}
+	out := corev1.ResourceList{}
+	for _, f := range flags {
+		k, v, ok := strings.Cut(f, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--quota %q: want RESOURCE=QUANTITY, e.g. vms=2 or requests.cpu=4", f)
+		}
+		res := corev1.ResourceName(k)
+		if alias, ok := quotaAliases[k]; ok {
+			res = alias
+		}
+		q, err := resource.ParseQuantity(v)
+		if err != nil || q.Sign() < 0 {
+			return nil, fmt.Errorf("--quota %s: %q is not a quantity of 0 or more", k, v)
+		}
+		if _, dup := out[res]; dup {
+			return nil, fmt.Errorf("--quota names %s twice", res)
+		}
+		out[res] = q
+	}
+	if len(out) > 16 {
+		return nil, fmt.Errorf("--quota names %d resources; at most 16", len(out))
+	}
+	return out, nil
+}
+
 func waitNetworkReady(ctx context.Context, kc *kube.Client, ns, name string, timeout time.Duration) (*v1alpha1.PrivateNetwork, error) {
 	var pn v1alpha1.PrivateNetwork
 	err := pollUntil(ctx, timeout, fmt.Errorf("network %s is not ready after %s; imagectl network get %s shows why", name, timeout, name), func(ctx context.Context) (bool, error) {
@@ -153,7 +206,7 @@ func waitNetworkReady(ctx context.Context, kc *kube.Client, ns, name string, tim
 			return false, nil
 		case c.Status == metav1.ConditionTrue:
 			return true, nil
-		case c.Reason != v1alpha1.ReasonVMsPresent:
+		case c.Reason != v1alpha1.ReasonVMsPresent && c.Reason != v1alpha1.ReasonQuotaPending:
 			return false, fmt.Errorf("network %s was not provisioned (%s): %s", name, c.Reason, c.Message)
 		}
 		return false, nil

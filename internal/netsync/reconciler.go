@@ -76,7 +76,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	b := ctrl.NewControllerManagedBy(mgr).Named("privatenetwork").For(&v1alpha1.PrivateNetwork{}).
 		// A network deleted may let a newer one of the tenant within its bound.
-		Watches(&v1alpha1.PrivateNetwork{}, handler.EnqueueRequestsFromMapFunc(r.tenantsNetworks))
+		Watches(&v1alpha1.PrivateNetwork{}, handler.EnqueueRequestsFromMapFunc(r.tenantsNetworks)).
+		// Quotas: the provider's in a home, and the syncer's shares.
+		Watches(&corev1.ResourceQuota{}, handler.EnqueueRequestsFromMapFunc(r.networksOfQuota))
 	if _, err := mgr.GetRESTMapper().RESTMapping(vmKind.GroupKind(), vmKind.Version); err == nil {
 		vm := &metav1.PartialObjectMetadata{}
 		vm.SetGroupVersionKind(vmKind)
@@ -94,6 +96,24 @@ func (r *Reconciler) tenantsNetworks(ctx context.Context, pn client.Object) []re
 	}
 	return requestsOf(list.Items)
 }
+
+// networksOfQuota lists the networks a quota bears on: all of the
+// tenant's for a quota in a home namespace, the network's own for its
+// share.
+func (r *Reconciler) networksOfQuota(ctx context.Context, q client.Object) []reconcile.Request {
+	var ns corev1.Namespace
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: q.GetNamespace()}, &ns); err != nil {
+		return nil
+	}
+	home, name, ok := tenantnet.NetworkOf(ns.Annotations)
+	if !ok {
+		return r.tenantsNetworks(ctx, q)
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: home, Name: name}}}
+}
+
+// live reads past the cache, for what must count at once.
+func (r *Reconciler) live() client.Reader { return cmp.Or[client.Reader](r.APIReader, r.Client) }
 
 func (r *Reconciler) networkOfVM(ctx context.Context, vm client.Object) []reconcile.Request {
 	var list v1alpha1.PrivateNetworkList
@@ -142,7 +162,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		status, message = metav1.ConditionFalse, ready.err.Error()
 	}
 	setCondition(&pn, v1alpha1.ConditionReady, status, ready.reason, message)
-	return reconcile.Result{}, r.writeStatus(ctx, &pn, before)
+	var again time.Duration
+	if ready.reason == v1alpha1.ReasonQuotaPending {
+		again = waitRequeue // the quota controller's copy to status.hard also wakes it
+	}
+	return reconcile.Result{RequeueAfter: again}, r.writeStatus(ctx, &pn, before)
 }
 
 // outcome is what provision made of a network: a reason and message for
@@ -178,6 +202,9 @@ func (r *Reconciler) provision(ctx context.Context, pn *v1alpha1.PrivateNetwork,
 		return o
 	}
 	pn.Status.Namespace = ns
+	if o := r.ensureQuota(ctx, pn, ns); o.err != nil {
+		return o
+	}
 	if err := r.ensureAccess(ctx, pn, ns); err != nil {
 		return outcome{err: err}
 	}
@@ -210,7 +237,7 @@ func (r *Reconciler) ensureNamespace(ctx context.Context, pn *v1alpha1.PrivateNe
 	var n corev1.Namespace
 	err := r.Client.Get(ctx, client.ObjectKey{Name: ns}, &n)
 	if apierrors.IsNotFound(err) {
-		if why, err := r.Bounds.admitNetwork(ctx, cmp.Or[client.Reader](r.APIReader, r.Client), pn); err != nil {
+		if why, err := r.Bounds.admitNetwork(ctx, r.live(), pn); err != nil {
 			return outcome{err: err}
 		} else if why != "" {
 			return refused(v1alpha1.ReasonTenantLimit, errors.New(why))
@@ -341,6 +368,9 @@ func (r *Reconciler) release(ctx context.Context, pn, before *v1alpha1.PrivateNe
 			}
 			return reconcile.Result{RequeueAfter: waitRequeue}, nil
 		}
+	}
+	if err := r.releaseShare(ctx, pn); err != nil {
+		return reconcile.Result{}, err
 	}
 	if controllerutil.RemoveFinalizer(pn, v1alpha1.FinalizerPrivateNetwork) {
 		return reconcile.Result{}, client.IgnoreNotFound(r.Client.Patch(ctx, pn, client.MergeFrom(before)))

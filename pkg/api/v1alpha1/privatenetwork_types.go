@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -16,6 +17,8 @@ const (
 	ReasonNamespaceUsed = "NamespaceUsed" // the namespace exists and is not this network's
 	ReasonNotHome       = "NotHome"       // made in a network's namespace, not the tenant's own
 	ReasonNetworkError  = "NetworkError"  // OVN-Kubernetes refused or has not created the UDN
+	ReasonQuotaPending  = "QuotaPending"  // the quotas of the network and its home are being set
+	ReasonQuotaTooLarge = "QuotaTooLarge" // the network's share does not fit in what its home leaves
 	ReasonVMsPresent    = "VMsPresent"    // InUse: VMs run on the network
 	ReasonNoVMs         = "NoVMs"         // InUse: none does
 )
@@ -32,6 +35,17 @@ type PrivateNetworkSpec struct {
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self) && cidr(self).ip().family() == 4 && cidr(self).prefixLength() >= 8 && cidr(self).prefixLength() <= 29 && string(cidr(self).masked()) == self",message="ipv4Cidr must be an IPv4 network address with a prefix length from 8 to 29, such as 10.10.0.0/24"
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="ipv4Cidr cannot change"
 	IPv4CIDR string `json:"ipv4Cidr"`
+	// Quota is the share of the tenant's quota the network's namespace may
+	// use, by ResourceQuota resource name (count/virtualmachines.kubevirt.io,
+	// requests.cpu, requests.memory, ...). Of what the quotas of the home
+	// namespace bound, the network gets its share and the home keeps the
+	// rest, so that the tenant's VMs over all its namespaces stay within
+	// them; a bounded resource the share does not name is 0 on the network.
+	// It cannot change.
+	// +kubebuilder:validation:XValidation:rule="size(self) <= 16",message="quota names at most 16 resources"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="quota cannot change"
+	// +optional
+	Quota corev1.ResourceList `json:"quota,omitempty"`
 }
 
 // PrivateNetworkStatus is what image-syncer made of it on this hub.
