@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -100,7 +101,8 @@ type SyncerHubOptions struct {
 
 // SyncerHub is a hub prepared for image-syncer as a provider would prepare a real one: the
 // BaseImage CRD (config/crd), the namespace SyncerNamespace with the syncer's RBAC from
-// config/syncer/rbac.yaml bound to the hub user "syncer", the tenant namespaces, and a default
+// config/syncer/rbac.yaml bound to the hub user "syncer" and confined by
+// config/syncer/policy.yaml, the tenant namespaces, and a default
 // StorageClass whose CDI StorageProfile names the storage modes it offers, and CDI's real
 // controller with a node stand-in that provisions that class and runs CDI's importer.
 type SyncerHub struct {
@@ -136,6 +138,15 @@ func StartSyncerHub(t T, name string, opts SyncerHubOptions) *SyncerHub {
 			o.Subjects = user
 		case *rbacv1.RoleBinding:
 			o.Subjects = user
+		}
+		h.Create(t, obj)
+	}
+	// The policy confining the syncer, for the hub user it runs as here.
+	for _, obj := range ReadManifests(t, filepath.Join(root, "config", "syncer", "policy.yaml")) {
+		if p, ok := obj.(*admissionregistrationv1.ValidatingAdmissionPolicy); ok {
+			for i, c := range p.Spec.MatchConditions {
+				p.Spec.MatchConditions[i].Expression = strings.ReplaceAll(c.Expression, "system:serviceaccount:imagepipe-system:image-syncer", "syncer")
+			}
 		}
 		h.Create(t, obj)
 	}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -105,4 +107,66 @@ func TestATenantsObjectsNameNothingOutsideItsNamespace(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestTheSyncerTouchesOnlyNetworksNamespaces: image-syncer's RBAC lets it
+// create and delete any namespace and bind its tenant role anywhere;
+// config/syncer/policy.yaml, on the real API server, holds the hub user it
+// runs as to what it does (every test/syncer hub has it). Acting as that
+// user: a namespace that is no network's cannot be created or deleted, a
+// tenant namespace's other labels cannot change, and the tenant role
+// cannot be bound outside a network's namespace. A network's namespace,
+// made and deleted by the syncer itself, passes.
+func TestTheSyncerTouchesOnlyNetworksNamespaces(t *testing.T) {
+	t.Parallel()
+	hub := &testHub{harness.StartSyncerHub(t, "hub-syncer-confine", harness.SyncerHubOptions{Namespaces: []string{"acme", "globex"}, NoCDI: true, OVNKubernetes: true})}
+	hub.StartControllerManager(t, "namespace-controller", "garbage-collector-controller")
+	hub.BindTenant(t, "tenant-a", "acme")
+	syncer := userClient(t, hub, "syncer")
+	refused := func(what string, err error, want string) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("as image-syncer, %s: %v; want refused saying %q", what, err, want)
+		}
+	}
+	var err error
+	waitFor(t, "the policy in force", func() (bool, error) {
+		err = syncer.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "anything"}}, client.DryRunAll)
+		return err != nil, nil
+	})
+	refused("creating a namespace that is no network's", err, "creates only namespaces of private networks")
+	refused("deleting a tenant's namespace", syncer.Delete(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "globex"}}, client.DryRunAll), "deletes only namespaces of private networks")
+	strip := []byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"privileged"}}}`)
+	refused("relabelling a tenant's namespace", syncer.Patch(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "globex"}}, client.RawPatch(types.MergePatchType, strip), client.DryRunAll), "changes only the imagepipe.io/tenant annotation and label")
+	bind := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "globex", Name: "imagepipe-tenant"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "imagepipe-tenant"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "tenant-a"}}}
+	refused("binding the tenant role in another tenant's namespace", syncer.Create(t.Context(), bind, client.DryRunAll), "binds only the role imagepipe-tenant, and only in namespaces of private networks")
+	tag := []byte(`{"metadata":{"labels":{"imagepipe.io/tenant":"globex"},"annotations":{"imagepipe.io/tenant":"globex"}}}`)
+	if err := syncer.Patch(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "globex"}}, client.RawPatch(types.MergePatchType, tag), client.DryRunAll); err != nil {
+		t.Errorf("as image-syncer, recording a namespace's tenant: %v", err)
+	}
+
+	// What the syncer does for a network passes: its namespace, binding,
+	// and the namespace's deletion.
+	reg := harness.StartRegistry(t, harness.RegistryOptions{})
+	startSyncer(t, harness.ReserveSyncer(t), hub, reg.Host, "--poll-interval", "1h")
+	acme := userClient(t, hub, "tenant-a")
+	front := network("acme", "front", "10.10.0.0/24")
+	if err := acme.Create(t.Context(), front); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "acme's network provisioned", func() (bool, error) {
+		err := hub.Client.Get(t.Context(), client.ObjectKeyFromObject(front), front)
+		c := meta.FindStatusCondition(front.Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Reason == v1alpha1.ReasonProvisioned, err
+	})
+	if err := acme.Delete(t.Context(), front); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the network and its namespace gone", func() (bool, error) {
+		errNet := hub.Client.Get(t.Context(), client.ObjectKeyFromObject(front), front)
+		errNS := hub.Client.Get(t.Context(), client.ObjectKey{Name: "acme-net-front"}, &corev1.Namespace{})
+		return apierrors.IsNotFound(errNet) && apierrors.IsNotFound(errNS), nil
+	})
 }
