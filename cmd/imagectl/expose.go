@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -67,6 +70,116 @@ list and vm get show as EXTERNAL-IP. With --wait the command waits for it.`,
 	addKubeFlags(cmd, &o.kubeFlags)
 	addOutputFlag(cmd, &o.out, resultFormats...)
 	return cmd
+}
+
+// newLoadBalancerCmd is the loadbalancer group: what vm expose made.
+func newLoadBalancerCmd(g *globalOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "loadbalancer",
+		Aliases: []string{"lb"},
+		Short:   "Show the load balancers vm expose made",
+		Long: `Load balancers forward external ports to VMs (imagectl vm expose makes them,
+vm unexpose removes them). list shows those of the namespace and of its
+private networks; get shows one.`,
+	}
+	groupCommand(cmd)
+	cmd.AddCommand(newLoadBalancerListCmd(g, false), newLoadBalancerListCmd(g, true))
+	return cmd
+}
+
+// newLoadBalancerListCmd is loadbalancer list, or with one loadbalancer
+// get NAME: the load balancers of the namespace and of its private
+// networks, or one.
+func newLoadBalancerListCmd(g *globalOptions, one bool) *cobra.Command {
+	o := &vmNameOptions{globalOptions: g}
+	use, short, args := "list", "List the load balancers of the namespace and of its private networks", cobra.NoArgs
+	if one {
+		use, short, args = "get NAME", "Show one load balancer", cobra.ExactArgs(1)
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: short,
+		Long: short + `: the VMs each forwards to, its ports, its external
+addresses and whether it is ready, or why not (TenantLimit names the hub's
+bound it is past).`,
+		Args:              args,
+		ValidArgsFunction: completeArgs(&o.kubeFlags, listLoadBalancers),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.out.validate(); err != nil {
+				return err
+			}
+			kc, ns, err := o.kubeFlags.client()
+			if err != nil {
+				return err
+			}
+			all, err := exposures(cmd.Context(), kc, o, ns)
+			if err != nil {
+				return err
+			}
+			var data any = all
+			if one {
+				i := slices.IndexFunc(all, func(e api.Exposure) bool { return e.Name == args[0] })
+				if i < 0 {
+					return fmt.Errorf("no load balancer %s in namespace %s or its networks", args[0], ns)
+				}
+				all = all[i : i+1]
+				data = all[0]
+			}
+			names := make([]string, len(all))
+			for i, e := range all {
+				names[i] = "loadbalancer/" + e.Name
+			}
+			return o.out.show(cmd.OutOrStdout(), view{data: data, names: names, table: func(w io.Writer, _ bool) error {
+				return table(func(tw *tabwriter.Writer) {
+					fmt.Fprintln(tw, "NAME\tNETWORK\tHOSTS\tPORTS\tADDRESS\tREADY\tREASON")
+					for _, e := range all {
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, orDash(e.Network), strings.Join(e.Hosts, ","), strings.Join(e.Ports, ","),
+							orDash(strings.Join(e.Addresses, ",")), e.Ready, orDash(e.Reason))
+					}
+				})(w)
+			}})
+		},
+	}
+	addKubeFlags(cmd, &o.kubeFlags)
+	addNetworkFlag(cmd, &o.network)
+	addOutputFlag(cmd, &o.out, listFormats...)
+	return cmd
+}
+
+// exposures are the load balancers of ns and of its networks' namespaces
+// (with --network, of that network's only), sorted by namespace and name.
+func exposures(ctx context.Context, kc *kube.Client, o *vmNameOptions, ns string) ([]api.Exposure, error) {
+	where := map[string]string{ns: ""} // namespace: network
+	if o.network != "" {
+		vms, err := o.namespaceOf(ctx, kc, ns)
+		if err != nil {
+			return nil, err
+		}
+		where = map[string]string{vms: o.network}
+	} else {
+		var nets v1alpha1.PrivateNetworkList
+		if err := kc.List(ctx, ns, "", &nets); err != nil && !meta.IsNoMatchError(err) {
+			return nil, fmt.Errorf("listing the networks of %s: %w", ns, err)
+		}
+		for _, pn := range nets.Items {
+			if pn.Status.Namespace != "" {
+				where[pn.Status.Namespace] = pn.Name
+			}
+		}
+	}
+	out := []api.Exposure{}
+	for _, n := range slices.Sorted(maps.Keys(where)) {
+		var list v1alpha1.LoadBalancerList
+		if err := kc.List(ctx, n, "", &list); err != nil {
+			return nil, fmt.Errorf("listing the load balancers of %s: %w", n, err)
+		}
+		for i := range list.Items {
+			e := exposureView(&list.Items[i])
+			e.Network = where[n]
+			out = append(out, e)
+		}
+	}
+	return out, nil
 }
 
 // parsePorts reads --port values; it refuses a port out of range, an

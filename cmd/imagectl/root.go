@@ -48,7 +48,7 @@ Exit codes: 0 success, 1 error, 3 the image was rejected by validation,
 	}
 	root.AddCommand(newInspectCmd(g), newConvertCmd(g), newImportCmd(g),
 		newListCmd(g), newExportCmd(g), newDeleteCmd(g), newCopyCmd(g), newSignCmd(g),
-		newTemplateCmd(g), newVMCmd(g), newVolumeCmd(g), newNetworkCmd(g), newStatusCmd(g), newVersionCmd(),
+		newTemplateCmd(g), newVMCmd(g), newVolumeCmd(g), newNetworkCmd(g), newLoadBalancerCmd(g), newStatusCmd(g), newVersionCmd(),
 		newLoginCmd(g), newLogoutCmd(g))
 	// cobra's own completion and help commands, which Execute would add,
 	// get the same refusal of unknown subcommands and topics.

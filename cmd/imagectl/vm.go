@@ -11,10 +11,13 @@ import (
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/imagepipe/imagepipe/internal/kube"
 	"github.com/imagepipe/imagepipe/internal/vmlaunch"
 	"github.com/imagepipe/imagepipe/pkg/api"
+	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
 
 func newVMCmd(g *globalOptions) *cobra.Command {
@@ -311,6 +314,25 @@ type vmNameOptions struct {
 	out outputFlags
 	// allNamespaces is vm list's -A.
 	allNamespaces bool
+	// network is --network: the VMs are on this private network of the
+	// namespace, so in the network's namespace.
+	network string
+}
+
+// addNetworkFlag adds --network, which points a vm command at the VMs of
+// one of the namespace's private networks.
+func addNetworkFlag(cmd *cobra.Command, network *string) {
+	cmd.Flags().StringVar(network, "network", "", "the VM is on this private network of the namespace (in the network's namespace)")
+}
+
+// namespaceOf is the namespace the VMs of o are in: the network's when
+// --network names one, else ns.
+func (o *vmNameOptions) namespaceOf(ctx context.Context, kc *kube.Client, ns string) (string, error) {
+	if o.network == "" {
+		return ns, nil
+	}
+	_, vms, err := networkNamespace(ctx, kc, ns, o.network)
+	return vms, err
 }
 
 func newVMListCmd(g *globalOptions) *cobra.Command {
@@ -318,8 +340,10 @@ func newVMListCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List VMs: state, IP and external IP, node, image and whether they can live-migrate",
-		Long: `Lists the VMs of the namespace, or with -A (--all-namespaces) of every
-namespace, as kubectl does: a NAMESPACE column is added and -n is ignored.
+		Long: `Lists the VMs of the namespace and of its private networks' namespaces,
+with the network each is on (NETWORK); --network NAME lists one network's
+only. With -A (--all-namespaces) it lists the VMs of every namespace, as
+kubectl does: a NAMESPACE column is added and -n is ignored.
 Listing every namespace needs the right to list VMs cluster-wide, which a
 tenant's account usually does not have.
 
@@ -335,6 +359,7 @@ neither KubeVirt nor vm create said.`,
 		RunE:              func(cmd *cobra.Command, _ []string) error { return runVMSummaries(cmd, o, "") },
 	}
 	addKubeFlags(cmd, &o.kubeFlags)
+	addNetworkFlag(cmd, &o.network)
 	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "list the VMs of every namespace (-n is then ignored)")
 	addOutputFlag(cmd, &o.out, listFormats...)
 	return cmd
@@ -352,6 +377,7 @@ yaml print one object, not a list.`,
 		RunE:              func(cmd *cobra.Command, args []string) error { return runVMSummaries(cmd, o, args[0]) },
 	}
 	addKubeFlags(cmd, &o.kubeFlags)
+	addNetworkFlag(cmd, &o.network)
 	addOutputFlag(cmd, &o.out, listFormats...)
 	return cmd
 }
@@ -364,7 +390,7 @@ func runVMSummaries(cmd *cobra.Command, o *vmNameOptions, name string) error {
 	if err != nil {
 		return err
 	}
-	vms, err := vmlaunch.Summaries(cmd.Context(), kc, ns, name)
+	vms, err := o.summaries(cmd.Context(), kc, ns, name)
 	if o.allNamespaces && apierrors.IsForbidden(err) {
 		return fmt.Errorf("%w\nyour account may not list VMs in every namespace; drop -A and name one with -n", err)
 	}
@@ -384,7 +410,7 @@ func runVMSummaries(cmd *cobra.Command, o *vmNameOptions, name string) error {
 			if o.allNamespaces {
 				fmt.Fprint(tw, "NAMESPACE\t")
 			}
-			fmt.Fprint(tw, "NAME\tSTATUS\tIMAGE\tDIGEST\tTEMPLATE\tIP\tEXTERNAL-IP\tNODE\tLIVE-MIGRATABLE")
+			fmt.Fprint(tw, "NAME\tNETWORK\tSTATUS\tIMAGE\tDIGEST\tTEMPLATE\tIP\tEXTERNAL-IP\tNODE\tLIVE-MIGRATABLE")
 			if wide {
 				fmt.Fprint(tw, "\tCONDITIONS\tVOLUMES\tNOT MIGRATABLE BECAUSE")
 			}
@@ -397,7 +423,7 @@ func runVMSummaries(cmd *cobra.Command, o *vmNameOptions, name string) error {
 				if wide {
 					digest = s.Digest
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", s.Name, s.Status, orDash(s.Image), orDash(digest),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", s.Name, orDash(s.Network), s.Status, orDash(s.Image), orDash(digest),
 					orDash(s.Template), orDash(s.IP), orDash(strings.Join(s.ExternalIPs, ",")), orDash(s.Node), yesNoUnknown(s.LiveMigratable))
 				if wide {
 					reasons := ""
@@ -410,6 +436,54 @@ func runVMSummaries(cmd *cobra.Command, o *vmNameOptions, name string) error {
 			}
 		})(w)
 	}})
+}
+
+// summaries are the VMs vm list and get show: with -A every namespace's;
+// with --network that network's; else those of ns and of the namespaces of
+// ns's private networks, each with its network.
+func (o *vmNameOptions) summaries(ctx context.Context, kc *kube.Client, ns, name string) ([]api.VMSummary, error) {
+	if o.allNamespaces {
+		return vmlaunch.Summaries(ctx, kc, ns, name)
+	}
+	if o.network != "" {
+		vms, err := o.namespaceOf(ctx, kc, ns)
+		if err != nil {
+			return nil, err
+		}
+		out, err := vmlaunch.Summaries(ctx, kc, vms, name)
+		for i := range out {
+			out[i].Network = o.network
+		}
+		return out, err
+	}
+	if name != "" {
+		return vmlaunch.Summaries(ctx, kc, ns, name)
+	}
+	out, err := vmlaunch.Summaries(ctx, kc, ns, "")
+	if err != nil {
+		return nil, err
+	}
+	var nets v1alpha1.PrivateNetworkList
+	if err := kc.List(ctx, ns, "", &nets); err != nil {
+		if meta.IsNoMatchError(err) {
+			return out, nil // the hub serves no private networks
+		}
+		return nil, fmt.Errorf("listing the networks of %s: %w", ns, err)
+	}
+	for _, pn := range nets.Items {
+		if pn.Status.Namespace == "" {
+			continue
+		}
+		on, err := vmlaunch.Summaries(ctx, kc, pn.Status.Namespace, "")
+		if err != nil {
+			return nil, err
+		}
+		for i := range on {
+			on[i].Network = pn.Name
+		}
+		out = append(out, on...)
+	}
+	return out, nil
 }
 
 // trueConditions lists the types of the conditions that hold.
@@ -456,6 +530,9 @@ func vmLifecycleCmd(g *globalOptions, use, short string, nargs int, second hubLi
 			if err != nil {
 				return err
 			}
+			if ns, err = o.namespaceOf(cmd.Context(), kc, ns); err != nil {
+				return err
+			}
 			done, err := run(cmd, kc, ns, args)
 			if err != nil {
 				return err
@@ -471,6 +548,7 @@ func vmLifecycleCmd(g *globalOptions, use, short string, nargs int, second hubLi
 		},
 	}
 	addKubeFlags(cmd, &o.kubeFlags)
+	addNetworkFlag(cmd, &o.network)
 	addOutputFlag(cmd, &o.out, resultFormats...)
 	return cmd
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -737,33 +738,46 @@ func conditions(vm *kubevirtv1.VirtualMachine, s *api.VMSummary) []api.VMConditi
 	}
 	ready := cond(api.VMConditionReady, false, string(cmp.Or(status, "Unknown")), "")
 	var failure, paused string
+	var failedAt, pausedAt string
 	for _, c := range vm.Status.Conditions {
 		switch c.Type {
 		case kubevirtv1.VirtualMachineReady:
 			ready = cond(api.VMConditionReady, c.Status == corev1.ConditionTrue, cmp.Or(c.Reason, string(status)), c.Message)
+			ready.LastTransitionTime = transitionTime(c.LastTransitionTime)
 		case kubevirtv1.VirtualMachineFailure:
 			if c.Status == corev1.ConditionTrue {
-				failure = cmp.Or(c.Message, c.Reason)
+				failure, failedAt = cmp.Or(c.Message, c.Reason), transitionTime(c.LastTransitionTime)
 			}
 		case kubevirtv1.VirtualMachinePaused:
 			if c.Status == corev1.ConditionTrue {
-				paused = cmp.Or(c.Message, "the VM is paused")
+				paused, pausedAt = cmp.Or(c.Message, "the VM is paused"), transitionTime(c.LastTransitionTime)
 			}
 		}
 	}
-	failed := slices.Contains(failedStatuses, status) || failure != ""
+	failed := cond(api.VMConditionFailed, slices.Contains(failedStatuses, status) || failure != "", string(status), failure)
+	failed.LastTransitionTime = failedAt
 	degraded := cond(api.VMConditionDegraded, false, "", "")
 	switch {
 	case ready.Status != "True":
 	case paused != "":
 		degraded = cond(api.VMConditionDegraded, true, "Paused", paused)
+		degraded.LastTransitionTime = pausedAt
 	case s.LiveMigratable != nil && !*s.LiveMigratable:
 		degraded = cond(api.VMConditionDegraded, true, "NotLiveMigratable", strings.Join(s.Reasons, "; "))
 	}
 	return []api.VMCondition{
 		ready,
 		cond(api.VMConditionProgressing, slices.Contains(progressingStatuses, status), string(status), ""),
-		cond(api.VMConditionFailed, failed, string(status), failure),
+		failed,
 		degraded,
 	}
+}
+
+// transitionTime is a condition's last transition in RFC 3339, "" when
+// unset.
+func transitionTime(t metav1.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
 }

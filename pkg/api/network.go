@@ -32,6 +32,9 @@ type Exposure struct {
 	// Name is the LoadBalancer's name; Namespace is the VMs'.
 	Name      string `json:"name"`
 	Namespace string `json:"namespace"`
+	// Network is the tenant's private network the load balancer's VMs are
+	// on, empty on the pod network of the tenant's namespace.
+	Network string `json:"network,omitempty"`
 	// Hosts names the VMs that serve the ports.
 	Hosts []string `json:"hosts"`
 	// Ports are the mappings, EXTERNAL:INTERNAL/PROTOCOL, e.g. "80:8080/TCP".

@@ -144,6 +144,9 @@ type TemplateDeleteResult struct {
 type VMSummary struct {
 	Name      string `json:"name"`
 	Namespace string `json:"namespace"`
+	// Network is the tenant's private network the VM is on (its namespace
+	// is the network's), empty on the pod network of the tenant's namespace.
+	Network string `json:"network,omitempty"`
 	// Status is KubeVirt's printable status (Running, Stopped, ...).
 	Status   string `json:"status"`
 	Image    string `json:"image,omitempty"`
@@ -185,6 +188,9 @@ type VMCondition struct {
 	Status  string `json:"status"`
 	Reason  string `json:"reason,omitempty"`
 	Message string `json:"message,omitempty"`
+	// LastTransitionTime is when KubeVirt last saw the condition change
+	// (RFC 3339), when KubeVirt's own condition behind it says.
+	LastTransitionTime string `json:"lastTransitionTime,omitempty"`
 }
 
 // VM actions, the values of VMResult.Action.

@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/retry"
@@ -174,15 +175,24 @@ func (h *SyncerHub) Create(t T, obj client.Object) {
 	}
 }
 
-// BindTenant gives the hub user (one of HubUsers) the tenant RBAC of config/tenant/rbac.yaml:
+// BindTenant gives the hub user (one of HubUsers) the tenant RBAC of config/tenant/rbac.yaml,
+// under the tenant policy of config/tenant/policy.yaml (the namespace labelled for it):
 // the ClusterRole imagepipe-tenant through a RoleBinding in namespace ns only, and
 // imagepipe-tenant-storage cluster-wide. It may be called for several users and namespaces.
 func (h *SyncerHub) BindTenant(t T, user, ns string) {
 	t.Helper()
-	for _, obj := range ReadManifests(t, filepath.Join(RepoRoot(t), "config", "tenant", "rbac.yaml")) {
-		if err := h.Client.Create(t.Context(), obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("hub %s: creating %T %s: %v", h.Name, obj, obj.GetName(), err)
+	for _, file := range []string{"rbac.yaml", "policy.yaml"} {
+		for _, obj := range ReadManifests(t, filepath.Join(RepoRoot(t), "config", "tenant", file)) {
+			if err := h.Client.Create(t.Context(), obj); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatalf("hub %s: creating %T %s: %v", h.Name, obj, obj.GetName(), err)
+			}
 		}
+	}
+	// The provider labels each tenant namespace, which puts it under the
+	// tenant policy (docs/install.md).
+	label := fmt.Appendf(nil, `{"metadata":{"labels":{"imagepipe.io/tenant":%q}}}`, ns)
+	if err := h.Client.Patch(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, client.RawPatch(types.MergePatchType, label)); err != nil {
+		t.Fatalf("hub %s: labelling namespace %s: %v", h.Name, ns, err)
 	}
 	subjects := []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}
 	h.Create(t, &rbacv1.RoleBinding{

@@ -166,7 +166,7 @@ func newInstance(vm *kubevirtv1.VirtualMachine, node, ip string) *kubevirtv1.Vir
 func RunningVMStatus() kubevirtv1.VirtualMachineStatus {
 	return kubevirtv1.VirtualMachineStatus{
 		PrintableStatus: kubevirtv1.VirtualMachineStatusRunning, Ready: true, Created: true,
-		Conditions: []kubevirtv1.VirtualMachineCondition{{Type: kubevirtv1.VirtualMachineReady, Status: corev1.ConditionTrue}},
+		Conditions: []kubevirtv1.VirtualMachineCondition{{Type: kubevirtv1.VirtualMachineReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}},
 	}
 }
 

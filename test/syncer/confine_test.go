@@ -1,7 +1,6 @@
 package syncer
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -20,7 +19,8 @@ import (
 )
 
 // TestATenantsObjectsNameNothingOutsideItsNamespace: with
-// config/tenant/policy.yaml on the real API server, a tenant writing
+// config/tenant/policy.yaml on the real API server (harness.BindTenant
+// applies it, as on every test/syncer hub), a tenant writing
 // VirtualMachines and DataVolumes with its own credentials (no imagectl)
 // cannot name another namespace's network attachment, pass a Multus
 // networks annotation to its VM's pod, or clone from another namespace;
@@ -30,16 +30,7 @@ import (
 func TestATenantsObjectsNameNothingOutsideItsNamespace(t *testing.T) {
 	t.Parallel()
 	hub := &testHub{harness.StartSyncerHub(t, "hub-confine", harness.SyncerHubOptions{Namespaces: []string{"acme", "globex"}, NoCDI: true, OVNKubernetes: true})}
-	hub.BindTenant(t, "tenant-a", "acme")
-	for _, ns := range []string{"acme", "globex"} { // as the provider labels tenant namespaces
-		patch := []byte(`{"metadata":{"labels":{"imagepipe.io/tenant":"` + ns + `"}}}`)
-		if err := hub.Client.Patch(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, client.RawPatch(types.MergePatchType, patch)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, obj := range harness.ReadManifests(t, filepath.Join(harness.RepoRoot(t), "config", "tenant", "policy.yaml")) {
-		hub.Create(t, obj)
-	}
+	hub.BindTenant(t, "tenant-a", "acme") // with the policy, acme labelled for it
 	reg := harness.StartRegistry(t, harness.RegistryOptions{})
 	startSyncer(t, harness.ReserveSyncer(t), hub, reg.Host, "--poll-interval", "1h")
 	acme := userClient(t, hub, "tenant-a")
@@ -85,8 +76,9 @@ func TestATenantsObjectsNameNothingOutsideItsNamespace(t *testing.T) {
 		}{
 			"another namespace's network attachment": {withNetwork(ns, "globex/lab"), "may attach only network attachments of its own namespace"},
 			"the Multus networks annotation":         {withAnnotation(ns), "may not carry the annotation k8s.v1.cni.cncf.io/networks"},
-			"a clone from another namespace":         {cloneFrom(ns, "globex"), "may clone only from its own namespace"},
-			"a VM cloning another namespace's image": {vmCloning(ns, "globex"), "may clone only from its own namespace"},
+			"a clone from another namespace":         {cloneFrom(ns, "globex"), "may clone only from " + ns},
+			"a VM cloning another namespace's image": {vmCloning(ns, "globex"), "may clone only from " + ns},
+			"a VM cloning its tenant's image":        {vmCloning(ns, "acme"), ""},
 			"its own network attachment":             {withNetwork(ns, "lab"), ""},
 			"its own network attachment, qualified":  {withNetwork(ns, ns+"/lab"), ""},
 			"a clone from its own namespace":         {cloneFrom(ns, ns), ""},

@@ -366,6 +366,25 @@ func exposeVMs(t *testing.T, hub *testHub, acme, globex []string) {
 	if out := testenv.RunImagectlOK(t, "vm", "list", "--kubeconfig", hub.UserKubeconfig(t, "tenant-a"), "-n", ns).Stdout; !strings.Contains(out, "EXTERNAL-IP") || strings.Count(out, "203.0.113.10") != 2 {
 		t.Errorf("vm list shows no external IP of each VM:\n%s", out)
 	}
+	// From the tenant's own namespace: its VMs on the network, and the
+	// load balancer, each with its network.
+	var all []api.VMSummary
+	if err := json.Unmarshal([]byte(testenv.RunImagectlOK(t, append([]string{"vm", "list", "-o", "json"}, acme...)...).Stdout), &all); err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 2 || all[0].Name != "web-1" || all[0].Network != "front" || all[0].Namespace != ns || all[1].Network != "front" {
+		t.Errorf("vm list -n acme: %+v; want web-1 and web-2 on network front", all)
+	}
+	if r := testenv.RunImagectlOK(t, append([]string{"vm", "get", "web-2", "--network", "front"}, acme...)...); !strings.Contains(r.Stdout, "front") || !strings.Contains(r.Stdout, "10.10.0.6") {
+		t.Errorf("vm get web-2 --network front:\n%s", r.Stdout)
+	}
+	var exposed []api.Exposure
+	if err := json.Unmarshal([]byte(testenv.RunImagectlOK(t, append([]string{"loadbalancer", "list", "-o", "json"}, acme...)...).Stdout), &exposed); err != nil {
+		t.Fatal(err)
+	}
+	if len(exposed) != 1 || exposed[0].Name != "web" || exposed[0].Network != "front" || strings.Join(exposed[0].Addresses, ",") != "203.0.113.10" || exposed[0].Ready != "True" {
+		t.Errorf("loadbalancer list -n acme: %+v; want web on front at 203.0.113.10, ready", exposed)
+	}
 
 	// A VM no longer ready keeps its endpoint, marked not ready.
 	var vmi kubevirtv1.VirtualMachineInstance

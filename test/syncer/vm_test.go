@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -222,6 +223,8 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 	}
 	if c := list[0].Conditions; len(c) != 4 || c[0].Type != "Ready" || c[0].Status != "True" || c[1].Status != "False" || c[2].Status != "False" || c[3].Status != "False" {
 		t.Errorf("the running VM's conditions: %+v; want Ready alone", c)
+	} else if _, err := time.Parse(time.RFC3339, c[0].LastTransitionTime); err != nil {
+		t.Errorf("Ready's last transition %q: %v", c[0].LastTransitionTime, err)
 	}
 	r = vmOK("migrate", "web")
 	var migrations kubevirtv1.VirtualMachineInstanceMigrationList
@@ -304,7 +307,7 @@ func virtControllerStartsInstance(t *testing.T, h *testHub, vm *kubevirtv1.Virtu
 	}
 	cur.Status.PrintableStatus = kubevirtv1.VirtualMachineStatusRunning
 	cur.Status.Ready = true
-	cur.Status.Conditions = []kubevirtv1.VirtualMachineCondition{{Type: kubevirtv1.VirtualMachineReady, Status: corev1.ConditionTrue}}
+	cur.Status.Conditions = harness.RunningVMStatus().Conditions
 	if err := h.Client.Status().Update(t.Context(), &cur); err != nil {
 		t.Fatalf("reporting VM %s running: %v", vm.Name, err)
 	}
