@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +17,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/imagepipe/imagepipe/internal/kube"
+	"github.com/imagepipe/imagepipe/internal/tenantnet"
 	"github.com/imagepipe/imagepipe/internal/vmlaunch"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
@@ -45,7 +48,7 @@ type vmCreateOptions struct {
 	image, template, templateFile string
 	sets, sshKeys, localnets      []string
 	userData, storageClass        string
-	network                       string
+	network, ip                   string
 	stopped, dryRun, wait         bool
 	timeout                       time.Duration
 	timeoutSet                    bool // --timeout was given
@@ -84,6 +87,7 @@ and the VM's last status and conditions; the VM stays.`,
 	f.StringVar(&o.userData, "user-data", "", "cloud-init user data file (replaces the template's)")
 	f.StringVar(&o.storageClass, "storage-class", "", "StorageClass of the root disk (default: the cluster's default)")
 	f.StringVar(&o.network, "network", "", "private network to put the VM on (imagectl network): the VM is created in the network's namespace")
+	f.StringVar(&o.ip, "ip", "", "with --network: the VM's address on the network, which it keeps (OVN-Kubernetes' static IP request); default: one the network assigns")
 	f.StringArrayVar(&o.localnets, "localnet", nil, "provider localnet to attach a second interface to (repeatable): a ClusterUserDefinedNetwork of topology Localnet that selects the namespace")
 	f.BoolVar(&o.stopped, "stopped", false, "create the VM stopped (run strategy Halted)")
 	f.BoolVar(&o.dryRun, "dry-run", false, "print the VM and Secrets instead of creating them")
@@ -125,9 +129,17 @@ func runVMCreate(cmd *cobra.Command, o *vmCreateOptions, name string) error {
 		return err
 	}
 	if o.network != "" {
+		home := ns
 		if req.ImageNamespace, ns, err = networkNamespace(ctx, kc, ns, o.network); err != nil {
 			return err
 		}
+		if o.ip != "" {
+			if req.IP, err = requestedAddress(ctx, kc, home, ns, o.network, o.ip); err != nil {
+				return err
+			}
+		}
+	} else if o.ip != "" {
+		return &usageError{errors.New("--ip needs --network: a VM chooses its address only on a private network, which keeps it")}
 	}
 	r, err := vmlaunch.Prepare(ctx, kc, ns, o.image, o.storageClass, req)
 	if err != nil {
@@ -273,6 +285,45 @@ func (o *vmCreateOptions) request(name string, tmpl *api.VMTemplate) (vmlaunch.R
 		req.UserData = string(data)
 	}
 	return req, nil
+}
+
+// requestedAddress checks ip, which a VM asks for on network (of the
+// tenant's namespace home, its VMs in ns): in the network's subnet, none of
+// its reserved addresses, and asked for by no other VM there.
+func requestedAddress(ctx context.Context, kc *kube.Client, home, ns, network, ip string) (netip.Prefix, error) {
+	pn, err := getNetwork(ctx, kc, home, network)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	subnet, err := netip.ParsePrefix(pn.Spec.IPv4CIDR)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("network %s has no valid subnet: %w", network, err)
+	}
+	addr, err := tenantnet.CheckAddress(subnet, ip)
+	if err != nil {
+		return netip.Prefix{}, &usageError{err}
+	}
+	var vms kubevirtv1.VirtualMachineList
+	if err := kc.List(ctx, ns, "", &vms); err != nil {
+		return netip.Prefix{}, fmt.Errorf("listing the VMs on network %s: %w", network, err)
+	}
+	for _, vm := range vms.Items {
+		if vm.Spec.Template == nil {
+			continue
+		}
+		var asked map[string][]string
+		if json.Unmarshal([]byte(vm.Spec.Template.ObjectMeta.Annotations[vmlaunch.AnnotationIPRequest]), &asked) != nil {
+			continue
+		}
+		for _, as := range asked {
+			for _, a := range as {
+				if p, err := netip.ParsePrefix(a); err == nil && p.Addr() == addr.Addr() {
+					return netip.Prefix{}, fmt.Errorf("VM %s already asks for address %s on network %s", vm.Name, addr.Addr(), network)
+				}
+			}
+		}
+	}
+	return addr, nil
 }
 
 // reportMigratability tells on standard error whether the VM will

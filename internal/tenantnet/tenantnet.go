@@ -116,6 +116,33 @@ func ParseSubnet(s string) (netip.Prefix, error) {
 	return p, nil
 }
 
+// CheckAddress parses s, an address a VM asks for on the network of
+// subnet, and returns it with the subnet's prefix length (the form of
+// KubeVirt's IP request). It refuses an address outside the subnet, the
+// subnet's network and broadcast addresses, and its first address, which
+// a layer-2 network's gateway may hold.
+func CheckAddress(subnet netip.Prefix, s string) (netip.Prefix, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil || !a.Is4() {
+		return netip.Prefix{}, fmt.Errorf("address %q: want an IPv4 address such as %s", s, subnet.Addr().Next().Next())
+	}
+	if !subnet.Contains(a) {
+		return netip.Prefix{}, fmt.Errorf("address %s is not in the network's subnet %s", a, subnet)
+	}
+	first := subnet.Masked().Addr()
+	last := first.As4()
+	for i, n := 3, 32-subnet.Bits(); n > 0; i, n = i-1, n-8 {
+		last[i] |= byte(0xff >> max(0, 8-n))
+	}
+	switch a {
+	case first, netip.AddrFrom4(last):
+		return netip.Prefix{}, fmt.Errorf("address %s is the network or broadcast address of %s", a, subnet)
+	case first.Next():
+		return netip.Prefix{}, fmt.Errorf("address %s is the first of %s, which the network's gateway may hold; choose another", a, subnet)
+	}
+	return netip.PrefixFrom(a, subnet.Bits()), nil
+}
+
 // Network is one of a tenant's networks, for Overlap.
 type Network struct {
 	Name   string

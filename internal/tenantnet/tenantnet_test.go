@@ -74,3 +74,19 @@ func TestOverlap(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckAddress(t *testing.T) {
+	for subnet, cases := range map[string]map[string]string{
+		"10.10.0.0/24": {"10.10.0.20": "10.10.0.20/24", "10.10.0.254": "10.10.0.254/24", "10.10.0.0": "", "10.10.0.255": "", "10.10.0.1": "", "10.11.0.5": "", "fd00::1": "", "x": ""},
+		"10.20.0.0/29": {"10.20.0.6": "10.20.0.6/29", "10.20.0.7": "", "10.20.0.8": ""},
+		"10.0.0.0/12":  {"10.15.255.254": "10.15.255.254/12", "10.15.255.255": "", "10.16.0.1": ""},
+	} {
+		p := netip.MustParsePrefix(subnet)
+		for addr, want := range cases {
+			got, err := CheckAddress(p, addr)
+			if (want == "") != (err != nil) || (err == nil && got.String() != want) {
+				t.Errorf("CheckAddress(%s, %s) = %v, %v; want %q", subnet, addr, got, err, want)
+			}
+		}
+	}
+}

@@ -1,7 +1,10 @@
 package vmlaunch
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -78,6 +81,10 @@ type Request struct {
 	// Localnets are localnets to attach besides the template's (vm create
 	// --localnet).
 	Localnets []string
+	// IP, when valid, is the address the VM asks for on its layer-2
+	// primary user defined network, with the network's prefix length
+	// (vm create --ip; OVN-Kubernetes' static IP request).
+	IP netip.Prefix
 	SSHKeys   []string
 	// UserData replaces the template's cloud-init user data when set.
 	UserData string
@@ -224,6 +231,17 @@ func renderRootDisk(b *vmBuild) error {
 	return nil
 }
 
+// AnnotationIPRequest, on a VM's instance template, asks OVN-Kubernetes
+// (through KubeVirt's IPAM extension) for given addresses on a primary
+// user defined network: JSON of interface name to CIDR addresses.
+const AnnotationIPRequest = "network.kubevirt.io/addresses"
+
+// ipRequest is AnnotationIPRequest's value asking for ip on iface.
+func ipRequest(iface string, ip netip.Prefix) string {
+	b, _ := json.Marshal(map[string][]string{iface: {ip.String()}})
+	return string(b)
+}
+
 // renderNetwork adds the VM's one interface: on a Multus network the
 // template names, else on the namespace's primary network with the binding
 // that keeps it migratable where one exists.
@@ -246,6 +264,14 @@ func renderNetwork(b *vmBuild) error {
 		}
 		iface.Binding = &kubevirtv1.PluginBinding{Name: BindingL2Bridge}
 		net.Pod = &kubevirtv1.PodNetwork{}
+		if b.req.IP.IsValid() {
+			if b.tmpl.ObjectMeta.Annotations == nil {
+				b.tmpl.ObjectMeta.Annotations = map[string]string{}
+			}
+			b.tmpl.ObjectMeta.Annotations[AnnotationIPRequest] = ipRequest(networkName, b.req.IP)
+		}
+	case b.req.IP.IsValid():
+		return errors.New("an address (--ip) can be asked for only on a private network (--network), whose layer-2 network keeps it")
 	case b.req.Network == PrimaryUDNLayer3:
 		if err := b.requireBinding(BindingPasst, "the namespace's layer-3 primary user defined network",
 			"on OpenShift Virtualization the provider enables it with the HyperConverged annotation deployPasstNetworkBinding=true; or use a layer-2 primary network, where VMs also live-migrate"); err != nil {

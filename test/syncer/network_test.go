@@ -187,6 +187,21 @@ func TestPrivateNetworks(t *testing.T) {
 		t.Errorf("web-1's interfaces %+v, want one bound with l2bridge", b)
 	}
 
+	// A VM may choose its address on the network: KubeVirt's IP request,
+	// which passes KubeVirt's admission; an address another VM asked for,
+	// outside the subnet or without a network is refused.
+	r = testenv.RunImagectlOK(t, append([]string{"vm", "create", "web-3", "--network", "front", "--ip", "10.10.0.20", "--image", "acme/rhel:9", "--template-file", tmpl}, acme...)...)
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme-net-front", Name: "web-3"}, &vm); err != nil {
+		t.Fatal(err)
+	}
+	if got := vm.Spec.Template.ObjectMeta.Annotations["network.kubevirt.io/addresses"]; got != `{"default":["10.10.0.20/24"]}` {
+		t.Errorf("web-3's IP request %q", got)
+	}
+	refused(run(acme, "vm", "create", "web-4", "--network", "front", "--ip", "10.10.0.20", "--image", "acme/rhel:9", "--template-file", tmpl), "an address another VM asked for", "VM web-3 already asks for address 10.10.0.20 on network front")
+	refused(run(acme, "vm", "create", "web-4", "--network", "front", "--ip", "10.20.0.5", "--image", "acme/rhel:9", "--template-file", tmpl), "an address outside the subnet", "not in the network's subnet 10.10.0.0/24")
+	refused(run(acme, "vm", "create", "web-4", "--ip", "10.10.0.21", "--image", "acme/rhel:9", "--template-file", tmpl), "an address without a network", "--ip needs --network")
+	testenv.RunImagectlOK(t, append([]string{"vm", "delete", "web-3", "--network", "front"}, acme...)...)
+
 	// Another tenant can neither name the network nor reach its namespace.
 	refused(run(globex, "vm", "create", "x", "--network", "front", "--image", "globex/rhel:9", "--template-file", tmpl), "another tenant's network", "no network front in namespace globex")
 	refused(testenv.RunImagectl(t, "vm", "create", "x", "--image", "acme/rhel:9", "--template-file", tmpl, "--kubeconfig", hub.UserKubeconfig(t, "tenant-b"), "-n", "acme-net-front"),
