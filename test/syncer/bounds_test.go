@@ -199,6 +199,20 @@ func TestALoadBalancerSendsTrafficOnlyToItsVMsOwnPod(t *testing.T) {
 	endpoints("no endpoint on another pod's address")
 }
 
+// provisioned creates pn as c's user and waits until image-syncer
+// provisioned it.
+func provisioned(t *testing.T, hub *testHub, c client.Client, pn *v1alpha1.PrivateNetwork) {
+	t.Helper()
+	if err := c.Create(t.Context(), pn); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, pn.Namespace+"'s network "+pn.Name+" provisioned", func() (bool, error) {
+		err := hub.Client.Get(t.Context(), client.ObjectKeyFromObject(pn), pn)
+		c := meta.FindStatusCondition(pn.Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Reason == v1alpha1.ReasonProvisioned, err
+	})
+}
+
 func setPodStatus(t *testing.T, hub *testHub, pod *corev1.Pod, status corev1.PodStatus) {
 	t.Helper()
 	pod.Status = status
@@ -246,15 +260,7 @@ func TestANetworksNamespaceIsNoTenants(t *testing.T) {
 	s := harness.ReserveSyncer(t)
 	reg := harness.StartRegistry(t, harness.RegistryOptions{NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
 	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h", "--log-level", "debug")
-	lab := network("globex", "lab", "10.10.0.0/24")
-	if err := userClient(t, hub, "tenant-b").Create(t.Context(), lab); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "globex's network provisioned", func() (bool, error) {
-		err := hub.Client.Get(t.Context(), client.ObjectKeyFromObject(lab), lab)
-		c := meta.FindStatusCondition(lab.Status.Conditions, v1alpha1.ConditionReady)
-		return c != nil && c.Reason == v1alpha1.ReasonProvisioned, err
-	})
+	provisioned(t, hub, userClient(t, hub, "tenant-b"), network("globex", "lab", "10.10.0.0/24"))
 
 	importImage(t, rawDisk(t, "squatter"), reg.Host+"/globex-net-lab/rhel:1")
 	waitLogLine(t, s, "event ignored", "repository=globex-net-lab/rhel")

@@ -7,14 +7,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 	"github.com/imagepipe/imagepipe/test/harness"
 )
 
@@ -35,14 +33,7 @@ func TestATenantsObjectsNameNothingOutsideItsNamespace(t *testing.T) {
 	startSyncer(t, harness.ReserveSyncer(t), hub, reg.Host, "--poll-interval", "1h")
 	acme := userClient(t, hub, "tenant-a")
 	front := network("acme", "front", "10.10.0.0/24")
-	if err := acme.Create(t.Context(), front); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "acme's network provisioned", func() (bool, error) {
-		err := hub.Client.Get(t.Context(), client.ObjectKeyFromObject(front), front)
-		c := meta.FindStatusCondition(front.Status.Conditions, v1alpha1.ConditionReady)
-		return c != nil && c.Reason == v1alpha1.ReasonProvisioned, err
-	})
+	provisioned(t, hub, acme, front)
 
 	withNetwork := func(ns, networkName string) client.Object {
 		vm := haltedVM(ns, "web")
@@ -145,14 +136,7 @@ func TestTheSyncerTouchesOnlyNetworksNamespaces(t *testing.T) {
 	startSyncer(t, harness.ReserveSyncer(t), hub, reg.Host, "--poll-interval", "1h")
 	acme := userClient(t, hub, "tenant-a")
 	front := network("acme", "front", "10.10.0.0/24")
-	if err := acme.Create(t.Context(), front); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "acme's network provisioned", func() (bool, error) {
-		err := hub.Client.Get(t.Context(), client.ObjectKeyFromObject(front), front)
-		c := meta.FindStatusCondition(front.Status.Conditions, v1alpha1.ConditionReady)
-		return c != nil && c.Reason == v1alpha1.ReasonProvisioned, err
-	})
+	provisioned(t, hub, acme, front)
 	if err := acme.Delete(t.Context(), front); err != nil {
 		t.Fatal(err)
 	}
