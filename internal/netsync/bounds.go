@@ -82,17 +82,18 @@ func homesOf(ctx context.Context, c client.Reader) func(string) string {
 
 // admitLoadBalancer says why lb, of the tenant whose home is home, may
 // not hold a Service: the Services the tenant's other load balancers hold
-// take its bounds. "" admits it. What is held is read from live, the API
-// server itself, so that a Service just created counts at once (the
-// syncer reconciles one load balancer at a time); the rest from cached.
-// A Service whose load balancer is gone or going (its garbage collection
-// pending) holds nothing.
-func (b Bounds) admitLoadBalancer(ctx context.Context, cached, live client.Reader, lb *v1alpha1.LoadBalancer, home string) (string, error) {
+// take its bounds. "" admits it. The Services held are listed with counts:
+// the API server itself when lb asks for a Service, so that one just
+// created for another counts at once (the syncer reconciles one load
+// balancer at a time); the rest is read from cached. A Service whose load
+// balancer is gone or going (its garbage collection pending) holds
+// nothing.
+func (b Bounds) admitLoadBalancer(ctx context.Context, cached, counts client.Reader, lb *v1alpha1.LoadBalancer, home string) (string, error) {
 	if b.LoadBalancers == 0 && b.ExposedPorts == 0 {
 		return "", nil
 	}
 	var list corev1.ServiceList
-	if err := live.List(ctx, &list, client.HasLabels{LabelLoadBalancer}); err != nil {
+	if err := counts.List(ctx, &list, client.HasLabels{LabelLoadBalancer}); err != nil {
 		return "", err
 	}
 	homes := homesOf(ctx, cached)

@@ -154,7 +154,14 @@ func (r *LoadBalancers) Reconcile(ctx context.Context, req reconcile.Request) (r
 	}
 	lb.Status.Hosts = hosts
 	lb.Status.Addresses = nil
-	why, err := r.Bounds.admitLoadBalancer(ctx, r.Client, cmp.Or[client.Reader](r.APIReader, r.Client), &lb, tenantOf(&ns))
+	// A load balancer that holds its Service is judged from the cache, as
+	// its hosts come and go; one asking for a Service, from the API server.
+	counts := cmp.Or[client.Reader](r.APIReader, r.Client)
+	var held corev1.Service
+	if r.Client.Get(ctx, client.ObjectKeyFromObject(&lb), &held) == nil && metav1.IsControlledBy(&held, &lb) {
+		counts = r.Client
+	}
+	why, err := r.Bounds.admitLoadBalancer(ctx, r.Client, counts, &lb, tenantOf(&ns))
 	if err != nil {
 		return reconcile.Result{}, err
 	}

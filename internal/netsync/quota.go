@@ -1,6 +1,7 @@
 package netsync
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,23 +79,42 @@ func shareOf(pn *v1alpha1.PrivateNetwork, total corev1.ResourceList) corev1.Reso
 // ensureQuota keeps the quotas of pn's namespace ns and of its home, and
 // says whether the tenant may be given access to ns.
 func (r *Reconciler) ensureQuota(ctx context.Context, pn *v1alpha1.PrivateNetwork, ns string) outcome {
-	live := r.live()
 	var home corev1.ResourceQuotaList
-	if err := live.List(ctx, &home, client.InNamespace(pn.Namespace)); err != nil {
+	if err := r.Client.List(ctx, &home, client.InNamespace(pn.Namespace)); err != nil {
 		return outcome{err: err}
 	}
-	total := tenantTotal(home.Items)
-	granted, others, err := r.grants(ctx, pn, ns)
+	if len(tenantTotal(home.Items)) == 0 {
+		return outcome{} // the provider bounds nothing here
+	}
+	// A network already granted is kept from the cache, as VMs come and
+	// go; a grant reads the API server itself.
+	granted, others, err := r.grants(ctx, r.Client, pn, ns)
+	if err == nil && granted == nil {
+		granted, others, err = r.grants(ctx, r.live(), pn, ns)
+	}
 	if errors.Is(err, errQuotaPending) {
 		return pending()
 	}
 	if err != nil {
 		return outcome{err: err}
 	}
-	if len(total) == 0 {
-		return outcome{} // the provider bounds nothing here
+	live := r.live()
+	if err := live.List(ctx, &home, client.InNamespace(pn.Namespace)); err != nil {
+		return outcome{err: err}
 	}
+	total := tenantTotal(home.Items)
 	if granted != nil {
+		want := clamp(remaining(total, others, granted.Spec.Hard))
+		var q corev1.ResourceQuota
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: pn.Namespace, Name: QuotaHomeShare}, &q); err == nil &&
+			equality.Semantic.DeepEqual(q.Spec.Hard, want) && equality.Semantic.DeepEqual(q.Status.Hard, want) {
+			return outcome{}
+		}
+		// The home's share changes: from what the API server says, never
+		// from a cache that may miss a share just granted.
+		if granted, others, err = r.grants(ctx, live, pn, ns); err != nil || granted == nil {
+			return outcome{err: cmp.Or(err, errQuotaPending)}
+		}
 		return r.setHomeShare(ctx, pn.Namespace, remaining(total, others, granted.Spec.Hard))
 	}
 	share := shareOf(pn, total)
@@ -133,18 +153,21 @@ func (r *Reconciler) ensureQuota(ctx context.Context, pn *v1alpha1.PrivateNetwor
 	return pending()
 }
 
-// grants reads the share quota of pn's namespace ns (nil before it is
-// granted) and those of the tenant's other networks.
-func (r *Reconciler) grants(ctx context.Context, pn *v1alpha1.PrivateNetwork, ns string) (*corev1.ResourceQuota, []corev1.ResourceList, error) {
+// grants reads, with reader, the share quota of pn's namespace ns (nil
+// before it is granted) and those of the tenant's other networks.
+func (r *Reconciler) grants(ctx context.Context, reader client.Reader, pn *v1alpha1.PrivateNetwork, ns string) (*corev1.ResourceQuota, []corev1.ResourceList, error) {
 	var list corev1.ResourceQuotaList
-	if err := r.live().List(ctx, &list, client.MatchingFields{"metadata.name": QuotaNetworkShare}); err != nil {
+	if err := reader.List(ctx, &list); err != nil {
 		return nil, nil, err
 	}
 	var mine *corev1.ResourceQuota
 	var others []corev1.ResourceList
 	for i, q := range list.Items {
+		if q.Name != QuotaNetworkShare {
+			continue
+		}
 		var n corev1.Namespace
-		if err := r.live().Get(ctx, client.ObjectKey{Name: q.Namespace}, &n); apierrors.IsNotFound(err) {
+		if err := reader.Get(ctx, client.ObjectKey{Name: q.Namespace}, &n); apierrors.IsNotFound(err) {
 			continue // gone with its namespace
 		} else if err != nil {
 			return nil, nil, err
@@ -168,11 +191,7 @@ func (r *Reconciler) grants(ctx context.Context, pn *v1alpha1.PrivateNetwork, ns
 // the API server enforces it. A hard equal to the tenant's total needs no
 // quota of the syncer's.
 func (r *Reconciler) setHomeShare(ctx context.Context, home string, hard corev1.ResourceList) outcome {
-	for res, v := range hard {
-		if v.Sign() < 0 { // the provider lowered the total under the shares
-			hard[res] = resource.Quantity{}
-		}
-	}
+	hard = clamp(hard)
 	var q corev1.ResourceQuota
 	err := r.live().Get(ctx, client.ObjectKey{Namespace: home, Name: QuotaHomeShare}, &q)
 	switch {
@@ -207,7 +226,7 @@ func (r *Reconciler) releaseShare(ctx context.Context, pn *v1alpha1.PrivateNetwo
 	if len(total) == 0 {
 		return nil
 	}
-	_, others, err := r.grants(ctx, pn, "")
+	_, others, err := r.grants(ctx, r.live(), pn, "")
 	if err != nil {
 		return err
 	}
@@ -216,6 +235,17 @@ func (r *Reconciler) releaseShare(ctx context.Context, pn *v1alpha1.PrivateNetwo
 		return nil // raising a limit is safe before it is enforced
 	}
 	return o.err
+}
+
+// clamp makes negative limits 0: the provider lowered the total under
+// the shares, and the home may then start nothing more.
+func clamp(l corev1.ResourceList) corev1.ResourceList {
+	for res, v := range l {
+		if v.Sign() < 0 {
+			l[res] = resource.Quantity{}
+		}
+	}
+	return l
 }
 
 func pending() outcome {
