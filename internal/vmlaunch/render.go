@@ -84,8 +84,8 @@ type Request struct {
 	// IP, when valid, is the address the VM asks for on its layer-2
 	// primary user defined network, with the network's prefix length
 	// (vm create --ip; OVN-Kubernetes' static IP request).
-	IP netip.Prefix
-	SSHKeys   []string
+	IP      netip.Prefix
+	SSHKeys []string
 	// UserData replaces the template's cloud-init user data when set.
 	UserData string
 	Stopped  bool
