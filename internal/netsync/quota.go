@@ -63,6 +63,19 @@ func tenantTotal(quotas []corev1.ResourceQuota) corev1.ResourceList {
 	return total
 }
 
+// usedIn is what the home's quotas say the home uses, by resource.
+func usedIn(quotas []corev1.ResourceQuota) corev1.ResourceList {
+	used := corev1.ResourceList{}
+	for _, q := range quotas {
+		for res, v := range q.Status.Used {
+			if have, ok := used[res]; !ok || v.Cmp(have) > 0 {
+				used[res] = v
+			}
+		}
+	}
+	return used
+}
+
 // shareOf is pn's share of total: what spec.quota asks of each resource
 // total bounds, 0 for the others.
 func shareOf(pn *v1alpha1.PrivateNetwork, total corev1.ResourceList) corev1.ResourceList {
@@ -125,6 +138,15 @@ func (r *Reconciler) ensureQuota(ctx context.Context, pn *v1alpha1.PrivateNetwor
 				quantity(share, res), res, pn.Namespace, quantity(total, res), quantity(sum(others), res)))
 		}
 	}
+	// What the home uses already must fit what it would keep: checked
+	// first, so that a share that cannot fit lowers nothing, and again
+	// once the lower limit is enforced, against what came meanwhile.
+	for res, used := range usedIn(home.Items) {
+		if hard, ok := try[res]; ok && used.Cmp(hard) > 0 {
+			return refused(v1alpha1.ReasonQuotaTooLarge, fmt.Errorf("the network asks for %s of %s, but %s already uses %s of the %s the tenant's quota leaves it",
+				quantity(share, res), res, pn.Namespace, used.String(), quantity(remaining(total, others, nil), res)))
+		}
+	}
 	if o := r.setHomeShare(ctx, pn.Namespace, try); o.err != nil || o.reason != "" {
 		return o
 	}
@@ -134,8 +156,7 @@ func (r *Reconciler) ensureQuota(ctx context.Context, pn *v1alpha1.PrivateNetwor
 	}
 	for res, hard := range try {
 		if used := q.Status.Used[res]; used.Cmp(hard) > 0 {
-			back := r.setHomeShare(ctx, pn.Namespace, remaining(total, others, nil))
-			if back.err != nil {
+			if back := r.setHomeShare(ctx, pn.Namespace, remaining(total, others, nil)); back.err != nil && back.reason == "" {
 				return back
 			}
 			return refused(v1alpha1.ReasonQuotaTooLarge, fmt.Errorf("the network asks for %s of %s, but %s already uses %s of the %s the tenant's quota leaves it",

@@ -87,4 +87,16 @@ func TestATenantsQuotaHoldsOverItsNetworks(t *testing.T) {
 	if len(all.Items) > 3 {
 		t.Errorf("%d VMs in the tenant's namespaces, over its quota of 3", len(all.Items))
 	}
+
+	// The home uses its 2: a share of 1 more does not fit, and the home's
+	// limit is not lowered for it, even for a moment.
+	r = testenv.RunImagectl(t, append([]string{"network", "create", "extra", "--subnet", "10.40.0.0/24", "--quota", "vms=1", "--wait"}, kube...)...)
+	wantRefused(t, r, "a share the home's use leaves no room for", "acme already uses 2 of the 2 the tenant's quota leaves it")
+	var home corev1.ResourceQuota
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: netsync.QuotaHomeShare}, &home); err != nil {
+		t.Fatal(err)
+	}
+	if got := home.Spec.Hard[vmCount]; got.String() != "2" {
+		t.Errorf("the home's share is %s after a refused network, want 2", got.String())
+	}
 }
