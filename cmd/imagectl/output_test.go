@@ -146,6 +146,7 @@ func TestEveryCommandThatPrintsDataSpeaksJSON(t *testing.T) {
 		"vm restart":        append([]string{"web"}, kube...),
 		"vm delete":         append([]string{"web"}, kube...),
 		"vm migrate":        append([]string{"web"}, kube...),
+		"vm update":         append([]string{"web", "--set", "vm_memory=4Gi"}, kube...),
 		"vm attach-volume":  append([]string{"web", "data1"}, kube...),
 		"vm detach-volume":  append([]string{"web", "data1"}, kube...),
 		"vm expose":         append([]string{"web", "--port", "80"}, kube...),

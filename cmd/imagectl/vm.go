@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"strings"
 	"text/tabwriter"
@@ -35,7 +36,7 @@ live-migratable by default: ReadWriteMany disks, LiveMigrate eviction.`,
 	cmd.AddCommand(newVMCreateCmd(g), newVMListCmd(g), newVMGetCmd(g),
 		newVMRunCmd(g, "start", "Start a VM (run strategy Always)", kubevirtv1.RunStrategyAlways),
 		newVMRunCmd(g, "stop", "Stop a VM (run strategy Halted)", kubevirtv1.RunStrategyHalted),
-		newVMRestartCmd(g), newVMDeleteCmd(g), newVMMigrateCmd(g),
+		newVMRestartCmd(g), newVMDeleteCmd(g), newVMMigrateCmd(g), newVMUpdateCmd(g),
 		newVMVolumeCmd(g, true), newVMVolumeCmd(g, false),
 		newVMExposeCmd(g), newVMUnexposeCmd(g), newVMConsoleCmd(g))
 	return cmd
@@ -145,6 +146,7 @@ func runVMCreate(cmd *cobra.Command, o *vmCreateOptions, name string) error {
 	if err != nil {
 		return err
 	}
+	vmlaunch.Record(r, o.image, setMap(o.sets))
 	reportMigratability(cmd.ErrOrStderr(), name, r)
 	if o.dryRun {
 		return printRendered(cmd.OutOrStdout(), &o.out, r)
@@ -285,6 +287,123 @@ func (o *vmCreateOptions) request(name string, tmpl *api.VMTemplate) (vmlaunch.R
 		req.UserData = string(data)
 	}
 	return req, nil
+}
+
+// setMap reads --set NAME=VALUE flags, the last of a name winning; the
+// template's own checks refuse what does not parse.
+func setMap(sets []string) map[string]string {
+	m := map[string]string{}
+	for _, kv := range sets {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+func newVMUpdateCmd(g *globalOptions) *cobra.Command {
+	o := &vmCreateOptions{globalOptions: g}
+	cmd := &cobra.Command{
+		Use:   "update NAME [--set NAME=VALUE...]",
+		Short: "Apply a VM's template again with changed parameters",
+		Long: `Renders the VM's template again, with the parameters it was created with and
+those --set changes, and applies what a template decides of a VM's compute:
+instancetype, preference, CPU, memory and resources, GPUs and host devices.
+It says for each change when it applies: live (the cluster's KubeVirt rolls
+changes out to running VMs, vmRolloutStrategy LiveUpdate: memory and the
+instancetype), at the next restart (imagectl vm restart), or when a stopped
+VM starts.
+
+The VM's root disk, networks and cloud-init data are its own: a change of
+the root disk's size is refused (create a new VM), and networks and user
+data are not re-applied. The template is the one the VM was made from, from
+the catalog, unless --template or --template-file names another.`,
+		Example: `  imagectl vm update web --set vm_memory=8Gi --catalog registry.example.com
+  imagectl vm update web --set vm_cpu_cores=4 --template-file simple_vm.yaml --network front`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeArgs(&o.kubeFlags, listVMs),
+		RunE:              func(cmd *cobra.Command, args []string) error { return runVMUpdate(cmd, o, args[0]) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.template, "template", "", "template ID in the catalog (default: the VM's)")
+	f.StringVar(&o.templateFile, "template-file", "", "template file instead of the catalog")
+	f.StringArrayVar(&o.sets, "set", nil, "template parameter NAME=VALUE to change (repeatable)")
+	f.StringVar(&o.network, "network", "", "the VM is on this private network of the namespace")
+	addKubeFlags(cmd, &o.kubeFlags)
+	addCatalogFlags(cmd, &o.catalogFlags)
+	addOutputFlag(cmd, &o.out, resultFormats...)
+	return cmd
+}
+
+func runVMUpdate(cmd *cobra.Command, o *vmCreateOptions, name string) error {
+	if err := o.out.validate(); err != nil {
+		return err
+	}
+	if o.template != "" && o.templateFile != "" {
+		return &usageError{errors.New("name at most one template: --template ID or --template-file FILE")}
+	}
+	ctx := cmd.Context()
+	kc, ns, err := o.kubeFlags.client()
+	if err != nil {
+		return err
+	}
+	var imageNS string
+	if o.network != "" {
+		if imageNS, ns, err = networkNamespace(ctx, kc, ns, o.network); err != nil {
+			return err
+		}
+	}
+	var vm kubevirtv1.VirtualMachine
+	if err := kc.Get(ctx, ns, name, &vm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("no VM %s in namespace %s", name, ns)
+		}
+		return err
+	}
+	imageRef, sets, ok := vmlaunch.Recorded(&vm)
+	if !ok {
+		return fmt.Errorf("VM %s: %w", name, vmlaunch.ErrNotRecorded)
+	}
+	maps.Copy(sets, setMap(o.sets))
+	o.sets = vmlaunch.SetList(sets)
+	if o.template == "" && o.templateFile == "" {
+		o.template = vm.Labels[vmlaunch.LabelTemplate]
+	}
+	tmpl, err := o.loadTemplate(cmd)
+	if err != nil {
+		return err
+	}
+	req, err := o.request(name, tmpl)
+	if err != nil {
+		return err
+	}
+	req.ImageNamespace = imageNS
+	r, err := vmlaunch.Prepare(ctx, kc, ns, imageRef, "", req)
+	if err != nil {
+		return err
+	}
+	vmlaunch.Record(r, imageRef, sets)
+	kv, err := vmlaunch.ReadKubeVirtConfig(ctx, kc)
+	if err != nil {
+		return err
+	}
+	changes, err := vmlaunch.Update(ctx, kc, r, kv.LiveUpdate)
+	if err != nil {
+		return err
+	}
+	text := fmt.Sprintf("virtualmachine %s/%s unchanged: the template gives what it has\n", ns, name)
+	if len(changes) > 0 {
+		text = fmt.Sprintf("virtualmachine %s/%s updated\n", ns, name)
+	}
+	when := map[string]string{api.VMChangeLive: "applied to the running VM", api.VMChangeAtRestart: "at the next restart: imagectl vm restart " + name, api.VMChangeAtStart: "when the VM starts"}
+	for _, c := range changes {
+		text += fmt.Sprintf("  %s: %s -> %s (%s)\n", c.Field, c.From, c.To, when[c.When])
+	}
+	res := api.VMResult{Name: name, Namespace: ns, Action: api.VMActionUpdate, Changed: len(changes) > 0, Changes: changes}
+	return o.out.show(cmd.OutOrStdout(), view{data: res, names: []string{vmName(name)}, table: func(w io.Writer, _ bool) error {
+		_, err := io.WriteString(w, text)
+		return err
+	}})
 }
 
 // requestedAddress checks ip, which a VM asks for on network (of the

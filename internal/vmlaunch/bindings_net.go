@@ -43,6 +43,9 @@ type KubeVirtConfig struct {
 	// network.binding, sorted. KubeVirt's own bindings (masquerade for the
 	// pod network, bridge for Multus networks) need no registration.
 	Bindings []string
+	// LiveUpdate is whether vmRolloutStrategy is LiveUpdate: changes to a
+	// VM's memory and instancetype reach its running instance.
+	LiveUpdate bool
 	// FeatureGates are developerConfiguration.featureGates, sorted.
 	FeatureGates []string
 	// PermittedDevices are the resource names of permittedHostDevices (PCI,
@@ -79,6 +82,7 @@ func ReadKubeVirtConfig(ctx context.Context, c cdi.Reader) (KubeVirtConfig, erro
 	kv := list.Items[0]
 	cfg := kv.Spec.Configuration
 	out := KubeVirtConfig{Known: true, Source: "KubeVirt " + kv.Namespace + "/" + kv.Name}
+	out.LiveUpdate = cfg.VMRolloutStrategy != nil && *cfg.VMRolloutStrategy == kubevirtv1.VMRolloutStrategyLiveUpdate
 	if n := cfg.NetworkConfiguration; n != nil {
 		out.Bindings = slices.Sorted(maps.Keys(n.Binding))
 	}

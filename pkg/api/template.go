@@ -202,8 +202,25 @@ const (
 	VMActionMigrate = "migrate"
 	// VMActionCancelMigration: vm migrate --cancel.
 	VMActionCancelMigration = "cancel-migration"
+	VMActionUpdate          = "update"
 	VMActionAttachVolume    = "attach-volume"
 	VMActionDetachVolume    = "detach-volume"
+)
+
+// VMChange is one field vm update changed, as JSON, and when it applies.
+type VMChange struct {
+	Field string `json:"field"`
+	From  string `json:"from"`
+	To    string `json:"to"`
+	// When is VMChangeLive, VMChangeAtRestart or VMChangeAtStart.
+	When string `json:"when"`
+}
+
+// When a change vm update made applies.
+const (
+	VMChangeLive      = "live"    // KubeVirt applies it to the running VM
+	VMChangeAtRestart = "restart" // at the running VM's next restart
+	VMChangeAtStart   = "start"   // the VM is not running: when it starts
 )
 
 // VMResult is what the vm commands that act on one VM print under -o json
@@ -227,6 +244,8 @@ type VMResult struct {
 	// Pending is true when a volume change takes effect only when the VM
 	// next starts, because it may be running.
 	Pending bool `json:"pending,omitempty"`
+	// Changes are what vm update changed.
+	Changes []VMChange `json:"changes,omitempty"`
 	// Migration is the VirtualMachineInstanceMigration vm migrate created,
 	// or with --cancel the first it cancelled.
 	Migration string `json:"migration,omitempty"`

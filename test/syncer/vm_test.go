@@ -191,6 +191,30 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 		t.Errorf("a second VM of the same name: exit %d\n%s", r.Code, r.Stderr)
 	}
 
+	// Update: the template applied again with a changed parameter keeps
+	// the others (cpu 4), changes memory (the VM does not run yet: at its
+	// start), and refuses a new root disk size.
+	r = vmOK("update", "web", "--set", "vm_memory=4Gi", "--catalog", reg.Host, "-o", "json")
+	var upd api.VMResult
+	if err := json.Unmarshal([]byte(r.Stdout), &upd); err != nil {
+		t.Fatal(err)
+	}
+	if !upd.Changed || len(upd.Changes) != 1 || upd.Changes[0].Field != "memory" || !strings.Contains(upd.Changes[0].To, "4Gi") || upd.Changes[0].When != api.VMChangeAtStart {
+		t.Errorf("vm update --set vm_memory=4Gi: %+v", upd)
+	}
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: "web"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if m := got.Spec.Template.Spec.Domain.Memory; m == nil || m.Guest.String() != "4Gi" || got.Spec.Template.Spec.Domain.CPU.Cores != 4 {
+		t.Errorf("after vm update: memory %+v, cores %d; want 4Gi and the 4 cores it was created with", m, got.Spec.Template.Spec.Domain.CPU.Cores)
+	}
+	if r := vmOK("update", "web", "--catalog", reg.Host); !strings.Contains(r.Stdout, "unchanged") {
+		t.Errorf("vm update with nothing changed: %s", r.Stdout)
+	}
+	if r := vm("update", "web", "--set", "vm_disk_size=40Gi", "--catalog", reg.Host); r.Code == 0 || !strings.Contains(r.Stderr, "does not change the root disk's size") {
+		t.Errorf("vm update of the disk size: exit %d\n%s", r.Code, r.Stderr)
+	}
+
 	// Lifecycle: stop and start edit the run strategy.
 	runStrategy := func() kubevirtv1.VirtualMachineRunStrategy {
 		var vm kubevirtv1.VirtualMachine
@@ -225,6 +249,19 @@ func TestVMLaunchFromASyncedImage(t *testing.T) {
 		t.Errorf("the running VM's conditions: %+v; want Ready alone", c)
 	} else if _, err := time.Parse(time.RFC3339, c[0].LastTransitionTime); err != nil {
 		t.Errorf("Ready's last transition %q: %v", c[0].LastTransitionTime, err)
+	}
+	// Updated while it runs, on a KubeVirt that rolls out live updates:
+	// memory reaches the running VM, CPU cores at its next restart.
+	var running api.VMResult
+	if err := json.Unmarshal([]byte(vmOK("update", "web", "--set", "vm_memory=6Gi", "--set", "vm_cpu_cores=2", "--catalog", reg.Host, "-o", "json").Stdout), &running); err != nil {
+		t.Fatal(err)
+	}
+	when := map[string]string{}
+	for _, c := range running.Changes {
+		when[c.Field] = c.When
+	}
+	if len(when) != 2 || when["memory"] != api.VMChangeLive || when["cpu"] != api.VMChangeAtRestart {
+		t.Errorf("vm update of a running VM: %+v; want memory live and cpu at the next restart", running.Changes)
 	}
 	r = vmOK("migrate", "web")
 	var migrations kubevirtv1.VirtualMachineInstanceMigrationList
