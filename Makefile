@@ -116,6 +116,8 @@ lint:
 	@# go.mod must be tidy: .ci/run builds with -mod=mod, which would rewrite it mid-run and
 	@# stamp the binaries built afterwards "-dirty" (a different build key for the same image).
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1; }
+	@# No build output or other large file in the repository: every tracked file is under 1 MB.
+	@if git rev-parse --git-dir >/dev/null 2>&1; then 	big=$$(git ls-files -z | xargs -0 stat -c '%s %n' 2>/dev/null | awk '$$1 > 1048576 {print $$2 " (" $$1 " bytes)"}'); 	if [ -n "$$big" ]; then echo "tracked files over 1 MB (build outputs belong in bin/ or the cache):"; echo "$$big"; exit 1; fi; fi
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
 	$(CONTROLLER_GEN) crd paths=./pkg/api/v1alpha1/... output:crd:dir=$$tmp && \
 	diff -r $$tmp config/crd --exclude=kustomization.yaml || { echo "config/crd is stale: run make generate"; exit 1; }
