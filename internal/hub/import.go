@@ -436,7 +436,7 @@ func (r *Reconciler) retry(ctx context.Context, bi *v1alpha1.BaseImage) (reconci
 	}
 	bi.Status = *status // the patch answer carries the stored status
 	log.FromContext(ctx).Info("imports start over on request", "baseimage", client.ObjectKeyFromObject(bi))
-	return reconcile.Result{Requeue: true}, false, nil
+	return reconcile.Result{RequeueAfter: busyRecheck}, false, nil
 }
 
 // retryDelay is the wait before attempt n+1: base (default 30 s)

@@ -50,6 +50,9 @@ const (
 	// be replaced is looked at again: the new DataVolume, of the same
 	// name, is created once the old one is gone.
 	replacedRecheck = time.Second
+	// busyRecheck is how soon a BaseImage is looked at again when a write
+	// met a newer copy (a conflict), or after its imports start over.
+	busyRecheck = 250 * time.Millisecond
 )
 
 // Reconciler drives each BaseImage to a DataSource serving its digest:
@@ -256,7 +259,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		res, err = r.step(ctx, stale.fresh)
 		if errors.As(err, &stale) {
 			// Written again meanwhile: a busy object, looked at again later.
-			return reconcile.Result{Requeue: true}, nil
+			return reconcile.Result{RequeueAfter: busyRecheck}, nil
 		}
 	}
 	// An error is not logged here: controller-runtime logs it with the
@@ -288,7 +291,7 @@ func (r *Reconciler) step(ctx context.Context, bi *v1alpha1.BaseImage) (reconcil
 			if cerr := r.current(ctx, bi); cerr != nil {
 				return reconcile.Result{}, cerr
 			}
-			return reconcile.Result{Requeue: true}, nil
+			return reconcile.Result{RequeueAfter: busyRecheck}, nil
 		}
 		if uerr != nil {
 			return res, errors.Join(err, fmt.Errorf("updating the status of BaseImage %s: %w", key, uerr))
