@@ -146,26 +146,12 @@ bound it is past).`,
 	return cmd
 }
 
-// exposures are the load balancers of ns and of its networks' namespaces
-// (with --network, of that network's only), sorted by namespace and name.
+// exposures are the load balancers of the namespaces o.namespaces names,
+// sorted by namespace and name.
 func exposures(ctx context.Context, kc *kube.Client, o *vmNameOptions, ns string) ([]api.Exposure, error) {
-	where := map[string]string{ns: ""} // namespace: network
-	if o.network != "" {
-		vms, err := o.namespaceOf(ctx, kc, ns)
-		if err != nil {
-			return nil, err
-		}
-		where = map[string]string{vms: o.network}
-	} else {
-		var nets v1alpha1.PrivateNetworkList
-		if err := kc.List(ctx, ns, "", &nets); err != nil && !meta.IsNoMatchError(err) {
-			return nil, fmt.Errorf("listing the networks of %s: %w", ns, err)
-		}
-		for _, pn := range nets.Items {
-			if pn.Status.Namespace != "" {
-				where[pn.Status.Namespace] = pn.Name
-			}
-		}
+	where, err := o.namespaces(ctx, kc, ns)
+	if err != nil {
+		return nil, err
 	}
 	out := []api.Exposure{}
 	for _, n := range slices.Sorted(maps.Keys(where)) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -328,7 +329,7 @@ the catalog, unless --template or --template-file names another.`,
 	f.StringVar(&o.template, "template", "", "template ID in the catalog (default: the VM's)")
 	f.StringVar(&o.templateFile, "template-file", "", "template file instead of the catalog")
 	f.StringArrayVar(&o.sets, "set", nil, "template parameter NAME=VALUE to change (repeatable)")
-	f.StringVar(&o.network, "network", "", "the VM is on this private network of the namespace")
+	addNetworkFlag(cmd, &o.network)
 	addKubeFlags(cmd, &o.kubeFlags)
 	addCatalogFlags(cmd, &o.catalogFlags)
 	addOutputFlag(cmd, &o.out, resultFormats...)
@@ -609,51 +610,48 @@ func runVMSummaries(cmd *cobra.Command, o *vmNameOptions, name string) error {
 }
 
 // summaries are the VMs vm list and get show: with -A every namespace's;
-// with --network that network's; else those of ns and of the namespaces of
-// ns's private networks, each with its network.
+// else those of the namespaces o.namespaces names, each with its network.
 func (o *vmNameOptions) summaries(ctx context.Context, kc *kube.Client, ns, name string) ([]api.VMSummary, error) {
-	if o.allNamespaces {
+	if o.allNamespaces || (name != "" && o.network == "") {
 		return vmlaunch.Summaries(ctx, kc, ns, name)
 	}
-	if o.network != "" {
-		vms, err := o.namespaceOf(ctx, kc, ns)
-		if err != nil {
-			return nil, err
-		}
-		out, err := vmlaunch.Summaries(ctx, kc, vms, name)
-		for i := range out {
-			out[i].Network = o.network
-		}
-		return out, err
-	}
-	if name != "" {
-		return vmlaunch.Summaries(ctx, kc, ns, name)
-	}
-	out, err := vmlaunch.Summaries(ctx, kc, ns, "")
+	where, err := o.namespaces(ctx, kc, ns)
 	if err != nil {
 		return nil, err
 	}
-	var nets v1alpha1.PrivateNetworkList
-	if err := kc.List(ctx, ns, "", &nets); err != nil {
-		if meta.IsNoMatchError(err) {
-			return out, nil // the hub serves no private networks
-		}
-		return nil, fmt.Errorf("listing the networks of %s: %w", ns, err)
-	}
-	for _, pn := range nets.Items {
-		if pn.Status.Namespace == "" {
-			continue
-		}
-		on, err := vmlaunch.Summaries(ctx, kc, pn.Status.Namespace, "")
+	out := []api.VMSummary{}
+	for _, n := range slices.Sorted(maps.Keys(where)) {
+		on, err := vmlaunch.Summaries(ctx, kc, n, name)
 		if err != nil {
 			return nil, err
 		}
 		for i := range on {
-			on[i].Network = pn.Name
+			on[i].Network = where[n]
 		}
 		out = append(out, on...)
 	}
 	return out, nil
+}
+
+// namespaces are where the VMs and load balancers of o are, by namespace,
+// with the private network each is of ("" for ns itself): with --network
+// that network's namespace; else ns and the namespaces of its networks.
+func (o *vmNameOptions) namespaces(ctx context.Context, kc *kube.Client, ns string) (map[string]string, error) {
+	if o.network != "" {
+		vms, err := o.namespaceOf(ctx, kc, ns)
+		return map[string]string{vms: o.network}, err
+	}
+	where := map[string]string{ns: ""}
+	var nets v1alpha1.PrivateNetworkList
+	if err := kc.List(ctx, ns, "", &nets); err != nil && !meta.IsNoMatchError(err) {
+		return nil, fmt.Errorf("listing the networks of %s: %w", ns, err)
+	}
+	for _, pn := range nets.Items {
+		if pn.Status.Namespace != "" {
+			where[pn.Status.Namespace] = pn.Name
+		}
+	}
+	return where, nil
 }
 
 // trueConditions lists the types of the conditions that hold.

@@ -41,6 +41,10 @@ const (
 	QuotaNetworkShare = "imagepipe-network-share"
 )
 
+// labelShareOf, on a network's share quota, is the tenant's home whose
+// total it is a share of. Tenants cannot write quotas.
+const labelShareOf = "imagepipe.io/quota-share-of"
+
 // errQuotaPending: a quota's limits are not enforced yet (the quota
 // controller has not copied spec.hard to status.hard); look again soon.
 var errQuotaPending = errors.New("waiting for the API server to enforce the network's and its home's quotas")
@@ -164,7 +168,7 @@ func (r *Reconciler) ensureQuota(ctx context.Context, pn *v1alpha1.PrivateNetwor
 		}
 	}
 	mine := &corev1.ResourceQuota{
-		ObjectMeta: metav1.ObjectMeta{Name: QuotaNetworkShare, Namespace: ns, Labels: map[string]string{tenantnet.LabelNetwork: pn.Name}},
+		ObjectMeta: metav1.ObjectMeta{Name: QuotaNetworkShare, Namespace: ns, Labels: map[string]string{tenantnet.LabelNetwork: pn.Name, labelShareOf: pn.Namespace}},
 		Spec:       corev1.ResourceQuotaSpec{Hard: share},
 	}
 	if err := r.Client.Create(ctx, mine); err != nil {
@@ -178,24 +182,14 @@ func (r *Reconciler) ensureQuota(ctx context.Context, pn *v1alpha1.PrivateNetwor
 // before it is granted) and those of the tenant's other networks.
 func (r *Reconciler) grants(ctx context.Context, reader client.Reader, pn *v1alpha1.PrivateNetwork, ns string) (*corev1.ResourceQuota, []corev1.ResourceList, error) {
 	var list corev1.ResourceQuotaList
-	if err := reader.List(ctx, &list); err != nil {
+	if err := reader.List(ctx, &list, client.MatchingLabels{labelShareOf: pn.Namespace}); err != nil {
 		return nil, nil, err
 	}
 	var mine *corev1.ResourceQuota
 	var others []corev1.ResourceList
 	for i, q := range list.Items {
-		if q.Name != QuotaNetworkShare {
-			continue
-		}
-		var n corev1.Namespace
-		if err := reader.Get(ctx, client.ObjectKey{Name: q.Namespace}, &n); apierrors.IsNotFound(err) {
-			continue // gone with its namespace
-		} else if err != nil {
-			return nil, nil, err
-		}
-		home, _, ok := tenantnet.NetworkOf(n.Annotations)
 		switch {
-		case !ok || home != pn.Namespace:
+		case q.Name != QuotaNetworkShare:
 		case q.Namespace == ns:
 			mine = &list.Items[i]
 		default:
