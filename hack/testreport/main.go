@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -92,7 +94,7 @@ func (r *report) handle(e event) {
 		r.outputs[key] = append(r.outputs[key], e.Output)
 	case e.Action == "fail":
 		r.failed = true
-		fmt.Fprint(r.out, strings.Join(r.outputs[key], ""))
+		fmt.Fprint(r.out, strings.Join(withRecap(r.outputs[key]), ""))
 		delete(r.outputs, key)
 	case e.Action == "skip":
 		reason, allowed := skipReason(r.outputs[key])
@@ -101,6 +103,36 @@ func (r *report) handle(e event) {
 	case e.Action == "pass":
 		delete(r.outputs, key)
 	}
+}
+
+// maxRecap bounds the lines withRecap repeats.
+const maxRecap = 12
+
+// testLine matches a line a test file logged or failed with
+// ("    name_test.go:12: message").
+var testLine = regexp.MustCompile(`^\s+\S+_test\.go:\d+: `)
+
+// withRecap returns a failed test's output with the last lines its test
+// files logged (its t.Error lines among them) repeated just before its
+// "--- FAIL" line: the logs of the servers a test ran, printed when they
+// stop, can bury the failure, and a CI summary shows only the lines just
+// before "--- FAIL".
+func withRecap(lines []string) []string {
+	end := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(strings.TrimSpace(l), "--- FAIL") })
+	if end < 0 {
+		return lines
+	}
+	var recap []string
+	for _, l := range lines[:end] {
+		if testLine.MatchString(l) {
+			recap = append(recap, l)
+		}
+	}
+	if len(recap) == 0 || slices.Equal(recap, lines[end-len(recap):end]) {
+		return lines
+	}
+	recap = recap[max(len(recap)-maxRecap, 0):]
+	return slices.Concat(lines[:end], []string{"    (the test's own last lines, repeated:)\n"}, recap, lines[end:])
 }
 
 // flushUnfinished prints the output of pkg's tests that never ended.

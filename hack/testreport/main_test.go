@@ -59,6 +59,22 @@ func TestFailedTestFailsWithItsOutput(t *testing.T) {
 	}
 }
 
+// A failure buried under later output is repeated just before the test's
+// "--- FAIL" line, where a CI summary that shows only a few lines finds it.
+func TestFailureIsRepeatedBeforeItsFailLine(t *testing.T) {
+	_, out := runFixture(t, "FIXTURE_FAIL=1")
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "--- FAIL: TestNoisy") {
+			if i == 0 || !strings.Contains(lines[i-1], "fixture_test.go") || !strings.Contains(lines[i-1], "boom under noise") {
+				t.Errorf("the line before %q is %q, want the test's error:\n%s", l, lines[max(i-1, 0)], out)
+			}
+			return
+		}
+	}
+	t.Errorf("no --- FAIL: TestNoisy line:\n%s", out)
+}
+
 func TestNoResultFails(t *testing.T) {
 	var b bytes.Buffer
 	r := &report{out: &b, outputs: map[string][]string{}}

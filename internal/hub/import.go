@@ -356,7 +356,7 @@ func (r *Reconciler) importDigest(ctx context.Context, bi *v1alpha1.BaseImage, i
 		st.Imports = slices.Insert(st.Imports, 0, v1alpha1.ImportRecord{Digest: im.Digest, DataVolume: dvName, CompletedAt: metav1.NewTime(r.now())})
 		log.FromContext(ctx).Info("import succeeded", "baseimage", client.ObjectKeyFromObject(bi), "datavolume", dvName)
 		return reconcile.Result{}, nil
-	case dv.Status.Phase == cdiv1.Failed || dv.Status.RestartCount >= maxPodRestarts:
+	case attemptFailed(&dv):
 		st.Attempts++
 		now := metav1.NewTime(r.now())
 		st.LastFailure = &now
@@ -448,6 +448,31 @@ func retryDelay(base time.Duration, attempts int32) time.Duration {
 	return min(base<<min(max(attempts-1, 0), 5), 10*time.Minute)
 }
 
+// attemptFailed reports whether the DataVolume's import attempt is over and
+// failed: CDI gave up, or its importer failed maxPodRestarts times (CDI
+// itself restarts it for ever). An importer that runs again after its last
+// restart is let finish: a run that succeeds counts, and one that fails
+// leaves its termination message on the DataVolume, where CDI clears it
+// while the importer runs, so the attempt's failure names its cause.
+func attemptFailed(dv *cdiv1.DataVolume) bool {
+	if dv.Status.Phase == cdiv1.Failed {
+		return true
+	}
+	return dv.Status.RestartCount >= maxPodRestarts && !importerRunning(dv)
+}
+
+// importerRunning reports whether CDI says the DataVolume's importer runs.
+func importerRunning(dv *cdiv1.DataVolume) bool {
+	for _, c := range dv.Status.Conditions {
+		if c.Type == cdiv1.DataVolumeRunning {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// dvFailure says why the DataVolume's import failed, in CDI's words when
+// it has them.
 func dvFailure(dv *cdiv1.DataVolume) string {
 	for _, c := range dv.Status.Conditions {
 		if c.Type == cdiv1.DataVolumeRunning && c.Message != "" {

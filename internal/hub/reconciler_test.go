@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -110,5 +111,31 @@ func TestNoImportFromAStaleCache(t *testing.T) {
 	}
 	if got := limiter.When(req); got != 5*time.Minute {
 		t.Errorf("requeue after many failures: %s, want the 5m bound", got)
+	}
+}
+
+// An attempt fails once CDI gives up, or once its importer has restarted
+// maxPodRestarts times and is not running: an importer running again has
+// no failure message on the DataVolume yet (CDI clears it while it runs),
+// and may still succeed.
+func TestAttemptFailedWaitsForTheLastRunToEnd(t *testing.T) {
+	dv := func(phase cdiv1.DataVolumePhase, restarts int32, running corev1.ConditionStatus) *cdiv1.DataVolume {
+		return &cdiv1.DataVolume{Status: cdiv1.DataVolumeStatus{Phase: phase, RestartCount: restarts,
+			Conditions: []cdiv1.DataVolumeCondition{{Type: cdiv1.DataVolumeRunning, Status: running}}}}
+	}
+	for _, c := range []struct {
+		dv   *cdiv1.DataVolume
+		want bool
+	}{
+		{dv(cdiv1.Failed, 0, corev1.ConditionFalse), true},
+		{dv(cdiv1.ImportInProgress, maxPodRestarts, corev1.ConditionFalse), true},
+		{dv(cdiv1.ImportInProgress, maxPodRestarts+1, corev1.ConditionFalse), true},
+		{dv(cdiv1.ImportInProgress, maxPodRestarts, corev1.ConditionTrue), false},
+		{dv(cdiv1.ImportInProgress, maxPodRestarts-1, corev1.ConditionFalse), false},
+		{&cdiv1.DataVolume{Status: cdiv1.DataVolumeStatus{Phase: cdiv1.ImportInProgress, RestartCount: maxPodRestarts}}, true},
+	} {
+		if got := attemptFailed(c.dv); got != c.want {
+			t.Errorf("phase %s, %d restarts, conditions %+v: failed %v, want %v", c.dv.Status.Phase, c.dv.Status.RestartCount, c.dv.Status.Conditions, got, c.want)
+		}
 	}
 }
