@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"golang.org/x/sync/singleflight"
@@ -26,16 +27,32 @@ type GateVerdicts struct {
 	memory   verdict.Memory
 
 	mu       sync.Mutex
-	expected map[string][]string // Expect's referrers, by subject
+	expected map[string]expectation // Expect's referrers, by subject
+	now      func() time.Time
+}
+
+// expectation is the referrers a registry announced for a subject, and
+// when it last announced one.
+type expectation struct {
+	referrers []string
+	at        time.Time
 }
 
 // maxExpected bounds the subjects Expect remembers referrers for; past it,
 // those remembered are dropped, and the registry's listing finds them.
 const maxExpected = 1024
 
+// expectHold is how long an announced referrer is read besides the
+// registry's listing. An answer alone does not end it: distribution
+// announces the push of a referrers tag before the tag moves, and a look
+// that the announcement starts would not find a verdict the one before
+// it found, so a BaseImage's status would flap between the verdict and
+// none.
+const expectHold = time.Minute
+
 // NewGateVerdicts finds verdicts in reg signed with trust.
 func NewGateVerdicts(reg verdict.Registry, trust verdict.Checker) *GateVerdicts {
-	return &GateVerdicts{registry: reg, trust: trust}
+	return &GateVerdicts{registry: reg, trust: trust, now: time.Now}
 }
 
 // Verdict implements Verdicts. The verdict returned is shared: callers
@@ -47,12 +64,12 @@ func (g *GateVerdicts) Verdict(ctx context.Context, subject name.Digest) (*api.V
 	}
 	res, err, _ := g.flight.Do(key, func() (any, error) {
 		g.mu.Lock()
-		also := slices.Clone(g.expected[key])
+		also := slices.Clone(g.expected[key].referrers)
 		g.mu.Unlock()
 		v, err := verdict.Find(ctx, g.registry, g.trust, subject, also...)
 		if err == nil || errors.Is(err, verdict.ErrNoVerdict) {
 			g.mu.Lock()
-			if slices.Equal(g.expected[key], also) {
+			if e := g.expected[key]; g.now().Sub(e.at) > expectHold {
 				delete(g.expected, key)
 			}
 			g.mu.Unlock()
@@ -86,11 +103,14 @@ func (g *GateVerdicts) Expect(subject name.Digest, referrer string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.expected == nil || len(g.expected) >= maxExpected {
-		g.expected = map[string][]string{}
+		g.expected = map[string]expectation{}
 	}
-	if !slices.Contains(g.expected[key], referrer) {
+	e := g.expected[key]
+	if !slices.Contains(e.referrers, referrer) {
 		// Anyone with push access can attach manifests: the newest that
 		// verdict.Find reads are kept.
-		g.expected[key] = append(g.expected[key], referrer)[max(0, len(g.expected[key])+1-verdict.MaxAlso):]
+		e.referrers = append(e.referrers, referrer)[max(0, len(e.referrers)+1-verdict.MaxAlso):]
 	}
+	e.at = g.now()
+	g.expected[key] = e
 }

@@ -1,11 +1,18 @@
 package hub
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/imagepipe/imagepipe/internal/attest"
+	"github.com/imagepipe/imagepipe/internal/registry"
 )
 
 // Anyone with push access can attach manifests to a digest: a flood of
@@ -20,9 +27,61 @@ func TestExpectKeepsTheNewestReferrers(t *testing.T) {
 	for i := range 10 {
 		g.Expect(subject, fmt.Sprintf("sha256:%064d", i))
 	}
-	got := g.expected[subject.String()]
+	got := g.expected[subject.String()].referrers
 	want := []string{fmt.Sprintf("sha256:%064d", 6), fmt.Sprintf("sha256:%064d", 7), fmt.Sprintf("sha256:%064d", 8), fmt.Sprintf("sha256:%064d", 9)}
 	if !slices.Equal(got, want) {
 		t.Errorf("kept %v, want the newest %v", got, want)
+	}
+}
+
+// noReferrers is a registry that lists no referrers and holds every
+// manifest asked for by digest (whose check then fails).
+type noReferrers struct{}
+
+func (noReferrers) Referrers(context.Context, name.Digest, string) ([]v1.Descriptor, error) {
+	return nil, nil
+}
+
+func (noReferrers) FetchArtifact(context.Context, name.Repository, string, string, int64) ([]byte, error) {
+	return []byte("{}"), nil
+}
+
+func (noReferrers) AttachArtifact(context.Context, name.Digest, ocispec.Descriptor, registry.Artifact) (string, error) {
+	return "", fmt.Errorf("read-only")
+}
+
+// trustsNothing refuses every bundle.
+type trustsNothing struct{}
+
+func (trustsNothing) Verify([]byte, string, string) (*attest.Verified, error) {
+	return nil, fmt.Errorf("not signed by a trusted key")
+}
+
+// An announced referrer is read for expectHold, whatever the looks in
+// between answered: distribution announces the push of a referrers tag
+// before the tag moves, and the look that announcement starts must still
+// read the verdict the registry does not list yet.
+func TestAnnouncedReferrersOutliveAnAnswer(t *testing.T) {
+	subject, err := name.NewDigest("registry.example/acme/rhel@sha256:" + fmt.Sprintf("%064d", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1000, 0)
+	g := NewGateVerdicts(noReferrers{}, trustsNothing{})
+	g.now = func() time.Time { return now }
+	g.Expect(subject, fmt.Sprintf("sha256:%064d", 2))
+	for range 2 {
+		if _, err := g.Verdict(t.Context(), subject); err == nil {
+			t.Fatal("a verdict found in a registry that holds none")
+		}
+		g.Forget(subject)
+		if len(g.expected[subject.String()].referrers) != 1 {
+			t.Fatalf("the announced referrer was dropped after an answer within %s", expectHold)
+		}
+	}
+	now = now.Add(expectHold + time.Second)
+	_, _ = g.Verdict(t.Context(), subject)
+	if _, kept := g.expected[subject.String()]; kept {
+		t.Errorf("the announced referrer is still read %s after its announcement", expectHold+time.Second)
 	}
 }
