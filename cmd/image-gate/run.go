@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -28,6 +27,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/daemonflag"
 	"github.com/imagepipe/imagepipe/internal/gate"
+	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/secretfile"
@@ -265,11 +265,8 @@ func newLeases(o *options) (*gate.KubeLeases, error) {
 type allTenants struct{}
 
 func (allTenants) Namespace(repository string) (string, string, error) {
-	tenant, _, ok := strings.Cut(repository, "/")
-	if !ok {
-		return "", "", fmt.Errorf("the repository %s has no tenant", repository)
-	}
-	return tenant, "", nil
+	tenant, err := imageref.Tenant(repository)
+	return tenant, "", err
 }
 
 // pollLoop polls the registry until ctx ends: a fast pass every

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/source"
 	"github.com/imagepipe/imagepipe/internal/version"
@@ -138,10 +139,10 @@ func (f *registryFlags) client(g *globalOptions, extra ...registry.Option) (*reg
 	return client, err
 }
 
-// parseImage parses s as an image reference (registry.FormImage) and
+// parseImage parses s as an image reference (imageref.FormImage) and
 // names it with client, which carries --insecure into the name.
 func parseImage(client *registry.Client, s string) (name.Reference, error) {
-	r, err := registry.Parse(s, registry.FormImage)
+	r, err := imageref.Parse(s, imageref.FormImage)
 	if err != nil {
 		return nil, err
 	}

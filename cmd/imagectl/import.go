@@ -12,6 +12,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/source"
 	"github.com/imagepipe/imagepipe/internal/version"
@@ -118,7 +119,7 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	if err != nil {
 		return err
 	}
-	ref, err := registry.Parse(o.ref, registry.FormTag)
+	ref, err := imageref.Parse(o.ref, imageref.FormTag)
 	if err != nil {
 		return err
 	}

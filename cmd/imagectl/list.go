@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -97,20 +98,20 @@ func list(cmd *cobra.Command, client *registry.Client, target string) ([]api.Ima
 		return nil, &usageError{fmt.Errorf("list takes REGISTRY/TENANT or REGISTRY/TENANT/NAME, not a tag or digest: drop the :TAG or @DIGEST from %q, or use imagectl inspect docker://%s", target, target)}
 	}
 	if strings.Count(strings.TrimSuffix(target, "/"), "/") > 1 { // REGISTRY/TENANT/NAME...
-		ref, err := registry.Parse(target, registry.FormRepository)
+		ref, err := imageref.Parse(target, imageref.FormRepository)
 		if err != nil {
+			return nil, err
+		}
+		if _, err := ref.Tenant(); err != nil {
 			return nil, err
 		}
 		repo, err := client.Repository(ref)
 		if err != nil {
 			return nil, err
 		}
-		if _, err := registry.Tenant(repo); err != nil {
-			return nil, err
-		}
 		return client.ListRepository(cmd.Context(), repo)
 	}
-	ref, err := registry.Parse(target, registry.FormTenant)
+	ref, err := imageref.Parse(target, imageref.FormTenant)
 	if err != nil {
 		return nil, err
 	}

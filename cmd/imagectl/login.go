@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -149,9 +150,9 @@ func runLogout(cmd *cobra.Command, o *logoutOptions) error {
 }
 
 // parseRegistry parses host as login and logout take it
-// (registry.FormRegistry) and names it with client.
+// (imageref.FormRegistry) and names it with client.
 func parseRegistry(client *registry.Client, host string) (name.Registry, error) {
-	r, err := registry.Parse(host, registry.FormRegistry)
+	r, err := imageref.Parse(host, imageref.FormRegistry)
 	if err != nil {
 		return name.Registry{}, err
 	}

@@ -12,12 +12,14 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	"github.com/imagepipe/imagepipe/internal/catalog"
+	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
-	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // Exit codes, documented in the README. An interrupted command exits with
@@ -125,7 +127,7 @@ func describe(err error) api.FailureDetail {
 		f.Code, f.ExitCode, f.Resumable = "interrupted", 128+int(intr.sig), intr.resumable
 	case re != nil:
 		f.Code, f.ExitCode, f.Hint = string(re.Reason), exitRejected, hintFor(re.Reason)
-	case errors.As(err, &usage), registry.AsReferenceError(err) != nil:
+	case errors.As(err, &usage), imageref.AsError(err) != nil:
 		f.Code = "usage"
 	case errors.Is(err, registry.ErrUnauthorized):
 		f.Code = "unauthorized"

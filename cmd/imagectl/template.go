@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/imagepipe/imagepipe/internal/catalog"
+	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/vmlaunch"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -46,7 +47,7 @@ func (f *catalogFlags) open(g *globalOptions) (*catalog.Catalog, error) {
 	if err != nil {
 		return nil, err
 	}
-	ref, err := registry.Parse(s, registry.FormRepository)
+	ref, err := imageref.Parse(s, imageref.FormRepository)
 	if err != nil {
 		return nil, fmt.Errorf("--catalog: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/registry"
 )
 
@@ -147,7 +148,7 @@ func (o options) tags(client *registry.Client) ([]name.Tag, error) {
 	}
 	tags := make([]name.Tag, len(binaries))
 	for i, b := range binaries {
-		ref, err := registry.Parse(o.registry+"/"+b, registry.FormRepository)
+		ref, err := imageref.Parse(o.registry+"/"+b, imageref.FormRepository)
 		if err != nil {
 			return nil, fmt.Errorf("checking -registry: %w", err)
 		}

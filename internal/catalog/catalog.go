@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"regexp"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/opencontainers/go-digest"
@@ -27,6 +26,7 @@ import (
 	"oras.land/oras-go/v2/errdef"
 	"oras.land/oras-go/v2/registry/remote"
 
+	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -45,9 +45,6 @@ var ErrNotFound = errors.New("template not found")
 // errNotATemplate is returned (wrapped) for a tag that holds another
 // artifact.
 var errNotATemplate = errors.New("not a template artifact")
-
-// idPattern is the OCI grammar of a tag, which a template ID is.
-var idPattern = regexp.MustCompile(`^[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}$`)
 
 // Entry is one template in a catalog: its ID (the tag), the digest of its
 // manifest, and the document.
@@ -241,8 +238,8 @@ func (c *Catalog) Delete(ctx context.Context, id string) (string, error) {
 // checkID checks that id is a tag, so that it never resolves as a digest
 // or reaches the registry malformed.
 func (c *Catalog) checkID(id string) error {
-	if !idPattern.MatchString(id) {
-		return &registry.ReferenceError{Input: c.repo.Name() + ":" + id, Part: "tag",
+	if imageref.CheckTag(id) != nil {
+		return &imageref.Error{Input: c.repo.Name() + ":" + id, Part: "tag",
 			Rule: fmt.Sprintf("template ID %q is not a tag: letters, digits, '_', '.' and '-' starting with a letter, digit or '_', at most 128", id)}
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
+	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
@@ -144,7 +145,13 @@ func (s *Service) Add(events []intake.Event) {
 		if e.Action != intake.ActionPush {
 			continue
 		}
-		tenant, _, _ := strings.Cut(e.Repository, "/")
+		tenant, err := imageref.Tenant(e.Repository)
+		if err != nil {
+			// No hub serves it, and its cost would be charged to no
+			// tenant: it gets no verdict, so nothing imports it.
+			s.Logger.Debug("no verdict for a repository outside the tenant rule", "repository", e.Repository, "error", err)
+			continue
+		}
 		switch {
 		case e.Tag != "" && !api.IsAttachmentTag(e.Tag):
 			s.queue.add(tenant, work{repo: e.Repository, tag: e.Tag, digest: e.Digest})
@@ -200,8 +207,9 @@ func (s *Service) Queued() int {
 func (s *Service) Recheck() {
 	s.init()
 	for _, d := range append(s.awaiting.list(), s.verdictsGiven.list()...) {
-		tenant, _, _ := strings.Cut(d.RepositoryStr(), "/")
-		s.queue.add(tenant, work{repo: d.RepositoryStr(), recheck: d.DigestStr()})
+		if tenant, err := imageref.Tenant(d.RepositoryStr()); err == nil {
+			s.queue.add(tenant, work{repo: d.RepositoryStr(), recheck: d.DigestStr()})
+		}
 	}
 	s.Metrics.queued(s.queue.len())
 }
@@ -460,11 +468,14 @@ func (s *Service) publish(ctx context.Context, subject name.Digest, raw *registr
 // verify reads subject in full, in a child process when Isolated is set,
 // and charges what it spent to its tenant.
 func (s *Service) verify(ctx context.Context, subject name.Digest) (*api.Verdict, error) {
+	tenant, err := imageref.Tenant(subject.RepositoryStr())
+	if err != nil {
+		return nil, err
+	}
 	if s.Isolated == nil {
 		return s.Verifier.Verify(ctx, subject)
 	}
 	v, cost, err := s.Isolated.Verify(ctx, subject)
-	tenant, _, _ := strings.Cut(subject.RepositoryStr(), "/")
 	s.spent.charge(tenant, cost)
 	s.Metrics.spent(tenant, cost)
 	return v, err

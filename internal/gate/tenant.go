@@ -8,7 +8,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
+	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/secretfile"
 	"github.com/imagepipe/imagepipe/internal/trust"
@@ -34,10 +34,6 @@ type TenantKeys struct {
 	Dir string
 }
 
-// tenantName is a repository's first path component, as the distribution
-// spec allows it: never "." or "..", never a path separator.
-var tenantName = regexp.MustCompile(`^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*$`)
-
 // checker returns the checker of tenant's keys, or nil when tenant has no
 // policy. A policy file that cannot be read is an error, never "no
 // policy": an unreadable file must not let unsigned images through.
@@ -45,8 +41,8 @@ func (k *TenantKeys) checker(tenant string) (verdict.Checker, error) {
 	if k == nil || k.Dir == "" {
 		return nil, nil
 	}
-	if !tenantName.MatchString(tenant) {
-		return nil, fmt.Errorf("the tenant name %q cannot name a key file", tenant)
+	if err := imageref.CheckTenant(tenant); err != nil {
+		return nil, fmt.Errorf("the tenant name %q cannot name a key file: %w", tenant, err)
 	}
 	path := filepath.Join(k.Dir, tenant+".pub")
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
@@ -68,7 +64,10 @@ func (k *TenantKeys) checker(tenant string) (verdict.Checker, error) {
 // rejection saying why the image is not verified. referrer, when set, is
 // checked besides the referrers the registry lists.
 func (s *Service) signatureCheck(ctx context.Context, subject name.Digest, referrer string) (keyID string, refusal *api.Rejection, err error) {
-	tenant, _, _ := strings.Cut(subject.RepositoryStr(), "/")
+	tenant, err := imageref.Tenant(subject.RepositoryStr())
+	if err != nil {
+		return "", nil, err
+	}
 	policy, err := s.TenantKeys.checker(tenant)
 	if err != nil || policy == nil {
 		return "", nil, err

@@ -3,12 +3,12 @@ package gate
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	godigest "github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-
-	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
@@ -197,5 +197,26 @@ func TestBrokenPolicyHoldsImagesBack(t *testing.T) {
 		if _, err := s.TenantKeys.checker(tenant); err == nil {
 			t.Errorf("tenant %q named a key file", tenant)
 		}
+	}
+}
+
+// The gate attributes work to a tenant by the one tenant rule (imageref):
+// a push to a repository outside it ("a.b/x", which the gate's own looser
+// grammar once read as tenant "a.b", or a repository of one component) is
+// no tenant's image. No hub serves it, and queued, its cost would be
+// charged to a made-up tenant, one per name, past every tenant's budget;
+// it gets no verdict, so nothing imports it.
+func TestRepositoriesOutsideTheTenantRuleAreNotQueued(t *testing.T) {
+	s := &Service{}
+	d := "sha256:" + strings.Repeat("1", 64)
+	for _, repo := range []string{"a.b/rhel", "a_b/rhel", "a__b/rhel", "rhel", "acme/../rhel", strings.Repeat("a", 64) + "/rhel"} {
+		s.Add([]intake.Event{{Action: intake.ActionPush, Repository: repo, Tag: "9", Digest: d}})
+		if n := s.queue.len(); n != 0 {
+			t.Fatalf("a push to %q queued %d verifications", repo, n)
+		}
+	}
+	s.Add([]intake.Event{{Action: intake.ActionPush, Repository: "acme/rhel", Tag: "9", Digest: d}})
+	if n := s.queue.len(); n != 1 {
+		t.Errorf("a push to acme/rhel queued %d verifications, want 1", n)
 	}
 }

@@ -2,10 +2,10 @@ package hub
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"path/filepath"
 
+	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/registry"
 )
 
@@ -33,11 +33,11 @@ type CredentialDir struct {
 
 var _ TenantCredentials = CredentialDir{}
 
-// Credential implements TenantCredentials. The tenant must be a DNS-1123
-// label, so it names a file directly inside Dir.
+// Credential implements TenantCredentials. The tenant must be a tenant
+// name (imageref), so it names a file directly inside Dir.
 func (d CredentialDir) Credential(tenant string) (map[string][]byte, bool, error) {
-	if !dns1123Label.MatchString(tenant) {
-		return nil, false, fmt.Errorf("tenant %q is not a valid name", tenant)
+	if err := imageref.CheckTenant(tenant); err != nil {
+		return nil, false, err
 	}
 	user, pass, err := registry.DockerCredentials(filepath.Join(d.Dir, tenant), d.Registry)
 	if errors.Is(err, fs.ErrNotExist) {

@@ -3,7 +3,6 @@ package hub
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -11,8 +10,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/tenantnet"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
@@ -130,19 +131,14 @@ func (t *Tenancy) render(tenant string) (string, error) {
 	return b.String(), nil
 }
 
-var dns1123Label = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-
 // Namespace returns the hub namespace for repository "TENANT/NAME...", or
 // an error when the tenant is not served here or the names are invalid.
 // It does not look at the cluster: before acting there, the Applier makes
 // sure the namespace is the tenant's (AnnotationTenant).
 func (t *Tenancy) Namespace(repository string) (tenant, namespace string, err error) {
-	tenant, name, ok := strings.Cut(repository, "/")
-	if !ok || name == "" {
-		return "", "", fmt.Errorf("repository %q has no tenant", repository)
-	}
-	if !dns1123Label.MatchString(tenant) {
-		return "", "", fmt.Errorf("tenant %q is not a valid name", tenant)
+	tenant, err = imageref.Tenant(repository)
+	if err != nil {
+		return "", "", err
 	}
 	if slices.Contains(t.deny, tenant) || (len(t.allow) > 0 && !slices.Contains(t.allow, tenant)) {
 		return "", "", fmt.Errorf("tenant %q is not served by this hub", tenant)
@@ -151,7 +147,7 @@ func (t *Tenancy) Namespace(repository string) (tenant, namespace string, err er
 	if err != nil {
 		return "", "", err
 	}
-	if !dns1123Label.MatchString(namespace) {
+	if len(validation.IsDNS1123Label(namespace)) > 0 {
 		return "", "", fmt.Errorf("the template maps tenant %q to %q, not a valid namespace", tenant, namespace)
 	}
 	if tenantnet.IsNetworkNamespace(namespace) {

@@ -1,4 +1,4 @@
-package registry
+package imageref
 
 import (
 	"errors"
@@ -8,24 +8,13 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/google/go-containerregistry/pkg/name"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// Every image reference imagectl is given goes through Parse, which
-// follows the OCI distribution grammar strictly, before a byte reaches a
-// registry. go-containerregistry's name package is lenient where that
-// matters for tenancy: it accepts "..", "." and empty path components
-// ("reg/acme/../globex/x:1", which a URL cleaner then turns into
-// globex/x), repeated separators, a missing registry (it assumes Docker
-// Hub) and a missing tag (it assumes "latest"). Parse refuses all of
-// them, and says which part breaks which rule.
-//
-// Limits: a name (registry host, "/", repository) of at most
-// maxNameLength characters, a tag of at most 128, a host of at most 253
-// with labels of at most 63.
-
-// maxNameLength bounds a name: registry host, "/" and repository together
-// (distribution's NameTotalLengthMax).
+// maxNameLength bounds a repository path, as registries bound the names
+// they store (distribution's NameTotalLengthMax, applied by its server to
+// the repository): every entry point reads the same names, whichever host
+// a client reached them through.
 const maxNameLength = 255
 
 var (
@@ -37,13 +26,11 @@ var (
 	digestPattern = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
 	// hostLabelPattern is one label of a registry host name (lower case).
 	hostLabelPattern = regexp.MustCompile(`^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$`)
-	// tenantPattern is a DNS-1123 label: tenants become Kubernetes namespaces.
-	tenantPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 )
 
-// ReferenceError reports a reference outside the grammar: which part and
+// Error reports a reference outside the grammar: which part and
 // which rule.
-type ReferenceError struct {
+type Error struct {
 	// Input is the reference as given.
 	Input string
 	// Part names the offending part: "reference", "registry host",
@@ -53,13 +40,13 @@ type ReferenceError struct {
 	Rule string
 }
 
-func (e *ReferenceError) Error() string {
+func (e *Error) Error() string {
 	return fmt.Sprintf("invalid image reference %q: %s", e.Input, e.Rule)
 }
 
-// AsReferenceError returns the *ReferenceError in err's chain, or nil.
-func AsReferenceError(err error) *ReferenceError {
-	var re *ReferenceError
+// AsError returns the *Error in err's chain, or nil.
+func AsError(err error) *Error {
+	var re *Error
 	if errors.As(err, &re) {
 		return re
 	}
@@ -92,8 +79,7 @@ const (
 // Ref is a parsed reference: plain strings, checked against the grammar
 // and the form they were parsed in. Parsing its String in the same form
 // gives it back unchanged (but for what FormTenant and FormRegistry drop).
-// Client.Reference, Client.Repository and Client.Registry turn it into
-// go-containerregistry's names.
+// registry.Client turns it into go-containerregistry's names.
 type Ref struct {
 	Registry   string // host[:port], lower case
 	Repository string // path components joined by '/'; "" in FormRegistry
@@ -124,7 +110,7 @@ func tenantOf(repository string) string {
 }
 
 // refFault is a broken rule of the reference grammar: which part breaks
-// which rule. parseRef turns it into a *ReferenceError naming the input.
+// which rule. parseRef turns it into a *Error naming the input.
 type refFault struct{ part, rule string }
 
 func fault(part, format string, args ...any) *refFault {
@@ -135,7 +121,7 @@ func fault(part, format string, args ...any) *refFault {
 // grammar strictly: the registry host is required, no path component is
 // "..", ".", empty or upper case, and, in FormImage and FormTag, the first
 // one is the tenant and exactly one of tag and digest is given. A
-// reference outside the grammar or the form is a *ReferenceError. Parse
+// reference outside the grammar or the form is a *Error. Parse
 // never touches the network.
 func Parse(s string, form Form) (Ref, error) {
 	switch form {
@@ -154,7 +140,7 @@ func parseRef(s string, form Form) (Ref, error) {
 		f = checkForm(r, form)
 	}
 	if f != nil {
-		return Ref{}, &ReferenceError{Input: s, Part: f.part, Rule: f.rule}
+		return Ref{}, &Error{Input: s, Part: f.part, Rule: f.rule}
 	}
 	return r, nil
 }
@@ -163,10 +149,10 @@ func parseRef(s string, form Form) (Ref, error) {
 func parseRegistry(s string) (Ref, error) {
 	host := strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(s, "https://"), "http://"), "/")
 	if strings.Contains(host, "/") {
-		return Ref{}, &ReferenceError{Input: s, Part: "registry host", Rule: "it names a repository; give only the registry host, e.g. registry.example.com"}
+		return Ref{}, &Error{Input: s, Part: "registry host", Rule: "it names a repository; give only the registry host, e.g. registry.example.com"}
 	}
 	if why := checkHost(host); why != "" {
-		return Ref{}, &ReferenceError{Input: s, Part: "registry host", Rule: "the registry host " + why}
+		return Ref{}, &Error{Input: s, Part: "registry host", Rule: "the registry host " + why}
 	}
 	return Ref{Registry: host}, nil
 }
@@ -198,8 +184,8 @@ func parseRefParts(s string) (Ref, *refFault) {
 		return Ref{}, f
 	}
 	r.Repository = path
-	if n := len(r.Registry) + 1 + len(r.Repository); n > maxNameLength {
-		return Ref{}, fault("repository", "the name (registry host and repository) is %d characters long; the limit is %d", n, maxNameLength)
+	if n := len(r.Repository); n > maxNameLength {
+		return Ref{}, fault("repository", "the repository is %d characters long; the limit is %d", n, maxNameLength)
 	}
 	return r, nil
 }
@@ -244,15 +230,23 @@ func cutTag(path string) (repo, tag string, f *refFault) {
 		return path, "", nil
 	}
 	repo, tag = path[:colon], path[colon+1:]
-	switch {
-	case tag == "":
-		return "", "", fault("tag", "the tag after ':' is empty")
-	case len(tag) > 128:
-		return "", "", fault("tag", "the tag is %d characters long; the limit is 128", len(tag))
-	case !tagPattern.MatchString(tag):
-		return "", "", fault("tag", "tag %q is not letters, digits, '_', '.' and '-' starting with a letter, digit or '_'", tag)
+	if f := checkTag(tag); f != nil {
+		return "", "", f
 	}
 	return repo, tag, nil
+}
+
+// checkTag checks a tag against the grammar.
+func checkTag(tag string) *refFault {
+	switch {
+	case tag == "":
+		return fault("tag", "the tag after ':' is empty")
+	case len(tag) > 128:
+		return fault("tag", "the tag is %d characters long; the limit is 128", len(tag))
+	case !tagPattern.MatchString(tag):
+		return fault("tag", "tag %q is not letters, digits, '_', '.' and '-' starting with a letter, digit or '_'", tag)
+	}
+	return nil
 }
 
 // checkRepositoryPath checks each path component of a repository name.
@@ -282,7 +276,7 @@ func checkForm(r Ref, form Form) *refFault {
 		if strings.Contains(r.Repository, "/") || r.Tag != "" || r.Digest != "" {
 			return fault("tenant", "it names a repository, not a tenant: write REGISTRY/TENANT")
 		}
-		if !tenantPattern.MatchString(r.Repository) {
+		if !isTenant(r.Repository) {
 			return fault("tenant", "%s", tenantRule(r.Repository))
 		}
 		return nil
@@ -318,10 +312,16 @@ func checkTenant(path string) string {
 	if !ok || rest == "" {
 		return fmt.Sprintf("repository %q has no tenant: write REGISTRY/TENANT/NAME", path)
 	}
-	if !tenantPattern.MatchString(tenant) {
+	if !isTenant(tenant) {
 		return tenantRule(tenant)
 	}
 	return ""
+}
+
+// isTenant reports whether s is a tenant: a DNS-1123 label, as
+// Kubernetes names namespaces, since a tenant becomes one.
+func isTenant(s string) bool {
+	return len(validation.IsDNS1123Label(s)) == 0
 }
 
 func tenantRule(tenant string) string {
@@ -386,82 +386,94 @@ func checkHost(s string) string {
 	return ""
 }
 
-// nameOptions are go-containerregistry's options for parsed references.
-func (c *Client) nameOptions() []name.Option {
-	nopts := []name.Option{name.StrictValidation}
-	if c.opts.insecure {
-		nopts = append(nopts, name.Insecure)
+// Tenant returns the tenant of a repository path ("TENANT/NAME..."
+// without the registry host): its first component, when the path is in
+// the grammar and the first component is a tenant (a DNS-1123 label, as
+// the namespace it becomes). Anything else is a *Error: events, verdicts
+// and hubs never attribute a repository outside the rule to a tenant.
+func Tenant(repository string) (string, error) {
+	if f := checkRepository(repository); f != nil {
+		return "", &Error{Input: repository, Part: f.part, Rule: f.rule}
 	}
-	return nopts
+	if rule := checkTenant(repository); rule != "" {
+		return "", &Error{Input: repository, Part: "tenant", Rule: rule}
+	}
+	return tenantOf(repository), nil
 }
 
-// NameOptions are the go-containerregistry options that parse a name on
-// reg with reg's scheme. go-containerregistry keeps "insecure" (plain
-// HTTP allowed) in each name rather than in the client, so a name parsed
-// without it would be reached over HTTPS only.
-func NameOptions(reg name.Registry) []name.Option {
-	if reg.Scheme() == "http" {
-		return []name.Option{name.Insecure}
+// Tenant returns the tenant of r's repository (see Tenant), with an
+// *Error that names all of r.
+func (r Ref) Tenant() (string, error) {
+	t, err := Tenant(r.Repository)
+	if e := AsError(err); e != nil {
+		e.Input = r.String()
+	}
+	return t, err
+}
+
+// CheckTenant checks that s is a tenant name.
+func CheckTenant(s string) error {
+	if !isTenant(s) {
+		return &Error{Input: s, Part: "tenant", Rule: tenantRule(s)}
 	}
 	return nil
 }
 
-// Reference returns r, an image reference (FormImage or FormTag), in
-// go-containerregistry's form: a name.Tag, or a name.Digest when r has a
-// digest. Like Repository and Registry, it carries the client's
-// WithInsecure into the name, which is where go-containerregistry reads
-// it: without it, plain HTTP is tried only for localhost, loopback and
-// private addresses.
-func (c *Client) Reference(r Ref) (name.Reference, error) {
-	var (
-		n   name.Reference
-		err error
-	)
-	if r.Digest != "" {
-		n, err = name.NewDigest(r.String(), c.nameOptions()...)
-	} else {
-		n, err = name.NewTag(r.String(), c.nameOptions()...)
+// CheckRepository checks a repository path without the registry host
+// (as registries name it in events): components in the grammar, at most
+// maxNameLength characters. It does not ask for a tenant.
+func CheckRepository(repository string) error {
+	if f := checkRepository(repository); f != nil {
+		return &Error{Input: repository, Part: f.part, Rule: f.rule}
 	}
-	if err != nil { // Parse is stricter: this is a bug, not bad input
-		return nil, fmt.Errorf("converting the reference %q: %w", r, err)
-	}
-	return n, nil
+	return nil
 }
 
-// Repository returns the repository r names (REGISTRY/REPOSITORY, any
-// tag or digest left out) in go-containerregistry's form, with the
-// client's WithInsecure (see Reference).
-func (c *Client) Repository(r Ref) (name.Repository, error) {
-	s := r.Registry + "/" + r.Repository
-	repo, err := name.NewRepository(s, c.nameOptions()...)
-	if err != nil {
-		return name.Repository{}, fmt.Errorf("converting the repository %q: %w", s, err)
+// CheckTag checks a tag: at most 128 letters, digits, '_', '.' and '-',
+// not starting with '.' or '-'.
+func CheckTag(tag string) error {
+	if f := checkTag(tag); f != nil {
+		return &Error{Input: tag, Part: f.part, Rule: f.rule}
 	}
-	return repo, nil
+	return nil
 }
 
-// Registry returns the registry host of r in go-containerregistry's
-// form, with the client's WithInsecure (see Reference).
-func (c *Client) Registry(r Ref) (name.Registry, error) {
-	reg, err := name.NewRegistry(r.Registry, c.nameOptions()...)
-	if err != nil {
-		return name.Registry{}, fmt.Errorf("converting the registry %q: %w", r.Registry, err)
+// CheckDigest checks a digest: "sha256:" and 64 lower-case hexadecimal
+// digits, the only form imagepipe reads and writes.
+func CheckDigest(digest string) error {
+	if _, _, f := cutDigest("x@" + digest); f != nil {
+		return &Error{Input: digest, Part: f.part, Rule: f.rule}
 	}
-	return reg, nil
+	return nil
 }
 
-// Tenant returns the tenant of a repository: its first path component.
-// The repository is checked against the same grammar, so one that did not
-// come from Parse (e.g. built by go-containerregistry from a string) is
-// refused too when it has "..", empty or upper-case components.
-func Tenant(repo name.Repository) (string, error) {
-	s := repo.RegistryStr() + "/" + repo.RepositoryStr()
-	r, err := parseRef(s, FormRepository)
-	if err != nil {
-		return "", err
+// ParseTenantImage splits "TENANT/NAME[:TAG]", an image named on its
+// hub without the registry host, into the tenant, the repository path and
+// the tag ("" when absent).
+func ParseTenantImage(s string) (tenant, repository, tag string, err error) {
+	repository, tag, f := cutTag(s)
+	if f == nil {
+		f = checkRepository(repository)
 	}
-	if rule := checkTenant(r.Repository); rule != "" {
-		return "", &ReferenceError{Input: s, Part: "tenant", Rule: rule}
+	if f != nil {
+		return "", "", "", &Error{Input: s, Part: f.part, Rule: f.rule}
 	}
-	return tenantOf(r.Repository), nil
+	if rule := checkTenant(repository); rule != "" {
+		return "", "", "", &Error{Input: s, Part: "tenant", Rule: rule}
+	}
+	return tenantOf(repository), repository, tag, nil
+}
+
+// checkRepository checks a repository path alone.
+func checkRepository(repository string) *refFault {
+	if f := checkText(repository); f != nil {
+		return f
+	}
+	if f := checkRepositoryPath(repository); f != nil {
+		return f
+	}
+	if len(repository) > maxNameLength {
+		return fault("repository", "the repository is %d characters long; the limit is %d", len(repository), maxNameLength)
+	}
+	return nil
 }

@@ -6,8 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"regexp"
 	"strings"
+
+	"github.com/imagepipe/imagepipe/internal/imageref"
 )
 
 // MaxWebhookBody is the largest webhook body accepted: 1 MiB. Registries
@@ -48,21 +49,14 @@ func malformed(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrMalformed, fmt.Sprintf(format, args...))
 }
 
-// Names as the OCI distribution spec defines them.
-var (
-	repoPattern   = regexp.MustCompile(`^[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*(/[a-z0-9]+((\.|_|__|-+)[a-z0-9]+)*)*$`)
-	tagPattern    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
-	digestPattern = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
-)
-
 // validate checks the names in e; a registry is not trusted to send valid ones.
 func (e Event) validate() error {
 	switch {
-	case len(e.Repository) > 255 || !repoPattern.MatchString(e.Repository):
+	case imageref.CheckRepository(e.Repository) != nil:
 		return malformed("invalid repository %q", e.Repository)
-	case e.Tag != "" && !tagPattern.MatchString(e.Tag):
+	case e.Tag != "" && imageref.CheckTag(e.Tag) != nil:
 		return malformed("invalid tag %q", e.Tag)
-	case e.Digest != "" && !digestPattern.MatchString(e.Digest):
+	case e.Digest != "" && imageref.CheckDigest(e.Digest) != nil:
 		return malformed("invalid digest %q", e.Digest)
 	case e.Tag == "" && e.Digest == "":
 		return malformed("event for %s names neither a tag nor a digest", e.Repository)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/imagepipe/imagepipe/internal/cachefile"
+	"github.com/imagepipe/imagepipe/internal/imageref"
 )
 
 // The build record is this machine's evidence of what it pushed: for each
@@ -58,11 +59,10 @@ type buildRecord struct {
 // valid reports whether every field has the form imagepipe writes, so a
 // damaged record is never acted on.
 func (r buildRecord) valid() bool {
-	if !buildKeyPattern.MatchString(r.Key) || !digestPattern.MatchString(r.Digest) ||
-		!digestPattern.MatchString(r.Config) || !digestPattern.MatchString(r.Layer) || r.LayerSize <= 0 {
+	if !buildKeyPattern.MatchString(r.Key) || imageref.CheckDigest(r.Config) != nil || imageref.CheckDigest(r.Layer) != nil || r.LayerSize <= 0 {
 		return false
 	}
-	_, err := parseRef(r.Registry+"/"+r.Repository+"@"+r.Digest, FormImage)
+	_, err := imageref.Parse(r.Registry+"/"+r.Repository+"@"+r.Digest, imageref.FormImage)
 	return err == nil
 }
 

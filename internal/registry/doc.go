@@ -10,11 +10,10 @@
 // session before any work, and tag listing with ETags (conditional
 // requests, so that polling an unchanged repository costs a 304).
 //
-// A reference given as text is parsed once, by Parse, strictly by the OCI
-// distribution grammar and in the form the caller needs (FormImage,
-// FormTag, ...), into a Ref of plain strings. The Client turns a Ref into
-// go-containerregistry's names (Reference, Repository, Registry), carrying
-// its WithInsecure into them.
+// A reference given as text is parsed once, by internal/imageref, into a
+// Ref of plain strings; the Client turns a Ref into go-containerregistry's
+// names (Reference, Repository, Registry), carrying its WithInsecure into
+// them.
 //
 // The containerDisk format itself (the layer's tar, its compression, the
 // shape check) lives in internal/containerdisk; an import is handed a

@@ -22,6 +22,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
+	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -164,7 +165,7 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, disk Disk, src Source
 	if err := platform.validate(); err != nil {
 		return nil, err
 	}
-	if _, err := Tenant(ref.Context()); err != nil {
+	if _, err := imageref.Tenant(ref.RepositoryStr()); err != nil {
 		return nil, err
 	}
 	var held []string

@@ -24,6 +24,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -325,7 +326,7 @@ func TestParseReference(t *testing.T) {
 		"registry.example.com/-acme/rhel:10":      false,
 		"registry.example.com/acme/rhel:bad tag!": false,
 	} {
-		r, err := Parse(ref, FormImage)
+		r, err := imageref.Parse(ref, imageref.FormImage)
 		if err == nil {
 			_, err = c.Reference(r)
 		}

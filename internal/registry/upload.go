@@ -20,6 +20,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/cachefile"
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
+	"github.com/imagepipe/imagepipe/internal/imageref"
 )
 
 // errUploadLost means the registry no longer knows the upload session; the
@@ -121,7 +122,7 @@ func (c *Client) committedLayer(ctx context.Context, repo name.Repository, key s
 	}
 	st, err := readUploadState(path)
 	if err != nil || st.Key != key || st.Repo != repo.Name() || st.Layer == nil ||
-		!digestPattern.MatchString(st.Layer.Digest) || !digestPattern.MatchString(st.Layer.DiffID) || st.Layer.Size <= 0 || st.Layer.Allocated < 0 {
+		imageref.CheckDigest(st.Layer.Digest) != nil || imageref.CheckDigest(st.Layer.DiffID) != nil || st.Layer.Size <= 0 || st.Layer.Allocated < 0 {
 		return built{}, false
 	}
 	client, base, err := c.httpClient(ctx, repo, repo.Scope(transport.PullScope))

@@ -149,7 +149,7 @@ func applyInstancetype(b *vmBuild, v Value, ok bool) error {
 	if !ok {
 		return nil
 	}
-	if !dns1123Subdomain.MatchString(v.Str) {
+	if !isDNSSubdomain(v.Str) {
 		return fmt.Errorf("instancetype %q is not a valid name", v.Str)
 	}
 	b.vm.Spec.Instancetype = &kubevirtv1.InstancetypeMatcher{Name: v.Str, Kind: "VirtualMachineClusterInstancetype"}
@@ -193,7 +193,7 @@ func applyPreference(b *vmBuild, v Value, ok bool) error {
 	if !ok {
 		return nil
 	}
-	if !dns1123Subdomain.MatchString(v.Str) {
+	if !isDNSSubdomain(v.Str) {
 		return fmt.Errorf("preference %q is not a valid name", v.Str)
 	}
 	b.vm.Spec.Preference = &kubevirtv1.PreferenceMatcher{Name: v.Str, Kind: "VirtualMachineClusterPreference"}

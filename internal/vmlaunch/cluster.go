@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/tenantnet"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
@@ -50,19 +50,16 @@ type Cluster interface {
 	Delete(ctx context.Context, obj runtime.Object, foreground bool) error
 }
 
-var imageRefPattern = regexp.MustCompile(`^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)/([a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)(?::([A-Za-z0-9_][A-Za-z0-9._-]{0,127}))?$`)
-
 // ParseImageRef splits "TENANT/IMAGE[:TAG]" (tag default "latest").
 func ParseImageRef(s string) (tenant, repository, tag string, err error) {
-	m := imageRefPattern.FindStringSubmatch(s)
-	if m == nil {
-		return "", "", "", fmt.Errorf("image %q: want TENANT/IMAGE[:TAG]", s)
+	tenant, repository, tag, err = imageref.ParseTenantImage(s)
+	if err != nil {
+		return "", "", "", fmt.Errorf("image %q: want TENANT/IMAGE[:TAG]: %w", s, err)
 	}
-	tag = m[4]
 	if tag == "" {
 		tag = "latest"
 	}
-	return m[1], m[1] + "/" + m[3], tag, nil
+	return tenant, repository, tag, nil
 }
 
 // ErrNotSynced is what SyncedImage returns for an image that has no
@@ -369,7 +366,7 @@ type Volume struct {
 // CreateVolume creates a blank data volume whose life is independent of
 // any VM, of storage from storageClass (the default class when empty).
 func CreateVolume(ctx context.Context, c Cluster, ns, name string, size resource.Quantity, storageClass string) (*Volume, error) {
-	if !dns1123Label.MatchString(name) {
+	if !isDNSLabel(name) {
 		return nil, fmt.Errorf("volume name %q is not a valid name", name)
 	}
 	if size.Sign() <= 0 {
@@ -454,7 +451,7 @@ type DeleteVolumeOptions struct {
 // A VM may attach the volume between the check and the deletion; nothing
 // on the hub can lock it.
 func DeleteVolume(ctx context.Context, c Cluster, ns, name string, opts DeleteVolumeOptions) (users []string, err error) {
-	if !dns1123Label.MatchString(name) {
+	if !isDNSLabel(name) {
 		return nil, fmt.Errorf("volume name %q is not a valid name", name)
 	}
 	var dv cdiv1.DataVolume

@@ -133,7 +133,7 @@ func (b *vmBuild) domain() *kubevirtv1.DomainSpec { return &b.tmpl.Spec.Domain }
 // Render builds the VirtualMachine. It fails, naming the field or
 // parameter, when the template and values do not make a bootable VM.
 func Render(req Request) (*Rendered, error) {
-	if !dns1123Label.MatchString(req.Name) || len(req.Name) > 50 {
+	if !isDNSLabel(req.Name) || len(req.Name) > 50 {
 		return nil, fmt.Errorf("VM name %q: want a DNS label of at most 50 characters", req.Name)
 	}
 	b := newVMBuild(req)
@@ -250,7 +250,7 @@ func renderNetwork(b *vmBuild) error {
 	net := kubevirtv1.Network{Name: networkName}
 	switch {
 	case b.network != "":
-		if !dns1123Label.MatchString(b.network) {
+		if !isDNSLabel(b.network) {
 			return fmt.Errorf("network %q is not a valid NetworkAttachmentDefinition name", b.network)
 		}
 		iface.Bridge = &kubevirtv1.InterfaceBridge{}
@@ -312,7 +312,7 @@ func renderLocalnets(b *vmBuild) error {
 	}
 	for _, name := range names {
 		switch {
-		case !dns1123Label.MatchString(name):
+		case !isDNSLabel(name):
 			return fmt.Errorf("localnet %q: want a DNS label, the name of a ClusterUserDefinedNetwork", name)
 		case name == networkName:
 			return fmt.Errorf("localnet %q: the name of the VM's primary interface; the provider must rename it", name)

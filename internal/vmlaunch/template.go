@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -21,10 +22,16 @@ var (
 	templateIDPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$`)
 	paramNamePattern  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]{0,62}$`)
 	referencePattern  = regexp.MustCompile(`^\$\{([A-Za-z][A-Za-z0-9_]{0,62})\}$`)
-	dns1123Label      = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
-	dns1123Subdomain  = regexp.MustCompile(`^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$`)
 	resourceName      = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?(/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$`)
 )
+
+// isDNSLabel reports whether s is a DNS-1123 label, as Kubernetes names
+// namespaces, VMs and networks.
+func isDNSLabel(s string) bool { return len(validation.IsDNS1123Label(s)) == 0 }
+
+// isDNSSubdomain reports whether s is a DNS-1123 subdomain, as Kubernetes
+// names Secrets, PVCs and storage classes.
+func isDNSSubdomain(s string) bool { return len(validation.IsDNS1123Subdomain(s)) == 0 }
 
 // maxStringParam bounds a string parameter's value (user data excepted:
 // it goes into a Secret, bounded by MaxUserData).
@@ -368,7 +375,7 @@ func validateBindings(t *api.VMTemplate) []error {
 	})
 	for _, dl := range vmDeviceLists {
 		for _, d := range dl.list(&b) {
-			if explicit && !dns1123Label.MatchString(d.Name) {
+			if explicit && !isDNSLabel(d.Name) {
 				errs = append(errs, fmt.Errorf("vm device name %q is not a valid name", d.Name))
 			}
 		}

@@ -17,12 +17,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/imagepipe/imagepipe/internal/imageref"
+	"github.com/imagepipe/imagepipe/internal/need"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
-
-	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // imagectl runs imagectl with its own cache directory.
@@ -175,7 +175,7 @@ func TestPublishOneTagForTwoArchitectures(t *testing.T) {
 	testenv.Run(t, "qemu-img", "compare", "-q", disks["arm64"], pullWithSkopeo(t, reg.Host+"/mirror/fedora:41-arm64"))
 
 	// The syncer's checker picks its hub's architecture from the index.
-	parsed, err := registry.Parse(ref, registry.FormImage)
+	parsed, err := imageref.Parse(ref, imageref.FormImage)
 	if err != nil {
 		t.Fatal(err)
 	}
