@@ -7,8 +7,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-
-	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // maxNameLength bounds a repository path, as registries bound the names
@@ -26,6 +24,8 @@ var (
 	digestPattern = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
 	// hostLabelPattern is one label of a registry host name (lower case).
 	hostLabelPattern = regexp.MustCompile(`^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$`)
+	// tenantPattern is a DNS-1123 label.
+	tenantPattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 )
 
 // Error reports a reference outside the grammar: which part and
@@ -319,9 +319,11 @@ func checkTenant(path string) string {
 }
 
 // isTenant reports whether s is a tenant: a DNS-1123 label, as
-// Kubernetes names namespaces, since a tenant becomes one.
+// Kubernetes names namespaces, since a tenant becomes one. (The pattern is
+// written here, not taken from Kubernetes' validation package, so that
+// the registry client links no Kubernetes code.)
 func isTenant(s string) bool {
-	return len(validation.IsDNS1123Label(s)) == 0
+	return tenantPattern.MatchString(s)
 }
 
 func tenantRule(tenant string) string {
