@@ -4,16 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"slices"
-	"strings"
-	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/prometheus/client_golang/prometheus"
@@ -26,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
+	"github.com/imagepipe/imagepipe/internal/daemon"
 	"github.com/imagepipe/imagepipe/internal/daemonflag"
 	"github.com/imagepipe/imagepipe/internal/gate"
 	"github.com/imagepipe/imagepipe/internal/intake"
@@ -129,9 +126,7 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 		"keyID", signer.KeyID(), "tenantKeysDir", o.tenantKeysDir, "workers", o.workers, "perTenant", o.perTenant, "maxRunning", svc.MaxRunning(),
 		"spoolPerVerification", spool, "stateDir", store.Dir, "leaseNamespace", o.leaseNamespace)
 
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return svc.Run(ctx) })
-	g.Go(func() error { return pollLoop(ctx, intake.NewPoller(reg, rc, allTenants{}), svc, o, log) })
+	var webhook http.Handler
 	if o.webhookListen != "" {
 		token, err := secretfile.Read(o.webhookTokenFile)
 		if err != nil {
@@ -143,19 +138,29 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 		}
 		mux := http.NewServeMux()
 		mux.Handle(o.webhookPath, wh)
-		g.Go(func() error { return listen(ctx, o.webhookListen, mux, o.shutdownTimeout, log) })
+		webhook = mux
 	}
-	if o.metricsListen != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}))
-		g.Go(func() error { return listen(ctx, o.metricsListen, mux, o.shutdownTimeout, log) })
-	}
-	if o.healthListen != "" {
-		mux := http.NewServeMux()
-		ok := func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
-		mux.HandleFunc("/healthz", ok)
-		mux.HandleFunc("/readyz", ok)
-		g.Go(func() error { return listen(ctx, o.healthListen, mux, o.shutdownTimeout, log) })
+	scrape := http.NewServeMux()
+	scrape.Handle("/metrics", promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}))
+	health := http.NewServeMux()
+	ok := func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
+	health.HandleFunc("/healthz", ok)
+	health.HandleFunc("/readyz", ok)
+	poll := &daemon.PollLoop{Poller: intake.NewPoller(reg, rc, gate.AllTenants{}), Interval: o.pollInterval, Resync: o.digestResyncInterval,
+		Waiting: svc.Queued, Polled: svc.Polled, Logger: log}
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return svc.Run(ctx) })
+	g.Go(func() error { return poll.Run(ctx) })
+	for _, srv := range []*daemon.Server{
+		{Name: "webhook", Addr: o.webhookListen, Handler: webhook},
+		{Name: "metrics", Addr: o.metricsListen, Handler: scrape},
+		{Name: "health", Addr: o.healthListen, Handler: health},
+	} {
+		if srv.Addr != "" {
+			srv.ShutdownTimeout, srv.Logger = o.shutdownTimeout, log
+			g.Go(func() error { return srv.Run(ctx) })
+		}
 	}
 	return g.Wait()
 }
@@ -258,83 +263,4 @@ func newLeases(o *options) (*gate.KubeLeases, error) {
 		return nil, err
 	}
 	return &gate.KubeLeases{Client: cs.CoordinationV1(), Namespace: o.leaseNamespace, Holder: holder + "-" + fmt.Sprint(os.Getpid())}, nil
-}
-
-// allTenants lets the poller list every tenant's repositories: the gate
-// verifies what any tenant pushes.
-type allTenants struct{}
-
-func (allTenants) Namespace(repository string) (string, string, error) {
-	tenant, _, ok := strings.Cut(repository, "/")
-	if !ok {
-		return "", "", fmt.Errorf("the repository %s has no tenant", repository)
-	}
-	return tenant, "", nil
-}
-
-// pollLoop polls the registry until ctx ends: a fast pass every
-// --poll-interval, a full one every --digest-resync-interval. A fast pass
-// may wait while work is queued (intake.PassSkipper). After a full pass,
-// images awaiting a tenant's signature are looked at again.
-func pollLoop(ctx context.Context, p *intake.Poller, svc *gate.Service, o *options, log *slog.Logger) error {
-	var lastFull time.Time
-	var skipper intake.PassSkipper
-	t := time.NewTicker(o.pollInterval)
-	defer t.Stop()
-	for {
-		full := lastFull.IsZero() || time.Since(lastFull) >= o.digestResyncInterval
-		if skipper.ShouldSkip(full, svc.Queued()) {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-t.C:
-			}
-			continue
-		}
-		poll := p.Poll
-		if full {
-			poll = p.PollDigests
-		}
-		start := time.Now()
-		events, err := poll(ctx)
-		if full && err == nil {
-			lastFull = start
-		}
-		if err != nil && ctx.Err() == nil {
-			log.Warn("polling the registry failed", "error", err)
-		}
-		svc.Add(events)
-		if full {
-			svc.Recheck()
-		}
-		log.Debug("poll done", "full", full, "events", len(events), "seconds", time.Since(start).Seconds())
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-// listen serves h on addr until ctx ends.
-func listen(ctx context.Context, addr string, h http.Handler, shutdown time.Duration, log *slog.Logger) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", addr, err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
-	stopped := make(chan error, 1)
-	go func() { stopped <- srv.Serve(ln) }()
-	log.Info("listening", "address", ln.Addr().String())
-	select {
-	case err := <-stopped:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdown)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return nil
 }

@@ -1,0 +1,12 @@
+// Package daemon is the runtime image-syncer and image-gate share, so that
+// both behave alike where they do the same thing.
+//
+// Server serves one HTTP endpoint until its context ends, with bounded
+// request timeouts and a graceful shutdown. PollLoop lists the registry
+// for what webhooks missed: a fast pass every interval, a full one every
+// resync, fast passes waiting a bounded number of times while the daemon
+// is still working through earlier events.
+//
+// It links no controller stack: image-gate runs without one, and
+// image-syncer wraps Server and PollLoop as manager runnables (internal/hub).
+package daemon
