@@ -11,7 +11,6 @@ import (
 	"os"
 	"slices"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -23,10 +22,8 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/daemon"
-	"github.com/imagepipe/imagepipe/internal/daemonflag"
 	"github.com/imagepipe/imagepipe/internal/gate"
 	"github.com/imagepipe/imagepipe/internal/intake"
-	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/secretfile"
 	"github.com/imagepipe/imagepipe/internal/trust"
 	"github.com/imagepipe/imagepipe/internal/version"
@@ -42,8 +39,11 @@ const engine = "imagepipe-gate"
 type loggedError struct{ error }
 
 func run(ctx context.Context, o *options, stderr io.Writer) error {
-	level, _ := daemonflag.Level(o.logLevel)
-	log := newLogger(stderr, o.logFormat, level)
+	h, err := o.daemon.Handler(stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(h)
 	if err := serve(ctx, o, log, stderr); err != nil {
 		log.Error("image-gate stopped on an error", "error", err, "version", version.Get().Version)
 		return loggedError{err}
@@ -55,7 +55,7 @@ func run(ctx context.Context, o *options, stderr io.Writer) error {
 // serve wires the gate: registry client, signer, the service with its
 // workers, the poller, and the webhook, metrics and health endpoints.
 func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) error {
-	reg, err := daemonflag.Registry(o.registry, o.registryInsecure)
+	reg, err := o.daemon.RegistryName()
 	if err != nil {
 		return err
 	}
@@ -63,7 +63,7 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	rc, err := newRegistryClient(o, reg, log)
+	rc, err := o.daemon.RegistryClient(userAgent(), log)
 	if err != nil {
 		return err
 	}
@@ -127,8 +127,8 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 		"spoolPerVerification", spool, "stateDir", store.Dir, "leaseNamespace", o.leaseNamespace)
 
 	var webhook http.Handler
-	if o.webhookListen != "" {
-		token, err := secretfile.Read(o.webhookTokenFile)
+	if o.daemon.WebhookListen != "" {
+		token, err := secretfile.Read(o.daemon.WebhookTokenFile)
 		if err != nil {
 			return err
 		}
@@ -137,7 +137,7 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 			return err
 		}
 		mux := http.NewServeMux()
-		mux.Handle(o.webhookPath, wh)
+		mux.Handle(o.daemon.WebhookPath, wh)
 		webhook = mux
 	}
 	scrape := http.NewServeMux()
@@ -146,19 +146,19 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 	ok := func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
 	health.HandleFunc("/healthz", ok)
 	health.HandleFunc("/readyz", ok)
-	poll := &daemon.PollLoop{Poller: intake.NewPoller(reg, rc, gate.AllTenants{}), Interval: o.pollInterval, Resync: o.digestResyncInterval,
+	poll := &daemon.PollLoop{Poller: intake.NewPoller(reg, rc, gate.AllTenants{}), Interval: o.daemon.PollInterval, Resync: o.daemon.DigestResyncInterval,
 		Waiting: svc.Queued, Polled: svc.Polled, Logger: log}
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return svc.Run(ctx) })
 	g.Go(func() error { return poll.Run(ctx) })
 	for _, srv := range []*daemon.Server{
-		{Name: "webhook", Addr: o.webhookListen, Handler: webhook},
-		{Name: "metrics", Addr: o.metricsListen, Handler: scrape},
-		{Name: "health", Addr: o.healthListen, Handler: health},
+		{Name: "webhook", Addr: o.daemon.WebhookListen, Handler: webhook},
+		{Name: "metrics", Addr: o.daemon.MetricsListen, Handler: scrape},
+		{Name: "health", Addr: o.daemon.HealthListen, Handler: health},
 	} {
 		if srv.Addr != "" {
-			srv.ShutdownTimeout, srv.Logger = o.shutdownTimeout, log
+			srv.ShutdownTimeout, srv.Logger = o.daemon.ShutdownTimeout, log
 			g.Go(func() error { return srv.Run(ctx) })
 		}
 	}
@@ -221,25 +221,8 @@ func loadKeys(o *options) (*attest.Signer, *trust.Verifier, error) {
 	return signer, verifier, err
 }
 
-// newRegistryClient builds the client of the central registry with the
-// gate's own credential and CA.
-func newRegistryClient(o *options, reg name.Registry, log *slog.Logger) (*registry.Client, error) {
-	ropts := []registry.Option{
-		registry.WithLogger(log), registry.WithCacheDir(""), registry.WithInsecure(o.registryInsecure),
-		registry.WithUserAgent("imagepipe-gate/" + version.Get().Version),
-	}
-	if o.dockerConfig != "" {
-		user, pass, err := registry.DockerCredentials(o.dockerConfig, reg.RegistryStr())
-		if err != nil {
-			return nil, err
-		}
-		ropts = append(ropts, registry.WithBasicAuth(user, pass))
-	}
-	if o.registryCAFile != "" {
-		ropts = append(ropts, registry.WithCAFile(o.registryCAFile))
-	}
-	return registry.New(ropts...)
-}
+// userAgent is the gate's User-Agent, in the registry's logs.
+func userAgent() string { return "imagepipe-gate/" + version.Get().Version }
 
 // newLeases builds the Kubernetes Leases replicas share work through,
 // held under the pod's name.

@@ -16,7 +16,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/imagepipe/imagepipe/internal/intake"
-	"github.com/imagepipe/imagepipe/internal/registry"
 )
 
 // everyTenant maps a repository to the tenant before its first slash.
@@ -54,11 +53,12 @@ func TestPollLoop(t *testing.T) {
 	if err := remote.Write(tag, img); err != nil {
 		t.Fatal(err)
 	}
-	reg, err := name.NewRegistry(host)
+	f := Flags{Registry: host}
+	reg, err := f.RegistryName()
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, err := registry.New(registry.WithCacheDir(""))
+	rc, err := f.RegistryClient("daemon-test", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
