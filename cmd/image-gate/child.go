@@ -13,7 +13,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 
-	"github.com/imagepipe/imagepipe/internal/daemonflag"
 	"github.com/imagepipe/imagepipe/internal/gate"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/version"
@@ -33,12 +32,12 @@ func verifyOneCmd(o *options) *cobra.Command {
 		Args:   cobra.NoArgs,
 		Hidden: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			reg, err := daemonflag.Registry(o.registry, o.registryInsecure)
+			reg, err := o.daemon.RegistryName()
 			if err != nil {
 				return err
 			}
 			gate.LimitSelf(o.verifyMemoryLimit)
-			level, err := daemonflag.Level(o.logLevel)
+			h, err := o.daemon.Handler(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -50,8 +49,8 @@ func verifyOneCmd(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			log := newLogger(cmd.ErrOrStderr(), o.logFormat, level).With("subject", subject.String())
-			rc, err := newRegistryClient(o, reg, log)
+			log := slog.New(h).With("subject", subject.String())
+			rc, err := o.daemon.RegistryClient(userAgent(), log)
 			if err != nil {
 				return err
 			}
@@ -83,31 +82,22 @@ const maxSubjectLine = 4096
 func (o *options) childArgs(maxSpool int64) []string {
 	args := []string{"verify-one",
 		"--verify-max-spool", strconv.FormatInt(maxSpool, 10),
-		"--registry", o.registry,
+		"--registry", o.daemon.Registry,
 		"--max-virtual-size", strconv.FormatInt(o.maxVirtualSize, 10),
 		"--state-dir", o.store().Dir,
 		"--verify-memory-limit", strconv.FormatInt(o.verifyMemoryLimit, 10),
-		"--log-format", o.logFormat, "--log-level", o.logLevel,
+		"--log-format", o.daemon.LogFormat, "--log-level", o.daemon.LogLevel,
 	}
-	if o.registryCAFile != "" {
-		args = append(args, "--registry-ca-file", o.registryCAFile)
+	if o.daemon.RegistryCAFile != "" {
+		args = append(args, "--registry-ca-file", o.daemon.RegistryCAFile)
 	}
-	if o.registryInsecure {
+	if o.daemon.RegistryInsecure {
 		args = append(args, "--registry-insecure")
 	}
-	if o.dockerConfig != "" {
-		args = append(args, "--docker-config", o.dockerConfig)
+	if o.daemon.DockerConfig != "" {
+		args = append(args, "--docker-config", o.daemon.DockerConfig)
 	}
 	return args
-}
-
-// newLogger is the gate's logger in format json or text.
-func newLogger(w io.Writer, format string, level slog.Level) *slog.Logger {
-	hopts := &slog.HandlerOptions{Level: level}
-	if format == "text" {
-		return slog.New(slog.NewTextHandler(w, hopts))
-	}
-	return slog.New(slog.NewJSONHandler(w, hopts))
 }
 
 // childPath is the gate's own executable, run for each verification.

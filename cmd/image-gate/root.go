@@ -9,43 +9,30 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/imagepipe/imagepipe/internal/daemonflag"
+	"github.com/imagepipe/imagepipe/internal/daemon"
 	"github.com/imagepipe/imagepipe/internal/gate"
 	"github.com/imagepipe/imagepipe/internal/version"
 )
 
 // options are the gate's settings, from flags.
 type options struct {
-	registry             string
-	registryCAFile       string
-	registryInsecure     bool
-	dockerConfig         string
-	signingKey           string
-	trustedKeys          string
-	tenantKeysDir        string
-	webhookListen        string
-	webhookPath          string
-	webhookTokenFile     string
-	pollInterval         time.Duration
-	digestResyncInterval time.Duration
-	workers              int
-	perTenant            int
-	reserve              int
-	verifyCPULimit       time.Duration
-	verifyTimeout        time.Duration
-	maxSpool             int64
-	budget               gate.Budget
-	tempDir              string
-	stateDir             string
-	maxVirtualSize       int64
-	verifyMemoryLimit    int64
-	metricsListen        string
-	healthListen         string
-	kubeconfig           string
-	leaseNamespace       string
-	logFormat            string
-	logLevel             string
-	shutdownTimeout      time.Duration
+	daemon            daemon.Flags
+	signingKey        string
+	trustedKeys       string
+	tenantKeysDir     string
+	workers           int
+	perTenant         int
+	reserve           int
+	verifyCPULimit    time.Duration
+	verifyTimeout     time.Duration
+	maxSpool          int64
+	budget            gate.Budget
+	tempDir           string
+	stateDir          string
+	maxVirtualSize    int64
+	verifyMemoryLimit int64
+	kubeconfig        string
+	leaseNamespace    string
 }
 
 // DefaultVerifyMemoryLimit is --verify-memory-limit's default: about
@@ -75,7 +62,10 @@ replica per digest at a time.
 With --tenant-keys-dir, a tenant that has a key file there must sign what
 it pushes: an unsigned image, or one signed by no key of that tenant, is
 refused (unsigned, untrusted-signature) without being read, and looked at
-again when a signature is pushed for it.`,
+again when a signature is pushed for it.
+
+Its own registry credential (--docker-config) must read every tenant
+repository and push canonical images and verdicts into it.`,
 		Version:       version.Get().String(),
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
@@ -90,18 +80,10 @@ again when a signature is pushed for it.`,
 	cmd.CompletionOptions.DisableDefaultCmd = true
 	cmd.AddCommand(verifyOneCmd(o))
 	f := cmd.PersistentFlags()
-	f.StringVar(&o.registry, "registry", "", "central registry HOST[:PORT] (required)")
-	f.StringVar(&o.registryCAFile, "registry-ca-file", "", "PEM CA bundle of the registry")
-	f.BoolVar(&o.registryInsecure, "registry-insecure", false, "use plain HTTP or skip TLS verification (127.0.0.1 and localhost use HTTP without it)")
-	f.StringVar(&o.dockerConfig, "docker-config", "", "docker config.json holding the gate's registry credential: it reads every tenant repository and pushes canonical images and verdicts into it")
+	o.daemon.Register(f)
 	f.StringVar(&o.signingKey, "signing-key", "", "PEM private key verdicts are signed with: PKCS#8 or EC, ECDSA P-256/P-384 or Ed25519, or a cosign key with its password in $"+keyPasswordEnv+" (required)")
 	f.StringVar(&o.trustedKeys, "trusted-keys", "", "PEM public keys whose verdicts count as given (add the old key while rotating); default: the signing key's")
 	f.StringVar(&o.tenantKeysDir, "tenant-keys-dir", "", "folder of the tenants' signature policy: TENANT.pub holds the PEM public keys one of which must have signed each image TENANT pushes (cosign sign --key, imagectl sign); tenants without a file need no signature. Read for each image, so edits apply at once")
-	f.StringVar(&o.webhookListen, "webhook-listen", ":8080", "address of the webhook endpoint; empty disables it")
-	f.StringVar(&o.webhookPath, "webhook-path", "/webhook", "path of the webhook endpoint")
-	f.StringVar(&o.webhookTokenFile, "webhook-token-file", "", "file holding the bearer token registries must send (required with --webhook-listen)")
-	f.DurationVar(&o.pollInterval, "poll-interval", 5*time.Minute, "how often to list the registry's repositories and tags")
-	f.DurationVar(&o.digestResyncInterval, "digest-resync-interval", time.Hour, "how often polling also re-resolves the digest of every known tag")
 	f.IntVar(&o.workers, "workers", gate.DefaultWorkers, "verifications at once")
 	f.IntVar(&o.perTenant, "per-tenant", gate.DefaultPerTenant, "verifications of one tenant at once")
 	f.IntVar(&o.reserve, "reserve", 0, "verifications beyond --workers that may run for tenants with none running, so that a tenant's image does not wait for others' long verifications (default: half of --workers)")
@@ -116,13 +98,8 @@ again when a signature is pushed for it.`,
 	f.StringVar(&o.tempDir, "temp-dir", "", "folder where the gate makes its own, image-gate-*, for the disks being verified (sparse files; at most one disk's size per verification, none for imagectl's qcow2 disks; default: $TMPDIR); at start it removes the folders of gates that are gone, never a running gate's")
 	f.Int64Var(&o.maxVirtualSize, "max-virtual-size", gate.DefaultMaxVirtualSize, "largest guest disk accepted, in bytes")
 	f.Int64Var(&o.verifyMemoryLimit, "verify-memory-limit", DefaultVerifyMemoryLimit, "resident memory one verification may use, in bytes: each runs in a process of its own, stopped past this limit without stopping the others (0: no limit)")
-	f.StringVar(&o.metricsListen, "metrics-listen", ":9090", "address of the Prometheus /metrics endpoint; empty disables it")
-	f.StringVar(&o.healthListen, "health-listen", ":8081", "address of /healthz and /readyz; empty disables them")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster holding the leases (default: in-cluster)")
 	f.StringVar(&o.leaseNamespace, "lease-namespace", "", "namespace of the per-digest Leases replicas share work through; empty runs without (one replica)")
-	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
-	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take")
 	return cmd
 }
 
@@ -140,21 +117,9 @@ func (o *options) store() *gate.Store {
 }
 
 func (o *options) validate() error {
-	var errs []error
-	if o.registry == "" {
-		errs = append(errs, errors.New("--registry is required"))
-	}
+	errs := []error{o.daemon.Validate()}
 	if o.signingKey == "" {
 		errs = append(errs, errors.New("--signing-key is required: verdicts are signed"))
-	}
-	if o.webhookListen != "" && o.webhookTokenFile == "" {
-		errs = append(errs, errors.New("--webhook-listen needs --webhook-token-file: the endpoint is never open"))
-	}
-	if o.pollInterval < time.Second {
-		errs = append(errs, fmt.Errorf("--poll-interval %s is below 1s", o.pollInterval))
-	}
-	if o.digestResyncInterval < o.pollInterval {
-		errs = append(errs, fmt.Errorf("--digest-resync-interval %s is below --poll-interval %s", o.digestResyncInterval, o.pollInterval))
 	}
 	if o.reserve < 0 || o.maxSpool < 0 || o.verifyCPULimit < 0 || o.verifyTimeout < 0 {
 		errs = append(errs, errors.New("--reserve, --max-spool, --verify-cpu-limit and --verify-timeout: want 0 or more"))
@@ -170,12 +135,6 @@ func (o *options) validate() error {
 	}
 	if o.maxVirtualSize < 1<<20 {
 		errs = append(errs, fmt.Errorf("--max-virtual-size %d: want at least 1 MiB", o.maxVirtualSize))
-	}
-	if _, err := daemonflag.Level(o.logLevel); err != nil {
-		errs = append(errs, err)
-	}
-	if o.logFormat != "json" && o.logFormat != "text" {
-		errs = append(errs, fmt.Errorf("--log-format %q: want json or text", o.logFormat))
 	}
 	return errors.Join(errs...)
 }

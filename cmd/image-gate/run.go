@@ -4,17 +4,13 @@ import (
 	"bytes"
 	"context"
 	"crypto"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"slices"
-	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -25,11 +21,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
-	"github.com/imagepipe/imagepipe/internal/daemonflag"
+	"github.com/imagepipe/imagepipe/internal/daemon"
 	"github.com/imagepipe/imagepipe/internal/gate"
-	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/intake"
-	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/secretfile"
 	"github.com/imagepipe/imagepipe/internal/trust"
 	"github.com/imagepipe/imagepipe/internal/version"
@@ -45,8 +39,11 @@ const engine = "imagepipe-gate"
 type loggedError struct{ error }
 
 func run(ctx context.Context, o *options, stderr io.Writer) error {
-	level, _ := daemonflag.Level(o.logLevel)
-	log := newLogger(stderr, o.logFormat, level)
+	h, err := o.daemon.Handler(stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(h)
 	if err := serve(ctx, o, log, stderr); err != nil {
 		log.Error("image-gate stopped on an error", "error", err, "version", version.Get().Version)
 		return loggedError{err}
@@ -58,7 +55,7 @@ func run(ctx context.Context, o *options, stderr io.Writer) error {
 // serve wires the gate: registry client, signer, the service with its
 // workers, the poller, and the webhook, metrics and health endpoints.
 func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) error {
-	reg, err := daemonflag.Registry(o.registry, o.registryInsecure)
+	reg, err := o.daemon.RegistryName()
 	if err != nil {
 		return err
 	}
@@ -66,7 +63,7 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	rc, err := newRegistryClient(o, reg, log)
+	rc, err := o.daemon.RegistryClient(userAgent(), log)
 	if err != nil {
 		return err
 	}
@@ -129,11 +126,9 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 		"keyID", signer.KeyID(), "tenantKeysDir", o.tenantKeysDir, "workers", o.workers, "perTenant", o.perTenant, "maxRunning", svc.MaxRunning(),
 		"spoolPerVerification", spool, "stateDir", store.Dir, "leaseNamespace", o.leaseNamespace)
 
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return svc.Run(ctx) })
-	g.Go(func() error { return pollLoop(ctx, intake.NewPoller(reg, rc, allTenants{}), svc, o, log) })
-	if o.webhookListen != "" {
-		token, err := secretfile.Read(o.webhookTokenFile)
+	var webhook http.Handler
+	if o.daemon.WebhookListen != "" {
+		token, err := secretfile.Read(o.daemon.WebhookTokenFile)
 		if err != nil {
 			return err
 		}
@@ -142,20 +137,30 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 			return err
 		}
 		mux := http.NewServeMux()
-		mux.Handle(o.webhookPath, wh)
-		g.Go(func() error { return listen(ctx, o.webhookListen, mux, o.shutdownTimeout, log) })
+		mux.Handle(o.daemon.WebhookPath, wh)
+		webhook = mux
 	}
-	if o.metricsListen != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}))
-		g.Go(func() error { return listen(ctx, o.metricsListen, mux, o.shutdownTimeout, log) })
-	}
-	if o.healthListen != "" {
-		mux := http.NewServeMux()
-		ok := func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
-		mux.HandleFunc("/healthz", ok)
-		mux.HandleFunc("/readyz", ok)
-		g.Go(func() error { return listen(ctx, o.healthListen, mux, o.shutdownTimeout, log) })
+	scrape := http.NewServeMux()
+	scrape.Handle("/metrics", promhttp.HandlerFor(promReg, promhttp.HandlerOpts{}))
+	health := http.NewServeMux()
+	ok := func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") }
+	health.HandleFunc("/healthz", ok)
+	health.HandleFunc("/readyz", ok)
+	poll := &daemon.PollLoop{Poller: intake.NewPoller(reg, rc, gate.AllTenants{}), Interval: o.daemon.PollInterval, Resync: o.daemon.DigestResyncInterval,
+		Waiting: svc.Queued, Polled: svc.Polled, Logger: log}
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return svc.Run(ctx) })
+	g.Go(func() error { return poll.Run(ctx) })
+	for _, srv := range []*daemon.Server{
+		{Name: "webhook", Addr: o.daemon.WebhookListen, Handler: webhook},
+		{Name: "metrics", Addr: o.daemon.MetricsListen, Handler: scrape},
+		{Name: "health", Addr: o.daemon.HealthListen, Handler: health},
+	} {
+		if srv.Addr != "" {
+			srv.ShutdownTimeout, srv.Logger = o.daemon.ShutdownTimeout, log
+			g.Go(func() error { return srv.Run(ctx) })
+		}
 	}
 	return g.Wait()
 }
@@ -216,25 +221,8 @@ func loadKeys(o *options) (*attest.Signer, *trust.Verifier, error) {
 	return signer, verifier, err
 }
 
-// newRegistryClient builds the client of the central registry with the
-// gate's own credential and CA.
-func newRegistryClient(o *options, reg name.Registry, log *slog.Logger) (*registry.Client, error) {
-	ropts := []registry.Option{
-		registry.WithLogger(log), registry.WithCacheDir(""), registry.WithInsecure(o.registryInsecure),
-		registry.WithUserAgent("imagepipe-gate/" + version.Get().Version),
-	}
-	if o.dockerConfig != "" {
-		user, pass, err := registry.DockerCredentials(o.dockerConfig, reg.RegistryStr())
-		if err != nil {
-			return nil, err
-		}
-		ropts = append(ropts, registry.WithBasicAuth(user, pass))
-	}
-	if o.registryCAFile != "" {
-		ropts = append(ropts, registry.WithCAFile(o.registryCAFile))
-	}
-	return registry.New(ropts...)
-}
+// userAgent is the gate's User-Agent, in the registry's logs.
+func userAgent() string { return "imagepipe-gate/" + version.Get().Version }
 
 // newLeases builds the Kubernetes Leases replicas share work through,
 // held under the pod's name.
@@ -258,80 +246,4 @@ func newLeases(o *options) (*gate.KubeLeases, error) {
 		return nil, err
 	}
 	return &gate.KubeLeases{Client: cs.CoordinationV1(), Namespace: o.leaseNamespace, Holder: holder + "-" + fmt.Sprint(os.Getpid())}, nil
-}
-
-// allTenants lets the poller list every tenant's repositories: the gate
-// verifies what any tenant pushes.
-type allTenants struct{}
-
-func (allTenants) Namespace(repository string) (string, string, error) {
-	tenant, err := imageref.Tenant(repository)
-	return tenant, "", err
-}
-
-// pollLoop polls the registry until ctx ends: a fast pass every
-// --poll-interval, a full one every --digest-resync-interval. A fast pass
-// may wait while work is queued (intake.PassSkipper). After a full pass,
-// images awaiting a tenant's signature are looked at again.
-func pollLoop(ctx context.Context, p *intake.Poller, svc *gate.Service, o *options, log *slog.Logger) error {
-	var lastFull time.Time
-	var skipper intake.PassSkipper
-	t := time.NewTicker(o.pollInterval)
-	defer t.Stop()
-	for {
-		full := lastFull.IsZero() || time.Since(lastFull) >= o.digestResyncInterval
-		if skipper.ShouldSkip(full, svc.Queued()) {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-t.C:
-			}
-			continue
-		}
-		poll := p.Poll
-		if full {
-			poll = p.PollDigests
-		}
-		start := time.Now()
-		events, err := poll(ctx)
-		if full && err == nil {
-			lastFull = start
-		}
-		if err != nil && ctx.Err() == nil {
-			log.Warn("polling the registry failed", "error", err)
-		}
-		svc.Add(events)
-		if full {
-			svc.Recheck()
-		}
-		log.Debug("poll done", "full", full, "events", len(events), "seconds", time.Since(start).Seconds())
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-	}
-}
-
-// listen serves h on addr until ctx ends.
-func listen(ctx context.Context, addr string, h http.Handler, shutdown time.Duration, log *slog.Logger) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", addr, err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
-	stopped := make(chan error, 1)
-	go func() { stopped <- srv.Serve(ln) }()
-	log.Info("listening", "address", ln.Addr().String())
-	select {
-	case err := <-stopped:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdown)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return nil
 }

@@ -59,16 +59,16 @@ func TestOptionsValidate(t *testing.T) {
 		t.Fatalf("defaults with a registry and token: %v", err)
 	}
 	for name, mutate := range map[string]func(*options){
-		"no registry":           func(o *options) { o.registry = "" },
+		"no registry":           func(o *options) { o.daemon.Registry = "" },
 		"no gate keys":          func(o *options) { o.gateKeys = "" },
-		"webhook without token": func(o *options) { o.webhookTokenFile = "" },
+		"webhook without token": func(o *options) { o.daemon.WebhookTokenFile = "" },
 		"keep 0":                func(o *options) { o.keep = 0 },
 		"keep 11":               func(o *options) { o.keep = 11 },
 		"negative image limit":  func(o *options) { o.maxImagesPerTenant = -1 },
 		"pull method":           func(o *options) { o.pullMethod = "kubelet" },
 		"on-delete":             func(o *options) { o.onDelete = "purge" },
-		"resync below poll":     func(o *options) { o.digestResyncInterval = time.Second },
-		"log level":             func(o *options) { o.logLevel = "loud" },
+		"resync below poll":     func(o *options) { o.daemon.DigestResyncInterval = time.Second },
+		"log level":             func(o *options) { o.daemon.LogLevel = "loud" },
 		"tenant credentials with node pull": func(o *options) {
 			o.pullMethod, o.tenantCredentialsDir = "node", "/creds"
 		},
@@ -80,6 +80,24 @@ func TestOptionsValidate(t *testing.T) {
 				t.Error("accepted")
 			}
 		})
+	}
+}
+
+// Each listener of the syncer turns off given "" or "0", as the gate's do,
+// and a syncer without a webhook needs no webhook token.
+func TestListenersTurnOff(t *testing.T) {
+	for _, off := range []string{"", "0"} {
+		o := &options{}
+		args := []string{"--registry", "r.example.com", "--gate-keys", "/k", "--webhook-listen", off, "--metrics-listen", off, "--health-listen", off}
+		if err := newRootCmdWith(o).ParseFlags(args); err != nil {
+			t.Fatal(err)
+		}
+		if o.daemon.WebhookListen != "" || o.daemon.MetricsListen != "" || o.daemon.HealthListen != "" {
+			t.Errorf("given %q: webhook %q, metrics %q, health %q; want all off", off, o.daemon.WebhookListen, o.daemon.MetricsListen, o.daemon.HealthListen)
+		}
+		if err := o.validate(); err != nil {
+			t.Errorf("given %q: %v", off, err)
+		}
 	}
 }
 

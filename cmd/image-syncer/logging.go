@@ -9,8 +9,6 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
-
-	"github.com/imagepipe/imagepipe/internal/daemonflag"
 )
 
 // setUpLogging makes the syncer's logger from --log-format and --log-level,
@@ -20,12 +18,14 @@ import (
 // and the event broadcaster write to (its lines carry logger=klog), and the
 // standard library's log package (net/http's server errors). klog's
 // verbosity follows the level: info shows V(0), debug V(1) to V(4).
-func (o *options) setUpLogging(w io.Writer) *slog.Logger {
-	level, _ := daemonflag.Level(o.logLevel)
-	hopts := &slog.HandlerOptions{Level: level}
-	var h slog.Handler = slog.NewJSONHandler(w, hopts)
-	if o.logFormat == "text" {
-		h = slog.NewTextHandler(w, hopts)
+func (o *options) setUpLogging(w io.Writer) (*slog.Logger, error) {
+	level, err := o.daemon.Level()
+	if err != nil {
+		return nil, err
+	}
+	h, err := o.daemon.Handler(w)
+	if err != nil {
+		return nil, err
 	}
 	ctrl.SetLogger(logr.FromSlogHandler(h))
 	klog.SetLoggerWithOptions(logr.FromSlogHandler(h).WithName("klog"), klog.ContextualLogger(true))
@@ -36,5 +36,5 @@ func (o *options) setUpLogging(w io.Writer) *slog.Logger {
 	_ = klogFlags.Set("v", strconv.Itoa(max(0, -int(level))))
 	log := slog.New(h)
 	slog.SetDefault(log)
-	return log
+	return log, nil
 }

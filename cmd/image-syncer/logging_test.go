@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/imagepipe/imagepipe/internal/daemon"
 	"github.com/imagepipe/imagepipe/internal/version"
 )
 
@@ -40,8 +41,10 @@ func TestLoggingOneFormat(t *testing.T) {
 	} {
 		t.Run(tc.format+" "+tc.level, func(t *testing.T) {
 			var buf bytes.Buffer
-			o := &options{logFormat: tc.format, logLevel: tc.level}
-			o.setUpLogging(&buf)
+			o := &options{daemon: daemon.Flags{LogFormat: tc.format, LogLevel: tc.level}}
+			if _, err := o.setUpLogging(&buf); err != nil {
+				t.Fatal(err)
+			}
 			klog.Info("klog info")
 			klog.InfoS("klog infos", "key", "value")
 			klog.Errorf("klog error: %v", errors.New("boom"))

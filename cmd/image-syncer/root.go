@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
-	"github.com/imagepipe/imagepipe/internal/daemonflag"
+	"github.com/imagepipe/imagepipe/internal/daemon"
 	"github.com/imagepipe/imagepipe/internal/hub"
 	"github.com/imagepipe/imagepipe/internal/netsync"
 	"github.com/imagepipe/imagepipe/internal/version"
@@ -18,18 +18,10 @@ import (
 
 // options are the daemon's settings, from flags and the config file.
 type options struct {
+	daemon               daemon.Flags
 	kubeconfig           string
-	registry             string
-	registryCAFile       string
-	registryInsecure     bool
-	dockerConfig         string
 	gateKeys             string
 	tenantCredentialsDir string
-	webhookListen        string
-	webhookPath          string
-	webhookTokenFile     string
-	pollInterval         time.Duration
-	digestResyncInterval time.Duration
 	namespaceTemplate    string
 	tenantRole           string
 	tenants              []string
@@ -47,13 +39,8 @@ type options struct {
 	workers              int
 	kubeQPS              float32
 	kubeBurst            int
-	metricsListen        string
-	healthListen         string
 	leaderElect          bool
 	leaderElectionNS     string
-	logFormat            string
-	logLevel             string
-	shutdownTimeout      time.Duration
 }
 
 func newRootCmd() *cobra.Command { return newRootCmdWith(&options{}) }
@@ -69,6 +56,10 @@ central registry from webhooks and from polling, and imports each one the
 gate (image-gate) verified, as a BaseImage with a CDI DataVolume pinned to
 the gate's canonical image and a DataSource. An image without a verdict
 signed by one of the provider's keys (--gate-keys) is never imported.
+
+Its own registry credential (--docker-config) lists the catalog and tags
+and revalidates images, and is never copied into tenant namespaces; the
+registry's CA bundle (--registry-ca-file) is, for CDI.
 
 Every flag can also be set in a YAML file given with --config, whose keys
 are the flag names (poll-interval: 5m); the command line wins.
@@ -97,18 +88,10 @@ the first log line says which, and which build runs:
 	}
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "YAML file setting any of these flags by name")
+	o.daemon.Register(f)
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the hub (default: the first of "+strings.Join(kubeconfigSourceNames()[1:], ", then ")+")")
-	f.StringVar(&o.registry, "registry", "", "central registry HOST[:PORT] (required)")
-	f.StringVar(&o.registryCAFile, "registry-ca-file", "", "PEM CA bundle of the registry; also copied into tenant namespaces for CDI")
-	f.BoolVar(&o.registryInsecure, "registry-insecure", false, "use plain HTTP or skip TLS verification (127.0.0.1 and localhost use HTTP without it)")
-	f.StringVar(&o.dockerConfig, "docker-config", "", "docker config.json holding the syncer's own registry credentials (catalog, tags, revalidation); never copied into tenant namespaces")
 	f.StringVar(&o.gateKeys, "gate-keys", "", "PEM file of the provider's public keys, one or more (rotation): only images with a verdict signed by one of them are imported (required)")
 	f.StringVar(&o.tenantCredentialsDir, "tenant-credentials-dir", "", "folder with one docker config.json per tenant, named after the tenant, each able to read only TENANT/*; copied into that tenant's namespace as CDI's pull secret (pull method pod)")
-	f.StringVar(&o.webhookListen, "webhook-listen", ":8080", "address of the webhook endpoint; empty disables it")
-	f.StringVar(&o.webhookPath, "webhook-path", "/webhook", "path of the webhook endpoint")
-	f.StringVar(&o.webhookTokenFile, "webhook-token-file", "", "file holding the bearer token registries must send (required with --webhook-listen)")
-	f.DurationVar(&o.pollInterval, "poll-interval", 5*time.Minute, "how often to list the registry's repositories and tags")
-	f.DurationVar(&o.digestResyncInterval, "digest-resync-interval", time.Hour, "how often polling also re-resolves the digest of every known tag")
 	f.StringVar(&o.namespaceTemplate, "namespace-template", hub.DefaultNamespaceTemplate, "hub namespace of a tenant, a Go template with .Tenant")
 	f.StringSliceVar(&o.tenants, "tenants", nil, "tenants this hub serves (default: all)")
 	f.StringVar(&o.tenantRole, "tenant-cluster-role", "imagepipe-tenant", "ClusterRole a private network's namespace binds to whoever it is bound to in the network's own namespace (config/tenant); empty: private networks and load balancers are not provisioned")
@@ -128,32 +111,15 @@ the first log line says which, and which build runs:
 	f.IntVar(&o.workers, "workers", 4, "concurrent reconciles and event handlers")
 	f.Float32Var(&o.kubeQPS, "kube-qps", defaultKubeQPS, "requests per second to the hub's API server, on average; a first sync of N images makes about 2N writes")
 	f.IntVar(&o.kubeBurst, "kube-burst", defaultKubeBurst, "requests to the hub's API server allowed at once above --kube-qps")
-	f.StringVar(&o.metricsListen, "metrics-listen", ":9090", "address of the Prometheus /metrics endpoint; 0 disables it")
-	f.StringVar(&o.healthListen, "health-listen", ":8081", "address of /healthz and /readyz; 0 disables them")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "run one active replica at a time (webhooks are accepted by all)")
 	f.StringVar(&o.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader lease (default: $"+podNamespaceEnv+", then the pod's service account namespace, then "+defaultLeaderElectionNamespace+")")
-	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
-	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
-	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long a graceful shutdown may take")
 	return cmd
 }
 
 func (o *options) validate() error {
-	var errs []error
-	if o.registry == "" {
-		errs = append(errs, errors.New("--registry is required"))
-	}
+	errs := []error{o.daemon.Validate()}
 	if o.gateKeys == "" {
 		errs = append(errs, errors.New("--gate-keys is required: the syncer imports only what the gate verified"))
-	}
-	if o.webhookListen != "" && o.webhookTokenFile == "" {
-		errs = append(errs, errors.New("--webhook-listen needs --webhook-token-file: the endpoint is never open"))
-	}
-	if o.pollInterval < time.Second {
-		errs = append(errs, fmt.Errorf("--poll-interval %s is below 1s", o.pollInterval))
-	}
-	if o.digestResyncInterval < o.pollInterval {
-		errs = append(errs, fmt.Errorf("--digest-resync-interval %s is below --poll-interval %s", o.digestResyncInterval, o.pollInterval))
 	}
 	switch cdiv1.RegistryPullMethod(o.pullMethod) {
 	case cdiv1.RegistryPullPod:
@@ -194,12 +160,6 @@ func (o *options) validate() error {
 	}
 	if o.kubeQPS < 1 || o.kubeBurst < 1 {
 		errs = append(errs, fmt.Errorf("--kube-qps %v and --kube-burst %d: want at least 1 each", o.kubeQPS, o.kubeBurst))
-	}
-	if _, err := daemonflag.Level(o.logLevel); err != nil {
-		errs = append(errs, err)
-	}
-	if o.logFormat != "json" && o.logFormat != "text" {
-		errs = append(errs, fmt.Errorf("--log-format %q: want json or text", o.logFormat))
 	}
 	return errors.Join(errs...)
 }

@@ -33,7 +33,6 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
-	"github.com/imagepipe/imagepipe/internal/daemonflag"
 	"github.com/imagepipe/imagepipe/internal/hub"
 	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/internal/netsync"
@@ -52,7 +51,10 @@ type loggedError struct{ error }
 // error is logged as the last line, with the version, and returned as a
 // loggedError.
 func run(ctx context.Context, o *options, stderr io.Writer) error {
-	log := o.setUpLogging(stderr)
+	log, err := o.setUpLogging(stderr)
+	if err != nil {
+		return err
+	}
 	if err := serve(ctx, o, log); err != nil {
 		log.Error("image-syncer stopped on an error", "error", err, "version", version.Get().Version)
 		return loggedError{err}
@@ -66,7 +68,7 @@ func run(ctx context.Context, o *options, stderr io.Writer) error {
 // first log line says which build runs, which kubeconfig it read and where
 // the leader lease lives and why.
 func serve(ctx context.Context, o *options, log *slog.Logger) error {
-	reg, err := daemonflag.Registry(o.registry, o.registryInsecure)
+	reg, err := o.daemon.RegistryName()
 	if err != nil {
 		return err
 	}
@@ -97,9 +99,18 @@ func serve(ctx context.Context, o *options, log *slog.Logger) error {
 	if o.architecture == "" {
 		o.architecture = hubArchitecture(ctx, cfg, log)
 	}
-	rc, ca, err := newRegistryClient(o, reg, metrics, log)
+	rc, err := o.daemon.RegistryClient("image-syncer/"+build.Version, log, registry.WithArchitecture(o.architecture),
+		registry.WithRequestObserver(func(method, _ string, status int) {
+			metrics.RegistryRequests.WithLabelValues(method, strconv.Itoa(status)).Inc()
+		}))
 	if err != nil {
 		return err
+	}
+	var ca []byte // copied into the tenants' namespaces for CDI
+	if o.daemon.RegistryCAFile != "" {
+		if ca, err = secretfile.Read(o.daemon.RegistryCAFile); err != nil {
+			return err
+		}
 	}
 	tenancy, err := newTenancy(o)
 	if err != nil {
@@ -132,10 +143,10 @@ func serve(ctx context.Context, o *options, log *slog.Logger) error {
 	}
 	applier := &hub.Applier{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registry: reg, Resolver: rc, Manifests: rc, Tenancy: tenancy, Wake: rec.Wake, Logger: log,
 		MaxImagesPerTenant: o.maxImagesPerTenant}
-	poll := hub.NewPollLoop(intake.NewPoller(reg, rc, tenancy), queue, metrics, o.pollInterval, o.digestResyncInterval, log)
+	poll := hub.NewPollLoop(intake.NewPoller(reg, rc, tenancy), queue, metrics, o.daemon.PollInterval, o.daemon.DigestResyncInterval, log)
 	poll.Backlog = rec.Backlog
 	runnables := []manager.Runnable{hub.NewWorkers(queue, applier, metrics, o.workers, log), poll}
-	if o.webhookListen != "" {
+	if o.daemon.WebhookListen != "" {
 		server, err := newWebhookServer(o, queue, metrics, log)
 		if err != nil {
 			return err
@@ -151,35 +162,6 @@ func serve(ctx context.Context, o *options, log *slog.Logger) error {
 		return fmt.Errorf("running: %w", err)
 	}
 	return nil
-}
-
-// newRegistryClient builds the client of the central registry, with the
-// syncer's own credential and CA, counting its requests in metrics. It
-// returns the CA bundle too (nil without one), for the tenants' imports.
-func newRegistryClient(o *options, reg name.Registry, metrics *hub.Metrics, log *slog.Logger) (_ *registry.Client, ca []byte, err error) {
-	ropts := []registry.Option{
-		registry.WithLogger(log), registry.WithCacheDir(""), registry.WithInsecure(o.registryInsecure),
-		registry.WithArchitecture(o.architecture), registry.WithUserAgent("image-syncer/" + version.Get().Version),
-		registry.WithRequestObserver(func(method, _ string, status int) {
-			metrics.RegistryRequests.WithLabelValues(method, strconv.Itoa(status)).Inc()
-		}),
-	}
-	if o.dockerConfig != "" {
-		// The syncer's own credential: never copied into a namespace.
-		user, pass, err := registry.DockerCredentials(o.dockerConfig, reg.RegistryStr())
-		if err != nil {
-			return nil, nil, err
-		}
-		ropts = append(ropts, registry.WithBasicAuth(user, pass))
-	}
-	if o.registryCAFile != "" {
-		if ca, err = secretfile.Read(o.registryCAFile); err != nil {
-			return nil, nil, err
-		}
-		ropts = append(ropts, registry.WithCAFile(o.registryCAFile))
-	}
-	rc, err := registry.New(ropts...)
-	return rc, ca, err
 }
 
 // hubArchitecture is the CPU architecture most of the hub's nodes report
@@ -242,6 +224,10 @@ func newManager(cfg *rest.Config, o *options) (manager.Manager, error) {
 		}
 	}
 	lease, renew := leaseDuration, renewDeadline
+	metricsAddr := o.daemon.MetricsListen
+	if metricsAddr == "" {
+		metricsAddr = "0" // controller-runtime's off; its "" is :8080
+	}
 	loadBalancerObjects, err := labels.Parse(netsync.LabelLoadBalancer) // the label exists
 	if err != nil {
 		return nil, err
@@ -258,9 +244,9 @@ func newManager(cfg *rest.Config, o *options) (manager.Manager, error) {
 		LeaderElectionReleaseOnCancel: true,
 		LeaseDuration:                 &lease,
 		RenewDeadline:                 &renew,
-		Metrics:                       metricsserver.Options{BindAddress: o.metricsListen},
-		HealthProbeBindAddress:        o.healthListen,
-		GracefulShutdownTimeout:       &o.shutdownTimeout,
+		Metrics:                       metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:        o.daemon.HealthListen,
+		GracefulShutdownTimeout:       &o.daemon.ShutdownTimeout,
 		// Only the Services and EndpointSlices of load balancers are
 		// cached, and of pods only KubeVirt's virt-launchers, whose
 		// addresses a load balancer may send traffic to.
@@ -315,7 +301,7 @@ func newReconciler(o *options, mgr manager.Manager, reg name.Registry, verdicts 
 // newWebhookServer builds the webhook endpoint, which hands the events it
 // accepts to queue.
 func newWebhookServer(o *options, queue *intake.Queue, metrics *hub.Metrics, log *slog.Logger) (*hub.WebhookServer, error) {
-	token, err := secretfile.Read(o.webhookTokenFile)
+	token, err := secretfile.Read(o.daemon.WebhookTokenFile)
 	if err != nil {
 		return nil, err
 	}
@@ -325,8 +311,8 @@ func newWebhookServer(o *options, queue *intake.Queue, metrics *hub.Metrics, log
 	}
 	h.Metrics = metrics
 	mux := http.NewServeMux()
-	mux.Handle(o.webhookPath, h)
-	return hub.NewWebhookServer(o.webhookListen, mux, o.shutdownTimeout, log), nil
+	mux.Handle(o.daemon.WebhookPath, h)
+	return hub.NewWebhookServer(o.daemon.WebhookListen, mux, o.daemon.ShutdownTimeout, log), nil
 }
 
 // loadGateKeys reads the provider's public keys the gate's verdicts must

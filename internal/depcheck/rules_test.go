@@ -65,6 +65,8 @@ var rules = []rule{
 		join(kubernetes, internal("source", "cdi", "hub", "intake", "vmlaunch"))},
 	{"internal/intake", "intake turns notifications into events without the controller stack",
 		join(controllerStack, internal("hub", "cdi", "vmlaunch"))},
+	{"internal/daemon", "both daemons link their shared runtime, and image-gate links no controller stack and neither links the other's work",
+		join(controllerStack, internal("hub", "gate", "netsync", "cdi", "vmlaunch"))},
 	{"internal/cdi", "cdi is CDI vocabulary only, which imagectl links too",
 		join(controllerStack, protocol, internal("hub", "intake", "registry", "vmlaunch"))},
 	{"internal/hub", "the hub replicates images; it never launches VMs",

@@ -192,6 +192,28 @@ func (s *Service) reserve() int {
 // at again after the first look.
 var recheckAgain = []time.Duration{time.Second, 5 * time.Second}
 
+// Polled takes one pass of the poller (daemon.PollLoop): its events are
+// queued as a webhook's are, and after a full pass, failed or not, every
+// subject awaiting a signature or given a verdict is looked at again
+// (Recheck).
+func (s *Service) Polled(full bool, events []intake.Event, _ error) {
+	s.Add(events)
+	if full {
+		s.Recheck()
+	}
+}
+
+// AllTenants lets the poller list every tenant's repositories: the gate
+// verifies what any tenant pushes. A tenant is what imageref.Tenant says.
+type AllTenants struct{}
+
+// Namespace returns the tenant of repository, and no namespace: the gate
+// has none.
+func (AllTenants) Namespace(repository string) (string, string, error) {
+	tenant, err := imageref.Tenant(repository)
+	return tenant, "", err
+}
+
 // Queued is how many events wait for a worker.
 func (s *Service) Queued() int {
 	s.init()

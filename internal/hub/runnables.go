@@ -2,15 +2,14 @@ package hub
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"sync"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/imagepipe/imagepipe/internal/daemon"
 	"github.com/imagepipe/imagepipe/internal/intake"
 )
 
@@ -70,14 +69,10 @@ func (w *Workers) Start(ctx context.Context) error {
 // NeedLeaderElection reports false: every replica applies events.
 func (*Workers) NeedLeaderElection() bool { return false }
 
-// PollLoop polls the registry on the leader and queues what changed. Every
-// Interval it runs a fast pass, and a full one (every tag's digest looked
-// up again) once Resync has passed since the last full pass that
-// succeeded; the first pass is a full one. A fast pass may wait while the
-// queue still holds events, or Backlog says the reconciler is still
-// working through BaseImages (intake.PassSkipper): a first sync of
-// thousands of tags is not listed again while it is being applied. A
-// failed poll is logged and changes nothing.
+// PollLoop is daemon.PollLoop on the leader, queueing what changed. A
+// fast pass waits while the queue still holds events or Backlog says the
+// reconciler is still working through BaseImages. Each pass, and each
+// fast pass that waits, is counted in the metrics.
 type PollLoop struct {
 	// Backlog, when set, is the reconciler's work waiting now
 	// (Reconciler.Backlog).
@@ -90,99 +85,50 @@ type PollLoop struct {
 	logger           *slog.Logger
 }
 
-func (l *PollLoop) backlog() int {
-	if l.Backlog == nil {
-		return 0
-	}
-	return l.Backlog()
-}
-
 // NewPollLoop returns the loop polling with poller into queue. metrics
 // may be nil; logger nil discards.
 func NewPollLoop(poller *intake.Poller, queue *intake.Queue, metrics *Metrics, interval, resync time.Duration, logger *slog.Logger) *PollLoop {
-	return &PollLoop{poller: poller, queue: queue, metrics: metrics, interval: interval, resync: resync, logger: orDiscard(logger)}
+	return &PollLoop{poller: poller, queue: queue, metrics: metrics, interval: interval, resync: resync, logger: logger}
 }
 
 // Start polls until ctx ends.
 func (l *PollLoop) Start(ctx context.Context) error {
-	var lastFull time.Time
-	var skipper intake.PassSkipper
-	t := time.NewTicker(l.interval)
-	defer t.Stop()
-	for {
-		full := lastFull.IsZero() || time.Since(lastFull) >= l.resync
-		if skipper.ShouldSkip(full, l.queue.Len()+l.backlog()) {
-			l.metrics.PollSkipped()
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-t.C:
+	loop := &daemon.PollLoop{
+		Poller: l.poller, Interval: l.interval, Resync: l.resync, Logger: l.logger,
+		Waiting: func() int {
+			n := l.queue.Len()
+			if l.Backlog != nil {
+				n += l.Backlog()
 			}
-			continue
-		}
-		start := time.Now()
-		poll := l.poller.Poll
-		if full {
-			poll = l.poller.PollDigests
-		}
-		events, err := poll(ctx)
-		if full && err == nil {
-			lastFull = start
-		}
-		l.metrics.Polled(full, err)
-		if err != nil && ctx.Err() == nil {
-			l.logger.Warn("polling the registry failed; nothing is changed until it answers", "error", err)
-		}
-		if len(events) > 0 {
-			l.metrics.Received("poll", len(events))
-			l.queue.Add(events)
-		}
-		l.logger.Debug("poll done", "full", full, "events", len(events), "duration", time.Since(start))
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
+			return n
+		},
+		Skipped: l.metrics.PollSkipped,
+		Polled: func(full bool, events []intake.Event, err error) {
+			l.metrics.Polled(full, err)
+			if len(events) > 0 {
+				l.metrics.Received("poll", len(events))
+				l.queue.Add(events)
+			}
+		},
 	}
+	return loop.Run(ctx)
 }
 
 // NeedLeaderElection reports true: only the leader polls.
 func (*PollLoop) NeedLeaderElection() bool { return true }
 
-// WebhookServer serves the registry webhook on every replica, so that a
-// registry may notify any of them behind one Service.
-type WebhookServer struct {
-	addr            string
-	handler         http.Handler
-	shutdownTimeout time.Duration
-	logger          *slog.Logger
-}
+// WebhookServer serves the registry webhook (daemon.Server) on every
+// replica, so that a registry may notify any of them behind one Service.
+type WebhookServer struct{ server daemon.Server }
 
 // NewWebhookServer serves handler on addr; on shutdown, requests in flight
 // get shutdownTimeout to finish. logger nil discards.
 func NewWebhookServer(addr string, handler http.Handler, shutdownTimeout time.Duration, logger *slog.Logger) *WebhookServer {
-	return &WebhookServer{addr: addr, handler: handler, shutdownTimeout: shutdownTimeout, logger: orDiscard(logger)}
+	return &WebhookServer{server: daemon.Server{Name: "webhook", Addr: addr, Handler: handler, ShutdownTimeout: shutdownTimeout, Logger: logger}}
 }
 
 // Start serves until ctx ends, then shuts down gracefully.
-func (s *WebhookServer) Start(ctx context.Context) error {
-	ln, err := net.Listen("tcp", s.addr)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", s.addr, err)
-	}
-	srv := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
-	stopped := make(chan error, 1)
-	go func() { stopped <- srv.Serve(ln) }()
-	s.logger.Info("webhook listening", "address", ln.Addr().String())
-	select {
-	case err := <-stopped:
-		return fmt.Errorf("serving the webhook: %w", err)
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.shutdownTimeout)
-	defer cancel()
-	return srv.Shutdown(sctx)
-}
+func (s *WebhookServer) Start(ctx context.Context) error { return s.server.Run(ctx) }
 
 // NeedLeaderElection reports false: every replica takes webhooks.
 func (*WebhookServer) NeedLeaderElection() bool { return false }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 
+	"github.com/imagepipe/imagepipe/internal/daemon"
 	"github.com/imagepipe/imagepipe/internal/intake"
 )
 
@@ -78,9 +79,9 @@ func TestFastPassesWaitForTheReconcilersBacklog(t *testing.T) {
 		looks.Add(1)
 		return 1000
 	}
-	const ticks = 5 * (intake.MaxSkippedPasses + 1)
+	const ticks = 5 * (daemon.MaxSkippedPasses + 1)
 	// One full pass, then at most one fast pass per MaxSkippedPasses+1 ticks.
-	most := int64(1 + ticks/(intake.MaxSkippedPasses+1) + 1)
+	most := int64(1 + ticks/(daemon.MaxSkippedPasses+1) + 1)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- loop.Start(ctx) }()

@@ -214,24 +214,3 @@ func (p *Poller) compare(ctx context.Context, repo string, tags []string, etag s
 	}
 	return events, errors.Join(errs...)
 }
-
-// MaxSkippedPasses bounds the fast passes a PassSkipper skips in a row.
-const MaxSkippedPasses = 10
-
-// PassSkipper decides whether a fast pass waits because events are still
-// queued: it would list again what the caller is still working through (a
-// first sync of thousands of tags), and webhooks go on arriving meanwhile.
-// At most MaxSkippedPasses are skipped in a row, so that one tenant who
-// pushes without pause cannot hold back the others' missed webhooks. Full
-// passes are never skipped. The zero value is ready.
-type PassSkipper struct{ skipped int }
-
-// Skip reports whether the pass should wait, with queued events waiting.
-func (s *PassSkipper) ShouldSkip(full bool, queued int) bool {
-	if full || queued == 0 || s.skipped >= MaxSkippedPasses {
-		s.skipped = 0
-		return false
-	}
-	s.skipped++
-	return true
-}

@@ -657,7 +657,7 @@ func benchResync(t *testing.T) *resyncResult {
 	fastOK := func(m metrics) float64 { return m.sum("imagepipe_syncer_polls_total", "kind", "fast", "result", "ok") }
 	afterPass := func(want float64) metrics {
 		// Fast passes wait while the reconciler's rechecks are queued
-		// (at most intake.MaxSkippedPasses in a row), so allow for that.
+		// (at most daemon.MaxSkippedPasses in a row), so allow for that.
 		harness.WaitUntil(t, "the fast passes", 5*time.Minute, 10*time.Millisecond, func() (bool, error) {
 			return fastOK(s.metrics(t)) >= want, nil
 		})
