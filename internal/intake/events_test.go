@@ -317,6 +317,57 @@ func TestWebhookHandler(t *testing.T) {
 	}
 }
 
+// TestWebhookQueryTokenOnlyWithoutAnAuthorizationHeader: the "token"
+// query parameter is read only from a request with no Authorization
+// header (Quay's, which cannot send one). Beside a header, the header
+// alone is the credential: a Basic or other non-Bearer header, or a wrong
+// bearer token, is refused even with the right token in the query, and
+// nothing is handed on.
+func TestWebhookQueryTokenOnlyWithoutAnAuthorizationHeader(t *testing.T) {
+	var mu sync.Mutex
+	handed := 0
+	h, err := NewWebhookHandler("s3cret", func(ev []Event) { mu.Lock(); handed += len(ev); mu.Unlock() }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	push := `{"events":[{"action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"` + dig1 + `","repository":"acme/rhel","tag":"10"}}]}`
+	for _, tc := range []struct {
+		auth, query string
+		want        int
+	}{
+		{"Basic czNjcmV0", "s3cret", http.StatusUnauthorized},
+		{"Basic dG9rZW46czNjcmV0", "s3cret", http.StatusUnauthorized},
+		{"Token s3cret", "s3cret", http.StatusUnauthorized},
+		{"s3cret", "s3cret", http.StatusUnauthorized},
+		{"Bearer wrong", "s3cret", http.StatusUnauthorized},
+		{"Bearer s3cret", "wrong", http.StatusAccepted},
+		{"", "s3cret", http.StatusAccepted},
+	} {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/?token="+tc.query, strings.NewReader(push))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("Authorization %q, ?token=%s: %d, want %d", tc.auth, tc.query, resp.StatusCode, tc.want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if handed != 2 {
+		t.Errorf("%d events handed on, want the 2 of the accepted requests", handed)
+	}
+}
+
 // FuzzParseWebhook: no body makes the parser panic; every error it returns
 // is an ErrMalformed; and the events it returns are at most
 // MaxEventsPerBody, each a push or delete from a known source with valid
