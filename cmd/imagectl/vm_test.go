@@ -2,8 +2,15 @@ package main
 
 import (
 	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/crypto/ssh"
 )
 
 // TestVMCreateWaitFlagsAreCheckedFirst: --wait and --timeout combinations
@@ -30,5 +37,45 @@ func TestVMCreateWaitFlagsAreCheckedFirst(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("vm create %s: %v; want %q", strings.Join(tc.args, " "), err, tc.want)
 		}
+	}
+}
+
+// TestVMCreateRefusesAPrivateSSHKey: vm create --ssh-key naming a private
+// key (ssh-keygen's id_ed25519 instead of id_ed25519.pub) fails on the
+// key, naming the file, before the hub is asked anything: the kubeconfig
+// named here does not exist, so an error about it would mean the key was
+// let through towards a Secret.
+func TestVMCreateRefusesAPrivateSSHKey(t *testing.T) {
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := ssh.MarshalPrivateKey(key, "alice@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	tmpl, private := filepath.Join(dir, "simple_vm.yaml"), filepath.Join(dir, "id_ed25519")
+	if err := os.WriteFile(tmpl, []byte("id: simple_vm\ntitle: Simple VM\nvm:\n  memory: 1Gi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(private, pem.EncodeToMemory(block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	root := newRootCmd()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs([]string{"vm", "create", "web", "--image", "acme/rhel:9", "--template-file", tmpl, "--ssh-key", private,
+		"--kubeconfig", filepath.Join(dir, "no-kubeconfig"), "--dry-run"})
+	err = root.ExecuteContext(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "--ssh-key "+private+": ") || !strings.Contains(err.Error(), "is not an SSH public key (is it the private key?)") {
+		t.Fatalf("vm create --ssh-key %s: %v; want the private key refused, naming the file", private, err)
+	}
+	if f := describe(err); f.ExitCode != exitError {
+		t.Errorf("exit code %d, want %d", f.ExitCode, exitError)
+	}
+	if strings.Contains(out.String(), "PRIVATE KEY") {
+		t.Errorf("the private key reached the output:\n%s", out.String())
 	}
 }

@@ -2,6 +2,7 @@ package cdi
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -114,6 +115,48 @@ func TestImportVolumeHoldsQcow2LargerThanItsVirtualSize(t *testing.T) {
 				}
 				if q.Value()%mib != 0 || room >= float64(tc.diskFile+mib) {
 					t.Errorf("request %s for a %d-byte qcow2 file: want the least whole MiB that holds it", q.String(), tc.diskFile)
+				}
+			})
+		}
+	}
+}
+
+// TestImportVolumeCountsTheDiskFileOnlyUpToItsBound: the DataVolume's
+// storage request makes room for the disk file as stored in the layer only
+// up to the largest file a valid disk of its virtual size can be (the
+// virtual size, an eighth more, and 1 MiB of headers): a file of exactly
+// that size gets room in the scratch filesystem, and a file padded beyond
+// it, by a byte or to a pebibyte, gets the same request, in Block and
+// Filesystem mode alike.
+func TestImportVolumeCountsTheDiskFileOnlyUpToItsBound(t *testing.T) {
+	const mib = 1 << 20
+	request := func(t *testing.T, im Import) int64 {
+		t.Helper()
+		dv, err := im.DataVolume()
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]
+		return q.Value()
+	}
+	for _, virtual := range []int64{1 * mib, 64 * mib, 10 << 30} {
+		for _, mode := range []corev1.PersistentVolumeMode{corev1.PersistentVolumeBlock, corev1.PersistentVolumeFilesystem} {
+			t.Run(fmt.Sprintf("%d bytes %s", virtual, mode), func(t *testing.T) {
+				bound := virtual + virtual/8 + mib
+				im := Import{
+					Namespace: "acme", Tenant: "acme", Image: "rhel", Registry: "registry.example.com", Repository: "acme/rhel",
+					Digest: "sha256:" + strings.Repeat("ab", 32), Canonical: "sha256:" + strings.Repeat("ab", 32), VirtualSize: virtual, DiskSize: bound,
+					Storage: Storage{AccessMode: corev1.ReadWriteMany, VolumeMode: mode},
+				}
+				atBound := request(t, im)
+				if room := float64(atBound) * (1 - DefaultFilesystemOverhead); room < float64(bound) {
+					t.Errorf("request %d for a %d-byte file at the bound leaves the scratch filesystem %.0f bytes", atBound, bound, room)
+				}
+				for _, padded := range []int64{bound + 1, bound + 64*mib, 1 << 50} {
+					im.DiskSize = padded
+					if got := request(t, im); got != atBound {
+						t.Errorf("request %d for a %d-byte file, %d for one at the bound (%d bytes): the padding was counted", got, padded, atBound, bound)
+					}
 				}
 			})
 		}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -207,6 +208,62 @@ func TestParseWebhook(t *testing.T) {
 	}
 }
 
+// TestEveryWebhookFormatIsBoundedPerBody: each format that carries many
+// events in one body (distribution's envelope, Harbor's resources in its
+// default payload and in its CloudEvents, structured and binary, Quay's
+// updated tags) is read up to MaxEventsPerBody events and refused as
+// malformed past it. zot's CloudEvents carry one event each.
+func TestEveryWebhookFormatIsBoundedPerBody(t *testing.T) {
+	join := func(n int, item func(i int) string) string {
+		items := make([]string, n)
+		for i := range items {
+			items[i] = item(i)
+		}
+		return strings.Join(items, ",")
+	}
+	harborData := func(n int) string {
+		return `{"resources":[` + join(n, func(i int) string { return fmt.Sprintf(`{"digest":"%s","tag":"t%d"}`, dig1, i) }) + `],"repository":{"repo_full_name":"acme/rhel"}}`
+	}
+	formats := []struct {
+		name   string
+		header http.Header
+		body   func(n int) string
+	}{
+		{"distribution", nil, func(n int) string {
+			return `{"events":[` + join(n, func(i int) string {
+				return fmt.Sprintf(`{"action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"%s","repository":"acme/rhel","tag":"t%d"}}`, dig1, i)
+			}) + `]}`
+		}},
+		{"harbor default", nil, func(n int) string { return `{"type":"PUSH_ARTIFACT","event_data":` + harborData(n) + `}` }},
+		{"harbor structured cloudevent", nil, func(n int) string {
+			return `{"specversion":"1.0","id":"1","source":"/projects/1","type":"harbor.artifact.pushed","data":` + harborData(n) + `}`
+		}},
+		{"harbor binary cloudevent", http.Header{"Ce-Type": {"harbor.artifact.pushed"}, "Ce-Specversion": {"1.0"}}, harborData},
+		{"quay", nil, func(n int) string {
+			return `{"repository":"acme/rhel","updated_tags":[` + join(n, func(i int) string { return fmt.Sprintf(`"t%d"`, i) }) + `]}`
+		}},
+	}
+	for _, f := range formats {
+		t.Run(f.name, func(t *testing.T) {
+			header := f.header
+			if header == nil {
+				header = http.Header{}
+			}
+			events, err := ParseWebhook(header, []byte(f.body(MaxEventsPerBody)))
+			if err != nil || len(events) != MaxEventsPerBody {
+				t.Errorf("%d events: read %d, error %v; want all of them", MaxEventsPerBody, len(events), err)
+			}
+			body := f.body(MaxEventsPerBody + 1)
+			if len(body) > MaxWebhookBody {
+				t.Fatalf("the body of %d events is %d bytes, over MaxWebhookBody: the size bound would refuse it first", MaxEventsPerBody+1, len(body))
+			}
+			if events, err := ParseWebhook(header, []byte(body)); !errors.Is(err, ErrMalformed) {
+				t.Errorf("%d events: read %d, error %v; want refused as malformed", MaxEventsPerBody+1, len(events), err)
+			}
+		})
+	}
+}
+
 func TestWebhookHandler(t *testing.T) {
 	var mu sync.Mutex
 	var got []Event
@@ -257,6 +314,57 @@ func TestWebhookHandler(t *testing.T) {
 	}
 	if _, err := NewWebhookHandler("", nil, nil); err == nil {
 		t.Error("an empty token was accepted")
+	}
+}
+
+// TestWebhookQueryTokenOnlyWithoutAnAuthorizationHeader: the "token"
+// query parameter is read only from a request with no Authorization
+// header (Quay's, which cannot send one). Beside a header, the header
+// alone is the credential: a Basic or other non-Bearer header, or a wrong
+// bearer token, is refused even with the right token in the query, and
+// nothing is handed on.
+func TestWebhookQueryTokenOnlyWithoutAnAuthorizationHeader(t *testing.T) {
+	var mu sync.Mutex
+	handed := 0
+	h, err := NewWebhookHandler("s3cret", func(ev []Event) { mu.Lock(); handed += len(ev); mu.Unlock() }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	push := `{"events":[{"action":"push","target":{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"` + dig1 + `","repository":"acme/rhel","tag":"10"}}]}`
+	for _, tc := range []struct {
+		auth, query string
+		want        int
+	}{
+		{"Basic czNjcmV0", "s3cret", http.StatusUnauthorized},
+		{"Basic dG9rZW46czNjcmV0", "s3cret", http.StatusUnauthorized},
+		{"Token s3cret", "s3cret", http.StatusUnauthorized},
+		{"s3cret", "s3cret", http.StatusUnauthorized},
+		{"Bearer wrong", "s3cret", http.StatusUnauthorized},
+		{"Bearer s3cret", "wrong", http.StatusAccepted},
+		{"", "s3cret", http.StatusAccepted},
+	} {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/?token="+tc.query, strings.NewReader(push))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.auth != "" {
+			req.Header.Set("Authorization", tc.auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("Authorization %q, ?token=%s: %d, want %d", tc.auth, tc.query, resp.StatusCode, tc.want)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if handed != 2 {
+		t.Errorf("%d events handed on, want the 2 of the accepted requests", handed)
 	}
 }
 

@@ -347,9 +347,7 @@ func (c *Client) cachedSession(ctx context.Context, reg name.Registry, key, scop
 	rt = transport.NewUserAgent(rt, c.opts.userAgent)
 	rt, err = transport.NewWithContext(ctx, reg, auth, rt, []string{scope})
 	if err != nil {
-		// net/http reports an HTTPS request answered in plain HTTP
-		// only in this sentence, with no error type to match.
-		if strings.Contains(err.Error(), "server gave HTTP response to HTTPS client") {
+		if answeredInPlainHTTP(err) {
 			return nil, fmt.Errorf("authenticating to %s: the registry speaks plain HTTP, not HTTPS (allowed only with --insecure, --registry-insecure on the server side): %w", reg, err)
 		}
 		return nil, fmt.Errorf("authenticating to %s: %w", reg, err)
@@ -443,6 +441,13 @@ type plainHTTPError struct{ host string }
 
 func (e *plainHTTPError) Error() string {
 	return fmt.Sprintf("refusing plain HTTP to %s: credentials and images would cross the network unencrypted (--insecure allows it)", e.host)
+}
+
+// answeredInPlainHTTP reports whether err is an HTTPS request that the
+// server answered in plain HTTP, which net/http reports only in a
+// sentence, with no error type to match.
+func answeredInPlainHTTP(err error) bool {
+	return strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
 }
 
 // isLoopback reports whether host is localhost or a loopback address.

@@ -116,6 +116,9 @@ func (c *Client) Explain(err error, resumable bool) error {
 		if u, perr := url.Parse(uerr.URL); perr == nil {
 			host = u.Host
 		}
+		if answeredInPlainHTTP(uerr.Err) { // not transient: trying again changes nothing
+			return &failure{ErrUnreachable, fmt.Sprintf("registry %s speaks plain HTTP, not HTTPS: credentials and images would cross the network unencrypted (--insecure allows it)", host), err}
+		}
 		cause := uerr.Err.Error()
 		if i := strings.LastIndex(cause, ": "); i >= 0 {
 			cause = cause[i+2:]

@@ -325,3 +325,58 @@ func TestListTagsLimits(t *testing.T) {
 		t.Errorf("a listing over the size limit: %v, want refused for its size", err)
 	}
 }
+
+// TestListTagsFollowsAtMostMaxTagPages: a registry whose tag listing links
+// page after page is followed for maxTagPages pages and no further; a
+// listing of exactly that many pages is read whole, one of a page more is
+// refused, naming the bound, without asking for the page past it.
+func TestListTagsFollowsAtMostMaxTagPages(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		pages int
+		bad   bool
+	}{
+		{"as many pages as the bound", maxTagPages, false},
+		{"a page more than the bound", maxTagPages + 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			asked := 0
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.URL.Path == "/v2/" {
+					return
+				}
+				page, _ := strconv.Atoi(r.URL.Query().Get("page"))
+				mu.Lock()
+				asked++
+				mu.Unlock()
+				if page+1 < tc.pages {
+					w.Header().Set("Link", fmt.Sprintf(`</v2/acme/rhel/tags/list?page=%d>; rel="next"`, page+1))
+				}
+				fmt.Fprintf(w, `{"name":"acme/rhel","tags":["t%d"]}`, page)
+			}))
+			t.Cleanup(srv.Close)
+			c := testClient(t, WithRetry(1, time.Millisecond))
+			repo, err := name.NewRepository(strings.TrimPrefix(srv.URL, "http://") + "/acme/rhel")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tags, _, _, err := c.ListTags(t.Context(), repo, "")
+			mu.Lock()
+			n := asked
+			mu.Unlock()
+			if tc.bad {
+				if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("more than %d pages", maxTagPages)) {
+					t.Errorf("a listing of %d pages: %d tags, error %v; want refused for its pages", tc.pages, len(tags), err)
+				}
+				if n != maxTagPages {
+					t.Errorf("%d pages asked for, want %d", n, maxTagPages)
+				}
+				return
+			}
+			if err != nil || len(tags) != tc.pages || tags[0] != "t0" || tags[len(tags)-1] != fmt.Sprintf("t%d", tc.pages-1) {
+				t.Errorf("a listing of %d pages: %d tags, error %v; want every page's tag", tc.pages, len(tags), err)
+			}
+		})
+	}
+}

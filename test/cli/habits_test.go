@@ -98,6 +98,70 @@ func TestRegistryErrorsSayWhyAndWhatToDo(t *testing.T) {
 	}
 }
 
+// TestRegistryDenialIsToldApartFromUnauthorized: a registry that knows
+// the user and refuses the action (403 DENIED: zot's access control, as
+// Harbor and cloud registries have it) makes imagectl say that access is
+// denied, naming the user, the action and the repository, with reason
+// code "denied"; not that the credentials are missing or wrong, which the
+// same registry's 401 for a wrong password says with code "unauthorized".
+// Both exit 1.
+func TestRegistryDenialIsToldApartFromUnauthorized(t *testing.T) {
+	testenv.RequireQEMU(t)
+	dir := t.TempDir()
+	disk := validQCOW2(t, dir, false)
+	z := harness.StartZot(t, harness.ZotOptions{
+		Users:  map[string]string{"pusher": "pusher-pw", "reader": "reader-pw"},
+		Access: map[string]map[string][]string{"acme/**": {"pusher": {"read", "create", "update", "delete"}, "reader": {"read"}}},
+	})
+	ref := z.Host + "/acme/disk:1"
+	cfg := t.TempDir()
+	if r := imagectl(t, cfg, "pusher-pw\n", "import", disk, ref, "--username", "pusher", "--password-stdin"); r.Code != 0 {
+		t.Fatalf("import as pusher: exit %d\n%s", r.Code, r.Stderr)
+	}
+	reader := []string{"--username", "reader", "--password-stdin"}
+	if r := imagectl(t, cfg, "reader-pw\n", append([]string{"list", z.Host + "/acme/disk"}, reader...)...); r.Code != 0 || !strings.Contains(r.Stdout, "1") {
+		t.Fatalf("list as reader, who may read acme: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+
+	cases := []struct {
+		name  string
+		args  []string
+		stdin string
+		code  string
+		say   []string
+		never []string
+	}{
+		{"push without the right to", append([]string{"import", disk, z.Host + "/acme/disk:2"}, reader...), "reader-pw\n", "denied",
+			[]string{`access denied: user "reader" may not push to`, "acme/disk"}, []string{"wants credentials", "wrong credentials"}},
+		{"pull of a repository not granted", append([]string{"export", z.Host + "/globex/disk:1", filepath.Join(dir, "out.qcow2")}, reader...), "reader-pw\n", "denied",
+			[]string{`access denied: user "reader" may not pull`, "globex/disk"}, []string{"wants credentials", "wrong credentials"}},
+		{"wrong password", append([]string{"import", disk, z.Host + "/acme/disk:2"}, reader...), "wrong\n", "unauthorized",
+			[]string{"wrong credentials for " + z.Host}, []string{"access denied"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := imagectl(t, cfg, c.stdin, c.args...)
+			if r.Code != 1 {
+				t.Fatalf("exit %d, want 1\n%s", r.Code, r.Stderr)
+			}
+			for _, s := range c.say {
+				if !strings.Contains(r.Stderr, s) {
+					t.Errorf("stderr does not say %q:\n%s", s, r.Stderr)
+				}
+			}
+			for _, s := range c.never {
+				if strings.Contains(r.Stderr, s) {
+					t.Errorf("stderr says %q:\n%s", s, r.Stderr)
+				}
+			}
+			r = imagectl(t, cfg, c.stdin, append(c.args, "-o", "json")...)
+			if f := failure(t, r); f.Code != c.code {
+				t.Errorf("error code %q, want %q (%+v)", f.Code, c.code, f)
+			}
+		})
+	}
+}
+
 // TestLoginSavesCredentialsWhereCraneAndSkopeoReadThem: imagectl login
 // checks the credentials with the registry, saves only good ones in the
 // docker config, and crane and skopeo then use them; logout removes them.

@@ -6,6 +6,7 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"slices"
@@ -133,6 +134,63 @@ type rawManifest []byte
 
 func (m rawManifest) RawManifest() ([]byte, error)        { return m, nil }
 func (m rawManifest) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
+
+// TestGateRefusesADiskDeclaredOverItsDefaultLimit: image-gate, run with
+// its default limits, refuses a layer whose disk/disk.img declares more
+// bytes than a disk of the largest virtual size it accepts
+// (gate.DefaultMaxVirtualSize) can take: its data, a 64th more for a
+// qcow2's tables, and 64 MiB. The tar header alone decides, so the layer
+// carries only a little of the file it declares; a layer declaring exactly
+// that many bytes is not refused for its declared size.
+func TestGateRefusesADiskDeclaredOverItsDefaultLimit(t *testing.T) {
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate})
+	for _, arg := range reg.Gate.Args {
+		if strings.HasPrefix(arg, "--max-virtual-size") {
+			t.Fatalf("the gate runs with %s; this test needs its default", arg)
+		}
+	}
+	trust := providerTrust(t)
+	rc, err := registry.New(registry.WithCacheDir(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mib = 1 << 20
+	limit := int64(gate.DefaultMaxVirtualSize) + gate.DefaultMaxVirtualSize/64 + 64*mib
+	for _, tc := range []struct {
+		repo     string
+		declared int64
+		refused  bool
+	}{
+		{"acme/over", limit + 1, true},
+		{"acme/at", limit, false},
+	} {
+		ref, err := name.NewTag(reg.Host+"/"+tc.repo+":1", name.Insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tb bytes.Buffer
+		tw := tar.NewWriter(&tb)
+		tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: api.DiskDir, Mode: 0o555, Uid: api.DiskUID, Gid: api.DiskGID})
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: api.DiskPath, Mode: 0o444, Uid: api.DiskUID, Gid: api.DiskGID, Size: tc.declared}); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(make([]byte, 64<<10)) // the start of the file; the rest is never sent
+		var gz bytes.Buffer
+		zw := gzip.NewWriter(&gz)
+		zw.Write(tb.Bytes())
+		zw.Close()
+		subject := ref.Context().Digest(pushLayer(t, ref, gz.Bytes(), ocispec.MediaTypeImageLayerGzip, digest.FromBytes(tb.Bytes()).String()))
+		v := awaitVerdict(t, rc, trust, subject, tc.repo)
+		overLimit := fmt.Sprintf("disk/disk.img is %d bytes, over the limit of %d for a disk of at most %d bytes", tc.declared, limit, int64(gate.DefaultMaxVirtualSize))
+		bySize := v.Verdict == api.VerdictRejected && len(v.Reasons) == 1 && v.Reasons[0].Code == string(reject.VirtualSize) && strings.Contains(v.Reasons[0].Message, overLimit)
+		if bySize != tc.refused {
+			t.Errorf("%s, declaring %d bytes: verdict %s %+v; refused for the declared size: %v, want %v", tc.repo, tc.declared, v.Verdict, v.Reasons, bySize, tc.refused)
+		}
+		if !tc.refused && v.Verdict == api.VerdictRejected && len(v.Reasons) > 0 && strings.Contains(v.Reasons[0].Message, "over the limit") {
+			t.Errorf("%s, declaring exactly the limit: refused as over it: %+v", tc.repo, v.Reasons)
+		}
+	}
+}
 
 // TestVerificationOutOfMemoryStopsNoOther: each verification runs in a
 // process of its own, stopped past --verify-memory-limit (64 MiB here; a

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -565,4 +566,53 @@ func userClient(t *testing.T, hub *testHub, user string) client.Client {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// TestVMConsoleOnAPrivateNetwork: imagectl vm console NAME --network NET
+// reaches the VM in the namespace image-syncer provisioned for the
+// tenant's network, not the VM of that name in the tenant's own namespace,
+// which the console reaches without --network; another tenant does not
+// find the network.
+//
+// Played by this test: virt-api and the VM's serial port
+// (harness.VirtAPIConsole), and virt-controller's running instance.
+func TestVMConsoleOnAPrivateNetwork(t *testing.T) {
+	t.Parallel()
+	hub := &testHub{harness.StartSyncerHub(t, "hub-console", harness.SyncerHubOptions{Namespaces: []string{"acme", "globex"}, NoCDI: true, OVNKubernetes: true})}
+	hub.BindTenant(t, "tenant-a", "acme")
+	hub.BindTenant(t, "tenant-b", "globex")
+	virtAPI := hub.StartVirtAPIConsole(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{})
+	startSyncer(t, harness.ReserveSyncer(t), hub, reg.Host, "--poll-interval", "1h")
+	acme := []string{"--kubeconfig", hub.UserKubeconfig(t, "tenant-a"), "-n", "acme"}
+	globex := []string{"--kubeconfig", hub.UserKubeconfig(t, "tenant-b"), "-n", "globex"}
+	testenv.RunImagectlOK(t, append([]string{"network", "create", "front", "--subnet", "10.10.0.0/24", "--wait"}, acme...)...)
+	const netNS = "acme-net-front"
+	for ns, ip := range map[string]string{netNS: "10.10.0.5", "acme": "10.244.0.5"} {
+		vm := haltedVM(ns, "web")
+		hub.Create(t, vm)
+		hub.Create(t, harness.RunningInstance(vm, "node-1", ip, true))
+	}
+	waitFor(t, "tenant-a allowed the consoles of "+netNS, func() (bool, error) {
+		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: "tenant-a", ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: netNS, Verb: "get", Group: "subresources.kubevirt.io", Resource: "virtualmachineinstances", Subresource: "console"}}}
+		err := hub.Client.Create(t.Context(), review)
+		return err == nil && review.Status.Allowed, err
+	})
+	console := func(kube []string, args ...string) testenv.Result {
+		return testenv.RunCommand(t, testenv.Command{Name: testenv.Imagectl, Args: append(append([]string{"vm", "console", "web"}, args...), kube...),
+			Env: []string{"IMAGEPIPE_CACHE=" + t.TempDir()}, Stdin: "ls\r"})
+	}
+
+	if r := console(acme, "--network", "front"); r.Code != 0 || r.Stdout != harness.ConsoleBanner+"ls\r" || !strings.Contains(r.Stderr, "console of "+netNS+"/web") {
+		t.Errorf("vm console web --network front: exit %d, stdout %q, stderr %q; want the VM's console in %s", r.Code, r.Stdout, r.Stderr, netNS)
+	}
+	if r := console(acme); r.Code != 0 || !strings.Contains(r.Stderr, "console of acme/web") {
+		t.Errorf("vm console web: exit %d, stderr %q; want the console of acme/web", r.Code, r.Stderr)
+	}
+	wantRefused(t, console(globex, "--network", "front"), "another tenant's network", "no network front in namespace globex")
+	sessions := virtAPI.Sessions()
+	if len(sessions) != 2 || sessions[0].User != "tenant-a" || sessions[0].Namespace != netNS || sessions[0].VMI != "web" || sessions[1].Namespace != "acme" {
+		t.Errorf("virt-api served %+v, want a session of tenant-a on %s/web, then one on acme/web", sessions, netNS)
+	}
 }

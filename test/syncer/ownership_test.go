@@ -1,9 +1,13 @@
 package syncer
 
 import (
+	"maps"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -148,5 +152,63 @@ func (h *testHub) wantDataSourceOf(t *testing.T, name, repository, tag, pvc stri
 	})
 	if ds.Annotations[cdi.AnnotationRepository] != repository || ds.Annotations[cdi.AnnotationTag] != tag || ds.Labels[cdi.LabelBaseImage] != name {
 		t.Errorf("DataSource %s records %v %v, want %s:%s", name, ds.Labels, ds.Annotations, repository, tag)
+	}
+}
+
+// TestSyncerNeverOverwritesAPullSecretOrCAItDidNotMake: a Secret or
+// ConfigMap a tenant made under the names image-syncer copies the
+// registry's pull credential and CA to is never changed: the BaseImage
+// says whose object is in the way and nothing is imported, while the copy
+// the syncer may make beside it (globex's pull secret) is made and
+// labelled as the syncer's. acme's Secret stops the import before the CA;
+// globex has no Secret of its own, so its import reaches the CA.
+func TestSyncerNeverOverwritesAPullSecretOrCAItDidNotMake(t *testing.T) {
+	t.Parallel()
+	testenv.RequireQEMU(t)
+	hub := startAPIHub(t, "hub-a")
+	s := harness.ReserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, Username: "robot", Password: "pull-only", TLS: true, NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	dir, tenants := t.TempDir(), t.TempDir()
+	writeDockerConfig(t, filepath.Join(dir, "config.json"), reg.Host, "robot", "pull-only")
+	for _, tenant := range []string{"acme", "globex"} {
+		writeDockerConfig(t, filepath.Join(tenants, tenant), reg.Host, "robot", "pull-only")
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: cdi.PullSecretName, Namespace: "acme", Labels: map[string]string{"owner": "acme"}},
+		Data: map[string][]byte{"accessKeyId": []byte("acme-own"), "secretKey": []byte("acme-own-password")}}
+	ca := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cdi.CAConfigMapName, Namespace: "globex", Labels: map[string]string{"owner": "globex"}},
+		Data: map[string]string{"ca.crt": "globex's own CA"}}
+	hub.Create(t, secret)
+	hub.Create(t, ca)
+	s.Start(t, testenv.ImageSyncer, hub.SyncerHub, reg.Host, "--poll-interval", "1h", "--docker-config", filepath.Join(dir, "config.json"),
+		"--tenant-credentials-dir", tenants, "--registry-ca-file", reg.CAFile)
+
+	for _, tc := range []struct {
+		ns   string
+		mine client.Object
+	}{{"acme", secret}, {"globex", ca}} {
+		importImageWith(t, "pull-only", rawDisk(t, tc.ns+"'s disk"), reg.Host+"/"+tc.ns+"/rhel:9", "--username", "robot", "--password-stdin", "--ca-file", reg.CAFile)
+		// The syncer either reports the object in its way or has changed it.
+		inTheWay := tc.ns + "/" + tc.mine.GetName() + " exists and is not managed by the syncer"
+		cur := tc.mine.DeepCopyObject().(client.Object)
+		bi := hub.baseImage(t, tc.ns, "rhel--9", "stopped by "+tc.mine.GetName(), func(b *v1alpha1.BaseImage) bool {
+			if err := hub.Client.Get(t.Context(), client.ObjectKeyFromObject(tc.mine), cur); err != nil {
+				t.Fatal(err)
+			}
+			c := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionProgressing)
+			return cur.GetResourceVersion() != tc.mine.GetResourceVersion() || c != nil && strings.Contains(c.Message, inTheWay)
+		})
+		if cur.GetResourceVersion() != tc.mine.GetResourceVersion() { // any write changes it
+			t.Errorf("%s/%s was written: resourceVersion %s, made at %s", tc.ns, tc.mine.GetName(), cur.GetResourceVersion(), tc.mine.GetResourceVersion())
+		}
+		if c := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionProgressing); c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, inTheWay) {
+			t.Errorf("BaseImage %s/rhel--9 Progressing %+v; want False, saying %q", tc.ns, c, inTheWay)
+		}
+		if dvs := hub.dataVolumes(t, tc.ns, "rhel"); len(dvs) != 0 {
+			t.Errorf("%s: DataVolumes %v made without the syncer's copies", tc.ns, slices.Collect(maps.Keys(dvs)))
+		}
+	}
+	var own corev1.Secret
+	if err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: "globex", Name: cdi.PullSecretName}, &own); err != nil || own.Labels[cdi.LabelManagedBy] != cdi.ManagedByValue {
+		t.Errorf("globex's pull secret, which only the syncer made: labels %v (%v); want the syncer's", own.Labels, err)
 	}
 }

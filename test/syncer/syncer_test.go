@@ -1,8 +1,10 @@
 package syncer
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -185,4 +187,90 @@ func (h *testHub) pvcExists(t *testing.T, ns, name string) bool {
 		t.Fatal(err)
 	}
 	return err == nil && pvc.DeletionTimestamp.IsZero()
+}
+
+// TestDataSourceSwitchesOnlyAfterTheImportSucceeded: a re-pushed tag is
+// imported while its DataSource goes on serving the old import, and no
+// version of the DataSource points at the new import's PVC before CDI
+// reports that import's DataVolume Succeeded. Every version of the
+// DataSource the hub stores is watched as it comes, and the DataVolume it
+// points at is read then; the node takes no pod until the new import's
+// DataVolume exists, so the import spends a while before Succeeded, which
+// the test checks it saw.
+func TestDataSourceSwitchesOnlyAfterTheImportSucceeded(t *testing.T) {
+	t.Parallel()
+	testenv.RequireQEMU(t)
+	hub := startTestHub(t, "hub-a")
+	s := harness.ReserveSyncer(t)
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, NotifyURL: s.WebhookURL, NotifyToken: webhookToken})
+	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h")
+	const ns, bi = "acme", "rhel--9"
+	v1 := importImage(t, rawDisk(t, "version one"), reg.Host+"/acme/rhel:9")
+	hub.waitReady(t, ns, bi, v1.Digest)
+	hub.wantDataSource(t, ns, bi, dvName(v1.Digest))
+
+	// What each version of the DataSource pointed at, and the phase of that
+	// import's DataVolume when the version was seen.
+	type seen struct{ pvc, phase string }
+	var (
+		mu       sync.Mutex
+		versions []seen
+		failure  error
+	)
+	w, err := hub.Client.Watch(t.Context(), &cdiv1.DataSourceList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for e := range w.ResultChan() {
+			ds, ok := e.Object.(*cdiv1.DataSource)
+			if !ok || ds.Name != bi || ds.Spec.Source.PVC == nil {
+				continue
+			}
+			var dv cdiv1.DataVolume
+			err := hub.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: ds.Spec.Source.PVC.Name}, &dv)
+			mu.Lock()
+			if err != nil && failure == nil {
+				failure = fmt.Errorf("reading the DataVolume %s the DataSource points at: %w", ds.Spec.Source.PVC.Name, err)
+			}
+			versions = append(versions, seen{ds.Spec.Source.PVC.Name, string(dv.Status.Phase)})
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { w.Stop(); <-done })
+	history := watchHistory[*cdiv1.DataVolume](t, hub, &cdiv1.DataVolumeList{}, ns)
+
+	hub.CDI.Node.Pause()
+	v2 := importImage(t, rawDisk(t, "version two"), reg.Host+"/acme/rhel:9")
+	waitFor(t, "the DataVolume of v2", func() (bool, error) {
+		_, ok := hub.dataVolumes(t, ns, "rhel")[dvName(v2.Digest)]
+		return ok, nil
+	})
+	hub.CDI.Node.Resume()
+	hub.CDI.WaitImported(t, ns, dvName(v2.Digest), importTimeout)
+	waitFor(t, "the DataSource switched to v2", func() (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(versions) > 0 && versions[len(versions)-1].pvc == dvName(v2.Digest), failure
+	})
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, v := range versions {
+		if v.pvc != dvName(v1.Digest) && v.phase != string(cdiv1.Succeeded) {
+			t.Errorf("the DataSource pointed at %s while its DataVolume was %q, not Succeeded (versions seen: %+v)", v.pvc, v.phase, versions)
+			break
+		}
+	}
+	var before []string // the phases v2's import went through before Succeeded
+	for _, dv := range history.versions(t) {
+		if dv.Name == dvName(v2.Digest) && dv.Status.Phase != cdiv1.Succeeded {
+			before = append(before, string(dv.Status.Phase))
+		}
+	}
+	if len(before) == 0 {
+		t.Errorf("v2's DataVolume was never seen before it Succeeded: the test watched no import")
+	}
 }
