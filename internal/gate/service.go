@@ -361,8 +361,8 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 		}
 	}
 	start := time.Now()
-	// The subject's manifest, which the verdict names, is read while the
-	// verification runs.
+	// The subject's manifest, which the verdict names and the
+	// verification reads, is fetched once, while the signature check runs.
 	type fetched struct {
 		raw *registry.RawManifest
 		err error
@@ -385,6 +385,7 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 		return nil, err
 	}
 	var v *api.Verdict
+	var m fetched
 	switch {
 	case refusal != nil && prev != nil && sameRefusal(prev, refusal):
 		s.awaiting.add(subject)
@@ -392,7 +393,11 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 	case refusal != nil:
 		v = s.Verifier.refusal(subject, *refusal)
 	default:
-		v, err = s.verify(ctx, subject)
+		if m = <-manifest; m.err != nil {
+			s.Metrics.failed()
+			return nil, m.err
+		}
+		v, err = s.verify(ctx, subject, m.raw)
 		switch {
 		case errors.Is(err, ErrCPULimit):
 			v, err = s.Verifier.refusal(subject, api.Rejection{Code: string(reject.VerificationLimit), Message: err.Error()}), nil
@@ -407,9 +412,10 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 		s.overLimit.forget(subject)
 		v.SignedBy = keyID
 	}
-	m := <-manifest
-	if m.err != nil {
-		return nil, m.err
+	if m.raw == nil {
+		if m = <-manifest; m.err != nil {
+			return nil, m.err
+		}
 	}
 	if err := s.Store.PutVerdict(subject, v); err != nil {
 		s.Logger.Warn("the verdict is not kept; hidden, it would be computed again", "subject", subject.String(), "error", err)
@@ -457,13 +463,13 @@ func (s *Service) publish(ctx context.Context, subject name.Digest, raw *registr
 	return v, nil
 }
 
-// verify reads subject in full, in a child process when Isolated is set,
-// and charges what it spent to its tenant.
-func (s *Service) verify(ctx context.Context, subject name.Digest) (*api.Verdict, error) {
+// verify reads subject, whose manifest is raw, in full, in a child
+// process when Isolated is set, and charges what it spent to its tenant.
+func (s *Service) verify(ctx context.Context, subject name.Digest, raw *registry.RawManifest) (*api.Verdict, error) {
 	if s.Isolated == nil {
-		return s.Verifier.Verify(ctx, subject)
+		return s.Verifier.VerifyManifest(ctx, subject, raw)
 	}
-	v, cost, err := s.Isolated.Verify(ctx, subject)
+	v, cost, err := s.Isolated.Verify(ctx, subject, raw)
 	tenant, _, _ := strings.Cut(subject.RepositoryStr(), "/")
 	s.spent.charge(tenant, cost)
 	s.Metrics.spent(tenant, cost)

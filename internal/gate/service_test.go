@@ -215,3 +215,67 @@ func TestOneSubjectIsHandledOnceAtATime(t *testing.T) {
 		}
 	}
 }
+
+// requestLog counts the HTTP requests a registry client sends, by method
+// and path (registry.WithRequestObserver).
+type requestLog struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (l *requestLog) observe(method, path string, _ int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n == nil {
+		l.n = map[string]int{}
+	}
+	l.n[method+" "+path]++
+}
+
+// count is how many requests of method went to path, then forgets them.
+func (l *requestLog) count(method, path string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.n[method+" "+path]
+	delete(l.n, method+" "+path)
+	return n
+}
+
+// observedService is e.service with a registry client of its own whose
+// requests log counts.
+func (e *env) observedService(t *testing.T, signer *attest.Signer) (*Service, *requestLog) {
+	t.Helper()
+	log := &requestLog{}
+	c, err := registry.New(registry.WithCacheDir(t.TempDir()), registry.WithRequestObserver(log.observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := e.service(t, signer)
+	s.Registry, s.Verifier.Registry = c, c
+	return s, log
+}
+
+// TestTheSubjectsManifestIsFetchedOnce: giving a verdict fetches the
+// subject's manifest once, for the verification and the verdict that
+// names it alike; a manifest that is not the subject's gives no verdict.
+func TestTheSubjectsManifestIsFetchedOnce(t *testing.T) {
+	e := newEnv(t)
+	s, log := e.observedService(t, newSigner(t))
+	d := e.importDisk(t, "acme/rhel", rawDisk(t, 2<<20, 21), containerdisk.Options{}, registry.ImportOptions{})
+	subject := mustDigest(t, e.host+"/acme/rhel@"+d)
+	if v, err := s.Handle(t.Context(), subject); err != nil || v.Verdict != api.VerdictAccepted {
+		t.Fatalf("%+v, %v", v, err)
+	}
+	if n := log.count("GET", "/v2/acme/rhel/manifests/"+d); n != 1 {
+		t.Errorf("the subject's manifest was fetched %d times; want once", n)
+	}
+
+	other := e.importDisk(t, "acme/rhel", rawDisk(t, 1<<20, 22), containerdisk.Options{}, registry.ImportOptions{})
+	raw, err := e.reg.FetchManifest(t.Context(), mustDigest(t, e.host+"/acme/rhel@"+other))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := e.v.VerifyManifest(t.Context(), subject, raw); err == nil {
+		t.Errorf("another image's manifest gave the verdict %+v; want an error", v)
+	}
+}
