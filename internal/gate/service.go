@@ -289,14 +289,10 @@ func (s *Service) handleWork(ctx context.Context, w work) error {
 // recheck handles subject again when it has no verdict, or one that
 // awaits a signature; referrer, when set, is a manifest just pushed with
 // subject as its subject, checked as a signature even if the referrers
-// listing lost it.
+// listing lost it. It is handle: one look for the verdict, under the
+// subject's lock, decides.
 func (s *Service) recheck(ctx context.Context, subject name.Digest, referrer string) error {
-	_, done, err := s.given(ctx, subject)
-	if err != nil || done {
-		s.awaiting.remove(subject)
-		return err
-	}
-	_, err = s.handle(ctx, subject, referrer)
+	_, err := s.handle(ctx, subject, referrer)
 	return err
 }
 
@@ -343,6 +339,9 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 	}
 	defer s.handling.unlock(subject.String())
 	prev, done, err := s.given(ctx, subject)
+	if done {
+		s.awaiting.remove(subject) // a verdict that stands awaits nothing
+	}
 	if err != nil || done {
 		return prev, err
 	}
@@ -356,7 +355,10 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 		}
 		defer release()
 		// Another replica may have finished between the look-up and the lease.
-		if prev, done, err = s.given(ctx, subject); err != nil || done {
+		if prev, done, err = s.given(ctx, subject); done {
+			s.awaiting.remove(subject)
+		}
+		if err != nil || done {
 			return prev, err
 		}
 	}

@@ -18,7 +18,9 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
+	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/trust"
 	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -277,5 +279,39 @@ func TestTheSubjectsManifestIsFetchedOnce(t *testing.T) {
 	}
 	if v, err := e.v.VerifyManifest(t.Context(), subject, raw); err == nil {
 		t.Errorf("another image's manifest gave the verdict %+v; want an error", v)
+	}
+}
+
+// TestARecheckLooksForTheVerdictOnce: a subject refused for want of a
+// signature is looked at again, through an attachment's event and through
+// the poller's Recheck, with one look for its verdict each time: the
+// verdict's manifest is fetched once per recheck.
+func TestARecheckLooksForTheVerdictOnce(t *testing.T) {
+	e := newEnv(t)
+	s, log := e.observedService(t, newSigner(t))
+	s.TenantKeys = writeTenantKeys(t, map[string]*attest.Signer{"acme": newSigner(t)})
+	d := e.importDisk(t, "acme/rhel", rawDisk(t, 1<<20, 23), containerdisk.Options{}, registry.ImportOptions{})
+	subject := mustDigest(t, e.host+"/acme/rhel@"+d)
+	if v, err := s.Handle(t.Context(), subject); err != nil || v.Verdict != api.VerdictRejected || v.Reasons[0].Code != string(reject.Unsigned) {
+		t.Fatalf("%+v, %v; want refused, unsigned", v, err)
+	}
+	refs, err := e.reg.Referrers(t.Context(), subject, api.VerdictArtifactType)
+	if err != nil || len(refs) != 1 {
+		t.Fatalf("%d verdicts attached (%v); want one", len(refs), err)
+	}
+	verdictManifest := "/v2/acme/rhel/manifests/" + refs[0].Digest.String()
+	log.count("GET", verdictManifest)
+	s.Add([]intake.Event{{Action: intake.ActionPush, Repository: "acme/rhel", Tag: "sha256-" + strings.TrimPrefix(d, "sha256:")}})
+	s.runQueued(t)
+	if n := log.count("GET", verdictManifest); n != 1 {
+		t.Errorf("a recheck brought by an attachment fetched the verdict %d times; want once", n)
+	}
+	s.Recheck()
+	s.runQueued(t)
+	if n := log.count("GET", verdictManifest); n != 1 {
+		t.Errorf("the poller's recheck fetched the verdict %d times; want once", n)
+	}
+	if got := s.awaiting.list(); len(got) != 1 {
+		t.Errorf("awaiting a signature: %v; want the subject", got)
 	}
 }
