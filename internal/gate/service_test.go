@@ -192,7 +192,7 @@ func TestOneSubjectIsHandledOnceAtATime(t *testing.T) {
 	for _, handle := range []func() error{
 		func() error { _, err := s.Handle(t.Context(), subject); return err },
 		func() error { _, err := s.Handle(t.Context(), subject); return err },
-		func() error { return s.recheck(t.Context(), subject, "") },
+		func() error { return s.recheck(t.Context(), subject, "", "") },
 	} {
 		wg.Go(func() {
 			<-start
@@ -314,4 +314,60 @@ func TestARecheckLooksForTheVerdictOnce(t *testing.T) {
 	if got := s.awaiting.list(); len(got) != 1 {
 		t.Errorf("awaiting a signature: %v; want the subject", got)
 	}
+}
+
+// TestTheGatesOwnReferrersTagBringsNoLook: on a registry without the
+// referrers API, attaching a verdict pushes the subject's referrers tag;
+// its announcement, at the index the gate read back with the verdict in
+// it, brings no look for the verdict, now or on the looks again that a
+// referrers tag's push schedules. The same tag pushed at another index (a
+// tenant's signature) is looked at as before.
+func TestTheGatesOwnReferrersTagBringsNoLook(t *testing.T) {
+	e := newEnv(t)
+	s, log := e.observedService(t, newSigner(t))
+	d := e.importDisk(t, "acme/rhel", rawDisk(t, 1<<20, 24), containerdisk.Options{}, registry.ImportOptions{})
+	subject := mustDigest(t, e.host+"/acme/rhel@"+d)
+	if v, err := s.Handle(t.Context(), subject); err != nil || v.Verdict != api.VerdictAccepted {
+		t.Fatalf("%+v, %v", v, err)
+	}
+	tag := "sha256-" + strings.TrimPrefix(d, "sha256:")
+	index, found, err := e.reg.Resolve(t.Context(), mustTag(t, e.host+"/acme/rhel:"+tag))
+	if err != nil || !found {
+		t.Fatalf("the referrers tag: %v, %v; want the index the gate pushed", found, err)
+	}
+	refs, err := e.reg.Referrers(t.Context(), subject, api.VerdictArtifactType)
+	if err != nil || len(refs) != 1 {
+		t.Fatalf("%d verdicts attached (%v); want one", len(refs), err)
+	}
+	verdictManifest := "/v2/acme/rhel/manifests/" + refs[0].Digest.String()
+	log.count("GET", "/v2/acme/rhel/manifests/"+tag)
+	log.count("GET", verdictManifest)
+
+	pushed := intake.Event{Action: intake.ActionPush, Repository: "acme/rhel", Tag: tag, Digest: index}
+	s.Add([]intake.Event{pushed})
+	s.runQueued(t)
+	// The looks again that the push scheduled, queued without waiting.
+	for range recheckAgain {
+		s.queue.add("acme", work{repo: "acme/rhel", recheck: d, index: index})
+		s.runQueued(t)
+	}
+	if n, m := log.count("GET", "/v2/acme/rhel/manifests/"+tag), log.count("GET", verdictManifest); n != 0 || m != 0 {
+		t.Errorf("the gate's own referrers tag brought %d listings and %d reads of the verdict; want none", n, m)
+	}
+
+	pushed.Digest = "sha256:" + strings.Repeat("0", 64)
+	s.Add([]intake.Event{pushed})
+	s.runQueued(t)
+	if n, m := log.count("GET", "/v2/acme/rhel/manifests/"+tag), log.count("GET", verdictManifest); n != 1 || m != 1 {
+		t.Errorf("the referrers tag at another index brought %d listings and %d reads of the verdict; want one look", n, m)
+	}
+}
+
+func mustTag(t *testing.T, s string) name.Tag {
+	t.Helper()
+	tag, err := name.NewTag(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tag
 }

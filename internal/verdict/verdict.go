@@ -48,24 +48,24 @@ type Checker interface {
 type Registry interface {
 	Referrers(ctx context.Context, subject name.Digest, artifactType string) ([]v1.Descriptor, error)
 	FetchArtifact(ctx context.Context, repo name.Repository, digest, mediaType string, max int64) ([]byte, error)
-	AttachArtifact(ctx context.Context, subject name.Digest, subjectDesc ocispec.Descriptor, a registry.Artifact) (string, error)
+	AttachArtifact(ctx context.Context, subject name.Digest, subjectDesc ocispec.Descriptor, a registry.Artifact) (registry.Attached, error)
 }
 
 var _ Registry = (*registry.Client)(nil)
 
 // Publish signs v with signer and attaches it to subject, whose manifest
-// subjectDesc describes. It returns the referrer's digest.
-func Publish(ctx context.Context, reg Registry, signer *attest.Signer, subject name.Digest, subjectDesc ocispec.Descriptor, v *api.Verdict) (string, error) {
+// subjectDesc describes. It returns what was attached.
+func Publish(ctx context.Context, reg Registry, signer *attest.Signer, subject name.Digest, subjectDesc ocispec.Descriptor, v *api.Verdict) (registry.Attached, error) {
 	pred, err := json.Marshal(v)
 	if err != nil {
-		return "", err
+		return registry.Attached{}, err
 	}
 	bundle, err := signer.Sign(ctx, attest.Statement{
 		Subject: subject.DigestStr(), SubjectName: subject.Context().Name(),
 		PredicateType: api.VerdictPredicateType, Predicate: pred,
 	})
 	if err != nil {
-		return "", err
+		return registry.Attached{}, err
 	}
 	return reg.AttachArtifact(ctx, subject, subjectDesc, registry.Artifact{
 		ArtifactType: api.VerdictArtifactType, MediaType: attest.BundleMediaType, Content: bundle,
