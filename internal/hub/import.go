@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -36,8 +37,9 @@ type Verdicts interface {
 	Verdict(ctx context.Context, subject name.Digest) (*api.Verdict, error)
 	Forget(subject name.Digest)
 	// Expect has the next look-ups of subject read referrer too, a
-	// verdict a registry event announced before the registry lists it.
-	Expect(subject name.Digest, referrer string)
+	// verdict a registry event announced before the registry lists it,
+	// whose manifest was read by its digest.
+	Expect(subject name.Digest, referrer *registry.RawManifest)
 }
 
 // ReasonNoVerdict is the Rejected condition's reason while a digest has

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -26,12 +27,17 @@ type GateVerdicts struct {
 	memory   verdict.Memory
 
 	mu       sync.Mutex
-	expected map[string][]string // Expect's referrers, by subject
+	expected map[string][]verdict.Referrer // Expect's referrers, by subject
 }
 
 // maxExpected bounds the subjects Expect remembers referrers for; past it,
 // those remembered are dropped, and the registry's listing finds them.
 const maxExpected = 1024
+
+// maxExpectedManifest bounds the referrer manifests Expect keeps, in
+// bytes: a gate's verdict takes about one KiB; the digest alone is kept
+// of a larger one, which is then fetched again.
+const maxExpectedManifest = 4 << 10
 
 // NewGateVerdicts finds verdicts in reg signed with trust.
 func NewGateVerdicts(reg verdict.Registry, trust verdict.Checker) *GateVerdicts {
@@ -52,7 +58,7 @@ func (g *GateVerdicts) Verdict(ctx context.Context, subject name.Digest) (*api.V
 		v, err := verdict.Find(ctx, g.registry, g.trust, subject, also...)
 		if err == nil || errors.Is(err, verdict.ErrNoVerdict) {
 			g.mu.Lock()
-			if slices.Equal(g.expected[key], also) {
+			if slices.EqualFunc(g.expected[key], also, func(a, b verdict.Referrer) bool { return a.Digest == b.Digest }) {
 				delete(g.expected, key)
 			}
 			g.mu.Unlock()
@@ -76,21 +82,26 @@ func (g *GateVerdicts) Forget(subject name.Digest) {
 	g.memory.Forget(key)
 }
 
-// Expect implements Verdicts: referrer, which a registry event says was
-// just pushed with subject as its subject, is read by the next look-ups of
-// subject's verdict until one answers, whether or not the registry lists
-// it yet (distribution moves the referrers tag only after it announces
-// the push). It passes the same checks as any listed verdict.
-func (g *GateVerdicts) Expect(subject name.Digest, referrer string) {
+// Expect implements Verdicts: referrer, the manifest a registry event
+// says was just pushed with subject as its subject, as read by its digest,
+// is read by the next look-ups of subject's verdict until one answers,
+// whether or not the registry lists it yet (distribution moves the
+// referrers tag only after it announces the push), without being fetched
+// again. It passes the same checks as any listed verdict.
+func (g *GateVerdicts) Expect(subject name.Digest, referrer *registry.RawManifest) {
 	key := subject.String()
+	r := verdict.Referrer{Digest: referrer.Digest}
+	if len(referrer.Bytes) <= maxExpectedManifest {
+		r.Manifest = referrer
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.expected == nil || len(g.expected) >= maxExpected {
-		g.expected = map[string][]string{}
+		g.expected = map[string][]verdict.Referrer{}
 	}
-	if !slices.Contains(g.expected[key], referrer) {
+	if !slices.ContainsFunc(g.expected[key], func(e verdict.Referrer) bool { return e.Digest == r.Digest }) {
 		// Anyone with push access can attach manifests: the newest that
 		// verdict.Find reads are kept.
-		g.expected[key] = append(g.expected[key], referrer)[max(0, len(g.expected[key])+1-verdict.MaxAlso):]
+		g.expected[key] = append(g.expected[key], r)[max(0, len(g.expected[key])+1-verdict.MaxAlso):]
 	}
 }

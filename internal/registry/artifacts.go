@@ -253,12 +253,21 @@ func (c *Client) AttachArtifact(ctx context.Context, subject name.Digest, subjec
 const attachAttempts = 5
 
 // FetchArtifact fetches the referrer manifest d of repo and its one layer,
-// which must have mediaType and be at most max bytes.
+// which must have mediaType and be at most max bytes (ArtifactLayer).
 func (c *Client) FetchArtifact(ctx context.Context, repo name.Repository, d string, mediaType string, max int64) ([]byte, error) {
 	raw, err := c.FetchManifest(ctx, repo.Digest(d))
 	if err != nil {
 		return nil, err
 	}
+	return c.ArtifactLayer(ctx, repo, raw, mediaType, max)
+}
+
+// ArtifactLayer fetches the one layer of repo's artifact manifest raw, as
+// FetchManifest returns it, which must have mediaType and be at most max
+// bytes; its digest and size are checked against the manifest's
+// descriptor.
+func (c *Client) ArtifactLayer(ctx context.Context, repo name.Repository, raw *RawManifest, mediaType string, max int64) ([]byte, error) {
+	d := raw.Digest
 	var m ocispec.Manifest
 	if err := json.Unmarshal(raw.Bytes, &m); err != nil {
 		return nil, fmt.Errorf("reading the artifact manifest %s: %w", d, err)
