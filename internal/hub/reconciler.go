@@ -79,12 +79,14 @@ type Reconciler struct {
 	PullMethod cdiv1.RegistryPullMethod
 	// TenantCredentials, when set, gives each tenant's own registry
 	// credential (one that reads only TENANT/*), copied into that tenant's
-	// namespace as the Secret cdi.PullSecretName for CDI's importer. The
-	// syncer's own credential is never copied. Nil means imports carry no
-	// pull secret (a public registry, or CDI's node pull method).
+	// namespace as the Secret cdi.PullSecretName for CDI's importer while
+	// a BaseImage's import is started or followed. The syncer's own
+	// credential is never copied. Nil means imports carry no pull secret
+	// (a public registry, or CDI's node pull method).
 	TenantCredentials TenantCredentials
 	// CA, when set, is the registry's CA bundle (PEM), copied into each
-	// tenant namespace as the ConfigMap cdi.CAConfigMapName.
+	// tenant namespace as the ConfigMap cdi.CAConfigMapName, as
+	// TenantCredentials' Secret is.
 	CA []byte
 	// Keep is how many successful imports stay per BaseImage unless its
 	// spec says otherwise; 0 means DefaultKeep.
@@ -362,7 +364,12 @@ func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res
 		return reconcile.Result{}, false, r.collect(ctx, bi, image, "")
 	}
 
-	im, err := r.importOf(ctx, bi, image, digest)
+	im, credential, err := r.importOf(ctx, bi, image, digest)
+	if err == nil && bi.Status.ImportedDigest != digest {
+		// Only an import reads the copies: a served digest costs no
+		// request for them.
+		err = r.copyForImport(ctx, bi.Namespace, credential)
+	}
 	if err != nil {
 		reason := "StorageUnavailable"
 		if errors.Is(err, ErrNoTenantCredential) {
