@@ -263,11 +263,14 @@ func (c *Client) FetchArtifact(ctx context.Context, repo name.Repository, d stri
 }
 
 // ArtifactLayer fetches the one layer of repo's artifact manifest raw, as
-// FetchManifest returns it, which must have mediaType and be at most max
-// bytes; its digest and size are checked against the manifest's
-// descriptor.
+// FetchManifest returns it (raw's bytes must be those of raw.Digest),
+// which must have mediaType and be at most max bytes; its digest and size
+// are checked against the manifest's descriptor.
 func (c *Client) ArtifactLayer(ctx context.Context, repo name.Repository, raw *RawManifest, mediaType string, max int64) ([]byte, error) {
 	d := raw.Digest
+	if digest.FromBytes(raw.Bytes).String() != d {
+		return nil, fmt.Errorf("the manifest given as %s is another's", d)
+	}
 	var m ocispec.Manifest
 	if err := json.Unmarshal(raw.Bytes, &m); err != nil {
 		return nil, fmt.Errorf("reading the artifact manifest %s: %w", d, err)
