@@ -1,16 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"os"
 	"strconv"
-	"strings"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 
 	"github.com/imagepipe/imagepipe/internal/gate"
@@ -19,10 +15,11 @@ import (
 )
 
 // verifyOneCmd is the command the gate runs as a child process for each
-// verification (gate.Child): it gets ready, reads one subject from its
-// standard input, verifies it, publishes its canonical image and prints
-// the verdict as JSON. It signs nothing and reads no signing key; the
-// parent signs. Standard input ending without a subject ends it quietly.
+// verification (gate.Child): it gets ready, reads one task (a subject and
+// its manifest, gate.ReadTask) from its standard input, verifies it,
+// publishes its canonical image and prints the verdict as JSON. It signs
+// nothing and reads no signing key; the parent signs. Standard input
+// ending without a subject ends it quietly.
 func verifyOneCmd(o *options) *cobra.Command {
 	var tempDir string
 	var maxSpool int64
@@ -41,13 +38,9 @@ func verifyOneCmd(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			line, err := bufio.NewReader(io.LimitReader(cmd.InOrStdin(), maxSubjectLine)).ReadString('\n')
-			if err != nil && line == "" {
-				return nil // stopped before it was given a subject
-			}
-			subject, err := name.NewDigest(strings.TrimSpace(line), registry.NameOptions(reg)...)
-			if err != nil {
-				return err
+			subject, manifest, ok, err := gate.ReadTask(cmd.InOrStdin(), registry.NameOptions(reg)...)
+			if err != nil || !ok {
+				return err // !ok: stopped before it was given a subject
 			}
 			log := slog.New(h).With("subject", subject.String())
 			rc, err := o.daemon.RegistryClient(userAgent(), log)
@@ -55,7 +48,7 @@ func verifyOneCmd(o *options) *cobra.Command {
 				return err
 			}
 			v := &gate.Verifier{Registry: rc, TempDir: tempDir, MaxVirtualSize: o.maxVirtualSize, MaxSpool: maxSpool, Engine: engine, Version: version.Get().Version, Logger: log, Store: o.store()}
-			verdict, err := v.Verify(cmd.Context(), subject)
+			verdict, err := v.VerifyManifest(cmd.Context(), subject, manifest)
 			if err != nil {
 				return err
 			}
@@ -72,9 +65,6 @@ func verifyOneCmd(o *options) *cobra.Command {
 	f.Int64Var(&maxSpool, "verify-max-spool", 0, "data this verification may spool, in bytes (0: no bound)")
 	return cmd
 }
-
-// maxSubjectLine bounds the subject a child reads: a reference.
-const maxSubjectLine = 4096
 
 // childArgs are the arguments of verify-one that carry the parent's
 // settings, with maxSpool the data one verification may spool (gate.Child

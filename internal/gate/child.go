@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -18,15 +19,20 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
 
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // Child runs each verification in a process of its own, so that one that
 // crashes or runs out of memory stops no other: the process is Path with
-// Args, then --verify-temp-dir DIR; it reads the subject as one line on its
-// standard input, writes the verdict as JSON on its standard output and
-// exits 0, or exits non-zero without a verdict. Each child gets a folder of
+// Args, then --verify-temp-dir DIR; it reads its task (ReadTask: the
+// subject and the subject's manifest, which the parent fetched for the
+// verdict and the child does not fetch again) on its standard input,
+// writes the verdict as JSON on its standard output and exits 0, or exits
+// non-zero without a verdict. Each child gets a folder of
 // its own under TempDir, removed when it exits however it ends, so a killed
 // child leaves no spool behind. On Linux the kernel kills every child when
 // the gate dies, SIGKILL included, so none outlives it; what a killed gate
@@ -174,10 +180,11 @@ func (c *Child) Close() {
 	}
 }
 
-// Verify runs one child for subject and returns its verdict and what it
+// Verify runs one child for subject, whose manifest is manifest (as
+// Verifier.VerifyManifest takes it), and returns its verdict and what it
 // spent. A child that fails is an error (the work is tried again later);
 // the error names how it ended and the last lines it logged.
-func (c *Child) Verify(ctx context.Context, subject name.Digest) (*api.Verdict, Cost, error) {
+func (c *Child) Verify(ctx context.Context, subject name.Digest, manifest *registry.RawManifest) (*api.Verdict, Cost, error) {
 	p, err := c.take()
 	if err != nil {
 		return nil, Cost{}, fmt.Errorf("starting the verification of %s: %w", subject, err)
@@ -210,7 +217,7 @@ func (c *Child) Verify(ctx context.Context, subject name.Digest) (*api.Verdict, 
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		time.AfterFunc(grace, func() { _ = p.cmd.Process.Kill() })
 	})
-	if _, err := io.WriteString(p.stdin, subject.String()+"\n"); err != nil {
+	if err := writeTask(p.stdin, subject, manifest); err != nil {
 		_ = p.cmd.Process.Kill() // it cannot verify what it was not told
 	}
 	p.stdin.Close()
@@ -245,6 +252,65 @@ func (c *Child) Verify(ctx context.Context, subject name.Digest) (*api.Verdict, 
 		return nil, cost, fmt.Errorf("the verification of %s answered about %s@%s", subject, v.Repository, v.Subject)
 	}
 	return &v, cost, nil
+}
+
+// maxTaskLine bounds each line of a task: a reference, a media type.
+const maxTaskLine = 4096
+
+// writeTask writes a child's task: the subject on one line, the media
+// type of its manifest on the next, then the manifest's bytes.
+func writeTask(w io.Writer, subject name.Digest, manifest *registry.RawManifest) error {
+	if strings.ContainsAny(string(manifest.MediaType), "\r\n") {
+		return fmt.Errorf("the media type %q of %s spans lines", manifest.MediaType, subject)
+	}
+	if _, err := io.WriteString(w, subject.String()+"\n"+string(manifest.MediaType)+"\n"); err != nil {
+		return err
+	}
+	_, err := w.Write(manifest.Bytes)
+	return err
+}
+
+// ReadTask reads the task Child.Verify writes on a child's standard
+// input: the subject, parsed with opts, and its manifest as the parent
+// fetched it, at most registry.MaxIndexSize bytes. The manifest's Digest
+// is that of the bytes read; Verifier.VerifyManifest compares it with the
+// subject's. ok is false when the input ended before a subject: the child
+// was a spare that is no longer needed.
+func ReadTask(r io.Reader, opts ...name.Option) (subject name.Digest, manifest *registry.RawManifest, ok bool, err error) {
+	br := bufio.NewReader(io.LimitReader(r, 2*maxTaskLine+registry.MaxIndexSize+1))
+	line := func(what string) (string, error) {
+		l, err := br.ReadString('\n')
+		switch {
+		case err != nil:
+			return l, fmt.Errorf("reading the %s of the task: %w", what, err)
+		case len(l) > maxTaskLine:
+			return l, fmt.Errorf("the %s of the task is over %d bytes", what, maxTaskLine)
+		}
+		return strings.TrimSuffix(l, "\n"), nil
+	}
+	ref, err := line("subject")
+	if ref == "" && errors.Is(err, io.EOF) {
+		return name.Digest{}, nil, false, nil
+	}
+	if err != nil {
+		return name.Digest{}, nil, false, err
+	}
+	if subject, err = name.NewDigest(ref, opts...); err != nil {
+		return name.Digest{}, nil, false, err
+	}
+	mt, err := line("media type")
+	if err != nil {
+		return name.Digest{}, nil, false, err
+	}
+	b, err := io.ReadAll(br)
+	if err != nil {
+		return name.Digest{}, nil, false, fmt.Errorf("reading the manifest of the task: %w", err)
+	}
+	if len(b) > registry.MaxIndexSize {
+		return name.Digest{}, nil, false, fmt.Errorf("the manifest of the task is over %d bytes", registry.MaxIndexSize)
+	}
+	manifest = &registry.RawManifest{Digest: digest.FromBytes(b).String(), MediaType: types.MediaType(mt), Bytes: b}
+	return subject, manifest, true, nil
 }
 
 // watch kills p once its resident memory passes MemoryLimit, saying why

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/registry"
@@ -21,33 +23,48 @@ import (
 )
 
 // TestMain lets this test binary play a verification child when
-// PLAY_GATE_CHILD is set: it reads a subject from its standard input and
-// prints an accepted verdict on it; standard input ending first, it exits 3.
-// With PLAY_GATE_CHILD=spin it spins on the cores instead, in several
-// threads, until it is killed: a verification of a disk built to cost.
+// PLAY_GATE_CHILD is set: it reads its task from its standard input
+// (ReadTask) and prints an accepted verdict on the subject, when the
+// manifest given is the subject's; standard input ending first, it exits
+// 3. With PLAY_GATE_CHILD=spin it reads a line, then spins on the cores
+// instead, in several threads, until it is killed: a verification of a
+// disk built to cost.
 func TestMain(m *testing.M) {
-	if play := os.Getenv("PLAY_GATE_CHILD"); play != "" {
-		line, err := bufio.NewReader(os.Stdin).ReadString('\n')
-		if err != nil {
+	switch os.Getenv("PLAY_GATE_CHILD") {
+	case "":
+		os.Exit(m.Run())
+	case "spin":
+		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 			os.Exit(3)
 		}
-		if play == "spin" {
-			for range 3 {
-				go func() {
-					for n := 0; ; n++ {
-					}
-				}()
-			}
-			select {}
+		for range 3 {
+			go func() {
+				for n := 0; ; n++ {
+				}
+			}()
 		}
-		d, err := name.NewDigest(strings.TrimSpace(line))
-		if err != nil {
-			os.Exit(4)
-		}
-		_ = json.NewEncoder(os.Stdout).Encode(api.Verdict{Subject: d.DigestStr(), Repository: d.RepositoryStr(), Verdict: api.VerdictAccepted})
-		os.Exit(0)
+		select {}
 	}
-	os.Exit(m.Run())
+	d, manifest, ok, err := ReadTask(os.Stdin)
+	switch {
+	case !ok:
+		os.Exit(3)
+	case err != nil || manifest.Digest != d.DigestStr():
+		os.Exit(4)
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(api.Verdict{Subject: d.DigestStr(), Repository: d.RepositoryStr(), Verdict: api.VerdictAccepted})
+	os.Exit(0)
+}
+
+// playedSubject is a subject for a played child, with its manifest.
+func playedSubject(t *testing.T) (name.Digest, *registry.RawManifest) {
+	t.Helper()
+	b := []byte(`{"schemaVersion":2}`)
+	subject, err := name.NewDigest("registry.example/acme/rhel@" + digest.FromBytes(b).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return subject, &registry.RawManifest{Digest: subject.DigestStr(), MediaType: types.OCIManifestSchema1, Bytes: b}
 }
 
 // TestChildKeepsASpareStarted: a verification's child is started before
@@ -67,12 +84,9 @@ func TestChildKeepsASpareStarted(t *testing.T) {
 	if err := c.spare.cmd.Process.Signal(syscall.Signal(0)); err != nil {
 		t.Fatalf("the spare is not running: %v", err)
 	}
-	subject, err := name.NewDigest("registry.example/acme/rhel@sha256:" + strings.Repeat("1", 64))
-	if err != nil {
-		t.Fatal(err)
-	}
+	subject, manifest := playedSubject(t)
 	for i := range 3 {
-		v, _, err := c.Verify(t.Context(), subject)
+		v, _, err := c.Verify(t.Context(), subject, manifest)
 		if err != nil || v.Subject != subject.DigestStr() {
 			t.Fatalf("verification %d: %+v, %v", i, v, err)
 		}
@@ -91,7 +105,7 @@ func TestChildKeepsASpareStarted(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-spare.done
-	if v, _, err := c.Verify(t.Context(), subject); err != nil || v.Verdict != api.VerdictAccepted {
+	if v, _, err := c.Verify(t.Context(), subject, manifest); err != nil || v.Verdict != api.VerdictAccepted {
 		t.Fatalf("after the spare died: %+v, %v", v, err)
 	}
 
@@ -108,7 +122,7 @@ func TestChildKeepsASpareStarted(t *testing.T) {
 	default:
 		t.Fatal("Close returned with the spare still running")
 	}
-	if c.Verify(t.Context(), subject); c.spare != nil {
+	if c.Verify(t.Context(), subject, manifest); c.spare != nil {
 		t.Error("a verification after Close left a spare")
 	}
 }

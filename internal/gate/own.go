@@ -10,8 +10,10 @@ const maxOwnWrites = 4096
 
 // ownWrites remembers, by "REPO@DIGEST", the manifests the gate wrote
 // itself (canonical images, verdicts), whose push events need no look at:
-// they are neither tenants' images nor signatures. The oldest are
-// forgotten first; one forgotten costs a manifest fetch, nothing more.
+// they are neither tenants' images nor signatures; and the referrers-tag
+// indexes it read back listing a verdict it gave that stands, whose
+// pushes announce nothing a look would act on. The oldest are forgotten
+// first; one forgotten costs a look, nothing more.
 type ownWrites struct {
 	mu    sync.Mutex
 	set   map[string]bool

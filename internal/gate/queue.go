@@ -11,6 +11,18 @@ import (
 type work struct {
 	repo, tag, digest string
 	recheck, referrer string
+	// index, for a recheck brought by a push of the subject's referrers
+	// tag, is the digest the tag was pushed at.
+	index string
+}
+
+// replacing is w replacing older pending work of the same key: the index
+// that brought w stands for both only when it brought the older work too.
+func (w work) replacing(older work) work {
+	if older.index != w.index {
+		w.index = ""
+	}
+	return w
 }
 
 // key identifies what a piece of work is about; newer work for the same
@@ -81,7 +93,10 @@ func (q *fairQueue) addLocked(tenant string, w work) {
 		return
 	}
 	k := w.key()
-	_, waiting := q.items[k]
+	older, waiting := q.items[k]
+	if waiting {
+		w = w.replacing(older)
+	}
 	q.items[k] = w
 	_, running := q.running[k]
 	if waiting || running {

@@ -55,6 +55,28 @@ func TestFairQueueKeepsNewestWork(t *testing.T) {
 	}
 }
 
+// TestARecheckKeepsTheLooksItStandsFor: a recheck that an index of the
+// referrers tag brought, replacing pending rechecks of its subject,
+// carries that index only when each of them came from it too: the
+// poller's Recheck, or another index, still gets its look.
+func TestARecheckKeepsTheLooksItStandsFor(t *testing.T) {
+	for _, tc := range []struct {
+		older, newer, want string
+	}{
+		{"sha256:a", "sha256:a", "sha256:a"},
+		{"", "sha256:a", ""},
+		{"sha256:a", "", ""},
+		{"sha256:b", "sha256:a", ""},
+	} {
+		q := newFairQueue(8, 0, 2, nil)
+		q.add("acme", work{repo: "acme/rhel", recheck: "sha256:1", index: tc.older})
+		q.add("acme", work{repo: "acme/rhel", recheck: "sha256:1", index: tc.newer})
+		if w, _, _ := q.next(); q.len() != 0 || w.index != tc.want {
+			t.Errorf("index %q replaced by %q: %q, %d more waiting; want %q alone", tc.older, tc.newer, w.index, q.len(), tc.want)
+		}
+	}
+}
+
 // TestANewTenantDoesNotWaitForLongVerifications: with every worker taken
 // by two tenants' long verifications, a third tenant's image starts at
 // once, in a reserve slot; a fourth waits once the reserve is taken too,

@@ -138,7 +138,8 @@ func (s *Service) init() {
 // tenant's signature, or a write that dropped the gate's verdict from a
 // referrers tag that another writer was extending at once: the digest it
 // is about is looked at again when its verdict awaits a signature or is
-// gone.
+// gone; a referrers tag pushed at an index this gate read back listing
+// the verdict it gave, which stands, is not looked at.
 func (s *Service) Add(events []intake.Event) {
 	s.init()
 	for _, e := range events {
@@ -156,7 +157,7 @@ func (s *Service) Add(events []intake.Event) {
 		case e.Tag != "" && !api.IsAttachmentTag(e.Tag):
 			s.queue.add(tenant, work{repo: e.Repository, tag: e.Tag, digest: e.Digest})
 		case e.Tag != "":
-			w := work{repo: e.Repository, recheck: "sha256:" + e.Tag[len("sha256-"):len("sha256-")+64]}
+			w := work{repo: e.Repository, recheck: "sha256:" + e.Tag[len("sha256-"):len("sha256-")+64], index: e.Digest}
 			s.queue.add(tenant, w)
 			// distribution announces a tag push before the tag points at
 			// the new manifest: the digest is looked at again a little later.
@@ -296,9 +297,9 @@ func (s *Service) handleWork(ctx context.Context, w work) error {
 		if err != nil || !ok {
 			return err
 		}
-		return s.recheck(ctx, repo.Digest(subject), w.referrer)
+		return s.recheck(ctx, repo.Digest(subject), w.referrer, "")
 	case w.recheck != "":
-		return s.recheck(ctx, repo.Digest(w.recheck), "")
+		return s.recheck(ctx, repo.Digest(w.recheck), "", w.index)
 	}
 	d := w.digest
 	if d == "" {
@@ -319,14 +320,11 @@ func (s *Service) handleWork(ctx context.Context, w work) error {
 // recheck handles subject again when it has no verdict, or one that
 // awaits a signature; referrer, when set, is a manifest just pushed with
 // subject as its subject, checked as a signature even if the referrers
-// listing lost it.
-func (s *Service) recheck(ctx context.Context, subject name.Digest, referrer string) error {
-	_, done, err := s.given(ctx, subject)
-	if err != nil || done {
-		s.awaiting.remove(subject)
-		return err
-	}
-	_, err = s.handle(ctx, subject, referrer)
+// listing lost it, and index, when set, the digest subject's referrers
+// tag was pushed at. It is handle: one look for the verdict, under the
+// subject's lock, decides.
+func (s *Service) recheck(ctx context.Context, subject name.Digest, referrer, index string) error {
+	_, err := s.handle(ctx, subject, referrer, index)
 	return err
 }
 
@@ -361,18 +359,27 @@ var ErrBusy = errors.New("another replica is verifying the digest")
 // signature is looked at again: when the signature check now answers
 // otherwise, the subject gets a new verdict (the newest counts).
 func (s *Service) Handle(ctx context.Context, subject name.Digest) (*api.Verdict, error) {
-	return s.handle(ctx, subject, "")
+	return s.handle(ctx, subject, "", "")
 }
 
 // handle is Handle, with referrer (when set) checked as a signature on
-// subject besides those the registry lists.
-func (s *Service) handle(ctx context.Context, subject name.Digest, referrer string) (*api.Verdict, error) {
+// subject besides those the registry lists. index, when set, is the
+// digest subject's referrers tag was pushed at: when this gate read that
+// index back listing the verdict it gave, which stands, there is nothing
+// to look at, and handle returns no verdict and no error.
+func (s *Service) handle(ctx context.Context, subject name.Digest, referrer, index string) (*api.Verdict, error) {
 	s.init()
 	if err := s.handling.lock(ctx, subject.String()); err != nil {
 		return nil, err
 	}
 	defer s.handling.unlock(subject.String())
+	if index != "" && s.own.has(subject.RepositoryStr()+"@"+index) {
+		return nil, nil
+	}
 	prev, done, err := s.given(ctx, subject)
+	if done {
+		s.awaiting.remove(subject) // a verdict that stands awaits nothing
+	}
 	if err != nil || done {
 		return prev, err
 	}
@@ -386,13 +393,16 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 		}
 		defer release()
 		// Another replica may have finished between the look-up and the lease.
-		if prev, done, err = s.given(ctx, subject); err != nil || done {
+		if prev, done, err = s.given(ctx, subject); done {
+			s.awaiting.remove(subject)
+		}
+		if err != nil || done {
 			return prev, err
 		}
 	}
 	start := time.Now()
-	// The subject's manifest, which the verdict names, is read while the
-	// verification runs.
+	// The subject's manifest, which the verdict names and the
+	// verification reads, is fetched once, while the signature check runs.
 	type fetched struct {
 		raw *registry.RawManifest
 		err error
@@ -415,6 +425,7 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 		return nil, err
 	}
 	var v *api.Verdict
+	var m fetched
 	switch {
 	case refusal != nil && prev != nil && sameRefusal(prev, refusal):
 		s.awaiting.add(subject)
@@ -422,7 +433,11 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 	case refusal != nil:
 		v = s.Verifier.refusal(subject, *refusal)
 	default:
-		v, err = s.verify(ctx, subject)
+		if m = <-manifest; m.err != nil {
+			s.Metrics.failed()
+			return nil, m.err
+		}
+		v, err = s.verify(ctx, subject, m.raw)
 		switch {
 		case errors.Is(err, ErrCPULimit):
 			v, err = s.Verifier.refusal(subject, api.Rejection{Code: string(reject.VerificationLimit), Message: err.Error()}), nil
@@ -437,9 +452,10 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer stri
 		s.overLimit.forget(subject)
 		v.SignedBy = keyID
 	}
-	m := <-manifest
-	if m.err != nil {
-		return nil, m.err
+	if m.raw == nil {
+		if m = <-manifest; m.err != nil {
+			return nil, m.err
+		}
 	}
 	if err := s.Store.PutVerdict(subject, v); err != nil {
 		s.Logger.Warn("the verdict is not kept; hidden, it would be computed again", "subject", subject.String(), "error", err)
@@ -466,18 +482,25 @@ func (s *Service) republishable(subject name.Digest, prev *api.Verdict) (*api.Ve
 // remembers it; msg is what the log says of it.
 func (s *Service) publish(ctx context.Context, subject name.Digest, raw *registry.RawManifest, v *api.Verdict, start time.Time, msg string) (*api.Verdict, error) {
 	desc := ocispec.Descriptor{MediaType: string(raw.MediaType), Digest: digest.Digest(raw.Digest), Size: int64(len(raw.Bytes))}
-	ref, err := verdict.Publish(ctx, s.Registry, s.Signer, subject, desc, v)
+	att, err := verdict.Publish(ctx, s.Registry, s.Signer, subject, desc, v)
 	if err != nil {
 		return nil, fmt.Errorf("publishing the verdict on %s: %w", subject, err)
 	}
+	repoName := subject.Context().RepositoryStr()
 	if verdict.AwaitsSignature(v) {
 		s.awaiting.add(subject)
 	} else {
 		s.awaiting.remove(subject)
+		if att.ReferrersTag != "" {
+			// The push of the referrers tag at this index announces a
+			// listing read back with the verdict in it: a look would find
+			// that verdict, which stands.
+			s.own.add(repoName + "@" + att.ReferrersTag)
+		}
 	}
 	s.memory.Put(subject.String(), v)
 	s.verdictsGiven.add(subject)
-	repoName := subject.Context().RepositoryStr()
+	ref := att.Digest
 	s.own.add(repoName + "@" + ref)
 	for _, im := range v.Images {
 		s.own.add(repoName + "@" + im.Canonical)
@@ -487,17 +510,17 @@ func (s *Service) publish(ctx context.Context, subject name.Digest, raw *registr
 	return v, nil
 }
 
-// verify reads subject in full, in a child process when Isolated is set,
-// and charges what it spent to its tenant.
-func (s *Service) verify(ctx context.Context, subject name.Digest) (*api.Verdict, error) {
+// verify reads subject, whose manifest is raw, in full, in a child
+// process when Isolated is set, and charges what it spent to its tenant.
+func (s *Service) verify(ctx context.Context, subject name.Digest, raw *registry.RawManifest) (*api.Verdict, error) {
 	tenant, err := imageref.Tenant(subject.RepositoryStr())
 	if err != nil {
 		return nil, err
 	}
 	if s.Isolated == nil {
-		return s.Verifier.Verify(ctx, subject)
+		return s.Verifier.VerifyManifest(ctx, subject, raw)
 	}
-	v, cost, err := s.Isolated.Verify(ctx, subject)
+	v, cost, err := s.Isolated.Verify(ctx, subject, raw)
 	s.spent.charge(tenant, cost)
 	s.Metrics.spent(tenant, cost)
 	return v, err

@@ -18,7 +18,9 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
+	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/trust"
 	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -190,7 +192,7 @@ func TestOneSubjectIsHandledOnceAtATime(t *testing.T) {
 	for _, handle := range []func() error{
 		func() error { _, err := s.Handle(t.Context(), subject); return err },
 		func() error { _, err := s.Handle(t.Context(), subject); return err },
-		func() error { return s.recheck(t.Context(), subject, "") },
+		func() error { return s.recheck(t.Context(), subject, "", "") },
 	} {
 		wg.Go(func() {
 			<-start
@@ -214,4 +216,158 @@ func TestOneSubjectIsHandledOnceAtATime(t *testing.T) {
 			t.Errorf("blob %s read %d times", blob, n)
 		}
 	}
+}
+
+// requestLog counts the HTTP requests a registry client sends, by method
+// and path (registry.WithRequestObserver).
+type requestLog struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (l *requestLog) observe(method, path string, _ int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n == nil {
+		l.n = map[string]int{}
+	}
+	l.n[method+" "+path]++
+}
+
+// count is how many requests of method went to path, then forgets them.
+func (l *requestLog) count(method, path string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.n[method+" "+path]
+	delete(l.n, method+" "+path)
+	return n
+}
+
+// observedService is e.service with a registry client of its own whose
+// requests log counts.
+func (e *env) observedService(t *testing.T, signer *attest.Signer) (*Service, *requestLog) {
+	t.Helper()
+	log := &requestLog{}
+	c, err := registry.New(registry.WithCacheDir(t.TempDir()), registry.WithRequestObserver(log.observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := e.service(t, signer)
+	s.Registry, s.Verifier.Registry = c, c
+	return s, log
+}
+
+// TestTheSubjectsManifestIsFetchedOnce: giving a verdict fetches the
+// subject's manifest once, for the verification and the verdict that
+// names it alike; a manifest that is not the subject's gives no verdict.
+func TestTheSubjectsManifestIsFetchedOnce(t *testing.T) {
+	e := newEnv(t)
+	s, log := e.observedService(t, newSigner(t))
+	d := e.importDisk(t, "acme/rhel", rawDisk(t, 2<<20, 21), containerdisk.Options{}, registry.ImportOptions{})
+	subject := mustDigest(t, e.host+"/acme/rhel@"+d)
+	if v, err := s.Handle(t.Context(), subject); err != nil || v.Verdict != api.VerdictAccepted {
+		t.Fatalf("%+v, %v", v, err)
+	}
+	if n := log.count("GET", "/v2/acme/rhel/manifests/"+d); n != 1 {
+		t.Errorf("the subject's manifest was fetched %d times; want once", n)
+	}
+
+	other := e.importDisk(t, "acme/rhel", rawDisk(t, 1<<20, 22), containerdisk.Options{}, registry.ImportOptions{})
+	raw, err := e.reg.FetchManifest(t.Context(), mustDigest(t, e.host+"/acme/rhel@"+other))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := e.v.VerifyManifest(t.Context(), subject, raw); err == nil {
+		t.Errorf("another image's manifest gave the verdict %+v; want an error", v)
+	}
+}
+
+// TestARecheckLooksForTheVerdictOnce: a subject refused for want of a
+// signature is looked at again, through an attachment's event and through
+// the poller's Recheck, with one look for its verdict each time: the
+// verdict's manifest is fetched once per recheck.
+func TestARecheckLooksForTheVerdictOnce(t *testing.T) {
+	e := newEnv(t)
+	s, log := e.observedService(t, newSigner(t))
+	s.TenantKeys = writeTenantKeys(t, map[string]*attest.Signer{"acme": newSigner(t)})
+	d := e.importDisk(t, "acme/rhel", rawDisk(t, 1<<20, 23), containerdisk.Options{}, registry.ImportOptions{})
+	subject := mustDigest(t, e.host+"/acme/rhel@"+d)
+	if v, err := s.Handle(t.Context(), subject); err != nil || v.Verdict != api.VerdictRejected || v.Reasons[0].Code != string(reject.Unsigned) {
+		t.Fatalf("%+v, %v; want refused, unsigned", v, err)
+	}
+	refs, err := e.reg.Referrers(t.Context(), subject, api.VerdictArtifactType)
+	if err != nil || len(refs) != 1 {
+		t.Fatalf("%d verdicts attached (%v); want one", len(refs), err)
+	}
+	verdictManifest := "/v2/acme/rhel/manifests/" + refs[0].Digest.String()
+	log.count("GET", verdictManifest)
+	s.Add([]intake.Event{{Action: intake.ActionPush, Repository: "acme/rhel", Tag: "sha256-" + strings.TrimPrefix(d, "sha256:")}})
+	s.runQueued(t)
+	if n := log.count("GET", verdictManifest); n != 1 {
+		t.Errorf("a recheck brought by an attachment fetched the verdict %d times; want once", n)
+	}
+	s.Recheck()
+	s.runQueued(t)
+	if n := log.count("GET", verdictManifest); n != 1 {
+		t.Errorf("the poller's recheck fetched the verdict %d times; want once", n)
+	}
+	if got := s.awaiting.list(); len(got) != 1 {
+		t.Errorf("awaiting a signature: %v; want the subject", got)
+	}
+}
+
+// TestTheGatesOwnReferrersTagBringsNoLook: on a registry without the
+// referrers API, attaching a verdict pushes the subject's referrers tag;
+// its announcement, at the index the gate read back with the verdict in
+// it, brings no look for the verdict, now or on the looks again that a
+// referrers tag's push schedules. The same tag pushed at another index (a
+// tenant's signature) is looked at as before.
+func TestTheGatesOwnReferrersTagBringsNoLook(t *testing.T) {
+	e := newEnv(t)
+	s, log := e.observedService(t, newSigner(t))
+	d := e.importDisk(t, "acme/rhel", rawDisk(t, 1<<20, 24), containerdisk.Options{}, registry.ImportOptions{})
+	subject := mustDigest(t, e.host+"/acme/rhel@"+d)
+	if v, err := s.Handle(t.Context(), subject); err != nil || v.Verdict != api.VerdictAccepted {
+		t.Fatalf("%+v, %v", v, err)
+	}
+	tag := "sha256-" + strings.TrimPrefix(d, "sha256:")
+	index, found, err := e.reg.Resolve(t.Context(), mustTag(t, e.host+"/acme/rhel:"+tag))
+	if err != nil || !found {
+		t.Fatalf("the referrers tag: %v, %v; want the index the gate pushed", found, err)
+	}
+	refs, err := e.reg.Referrers(t.Context(), subject, api.VerdictArtifactType)
+	if err != nil || len(refs) != 1 {
+		t.Fatalf("%d verdicts attached (%v); want one", len(refs), err)
+	}
+	verdictManifest := "/v2/acme/rhel/manifests/" + refs[0].Digest.String()
+	log.count("GET", "/v2/acme/rhel/manifests/"+tag)
+	log.count("GET", verdictManifest)
+
+	pushed := intake.Event{Action: intake.ActionPush, Repository: "acme/rhel", Tag: tag, Digest: index}
+	s.Add([]intake.Event{pushed})
+	s.runQueued(t)
+	// The looks again that the push scheduled, queued without waiting.
+	for range recheckAgain {
+		s.queue.add("acme", work{repo: "acme/rhel", recheck: d, index: index})
+		s.runQueued(t)
+	}
+	if n, m := log.count("GET", "/v2/acme/rhel/manifests/"+tag), log.count("GET", verdictManifest); n != 0 || m != 0 {
+		t.Errorf("the gate's own referrers tag brought %d listings and %d reads of the verdict; want none", n, m)
+	}
+
+	pushed.Digest = "sha256:" + strings.Repeat("0", 64)
+	s.Add([]intake.Event{pushed})
+	s.runQueued(t)
+	if n, m := log.count("GET", "/v2/acme/rhel/manifests/"+tag), log.count("GET", verdictManifest); n != 1 || m != 1 {
+		t.Errorf("the referrers tag at another index brought %d listings and %d reads of the verdict; want one look", n, m)
+	}
+}
+
+func mustTag(t *testing.T, s string) name.Tag {
+	t.Helper()
+	tag, err := name.NewTag(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tag
 }

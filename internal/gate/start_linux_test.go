@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strings"
 	"syscall"
 	"testing"
 
@@ -56,7 +55,8 @@ func TestChildSurvivesTheExitOfTheThreadThatAskedForIt(t *testing.T) {
 	}
 
 	// The child waits for its subject: it answers, so it lives.
-	if _, err := s.p.stdin.Write([]byte("registry.example/acme/rhel@sha256:" + strings.Repeat("2", 64) + "\n")); err != nil {
+	subject, manifest := playedSubject(t)
+	if err := writeTask(s.p.stdin, subject, manifest); err != nil {
 		t.Fatalf("the child started from the thread that ended does not read: %v", err)
 	}
 	s.p.stdin.Close()

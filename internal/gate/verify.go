@@ -113,7 +113,23 @@ func (v *Verifier) logger() *slog.Logger {
 // reasons. An error means no verdict (the registry failed, the context
 // ended): nothing about the image is known.
 func (v *Verifier) Verify(ctx context.Context, subject name.Digest) (*api.Verdict, error) {
-	images, err := v.verifySubject(ctx, subject)
+	raw, err := v.Registry.FetchManifest(ctx, subject)
+	if err != nil {
+		return nil, err
+	}
+	return v.VerifyManifest(ctx, subject, raw)
+}
+
+// VerifyManifest is Verify for a subject whose manifest the caller
+// fetched already (registry.Client.FetchManifest), for the verdict that
+// names it: raw is read instead of being fetched again. Its bytes must be
+// the subject's (their digest is compared); anything else is an error,
+// not a verdict.
+func (v *Verifier) VerifyManifest(ctx context.Context, subject name.Digest, raw *registry.RawManifest) (*api.Verdict, error) {
+	if raw == nil || len(raw.Bytes) > registry.MaxIndexSize || digest.FromBytes(raw.Bytes).String() != subject.DigestStr() {
+		return nil, fmt.Errorf("the manifest given for %s is not the subject's", subject)
+	}
+	images, err := v.verifySubject(ctx, subject, raw)
 	if re := reject.As(err); re != nil {
 		return v.refusal(subject, api.Rejection{Code: string(re.Reason), Message: re.Detail}), nil
 	}
@@ -146,12 +162,8 @@ func (v *Verifier) verdict(subject name.Digest) *api.Verdict {
 }
 
 // verifySubject verifies the image subject names, or each image of the
-// index it names.
-func (v *Verifier) verifySubject(ctx context.Context, subject name.Digest) ([]api.VerifiedImage, error) {
-	raw, err := v.Registry.FetchManifest(ctx, subject)
-	if err != nil {
-		return nil, err
-	}
+// index it names; raw is subject's manifest.
+func (v *Verifier) verifySubject(ctx context.Context, subject name.Digest, raw *registry.RawManifest) ([]api.VerifiedImage, error) {
 	doc, err := ocidoc.ParseDocument(string(raw.MediaType), raw.Bytes)
 	if err != nil {
 		return nil, err

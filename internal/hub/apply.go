@@ -47,9 +47,9 @@ type Applier struct {
 	Logger    *slog.Logger
 	// Wake, when set, is told of the BaseImages waiting for a verdict on
 	// a digest that something may just have been attached to (the gate's
-	// verdict, a tenant's signature), with the attached manifest's digest
+	// verdict, a tenant's signature), with the attached verdict's manifest
 	// when the event named it; the Reconciler's Wake.
-	Wake func(ctx context.Context, subject name.Digest, waiting []client.ObjectKey, referrer string) error
+	Wake func(ctx context.Context, subject name.Digest, waiting []client.ObjectKey, referrer *registry.RawManifest) error
 	// Manifests reads a manifest pushed by digest, to learn which digest
 	// it is attached to; nil wakes every waiting BaseImage of the
 	// repository instead. *registry.Client implements it.
@@ -93,7 +93,7 @@ func (a *Applier) Apply(ctx context.Context, e intake.Event) error {
 		if e.Action != intake.ActionPush {
 			return nil
 		}
-		return a.wakeWaiting(ctx, tenant, ns, e.Repository, "sha256:"+strings.TrimPrefix(e.Tag, "sha256-")[:64], "")
+		return a.wakeWaiting(ctx, tenant, ns, e.Repository, "sha256:"+strings.TrimPrefix(e.Tag, "sha256-")[:64], nil)
 	}
 	if e.Tag == "" {
 		if e.Action == intake.ActionPush {
@@ -159,19 +159,19 @@ type ManifestReader interface {
 
 // wakeForReferrer handles the push of a manifest by digest. A verdict
 // attached to a digest wakes the BaseImages waiting on that digest, with
-// the verdict's digest for their look-ups; another referrer wakes those
+// the verdict's manifest for their look-ups; another referrer wakes those
 // of its subject, and a manifest attached to nothing wakes none. When the
 // manifest cannot be read (no Manifests, the registry failed), every
 // waiting BaseImage of the repository is woken.
 func (a *Applier) wakeForReferrer(ctx context.Context, tenant, ns string, e intake.Event) error {
 	if a.Manifests == nil || e.Digest == "" {
-		return a.wakeWaiting(ctx, tenant, ns, e.Repository, "", "")
+		return a.wakeWaiting(ctx, tenant, ns, e.Repository, "", nil)
 	}
 	ref := a.Registry.Repo(e.Repository).Digest(e.Digest)
 	raw, err := a.Manifests.FetchManifest(ctx, ref)
 	if err != nil {
 		a.logger().Debug("pushed manifest not read; waking every waiting image of the repository", "manifest", ref.String(), "error", err)
-		return a.wakeWaiting(ctx, tenant, ns, e.Repository, "", "")
+		return a.wakeWaiting(ctx, tenant, ns, e.Repository, "", nil)
 	}
 	var m struct {
 		ArtifactType string `json:"artifactType"`
@@ -185,9 +185,9 @@ func (a *Applier) wakeForReferrer(ctx context.Context, tenant, ns string, e inta
 	if _, err := v1.NewHash(m.Subject.Digest); err != nil {
 		return nil
 	}
-	referrer := ""
+	var referrer *registry.RawManifest
 	if m.ArtifactType == api.VerdictArtifactType {
-		referrer = raw.Digest
+		referrer = raw
 	}
 	return a.wakeWaiting(ctx, tenant, ns, e.Repository, m.Subject.Digest, referrer)
 }
@@ -196,7 +196,7 @@ func (a *Applier) wakeForReferrer(ctx context.Context, tenant, ns string, e inta
 // subject, or on any digest when subject is "". referrer, when set, is
 // the verdict just attached to subject, passed on even when no BaseImage
 // waits yet.
-func (a *Applier) wakeWaiting(ctx context.Context, tenant, ns, repo, subject, referrer string) error {
+func (a *Applier) wakeWaiting(ctx context.Context, tenant, ns, repo, subject string, referrer *registry.RawManifest) error {
 	if a.Wake == nil {
 		return nil
 	}
@@ -213,7 +213,7 @@ func (a *Applier) wakeWaiting(ctx context.Context, tenant, ns, repo, subject, re
 		}
 		waiting[d] = append(waiting[d], client.ObjectKeyFromObject(&bi))
 	}
-	if _, ok := waiting[subject]; !ok && referrer != "" {
+	if _, ok := waiting[subject]; !ok && referrer != nil {
 		// The verdict may come before the BaseImage that will wait for it
 		// (the gate verifies while this hub's events queue): its look-ups
 		// are told of it all the same.

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -36,8 +37,9 @@ type Verdicts interface {
 	Verdict(ctx context.Context, subject name.Digest) (*api.Verdict, error)
 	Forget(subject name.Digest)
 	// Expect has the next look-ups of subject read referrer too, a
-	// verdict a registry event announced before the registry lists it.
-	Expect(subject name.Digest, referrer string)
+	// verdict a registry event announced before the registry lists it,
+	// whose manifest was read by its digest.
+	Expect(subject name.Digest, referrer *registry.RawManifest)
 }
 
 // ReasonNoVerdict is the Rejected condition's reason while a digest has
@@ -207,11 +209,13 @@ func platforms(images []api.VerifiedImage) string {
 }
 
 // importOf gathers what the DataVolume of digest needs: storage choice,
-// registry credentials and CA in the namespace, the image's hints.
-func (r *Reconciler) importOf(ctx context.Context, bi *v1alpha1.BaseImage, image, digest string) (cdi.Import, error) {
+// the names of the registry credential and CA in the namespace, the
+// image's hints; and the tenant's registry credential, which copyForImport
+// copies there (nil when imports carry none).
+func (r *Reconciler) importOf(ctx context.Context, bi *v1alpha1.BaseImage, image, digest string) (cdi.Import, map[string][]byte, error) {
 	st, migratable, reason, err := r.storage(ctx)
 	if err != nil {
-		return cdi.Import{}, err
+		return cdi.Import{}, nil, err
 	}
 	if migratable {
 		r.condition(bi, v1alpha1.ConditionLiveMigratable, true, "ReadWriteMany", fmt.Sprintf("imports use ReadWriteMany %s volumes of StorageClass %s", st.VolumeMode, st.StorageClass))
@@ -225,30 +229,43 @@ func (r *Reconciler) importOf(ctx context.Context, bi *v1alpha1.BaseImage, image
 		VirtualSize: bi.Status.VirtualSize, DiskSize: bi.Status.DiskSize, PullMethod: r.PullMethod, Storage: st,
 		Instancetype: bi.Status.Instancetype, Preference: bi.Status.Preference,
 	}
+	var credential map[string][]byte
 	if r.TenantCredentials != nil {
 		data, ok, err := r.TenantCredentials.Credential(bi.Spec.Tenant)
 		if err != nil {
-			return cdi.Import{}, fmt.Errorf("reading the registry credential of tenant %s: %w", bi.Spec.Tenant, err)
+			return cdi.Import{}, nil, fmt.Errorf("reading the registry credential of tenant %s: %w", bi.Spec.Tenant, err)
 		}
 		if !ok {
-			return cdi.Import{}, fmt.Errorf("%w: tenant %s has none; the syncer copies no other into its namespace", ErrNoTenantCredential, bi.Spec.Tenant)
+			return cdi.Import{}, nil, fmt.Errorf("%w: tenant %s has none; the syncer copies no other into its namespace", ErrNoTenantCredential, bi.Spec.Tenant)
 		}
-		im.SecretRef = cdi.PullSecretName
-		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: cdi.PullSecretName, Namespace: bi.Namespace}, Data: data}
-		if err := ensureCopy(ctx, r.Client, secret, func(cur *corev1.Secret) bool {
-			if maps.EqualFunc(cur.Data, data, func(a, b []byte) bool { return string(a) == string(b) }) {
-				return false
-			}
-			cur.Data = data
-			return true
-		}); err != nil {
-			return cdi.Import{}, err
-		}
+		im.SecretRef, credential = cdi.PullSecretName, data
 	}
 	if len(r.CA) > 0 {
 		im.CertConfig = cdi.CAConfigMapName
+	}
+	return im, credential, nil
+}
+
+// copyForImport puts what CDI's importer reads besides the DataVolume
+// into namespace ns: the tenant's registry credential (when not nil) as
+// the Secret cdi.PullSecretName, and the registry's CA, when set, as the
+// ConfigMap cdi.CAConfigMapName. Each is written only when it differs.
+func (r *Reconciler) copyForImport(ctx context.Context, ns string, credential map[string][]byte) error {
+	if credential != nil {
+		secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: cdi.PullSecretName, Namespace: ns}, Data: credential}
+		if err := ensureCopy(ctx, r.Client, secret, func(cur *corev1.Secret) bool {
+			if maps.EqualFunc(cur.Data, credential, func(a, b []byte) bool { return string(a) == string(b) }) {
+				return false
+			}
+			cur.Data = credential
+			return true
+		}); err != nil {
+			return err
+		}
+	}
+	if len(r.CA) > 0 {
 		data := map[string]string{"ca.crt": string(r.CA)}
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cdi.CAConfigMapName, Namespace: bi.Namespace}, Data: data}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: cdi.CAConfigMapName, Namespace: ns}, Data: data}
 		if err := ensureCopy(ctx, r.Client, cm, func(cur *corev1.ConfigMap) bool {
 			if maps.Equal(cur.Data, data) {
 				return false
@@ -256,10 +273,10 @@ func (r *Reconciler) importOf(ctx context.Context, bi *v1alpha1.BaseImage, image
 			cur.Data = data
 			return true
 		}); err != nil {
-			return cdi.Import{}, err
+			return err
 		}
 	}
-	return im, nil
+	return nil
 }
 
 // ensureCopy creates obj, or updates the existing object when fix reports

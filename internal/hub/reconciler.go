@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/imagepipe/imagepipe/internal/cdi"
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 )
 
@@ -78,12 +79,14 @@ type Reconciler struct {
 	PullMethod cdiv1.RegistryPullMethod
 	// TenantCredentials, when set, gives each tenant's own registry
 	// credential (one that reads only TENANT/*), copied into that tenant's
-	// namespace as the Secret cdi.PullSecretName for CDI's importer. The
-	// syncer's own credential is never copied. Nil means imports carry no
-	// pull secret (a public registry, or CDI's node pull method).
+	// namespace as the Secret cdi.PullSecretName for CDI's importer while
+	// a BaseImage's import is started or followed. The syncer's own
+	// credential is never copied. Nil means imports carry no pull secret
+	// (a public registry, or CDI's node pull method).
 	TenantCredentials TenantCredentials
 	// CA, when set, is the registry's CA bundle (PEM), copied into each
-	// tenant namespace as the ConfigMap cdi.CAConfigMapName.
+	// tenant namespace as the ConfigMap cdi.CAConfigMapName, as
+	// TenantCredentials' Secret is.
 	CA []byte
 	// Keep is how many successful imports stay per BaseImage unless its
 	// spec says otherwise; 0 means DefaultKeep.
@@ -172,13 +175,14 @@ const wakeBuffer = 1024
 // Wake has the BaseImages waiting for a verdict on subject looked at
 // again at once, rather than at their next recheck: something (the gate's
 // verdict, a tenant's signature) was just attached to it. referrer, when
-// set, is the attached manifest's digest from the registry's event, which
-// the look-ups read whether or not the registry lists it yet. On the
+// set, is the attached manifest the registry's event named, as read by its
+// digest, which the look-ups read whether or not the registry lists it
+// yet, without fetching it again. On the
 // leader, any look-up of the subject's verdict in flight is forgotten,
 // since it may have missed the attachment, and the BaseImages are queued.
 // Another replica, whose reconciler does not run, stamps them with
 // AnnotationAttachedAt instead, which the leader's watch sees.
-func (r *Reconciler) Wake(ctx context.Context, subject name.Digest, waiting []client.ObjectKey, referrer string) error {
+func (r *Reconciler) Wake(ctx context.Context, subject name.Digest, waiting []client.ObjectKey, referrer *registry.RawManifest) error {
 	if !r.leading() {
 		stamp := r.now().UTC().Format(time.RFC3339Nano)
 		for _, key := range waiting {
@@ -190,7 +194,7 @@ func (r *Reconciler) Wake(ctx context.Context, subject name.Digest, waiting []cl
 		}
 		return nil
 	}
-	if referrer != "" {
+	if referrer != nil {
 		r.Verdicts.Expect(subject, referrer)
 	}
 	nudge := func() {
@@ -204,7 +208,7 @@ func (r *Reconciler) Wake(ctx context.Context, subject name.Digest, waiting []cl
 		}
 	}
 	nudge()
-	if referrer != "" {
+	if referrer != nil {
 		return nil // the look-ups read it by digest
 	}
 	// distribution announces a tag push before the tag points at the new
@@ -360,7 +364,12 @@ func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res
 		return reconcile.Result{}, false, r.collect(ctx, bi, image, "")
 	}
 
-	im, err := r.importOf(ctx, bi, image, digest)
+	im, credential, err := r.importOf(ctx, bi, image, digest)
+	if err == nil && bi.Status.ImportedDigest != digest {
+		// Only an import reads the copies: a served digest costs no
+		// request for them.
+		err = r.copyForImport(ctx, bi.Namespace, credential)
+	}
 	if err != nil {
 		reason := "StorageUnavailable"
 		if errors.Is(err, ErrNoTenantCredential) {

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -34,13 +35,18 @@ type GateVerdicts struct {
 // expectation is the referrers a registry announced for a subject, and
 // when it last announced one.
 type expectation struct {
-	referrers []string
+	referrers []verdict.Referrer
 	at        time.Time
 }
 
 // maxExpected bounds the subjects Expect remembers referrers for; past it,
 // those remembered are dropped, and the registry's listing finds them.
 const maxExpected = 1024
+
+// maxExpectedManifest bounds the referrer manifests Expect keeps, in
+// bytes: a gate's verdict takes about one KiB; the digest alone is kept
+// of a larger one, which is then fetched again.
+const maxExpectedManifest = 4 << 10
 
 // expectHold is how long an announced referrer is read besides the
 // registry's listing. An answer alone does not end it: distribution
@@ -93,23 +99,28 @@ func (g *GateVerdicts) Forget(subject name.Digest) {
 	g.memory.Forget(key)
 }
 
-// Expect implements Verdicts: referrer, which a registry event says was
-// just pushed with subject as its subject, is read by the next look-ups of
-// subject's verdict until one answers, whether or not the registry lists
-// it yet (distribution moves the referrers tag only after it announces
-// the push). It passes the same checks as any listed verdict.
-func (g *GateVerdicts) Expect(subject name.Digest, referrer string) {
+// Expect implements Verdicts: referrer, the manifest a registry event
+// says was just pushed with subject as its subject, as read by its digest,
+// is read by the next look-ups of subject's verdict for expectHold,
+// whether or not the registry lists it yet (distribution moves the
+// referrers tag only after it announces the push), without being fetched
+// again. It passes the same checks as any listed verdict.
+func (g *GateVerdicts) Expect(subject name.Digest, referrer *registry.RawManifest) {
 	key := subject.String()
+	r := verdict.Referrer{Digest: referrer.Digest}
+	if len(referrer.Bytes) <= maxExpectedManifest {
+		r.Manifest = referrer
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.expected == nil || len(g.expected) >= maxExpected {
 		g.expected = map[string]expectation{}
 	}
 	e := g.expected[key]
-	if !slices.Contains(e.referrers, referrer) {
+	if !slices.ContainsFunc(e.referrers, func(x verdict.Referrer) bool { return x.Digest == r.Digest }) {
 		// Anyone with push access can attach manifests: the newest that
 		// verdict.Find reads are kept.
-		e.referrers = append(e.referrers, referrer)[max(0, len(e.referrers)+1-verdict.MaxAlso):]
+		e.referrers = append(e.referrers, r)[max(0, len(e.referrers)+1-verdict.MaxAlso):]
 	}
 	e.at = g.now()
 	g.expected[key] = e

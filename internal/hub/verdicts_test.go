@@ -2,17 +2,33 @@ package hub
 
 import (
 	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	godigest "github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/trust"
+	"github.com/imagepipe/imagepipe/internal/verdict"
+	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // Anyone with push access can attach manifests to a digest: a flood of
@@ -25,17 +41,127 @@ func TestExpectKeepsTheNewestReferrers(t *testing.T) {
 	}
 	g := NewGateVerdicts(nil, nil)
 	for i := range 10 {
-		g.Expect(subject, fmt.Sprintf("sha256:%064d", i))
+		g.Expect(subject, &registry.RawManifest{Digest: fmt.Sprintf("sha256:%064d", i)})
 	}
-	got := g.expected[subject.String()].referrers
+	var got []string
+	for _, r := range g.expected[subject.String()].referrers {
+		got = append(got, r.Digest)
+	}
 	want := []string{fmt.Sprintf("sha256:%064d", 6), fmt.Sprintf("sha256:%064d", 7), fmt.Sprintf("sha256:%064d", 8), fmt.Sprintf("sha256:%064d", 9)}
 	if !slices.Equal(got, want) {
 		t.Errorf("kept %v, want the newest %v", got, want)
 	}
 }
 
-// noReferrers is a registry that lists no referrers and holds every
-// manifest asked for by digest (whose check then fails).
+// TestAnAnnouncedVerdictIsFetchedOnce: the verdict whose push woke a
+// hub, its manifest read by the hub to learn its subject, is read from
+// that manifest by the look-up: the manifest is fetched once, and its
+// bundle is still verified (a verdict the key did not sign admits
+// nothing). Bytes that are not the manifest's are not read: the manifest
+// is fetched by its digest instead.
+func TestAnAnnouncedVerdictIsFetchedOnce(t *testing.T) {
+	srv := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+	var mu sync.Mutex
+	gets := map[string]int{}
+	c, err := registry.New(registry.WithCacheDir(t.TempDir()), registry.WithRequestObserver(func(method, path string, _ int) {
+		mu.Lock()
+		defer mu.Unlock()
+		if method == "GET" {
+			gets[path]++
+		}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, other := newSigner(t), newSigner(t)
+	trust, err := trust.NewVerifier([]crypto.PublicKey{signer.Public()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		signer *attest.Signer
+		found  bool
+		// tamper gives the look-up other bytes than the manifest's, which
+		// it must not read: it fetches the manifest by its digest.
+		tamper bool
+	}{
+		{name: "signed by the provider", signer: signer, found: true},
+		{name: "signed by another key", signer: other},
+		{name: "announced with other bytes", signer: signer, found: true, tamper: true},
+	} {
+		img, err := random.Image(512, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := img.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		subject, err := name.NewDigest(host + "/acme/rhel@" + d.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.Write(subject, img); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := c.FetchManifest(t.Context(), subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		desc := ocispec.Descriptor{MediaType: string(raw.MediaType), Digest: godigest.Digest(raw.Digest), Size: int64(len(raw.Bytes))}
+		given := &api.Verdict{Repository: "acme/rhel", Subject: d.String(), Verdict: api.VerdictAccepted, VerifiedAt: time.Now().UTC().Format(api.VerdictTimeFormat),
+			Images: []api.VerifiedImage{{Platform: "linux/amd64", Source: d.String(), Canonical: d.String()}}}
+		att, err := verdict.Publish(t.Context(), c, tc.signer, subject, desc, given)
+		if err != nil {
+			t.Fatal(err)
+		}
+		manifest := "/v2/acme/rhel/manifests/" + att.Digest
+		announced, err := c.FetchManifest(t.Context(), subject.Context().Digest(att.Digest)) // the Applier's read
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.tamper {
+			announced.Bytes = raw.Bytes
+		}
+		mu.Lock()
+		clear(gets)
+		mu.Unlock()
+		g := NewGateVerdicts(c, trust)
+		g.Expect(subject, announced)
+		v, err := g.Verdict(t.Context(), subject)
+		if tc.found != (err == nil) || tc.found && v.Subject != d.String() {
+			t.Errorf("%s: %+v, %v", tc.name, v, err)
+		}
+		want := 0
+		if tc.tamper {
+			want = 1
+		}
+		mu.Lock()
+		if gets[manifest] != want {
+			t.Errorf("%s: the look-up fetched the announced verdict's manifest %d times; want %d", tc.name, gets[manifest], want)
+		}
+		mu.Unlock()
+	}
+}
+
+func newSigner(t *testing.T) *attest.Signer {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := attest.NewSigner(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// noReferrers is a registry that lists no referrers and whose every
+// artifact fails the trust check.
 type noReferrers struct{}
 
 func (noReferrers) Referrers(context.Context, name.Digest, string) ([]v1.Descriptor, error) {
@@ -46,8 +172,12 @@ func (noReferrers) FetchArtifact(context.Context, name.Repository, string, strin
 	return []byte("{}"), nil
 }
 
-func (noReferrers) AttachArtifact(context.Context, name.Digest, ocispec.Descriptor, registry.Artifact) (string, error) {
-	return "", fmt.Errorf("read-only")
+func (noReferrers) ArtifactLayer(context.Context, name.Repository, *registry.RawManifest, string, int64) ([]byte, error) {
+	return []byte("{}"), nil
+}
+
+func (noReferrers) AttachArtifact(context.Context, name.Digest, ocispec.Descriptor, registry.Artifact) (registry.Attached, error) {
+	return registry.Attached{}, fmt.Errorf("read-only")
 }
 
 // trustsNothing refuses every bundle.
@@ -69,7 +199,7 @@ func TestAnnouncedReferrersOutliveAnAnswer(t *testing.T) {
 	now := time.Unix(1000, 0)
 	g := NewGateVerdicts(noReferrers{}, trustsNothing{})
 	g.now = func() time.Time { return now }
-	g.Expect(subject, fmt.Sprintf("sha256:%064d", 2))
+	g.Expect(subject, &registry.RawManifest{Digest: fmt.Sprintf("sha256:%064d", 2)})
 	for range 2 {
 		if _, err := g.Verdict(t.Context(), subject); err == nil {
 			t.Fatal("a verdict found in a registry that holds none")

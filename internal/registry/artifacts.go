@@ -127,7 +127,7 @@ const MaxReferrers = 64
 // that answers with more than MaxReferrers is an error, not a partial
 // list.
 func (c *Client) Referrers(ctx context.Context, subject name.Digest, artifactType string) ([]v1.Descriptor, error) {
-	refs, err := c.referrers(ctx, subject, artifactType)
+	refs, _, err := c.referrers(ctx, subject, artifactType)
 	if err != nil {
 		return nil, err
 	}
@@ -139,11 +139,13 @@ func (c *Client) Referrers(ctx context.Context, subject name.Digest, artifactTyp
 
 // referrers is Referrers without the bound. In a repository whose
 // registry answered that it lacks the referrers API, the referrers tag is
-// read at once, as go-containerregistry would after the API's 404.
-func (c *Client) referrers(ctx context.Context, subject name.Digest, artifactType string) ([]v1.Descriptor, error) {
+// read at once, as go-containerregistry would after the API's 404; tag is
+// then the digest of the index it points at ("" when it points at none),
+// and "" too when the listing came otherwise.
+func (c *Client) referrers(ctx context.Context, subject name.Digest, artifactType string) (refs []v1.Descriptor, tag string, err error) {
 	ropts, err := c.sessionOptions(ctx, subject.Registry)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if c.lacksReferrersAPI(subject.RegistryStr() + "/" + subject.RepositoryStr()) {
 		return referrersTag(subject, artifactType, ropts)
@@ -153,13 +155,13 @@ func (c *Client) referrers(ctx context.Context, subject name.Digest, artifactTyp
 	}
 	idx, err := remote.Referrers(subject, ropts...)
 	if err != nil {
-		return nil, fmt.Errorf("listing the referrers of %s: %w", subject, err)
+		return nil, "", fmt.Errorf("listing the referrers of %s: %w", subject, err)
 	}
 	m, err := idx.IndexManifest()
 	if err != nil {
-		return nil, fmt.Errorf("listing the referrers of %s: %w", subject, err)
+		return nil, "", fmt.Errorf("listing the referrers of %s: %w", subject, err)
 	}
-	return m.Manifests, nil
+	return m.Manifests, "", nil
 }
 
 // Artifact is one blob attached to a subject as an OCI 1.1 artifact: an
@@ -179,13 +181,24 @@ type Artifact struct {
 // emptyJSON is the OCI empty descriptor's content, "{}".
 var emptyJSON = []byte("{}")
 
+// Attached is what AttachArtifact attached.
+type Attached struct {
+	// Digest is the artifact's manifest digest.
+	Digest string
+	// ReferrersTag, on a registry without the referrers API, is the
+	// digest of the referrers tag's index that was read back listing the
+	// artifact: a push of the tag to this digest announces a listing this
+	// client has seen. "" when unknown, and on registries with the API.
+	ReferrersTag string
+}
+
 // AttachArtifact pushes a as a referrer of subject (whose manifest is
-// subjectDesc) into subject's repository and returns its manifest digest.
-func (c *Client) AttachArtifact(ctx context.Context, subject name.Digest, subjectDesc ocispec.Descriptor, a Artifact) (string, error) {
+// subjectDesc) into subject's repository.
+func (c *Client) AttachArtifact(ctx context.Context, subject name.Digest, subjectDesc ocispec.Descriptor, a Artifact) (Attached, error) {
 	repo := subject.Context()
 	rt, base, err := c.pushSession(ctx, repo)
 	if err != nil {
-		return "", err
+		return Attached{}, err
 	}
 	layer := ocispec.Descriptor{MediaType: a.MediaType, Digest: digest.FromBytes(a.Content), Size: int64(len(a.Content))}
 	var uploads errgroup.Group
@@ -194,7 +207,7 @@ func (c *Client) AttachArtifact(ctx context.Context, subject name.Digest, subjec
 	})
 	uploads.Go(func() error { return uploadSmallBlob(ctx, rt, base, repo, layer.Digest, a.Content) })
 	if err := uploads.Wait(); err != nil {
-		return "", err
+		return Attached{}, err
 	}
 	m, err := json.Marshal(ocispec.Manifest{
 		Versioned:    specs.Versioned{SchemaVersion: 2},
@@ -206,7 +219,7 @@ func (c *Client) AttachArtifact(ctx context.Context, subject name.Digest, subjec
 		Annotations:  a.Annotations,
 	})
 	if err != nil {
-		return "", err
+		return Attached{}, err
 	}
 	d := digest.FromBytes(m).String()
 	// A registry without the referrers API lists referrers in one index
@@ -216,21 +229,21 @@ func (c *Client) AttachArtifact(ctx context.Context, subject name.Digest, subjec
 	// again) until it lists d.
 	for attempt := 1; ; attempt++ {
 		if err := remote.Put(repo.Digest(d), rawManifest{m, types.OCIManifestSchema1}, remote.WithContext(ctx), remote.WithTransport(rt)); err != nil {
-			return "", fmt.Errorf("pushing the manifest to %s: %w", repo.Digest(d), err)
+			return Attached{}, fmt.Errorf("pushing the manifest to %s: %w", repo.Digest(d), err)
 		}
-		refs, err := c.referrers(ctx, subject, "")
+		refs, tag, err := c.referrers(ctx, subject, "")
 		if err != nil {
-			return "", err
+			return Attached{}, err
 		}
 		if slices.ContainsFunc(refs, func(r v1.Descriptor) bool { return r.Digest.String() == d }) {
-			return d, nil
+			return Attached{Digest: d, ReferrersTag: tag}, nil
 		}
 		if attempt == attachAttempts {
-			return "", fmt.Errorf("the registry does not list %s among the referrers of %s after %d pushes", d, subject, attempt)
+			return Attached{}, fmt.Errorf("the registry does not list %s among the referrers of %s after %d pushes", d, subject, attempt)
 		}
 		select {
 		case <-ctx.Done():
-			return "", ctx.Err()
+			return Attached{}, ctx.Err()
 		case <-time.After(time.Duration(attempt*(10+rand.IntN(40))) * time.Millisecond):
 		}
 	}
@@ -240,11 +253,23 @@ func (c *Client) AttachArtifact(ctx context.Context, subject name.Digest, subjec
 const attachAttempts = 5
 
 // FetchArtifact fetches the referrer manifest d of repo and its one layer,
-// which must have mediaType and be at most max bytes.
+// which must have mediaType and be at most max bytes (ArtifactLayer).
 func (c *Client) FetchArtifact(ctx context.Context, repo name.Repository, d string, mediaType string, max int64) ([]byte, error) {
 	raw, err := c.FetchManifest(ctx, repo.Digest(d))
 	if err != nil {
 		return nil, err
+	}
+	return c.ArtifactLayer(ctx, repo, raw, mediaType, max)
+}
+
+// ArtifactLayer fetches the one layer of repo's artifact manifest raw, as
+// FetchManifest returns it (raw's bytes must be those of raw.Digest),
+// which must have mediaType and be at most max bytes; its digest and size
+// are checked against the manifest's descriptor.
+func (c *Client) ArtifactLayer(ctx context.Context, repo name.Repository, raw *RawManifest, mediaType string, max int64) ([]byte, error) {
+	d := raw.Digest
+	if digest.FromBytes(raw.Bytes).String() != d {
+		return nil, fmt.Errorf("the manifest given as %s is another's", d)
 	}
 	var m ocispec.Manifest
 	if err := json.Unmarshal(raw.Bytes, &m); err != nil {

@@ -58,25 +58,25 @@ func (c *Client) lacksReferrersAPI(repo string) bool {
 }
 
 // referrersTag lists subject's referrers of artifactType ("" for all)
-// from its referrers tag ("sha256-HEX"); a tag that does not exist lists
-// none.
-func referrersTag(subject name.Digest, artifactType string, ropts []remote.Option) ([]v1.Descriptor, error) {
+// from its referrers tag ("sha256-HEX"), with the digest of the index the
+// tag points at; a tag that does not exist lists none, at digest "".
+func referrersTag(subject name.Digest, artifactType string, ropts []remote.Option) ([]v1.Descriptor, string, error) {
 	tag := subject.Context().Tag(strings.Replace(subject.DigestStr(), ":", "-", 1))
 	desc, err := remote.Get(tag, ropts...)
 	var terr *transport.Error
 	if errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound {
-		return nil, nil
+		return nil, "", nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("listing the referrers of %s: %w", subject, err)
+		return nil, "", fmt.Errorf("listing the referrers of %s: %w", subject, err)
 	}
 	idx, err := desc.ImageIndex()
 	if err != nil {
-		return nil, fmt.Errorf("listing the referrers of %s: the referrers tag is not an index: %w", subject, err)
+		return nil, "", fmt.Errorf("listing the referrers of %s: the referrers tag is not an index: %w", subject, err)
 	}
 	m, err := idx.IndexManifest()
 	if err != nil {
-		return nil, fmt.Errorf("listing the referrers of %s: %w", subject, err)
+		return nil, "", fmt.Errorf("listing the referrers of %s: %w", subject, err)
 	}
 	var out []v1.Descriptor
 	for _, d := range m.Manifests {
@@ -84,5 +84,5 @@ func referrersTag(subject name.Digest, artifactType string, ropts []remote.Optio
 			out = append(out, d)
 		}
 	}
-	return out, nil
+	return out, desc.Digest.String(), nil
 }

@@ -28,13 +28,14 @@ func Sign(ctx context.Context, reg Registry, signer *attest.Signer, subject name
 	if err != nil {
 		return "", err
 	}
-	return reg.AttachArtifact(ctx, subject, subjectDesc, registry.Artifact{
+	a, err := reg.AttachArtifact(ctx, subject, subjectDesc, registry.Artifact{
 		ArtifactType: api.VerdictArtifactType, MediaType: attest.BundleMediaType, Content: bundle,
 		Annotations: map[string]string{
 			PredicateTypeAnnotation:       attest.CosignSignPredicateType,
 			"dev.sigstore.bundle.content": "dsse-envelope",
 		},
 	})
+	return a.Digest, err
 }
 
 // ErrNotSigned is matched by FindSignature's error when no signature by a

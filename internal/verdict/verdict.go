@@ -24,6 +24,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
@@ -48,24 +49,25 @@ type Checker interface {
 type Registry interface {
 	Referrers(ctx context.Context, subject name.Digest, artifactType string) ([]v1.Descriptor, error)
 	FetchArtifact(ctx context.Context, repo name.Repository, digest, mediaType string, max int64) ([]byte, error)
-	AttachArtifact(ctx context.Context, subject name.Digest, subjectDesc ocispec.Descriptor, a registry.Artifact) (string, error)
+	ArtifactLayer(ctx context.Context, repo name.Repository, raw *registry.RawManifest, mediaType string, max int64) ([]byte, error)
+	AttachArtifact(ctx context.Context, subject name.Digest, subjectDesc ocispec.Descriptor, a registry.Artifact) (registry.Attached, error)
 }
 
 var _ Registry = (*registry.Client)(nil)
 
 // Publish signs v with signer and attaches it to subject, whose manifest
-// subjectDesc describes. It returns the referrer's digest.
-func Publish(ctx context.Context, reg Registry, signer *attest.Signer, subject name.Digest, subjectDesc ocispec.Descriptor, v *api.Verdict) (string, error) {
+// subjectDesc describes. It returns what was attached.
+func Publish(ctx context.Context, reg Registry, signer *attest.Signer, subject name.Digest, subjectDesc ocispec.Descriptor, v *api.Verdict) (registry.Attached, error) {
 	pred, err := json.Marshal(v)
 	if err != nil {
-		return "", err
+		return registry.Attached{}, err
 	}
 	bundle, err := signer.Sign(ctx, attest.Statement{
 		Subject: subject.DigestStr(), SubjectName: subject.Context().Name(),
 		PredicateType: api.VerdictPredicateType, Predicate: pred,
 	})
 	if err != nil {
-		return "", err
+		return registry.Attached{}, err
 	}
 	return reg.AttachArtifact(ctx, subject, subjectDesc, registry.Artifact{
 		ArtifactType: api.VerdictArtifactType, MediaType: attest.BundleMediaType, Content: bundle,
@@ -102,15 +104,24 @@ func (e *NoVerdictError) Is(target error) bool { return target == ErrNoVerdict }
 // none found at all.
 func (e *NoVerdictError) Forged() bool { return len(e.Refused) > 0 }
 
+// Referrer is a manifest attached to a subject that something other
+// than the registry's listing told of (a registry event announcing a
+// verdict's push), which the listing may not show yet.
+type Referrer struct {
+	Digest string
+	// Manifest, when set, is the referrer's manifest as fetched by Digest
+	// (registry.Client.FetchManifest): its bytes are read, once their
+	// digest is checked, rather than fetched again.
+	Manifest *registry.RawManifest
+}
+
 // Find returns the newest verdict on subject that trust verifies and that
 // was given in subject's repository. Registry failures are errors; a
 // subject without such a verdict is a *NoVerdictError.
 //
-// also are referrer digests of subject learnt elsewhere (a registry event
-// announcing a verdict's push), which the registry's listing may not show
-// yet, oldest first: they are candidates too, and pass the same checks
-// (the last MaxAlso are read).
-func Find(ctx context.Context, reg Registry, trust Checker, subject name.Digest, also ...string) (*api.Verdict, error) {
+// also are referrers of subject learnt elsewhere, oldest first: they are
+// candidates too, and pass the same checks (the last MaxAlso are read).
+func Find(ctx context.Context, reg Registry, trust Checker, subject name.Digest, also ...Referrer) (*api.Verdict, error) {
 	v, _, err := FindSigned(ctx, reg, trust, subject, also...)
 	return v, err
 }
@@ -118,27 +129,35 @@ func Find(ctx context.Context, reg Registry, trust Checker, subject name.Digest,
 // FindSigned is Find, and also says which trusted key signed the verdict
 // it returns (attest.KeyID), so that the gate can sign again with its
 // current key a verdict an older key signed.
-func FindSigned(ctx context.Context, reg Registry, trust Checker, subject name.Digest, also ...string) (*api.Verdict, string, error) {
-	candidates, err := bundles(ctx, reg, subject, api.VerdictPredicateType)
+func FindSigned(ctx context.Context, reg Registry, trust Checker, subject name.Digest, also ...Referrer) (*api.Verdict, string, error) {
+	listed, err := bundles(ctx, reg, subject, api.VerdictPredicateType)
 	if err != nil {
 		return nil, "", err
 	}
-	for _, d := range also[max(0, len(also)-MaxAlso):] { // the newest, if more came
-		if !slices.Contains(candidates, d) {
-			candidates = append(candidates, d)
+	candidates := make([]Referrer, 0, len(listed)+MaxAlso)
+	for _, d := range listed {
+		candidates = append(candidates, Referrer{Digest: d})
+	}
+	for _, r := range also[max(0, len(also)-MaxAlso):] { // the newest, if more came
+		i := slices.IndexFunc(candidates, func(c Referrer) bool { return c.Digest == r.Digest })
+		switch {
+		case i < 0:
+			candidates = append(candidates, r)
+		case candidates[i].Manifest == nil:
+			candidates[i].Manifest = r.Manifest
 		}
 	}
 	var best *api.Verdict
 	var bestKey string
 	nv := &NoVerdictError{Subject: subject.String()}
-	for _, d := range candidates {
-		bundle, err := reg.FetchArtifact(ctx, subject.Context(), d, attest.BundleMediaType, attest.MaxBundleSize)
+	for _, c := range candidates {
+		bundle, err := fetchBundle(ctx, reg, subject.Context(), c)
 		if err != nil {
 			return nil, "", err
 		}
 		v, key, err := check(bundle, trust, subject)
 		if err != nil {
-			nv.Refused = append(nv.Refused, fmt.Sprintf("%s: %v", d, err))
+			nv.Refused = append(nv.Refused, fmt.Sprintf("%s: %v", c.Digest, err))
 			continue
 		}
 		if best == nil || newer(v, best) {
@@ -149,6 +168,15 @@ func FindSigned(ctx context.Context, reg Registry, trust Checker, subject name.D
 		return nil, "", nv
 	}
 	return best, bestKey, nil
+}
+
+// fetchBundle reads the sigstore bundle r holds: from the manifest given
+// when its bytes are r's, else from the manifest fetched by r's digest.
+func fetchBundle(ctx context.Context, reg Registry, repo name.Repository, r Referrer) ([]byte, error) {
+	if m := r.Manifest; m != nil && len(m.Bytes) <= registry.MaxIndexSize && digest.FromBytes(m.Bytes).String() == r.Digest {
+		return reg.ArtifactLayer(ctx, repo, &registry.RawManifest{Digest: r.Digest, MediaType: m.MediaType, Bytes: m.Bytes}, attest.BundleMediaType, attest.MaxBundleSize)
+	}
+	return reg.FetchArtifact(ctx, repo, r.Digest, attest.BundleMediaType, attest.MaxBundleSize)
 }
 
 // bundles lists the referrers of subject that may be sigstore bundles of

@@ -21,6 +21,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/internal/hub"
 	"github.com/imagepipe/imagepipe/internal/intake"
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
@@ -54,8 +55,8 @@ func (g *gateAnswers) Verdict(_ context.Context, subject name.Digest) (*api.Verd
 	}
 	return answer(subject)
 }
-func (*gateAnswers) Forget(name.Digest)         {}
-func (*gateAnswers) Expect(name.Digest, string) {}
+func (*gateAnswers) Forget(name.Digest)                        {}
+func (*gateAnswers) Expect(name.Digest, *registry.RawManifest) {}
 
 // accepted is the gate's verdict admitting a digest whose canonical image
 // for linux/amd64 is canonical ("" means the digest itself).

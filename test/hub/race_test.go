@@ -18,6 +18,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/internal/hub"
 	"github.com/imagepipe/imagepipe/internal/intake"
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
@@ -149,8 +150,8 @@ func (acceptedVerdicts) Verdict(_ context.Context, subject name.Digest) (*api.Ve
 		Engine: "imagepipe-gate", EngineVersion: "test", VerifiedAt: time.Now().UTC().Format(api.VerdictTimeFormat),
 	}, nil
 }
-func (acceptedVerdicts) Forget(name.Digest)         {}
-func (acceptedVerdicts) Expect(name.Digest, string) {}
+func (acceptedVerdicts) Forget(name.Digest)                        {}
+func (acceptedVerdicts) Expect(name.Digest, *registry.RawManifest) {}
 
 // noVerdicts plays a gate that has not given its verdict yet.
 type noVerdicts struct{ acceptedVerdicts }
