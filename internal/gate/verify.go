@@ -24,7 +24,6 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
-	"github.com/imagepipe/imagepipe/internal/diskimage"
 	"github.com/imagepipe/imagepipe/internal/ocidoc"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
@@ -596,13 +595,13 @@ func (v *Verifier) canonicalLayer(ctx context.Context, repo name.Repository, dis
 }
 
 // publish makes sure the canonical image with layer (of diff ID diffID)
-// is in repo and returns its manifest digest. internal/diskimage
+// is in repo and returns its manifest digest. internal/containerdisk
 // assembles its manifest and config, as it does imagectl's, from the
 // verified values and the pushed ones that passed their checks, so that
 // an image built by imagectl publishes to its own digest and costs
 // nothing: its manifest is not written again.
 func (v *Verifier) publish(ctx context.Context, repo name.Repository, source string, cfg *ocispec.Image, doc *ocidoc.Document, layer ocispec.Descriptor, diffID string) (string, error) {
-	img, err := diskimage.Assemble(diskimage.Config{
+	img, err := containerdisk.AssembleImage(containerdisk.ImageConfig{
 		Platform: cfg.Platform, Created: cfg.Created,
 		Labels: cfg.Config.Labels, Env: cfg.Config.Env,
 	}, layer, diffID, doc.Annotations)

@@ -21,7 +21,6 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
-	"github.com/imagepipe/imagepipe/internal/diskimage"
 	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -365,7 +364,7 @@ func (c *Client) publish(ctx context.Context, ref name.Tag, key, sourceDigest st
 	if !opts.Created.IsZero() {
 		annotations[api.AnnotationCreated] = formatCreated(opts.Created)
 	}
-	img, err := diskimage.Assemble(imageConfig(opts, annotations), ocispec.Descriptor{
+	img, err := containerdisk.AssembleImage(imageConfig(opts, annotations), ocispec.Descriptor{
 		MediaType: desc.Compression.MediaType(),
 		Digest:    digest.Digest(b.layer.Digest),
 		Size:      b.layer.Size,
@@ -525,7 +524,7 @@ func (c *Client) pushLayer(ctx context.Context, repo name.Repository, key *uploa
 // imageConfig is the image config of an import: its platform, labels
 // (the annotations plus the user's), the instancetype environment and
 // the creation time, to the second.
-func imageConfig(o ImportOptions, annotations map[string]string) diskimage.Config {
+func imageConfig(o ImportOptions, annotations map[string]string) containerdisk.ImageConfig {
 	labels := maps.Clone(annotations)
 	maps.Copy(labels, o.Labels)
 	var env []string
@@ -535,7 +534,7 @@ func imageConfig(o ImportOptions, annotations map[string]string) diskimage.Confi
 	if o.DefaultPreference != "" {
 		env = append(env, api.EnvDefaultPreference+"="+o.DefaultPreference)
 	}
-	cfg := diskimage.Config{
+	cfg := containerdisk.ImageConfig{
 		Platform: ocispec.Platform{Architecture: o.Architecture, OS: o.OS, Variant: o.Variant},
 		Labels:   labels, Env: env,
 	}

@@ -1,4 +1,4 @@
-package diskimage
+package containerdisk
 
 import (
 	"encoding/json"
@@ -9,9 +9,9 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
 
-// Config is what a containerDisk's image config says besides the diff ID
-// of its layer.
-type Config struct {
+// ImageConfig is what a containerDisk's image config says besides the
+// diff ID of its layer.
+type ImageConfig struct {
 	// Platform is the image's: only OS, Architecture and Variant are
 	// written.
 	Platform ocispec.Platform
@@ -24,7 +24,12 @@ type Config struct {
 	Env    []string
 }
 
-// Image is an assembled image: the bytes of its config and manifest.
+// Image is an assembled containerDisk image: the bytes of its config and
+// manifest. AssembleImage is the one place that decides them, so that the
+// image imagectl import pushes and the canonical image the gate publishes
+// of the same disk, with the same config values and annotations, are byte
+// for byte the same image. It adds nothing of its own: no time, no
+// defaults, no labels.
 type Image struct {
 	// Config is the config blob and ConfigDesc its descriptor.
 	Config     []byte
@@ -34,10 +39,10 @@ type Image struct {
 	Digest   string
 }
 
-// Assemble builds the config of cfg around a layer whose tar has digest
+// AssembleImage builds the config of cfg around a layer whose tar has digest
 // diffID, and the OCI image manifest naming that config, layer (its
 // descriptor as given) and annotations.
-func Assemble(cfg Config, layer ocispec.Descriptor, diffID string, annotations map[string]string) (*Image, error) {
+func AssembleImage(cfg ImageConfig, layer ocispec.Descriptor, diffID string, annotations map[string]string) (*Image, error) {
 	config, err := json.Marshal(ocispec.Image{
 		Created:  cfg.Created,
 		Platform: ocispec.Platform{Architecture: cfg.Platform.Architecture, OS: cfg.Platform.OS, Variant: cfg.Platform.Variant},
