@@ -1,18 +1,24 @@
 package hub
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // Anyone with push access can attach manifests to a digest: a flood of
@@ -42,8 +48,23 @@ func (noReferrers) Referrers(context.Context, name.Digest, string) ([]v1.Descrip
 	return nil, nil
 }
 
-func (noReferrers) FetchArtifact(context.Context, name.Repository, string, string, int64) ([]byte, error) {
-	return []byte("{}"), nil
+// noReferrersBundle is the one blob of every artifact noReferrers holds.
+var noReferrersBundle = []byte("{}")
+
+func (noReferrers) FetchManifest(_ context.Context, ref name.Reference) (*registry.RawManifest, error) {
+	m, err := json.Marshal(ocispec.Manifest{
+		Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest,
+		ArtifactType: api.VerdictArtifactType, Config: ocispec.DescriptorEmptyJSON,
+		Layers: []ocispec.Descriptor{{MediaType: attest.BundleMediaType, Digest: digest.FromBytes(noReferrersBundle), Size: int64(len(noReferrersBundle))}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &registry.RawManifest{Digest: digest.FromBytes(m).String(), MediaType: ocispec.MediaTypeImageManifest, Bytes: m}, nil
+}
+
+func (noReferrers) OpenBlob(context.Context, name.Repository, string) (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(noReferrersBundle)), nil
 }
 
 func (noReferrers) AttachArtifact(context.Context, name.Digest, ocispec.Descriptor, registry.Artifact) (string, error) {

@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -238,36 +237,3 @@ func (c *Client) AttachArtifact(ctx context.Context, subject name.Digest, subjec
 
 // attachAttempts bounds the pushes of one referrer (see AttachArtifact).
 const attachAttempts = 5
-
-// FetchArtifact fetches the referrer manifest d of repo and its one layer,
-// which must have mediaType and be at most max bytes.
-func (c *Client) FetchArtifact(ctx context.Context, repo name.Repository, d string, mediaType string, max int64) ([]byte, error) {
-	raw, err := c.FetchManifest(ctx, repo.Digest(d))
-	if err != nil {
-		return nil, err
-	}
-	var m ocispec.Manifest
-	if err := json.Unmarshal(raw.Bytes, &m); err != nil {
-		return nil, fmt.Errorf("reading the artifact manifest %s: %w", d, err)
-	}
-	if len(m.Layers) != 1 || m.Layers[0].MediaType != mediaType {
-		return nil, fmt.Errorf("the artifact %s does not hold one %s blob", d, mediaType)
-	}
-	l := m.Layers[0]
-	if l.Size < 0 || l.Size > max {
-		return nil, fmt.Errorf("the artifact %s holds %d bytes, over the limit of %d", d, l.Size, max)
-	}
-	rc, err := c.OpenBlob(ctx, repo, l.Digest.String())
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, max+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading the artifact %s: %w", d, err)
-	}
-	if int64(len(b)) != l.Size || digest.FromBytes(b).String() != l.Digest.String() {
-		return nil, fmt.Errorf("the artifact %s's blob does not match its descriptor", d)
-	}
-	return bytes.Clone(b), nil
-}

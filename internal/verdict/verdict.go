@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -47,7 +48,8 @@ type Checker interface {
 // *registry.Client implements it.
 type Registry interface {
 	Referrers(ctx context.Context, subject name.Digest, artifactType string) ([]v1.Descriptor, error)
-	FetchArtifact(ctx context.Context, repo name.Repository, digest, mediaType string, max int64) ([]byte, error)
+	FetchManifest(ctx context.Context, ref name.Reference) (*registry.RawManifest, error)
+	OpenBlob(ctx context.Context, repo name.Repository, digest string) (io.ReadCloser, error)
 	AttachArtifact(ctx context.Context, subject name.Digest, subjectDesc ocispec.Descriptor, a registry.Artifact) (string, error)
 }
 
@@ -132,7 +134,7 @@ func FindSigned(ctx context.Context, reg Registry, trust Checker, subject name.D
 	var bestKey string
 	nv := &NoVerdictError{Subject: subject.String()}
 	for _, d := range candidates {
-		bundle, err := reg.FetchArtifact(ctx, subject.Context(), d, attest.BundleMediaType, attest.MaxBundleSize)
+		bundle, err := fetchArtifact(ctx, reg, subject.Context(), d, attest.BundleMediaType, attest.MaxBundleSize)
 		if err != nil {
 			return nil, "", err
 		}
