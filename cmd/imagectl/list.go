@@ -122,7 +122,7 @@ func list(cmd *cobra.Command, client *registry.Client, target string) ([]api.Ima
 	listings, err := client.List(cmd.Context(), reg, ref.Repository)
 	var cat *registry.CatalogError
 	if errors.As(err, &cat) {
-		return nil, &hintedError{client.Explain(err, false), fmt.Sprintf("the registry may restrict its catalog; list one repository instead: imagectl list %s/%s/NAME", cat.Registry, cat.Tenant)}
+		return nil, &hintedError{explain(client, err, false), fmt.Sprintf("the registry may restrict its catalog; list one repository instead: imagectl list %s/%s/NAME", cat.Registry, cat.Tenant)}
 	}
 	return listings, err
 }
