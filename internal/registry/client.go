@@ -106,9 +106,9 @@ func WithArchitecture(arch string) Option {
 	}
 }
 
-// WithPlatform makes CheckContainerDisk and ExtractDisk platform-aware:
-// an image index resolves to its one image for p (a p without a variant
-// matching every variant of its architecture), and an image outside an
+// WithPlatform makes PlatformImage (and so internal/diskimage) resolve to
+// p: an image index resolves to its one image for p (a p without a
+// variant matching every variant of its architecture), and an image outside an
 // index must be built for p; both are reject.PlatformMismatch otherwise.
 // The default resolves an index to its linux/amd64 image
 // (DefaultPlatform) and takes an image outside an index as it is.
