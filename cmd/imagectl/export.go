@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/diskimage"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -104,7 +105,7 @@ func runExport(cmd *cobra.Command, o *exportOptions) error {
 	}
 	defer out.Discard()
 	pullBar := newProgressBar("pulling   ", o.quiet)
-	disk, err := client.ExtractDisk(ctx, ref, out, registry.ExtractOptions{Progress: pullBar.update})
+	disk, err := diskimage.Extract(ctx, client, ref, out, diskimage.ExtractOptions{Progress: pullBar.update})
 	pullBar.finish()
 	if err != nil {
 		return err

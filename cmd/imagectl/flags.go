@@ -35,7 +35,7 @@ type registryFlags struct {
 
 // addRegistryFlags adds the connection flags to cmd, and makes the
 // registry errors its RunE returns say in a sentence what is wrong and
-// what to do (registry.Client.Explain).
+// what to do (explain).
 func addRegistryFlags(cmd *cobra.Command, f *registryFlags) {
 	if run := cmd.RunE; run != nil {
 		cmd.RunE = func(c *cobra.Command, args []string) error {
@@ -43,7 +43,7 @@ func addRegistryFlags(cmd *cobra.Command, f *registryFlags) {
 			if f.built == nil {
 				return err
 			}
-			return f.built.Explain(err, errors.Is(err, registry.ErrResumable))
+			return explain(f.built, err, errors.Is(err, registry.ErrResumable))
 		}
 	}
 	cmd.Flags().StringVar(&f.username, "username", "", "registry username (default: ~/.docker/config.json and credential helpers)")

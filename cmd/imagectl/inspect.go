@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/diskimage"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/source"
@@ -194,7 +195,7 @@ func runInspectRemote(cmd *cobra.Command, o *inspectOptions, ref string) error {
 	if err != nil {
 		return err
 	}
-	r, err := client.CheckContainerDisk(cmd.Context(), parsed)
+	r, err := diskimage.Check(cmd.Context(), client, parsed)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/imagepipe/imagepipe/internal/diskimage"
 	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -109,7 +110,7 @@ func list(cmd *cobra.Command, client *registry.Client, target string) ([]api.Ima
 		if err != nil {
 			return nil, err
 		}
-		return client.ListRepository(cmd.Context(), repo)
+		return diskimage.ListRepository(cmd.Context(), client, repo)
 	}
 	ref, err := imageref.Parse(target, imageref.FormTenant)
 	if err != nil {
@@ -119,10 +120,10 @@ func list(cmd *cobra.Command, client *registry.Client, target string) ([]api.Ima
 	if err != nil {
 		return nil, err
 	}
-	listings, err := client.List(cmd.Context(), reg, ref.Repository)
-	var cat *registry.CatalogError
+	listings, err := diskimage.List(cmd.Context(), client, reg, ref.Repository)
+	var cat *diskimage.CatalogError
 	if errors.As(err, &cat) {
-		return nil, &hintedError{client.Explain(err, false), fmt.Sprintf("the registry may restrict its catalog; list one repository instead: imagectl list %s/%s/NAME", cat.Registry, cat.Tenant)}
+		return nil, &hintedError{explain(client, err, false), fmt.Sprintf("the registry may restrict its catalog; list one repository instead: imagectl list %s/%s/NAME", cat.Registry, cat.Tenant)}
 	}
 	return listings, err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/imagepipe/imagepipe/internal/credstore"
 	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -86,7 +87,7 @@ func runLogin(cmd *cobra.Command, o *loginOptions) error {
 	if err := client.CheckLogin(cmd.Context(), reg); err != nil {
 		return err
 	}
-	path, err := registry.SaveCredentials(reg.RegistryStr(), user, password)
+	path, err := credstore.Save(reg.RegistryStr(), user, password)
 	if err != nil {
 		return err
 	}
@@ -134,7 +135,7 @@ func runLogout(cmd *cobra.Command, o *logoutOptions) error {
 	if err != nil {
 		return err
 	}
-	had, path, err := registry.EraseCredentials(reg.RegistryStr())
+	had, path, err := credstore.Erase(reg.RegistryStr())
 	if err != nil {
 		return err
 	}

@@ -129,13 +129,13 @@ func describe(err error) api.FailureDetail {
 		f.Code, f.ExitCode, f.Hint = string(re.Reason), exitRejected, hintFor(re.Reason)
 	case errors.As(err, &usage), imageref.AsError(err) != nil:
 		f.Code = "usage"
-	case errors.Is(err, registry.ErrUnauthorized):
+	case errors.Is(err, errUnauthorized):
 		f.Code = "unauthorized"
-	case errors.Is(err, registry.ErrDenied):
+	case errors.Is(err, errDenied):
 		f.Code = "denied"
-	case errors.Is(err, registry.ErrNotFound), errors.Is(err, catalog.ErrNotFound):
+	case errors.Is(err, errNotFound), errors.Is(err, catalog.ErrNotFound):
 		f.Code = "not-found"
-	case errors.Is(err, registry.ErrUnreachable), unreachableHub(err):
+	case errors.Is(err, errUnreachable), unreachableHub(err):
 		f.Code = "unreachable"
 	// The hub's answers (vm, volume).
 	case apierrors.IsNotFound(err):

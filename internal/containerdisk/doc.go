@@ -1,5 +1,7 @@
 // Package containerdisk is the KubeVirt containerDisk format: it builds the
-// single layer that holds a disk and checks a layer read from a registry.
+// single layer that holds a disk, assembles the image's config and
+// manifest around it (AssembleImage, for imagectl and the gate alike), and
+// checks a layer read from a registry.
 //
 // A containerDisk layer is a tar holding exactly the directory disk/ (0555)
 // and the regular file disk/disk.img (0444), both owned 107:107, the qemu
@@ -20,6 +22,5 @@
 // CheckHead then runs the disk engine's header checks on the disk's first
 // cluster, and CopyDisk extracts the whole disk.
 //
-// The package knows the disk engine (internal/convert) and nothing of the
-// network: moving layers to and from registries is internal/registry's job.
+// It knows the disk engine and no network: registries are not its job.
 package containerdisk

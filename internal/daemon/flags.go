@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/pflag"
 
+	"github.com/imagepipe/imagepipe/internal/credstore"
 	"github.com/imagepipe/imagepipe/internal/registry"
 )
 
@@ -144,7 +145,7 @@ func (f *Flags) RegistryClient(userAgent string, log *slog.Logger, opts ...regis
 		registry.WithUserAgent(userAgent),
 	}
 	if f.DockerConfig != "" {
-		user, pass, err := registry.DockerCredentials(f.DockerConfig, reg.RegistryStr())
+		user, pass, err := credstore.Read(f.DockerConfig, reg.RegistryStr())
 		if err != nil {
 			return nil, err
 		}

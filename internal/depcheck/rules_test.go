@@ -61,6 +61,8 @@ var rules = []rule{
 		join(kubernetes, protocol, internal("registry", "containerdisk", "cdi", "hub", "intake", "vmlaunch"))},
 	{"internal/registry", "the registry package speaks the OCI protocol and knows no Kubernetes",
 		join(kubernetes, internal("source", "cdi", "hub", "intake", "vmlaunch"))},
+	{"internal/diskimage", "reading a containerDisk back knows no cluster, no disk source and no verification",
+		join(kubernetes, internal("source", "cdi", "hub", "intake", "vmlaunch", "gate"))},
 	{"internal/catalog", "the template catalog knows no cluster and no disk source",
 		join(kubernetes, internal("source", "cdi", "hub", "intake", "vmlaunch"))},
 	{"internal/intake", "intake turns notifications into events without the controller stack",

@@ -26,7 +26,8 @@ import (
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
-// blobCounter counts the blob reads of a registry client.
+// blobCounter counts the blob reads of a registry client: the verifier's
+// (the service's own registry reads verdicts' bundles through Client).
 type blobCounter struct {
 	*registry.Client
 	mu    sync.Mutex
@@ -68,7 +69,7 @@ func (e *env) service(t *testing.T, signer *attest.Signer) (*Service, *blobCount
 	counter := &blobCounter{Client: e.reg, reads: map[string]int{}}
 	v := Verifier{Registry: counter, TempDir: e.v.TempDir, Engine: e.v.Engine, Version: e.v.Version}
 	reg, _ := name.NewRegistry(e.host)
-	return &Service{Verifier: &v, Registry: counter, RegistryName: reg, Signer: signer, Trust: trusting(t, signer)}, counter
+	return &Service{Verifier: &v, Registry: counter.Client, RegistryName: reg, Signer: signer, Trust: trusting(t, signer)}, counter
 }
 
 // TestServiceGivesOneVerdictPerDigest: the verdict is signed, attached
@@ -122,10 +123,7 @@ func TestVerdictsThatProveNothing(t *testing.T) {
 	if err != nil || len(refs) != 1 {
 		t.Fatalf("referrers: %v, %v", refs, err)
 	}
-	bundle, err := e.reg.FetchArtifact(t.Context(), goodRef.Context(), refs[0].Digest.String(), attest.BundleMediaType, attest.MaxBundleSize)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, bundle := e.readImage(t, "acme/good", refs[0].Digest.String())
 	copyRef := mustDigest(t, e.host+"/other/copy@"+copied)
 	raw, _ := e.reg.FetchManifest(t.Context(), copyRef)
 	desc := ocispec.Descriptor{MediaType: string(raw.MediaType), Digest: godigest.Digest(raw.Digest), Size: int64(len(raw.Bytes))}

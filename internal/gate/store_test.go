@@ -196,7 +196,7 @@ func TestKeyRotation(t *testing.T) {
 
 	// Rotating: both keys trusted, the new one signs.
 	rotating, _ := e.service(t, newKey)
-	rotating.Verifier.Registry, rotating.Registry = counter, counter
+	rotating.Verifier.Registry, rotating.Registry = counter, counter.Client
 	rotating.Trust, rotating.Store = trusting(t, oldKey, newKey), store
 	if _, err := rotating.Handle(t.Context(), subjects[0]); err != nil {
 		t.Fatal(err)
@@ -211,7 +211,7 @@ func TestKeyRotation(t *testing.T) {
 	// The old key removed before subjects[1] was signed again: the
 	// record gives its verdict back, signed with the new key.
 	rotated, _ := e.service(t, newKey)
-	rotated.Verifier.Registry, rotated.Registry = counter, counter
+	rotated.Verifier.Registry, rotated.Registry = counter, counter.Client
 	rotated.Store = store
 	if _, err := verdict.Find(t.Context(), e.reg, trusting(t, newKey), subjects[1]); err == nil {
 		t.Fatal("a verdict only the removed key signed is trusted")

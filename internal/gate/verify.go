@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
@@ -21,7 +20,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
-	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
@@ -609,40 +607,27 @@ func (v *Verifier) canonicalLayer(ctx context.Context, repo name.Repository, dis
 }
 
 // publish makes sure the canonical image with layer (of diff ID diffID)
-// is in repo and returns its manifest digest. The manifest and config are
-// made here, from the verified values and the pushed ones that passed
-// their checks, so that an image built by imagectl publishes to its own
-// digest and costs nothing: its manifest is not written again.
+// is in repo and returns its manifest digest. internal/containerdisk
+// assembles its manifest and config, as it does imagectl's, from the
+// verified values and the pushed ones that passed their checks, so that
+// an image built by imagectl publishes to its own digest and costs
+// nothing: its manifest is not written again.
 func (v *Verifier) publish(ctx context.Context, repo name.Repository, source string, cfg *ocispec.Image, doc *ocidoc.Document, layer ocispec.Descriptor, diffID string) (string, error) {
-	canonCfg := ocispec.Image{
-		Created:  cfg.Created,
-		Platform: ocispec.Platform{Architecture: cfg.Architecture, OS: cfg.OS, Variant: cfg.Variant},
-		Config:   ocispec.ImageConfig{Labels: cfg.Config.Labels, Env: cfg.Config.Env},
-		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{digest.Digest(diffID)}},
-	}
-	cfgBytes, err := json.Marshal(canonCfg)
+	img, err := containerdisk.AssembleImage(containerdisk.ImageConfig{
+		Platform: cfg.Platform, Created: cfg.Created,
+		Labels: cfg.Config.Labels, Env: cfg.Config.Env,
+	}, layer, diffID, doc.Annotations)
 	if err != nil {
 		return "", err
 	}
-	cfgDesc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(cfgBytes), Size: int64(len(cfgBytes))}
-	manifest, err := json.Marshal(ocispec.Manifest{
-		Versioned:   specs.Versioned{SchemaVersion: 2},
-		MediaType:   ocispec.MediaTypeImageManifest,
-		Config:      cfgDesc,
-		Layers:      []ocispec.Descriptor{layer},
-		Annotations: doc.Annotations,
-	})
-	if err != nil {
-		return "", err
-	}
-	d := digest.FromBytes(manifest).String()
+	d := img.Digest
 	if d == source {
 		return d, nil // the pushed image is the canonical one, read a moment ago
 	}
-	if _, err := v.Registry.PushBlob(ctx, repo, ocispec.MediaTypeImageConfig, cfgBytes); err != nil {
+	if _, err := v.Registry.PushBlob(ctx, repo, ocispec.MediaTypeImageConfig, img.Config); err != nil {
 		return "", fmt.Errorf("pushing the canonical config: %w", err)
 	}
-	if err := v.Registry.PutManifest(ctx, repo.Digest(d), manifest, types.OCIManifestSchema1); err != nil {
+	if err := v.Registry.PutManifest(ctx, repo.Digest(d), img.Manifest, types.OCIManifestSchema1); err != nil {
 		return "", fmt.Errorf("pushing the canonical manifest: %w", err)
 	}
 	return d, nil

@@ -5,8 +5,8 @@ import (
 	"io/fs"
 	"path/filepath"
 
+	"github.com/imagepipe/imagepipe/internal/credstore"
 	"github.com/imagepipe/imagepipe/internal/imageref"
-	"github.com/imagepipe/imagepipe/internal/registry"
 )
 
 // TenantCredentials gives each tenant's own registry credential, one that
@@ -39,7 +39,7 @@ func (d CredentialDir) Credential(tenant string) (map[string][]byte, bool, error
 	if err := imageref.CheckTenant(tenant); err != nil {
 		return nil, false, err
 	}
-	user, pass, err := registry.DockerCredentials(filepath.Join(d.Dir, tenant), d.Registry)
+	user, pass, err := credstore.Read(filepath.Join(d.Dir, tenant), d.Registry)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}

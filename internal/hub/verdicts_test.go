@@ -1,11 +1,13 @@
 package hub
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -22,6 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	godigest "github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
@@ -160,20 +163,31 @@ func newSigner(t *testing.T) *attest.Signer {
 	return s
 }
 
-// noReferrers is a registry that lists no referrers and whose every
-// artifact fails the trust check.
+// noReferrers is a registry that lists no referrers and holds every
+// manifest asked for by digest (whose check then fails).
 type noReferrers struct{}
 
 func (noReferrers) Referrers(context.Context, name.Digest, string) ([]v1.Descriptor, error) {
 	return nil, nil
 }
 
-func (noReferrers) FetchArtifact(context.Context, name.Repository, string, string, int64) ([]byte, error) {
-	return []byte("{}"), nil
+// noReferrersBundle is the one blob of every artifact noReferrers holds.
+var noReferrersBundle = []byte("{}")
+
+func (noReferrers) FetchManifest(_ context.Context, ref name.Reference) (*registry.RawManifest, error) {
+	m, err := json.Marshal(ocispec.Manifest{
+		Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest,
+		ArtifactType: api.VerdictArtifactType, Config: ocispec.DescriptorEmptyJSON,
+		Layers: []ocispec.Descriptor{{MediaType: attest.BundleMediaType, Digest: godigest.FromBytes(noReferrersBundle), Size: int64(len(noReferrersBundle))}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &registry.RawManifest{Digest: godigest.FromBytes(m).String(), MediaType: ocispec.MediaTypeImageManifest, Bytes: m}, nil
 }
 
-func (noReferrers) ArtifactLayer(context.Context, name.Repository, *registry.RawManifest, string, int64) ([]byte, error) {
-	return []byte("{}"), nil
+func (noReferrers) OpenBlob(context.Context, name.Repository, string) (io.ReadCloser, error) {
+	return io.NopCloser(bytes.NewReader(noReferrersBundle)), nil
 }
 
 func (noReferrers) AttachArtifact(context.Context, name.Digest, ocispec.Descriptor, registry.Artifact) (registry.Attached, error) {

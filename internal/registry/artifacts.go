@@ -1,7 +1,6 @@
 package registry
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -251,48 +250,3 @@ func (c *Client) AttachArtifact(ctx context.Context, subject name.Digest, subjec
 
 // attachAttempts bounds the pushes of one referrer (see AttachArtifact).
 const attachAttempts = 5
-
-// FetchArtifact fetches the referrer manifest d of repo and its one layer,
-// which must have mediaType and be at most max bytes (ArtifactLayer).
-func (c *Client) FetchArtifact(ctx context.Context, repo name.Repository, d string, mediaType string, max int64) ([]byte, error) {
-	raw, err := c.FetchManifest(ctx, repo.Digest(d))
-	if err != nil {
-		return nil, err
-	}
-	return c.ArtifactLayer(ctx, repo, raw, mediaType, max)
-}
-
-// ArtifactLayer fetches the one layer of repo's artifact manifest raw, as
-// FetchManifest returns it (raw's bytes must be those of raw.Digest),
-// which must have mediaType and be at most max bytes; its digest and size
-// are checked against the manifest's descriptor.
-func (c *Client) ArtifactLayer(ctx context.Context, repo name.Repository, raw *RawManifest, mediaType string, max int64) ([]byte, error) {
-	d := raw.Digest
-	if digest.FromBytes(raw.Bytes).String() != d {
-		return nil, fmt.Errorf("the manifest given as %s is another's", d)
-	}
-	var m ocispec.Manifest
-	if err := json.Unmarshal(raw.Bytes, &m); err != nil {
-		return nil, fmt.Errorf("reading the artifact manifest %s: %w", d, err)
-	}
-	if len(m.Layers) != 1 || m.Layers[0].MediaType != mediaType {
-		return nil, fmt.Errorf("the artifact %s does not hold one %s blob", d, mediaType)
-	}
-	l := m.Layers[0]
-	if l.Size < 0 || l.Size > max {
-		return nil, fmt.Errorf("the artifact %s holds %d bytes, over the limit of %d", d, l.Size, max)
-	}
-	rc, err := c.OpenBlob(ctx, repo, l.Digest.String())
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, max+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading the artifact %s: %w", d, err)
-	}
-	if int64(len(b)) != l.Size || digest.FromBytes(b).String() != l.Digest.String() {
-		return nil, fmt.Errorf("the artifact %s's blob does not match its descriptor", d)
-	}
-	return bytes.Clone(b), nil
-}

@@ -106,9 +106,9 @@ func WithArchitecture(arch string) Option {
 	}
 }
 
-// WithPlatform makes CheckContainerDisk and ExtractDisk platform-aware:
-// an image index resolves to its one image for p (a p without a variant
-// matching every variant of its architecture), and an image outside an
+// WithPlatform makes PlatformImage (and so internal/diskimage) resolve to
+// p: an image index resolves to its one image for p (a p without a
+// variant matching every variant of its architecture), and an image outside an
 // index must be built for p; both are reject.PlatformMismatch otherwise.
 // The default resolves an index to its linux/amd64 image
 // (DefaultPlatform) and takes an image outside an index as it is.
@@ -347,7 +347,7 @@ func (c *Client) cachedSession(ctx context.Context, reg name.Registry, key, scop
 	rt = transport.NewUserAgent(rt, c.opts.userAgent)
 	rt, err = transport.NewWithContext(ctx, reg, auth, rt, []string{scope})
 	if err != nil {
-		if answeredInPlainHTTP(err) {
+		if AnsweredInPlainHTTP(err) {
 			return nil, fmt.Errorf("authenticating to %s: the registry speaks plain HTTP, not HTTPS (allowed only with --insecure, --registry-insecure on the server side): %w", reg, err)
 		}
 		return nil, fmt.Errorf("authenticating to %s: %w", reg, err)
@@ -431,22 +431,24 @@ func (g plainHTTPGuard) RoundTrip(req *http.Request) (*http.Response, error) {
 		if req.Body != nil {
 			req.Body.Close()
 		}
-		return nil, &plainHTTPError{host: req.URL.Host}
+		return nil, &PlainHTTPError{Host: req.URL.Host}
 	}
 	return g.inner.RoundTrip(req)
 }
 
-// plainHTTPError is plainHTTPGuard's refusal.
-type plainHTTPError struct{ host string }
+// PlainHTTPError is the refusal of a request in plain HTTP to a host that
+// is not a loopback address, made without WithInsecure: go-containerregistry
+// would send a credential there in clear.
+type PlainHTTPError struct{ Host string }
 
-func (e *plainHTTPError) Error() string {
-	return fmt.Sprintf("refusing plain HTTP to %s: credentials and images would cross the network unencrypted (--insecure allows it)", e.host)
+func (e *PlainHTTPError) Error() string {
+	return fmt.Sprintf("refusing plain HTTP to %s: credentials and images would cross the network unencrypted (--insecure allows it)", e.Host)
 }
 
-// answeredInPlainHTTP reports whether err is an HTTPS request that the
+// AnsweredInPlainHTTP reports whether err is an HTTPS request that the
 // server answered in plain HTTP, which net/http reports only in a
 // sentence, with no error type to match.
-func answeredInPlainHTTP(err error) bool {
+func AnsweredInPlainHTTP(err error) bool {
 	return strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
 }
 

@@ -14,7 +14,7 @@ import (
 // names, an image index with every image it lists.
 type CopyOptions struct {
 	// Platform, when set, copies only src's image for that platform: from
-	// an index, its one image for it (as CheckContainerDisk resolves it:
+	// an index, its one image for it (as PlatformImage resolves it:
 	// none, several, or one whose config names another platform are
 	// reject.PlatformMismatch); an image outside an index must be built
 	// for it. dst then holds that image, not an index.

@@ -1,31 +1,26 @@
-// Package registry speaks the OCI distribution protocol: it pushes, pulls,
-// lists, copies and deletes containerDisks, and polls repositories for
-// new tags. It is the one package that opens connections to registries,
-// on go-containerregistry (references, auth, manifests, listing, copying);
-// internal/catalog keeps template artifacts through the oras-go client
-// ORASRepository opens here. Three things are hand-written net/http
-// because neither library offers them: the resumable chunked blob upload
-// (a PATCH that fails resumes from the bytes the registry acknowledged,
-// also in a later run), the push check that opens and deletes an upload
-// session before any work, and tag listing with ETags (conditional
-// requests, so that polling an unchanged repository costs a 304).
+// Package registry speaks the OCI distribution protocol, and is the one
+// package that opens connections to registries: it resolves, fetches and
+// pushes manifests and blobs, lists repositories, tags and referrers,
+// copies, mounts and deletes, resolves an index to a platform's image,
+// imports containerDisks and polls repositories for new tags. Reading a
+// containerDisk back is internal/diskimage's, explaining failures to
+// people cmd/imagectl's, credential files internal/credstore's.
 //
-// A reference given as text is parsed once, by internal/imageref, into a
-// Ref of plain strings; the Client turns a Ref into go-containerregistry's
-// names (Reference, Repository, Registry), carrying its WithInsecure into
-// them.
+// It is built on go-containerregistry; internal/catalog reaches artifacts
+// through the oras-go client ORASRepository opens. Hand-written net/http
+// serves what neither library offers: the resumable chunked upload (a
+// failed PATCH resumes from the bytes the registry acknowledged, also in
+// a later run), the push check that opens and deletes an upload session,
+// and tag listing with ETags (polling an unchanged repository costs a 304).
 //
-// The containerDisk format itself (the layer's tar, its compression, the
-// shape check) lives in internal/containerdisk; an import is handed a
-// Disk that writes its own layer and a Source that gives the digest of
-// the original bytes, so this package never reads a disk.
+// A reference is parsed once, by internal/imageref; the Client turns its
+// Ref into go-containerregistry's names, carrying WithInsecure into them.
 //
-// An import is one streaming pass: the layer is compressed and uploaded in
-// chunks while its digests are computed. The config and manifest go last,
-// and the tag is written with the manifest, so a failed import never
-// leaves a tag pointing at an incomplete image.
-//
-// Images are reproducible: the same source bytes and options give the same
-// manifest digest. An identical re-import finds the earlier image through
-// its build key and only tags it.
+// An import is one streaming pass: a Disk writes its layer while it is
+// compressed, uploaded and hashed; the config and manifest (assembled by
+// internal/containerdisk) go last, the tag with the manifest, so a failed
+// import never leaves a tag on an incomplete image. Images are
+// reproducible: the same source and options give the same manifest
+// digest, and a re-import found through this machine's build record is
+// only tagged.
 package registry

@@ -18,7 +18,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
-	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
@@ -365,30 +364,21 @@ func (c *Client) publish(ctx context.Context, ref name.Tag, key, sourceDigest st
 	if !opts.Created.IsZero() {
 		annotations[api.AnnotationCreated] = formatCreated(opts.Created)
 	}
-	config, err := imageConfig(opts, annotations, b.layer)
+	img, err := containerdisk.AssembleImage(imageConfig(opts, annotations), ocispec.Descriptor{
+		MediaType: desc.Compression.MediaType(),
+		Digest:    digest.Digest(b.layer.Digest),
+		Size:      b.layer.Size,
+	}, b.layer.DiffID, annotations)
 	if err != nil {
 		return nil, err
 	}
-	configDesc, err := c.pushSmallBlob(ctx, ref.Context(), ocispec.MediaTypeImageConfig, config)
+	configDesc, err := c.pushSmallBlob(ctx, ref.Context(), ocispec.MediaTypeImageConfig, img.Config)
 	if err != nil {
 		return nil, err
 	}
-	manifest, err := json.Marshal(ocispec.Manifest{
-		Versioned: specs.Versioned{SchemaVersion: 2},
-		MediaType: ocispec.MediaTypeImageManifest,
-		Config:    configDesc,
-		Layers: []ocispec.Descriptor{{
-			MediaType: desc.Compression.MediaType(),
-			Digest:    digest.Digest(b.layer.Digest),
-			Size:      b.layer.Size,
-		}},
-		Annotations: annotations,
-	})
-	if err != nil {
-		return nil, err
-	}
+	manifest := img.Manifest
 	// Blobs are committed; now the manifest, which writes the tag.
-	manifestDigest := fmt.Sprintf("sha256:%x", sha256.Sum256(manifest))
+	manifestDigest := img.Digest
 	var where name.Reference = ref
 	if opts.Append {
 		where = ref.Context().Digest(manifestDigest)
@@ -531,9 +521,10 @@ func (c *Client) pushLayer(ctx context.Context, repo name.Repository, key *uploa
 	return layer, up.sent, nil
 }
 
-// imageConfig is the OCI image config: platform, labels (the annotations
-// plus the user's), the instancetype environment and the layer's diff ID.
-func imageConfig(o ImportOptions, annotations map[string]string, layer containerdisk.LayerInfo) ([]byte, error) {
+// imageConfig is the image config of an import: its platform, labels
+// (the annotations plus the user's), the instancetype environment and
+// the creation time, to the second.
+func imageConfig(o ImportOptions, annotations map[string]string) containerdisk.ImageConfig {
 	labels := maps.Clone(annotations)
 	maps.Copy(labels, o.Labels)
 	var env []string
@@ -543,16 +534,15 @@ func imageConfig(o ImportOptions, annotations map[string]string, layer container
 	if o.DefaultPreference != "" {
 		env = append(env, api.EnvDefaultPreference+"="+o.DefaultPreference)
 	}
-	cfg := ocispec.Image{
+	cfg := containerdisk.ImageConfig{
 		Platform: ocispec.Platform{Architecture: o.Architecture, OS: o.OS, Variant: o.Variant},
-		Config:   ocispec.ImageConfig{Labels: labels, Env: env},
-		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{digest.Digest(layer.DiffID)}},
+		Labels:   labels, Env: env,
 	}
 	if !o.Created.IsZero() {
 		t := o.Created.UTC().Truncate(time.Second)
 		cfg.Created = &t
 	}
-	return json.Marshal(cfg)
+	return cfg
 }
 
 // rawManifest lets go-containerregistry put manifest bytes as they are.

@@ -160,29 +160,18 @@ func TestAppendPublishesOneTagForSeveralPlatforms(t *testing.T) {
 		}
 	}
 
-	// Described and extracted per platform; linux/amd64 by default.
+	// Resolved per platform; linux/amd64 by default.
 	tag := mustTag(t, ref)
 	for _, tc := range []struct {
 		client *Client
 		image  string
-		disk   testSrc
-	}{{c, first.ImageDigest, amd}, {testClient(t, WithPlatform(Platform{"linux", "arm64", ""})), second.ImageDigest, arm}, {testClient(t, WithArchitecture("arm64")), second.ImageDigest, arm}} {
-		rep, err := tc.client.CheckContainerDisk(t.Context(), tag)
+	}{{c, first.ImageDigest}, {testClient(t, WithPlatform(Platform{"linux", "arm64", ""})), second.ImageDigest}, {testClient(t, WithArchitecture("arm64")), second.ImageDigest}} {
+		img, index, err := tc.client.PlatformImage(t.Context(), tag)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rep.Verdict != api.VerdictAccepted || !rep.Index || rep.IndexDigest != d || rep.Digest != tc.image ||
-			!slices.Equal(rep.Platforms, []string{"linux/amd64", "linux/arm64"}) {
-			t.Errorf("check: %+v; want %s from index %s", rep, tc.image, d)
-		}
-		var got bytes.Buffer
-		ext, err := tc.client.ExtractDisk(t.Context(), tag, &got, ExtractOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _, _, want := pullDisk(t, tag.Context().Digest(tc.image).String())
-		if ext.Digest != tc.image || ext.Index == nil || ext.Index.Digest != d || !bytes.Equal(got.Bytes(), want) {
-			t.Errorf("extract: %+v, %d bytes; want the disk of %s", ext, got.Len(), tc.image)
+		if got := imageDigest(t, img); got != tc.image || index == nil || index.Digest != d || !slices.Equal(index.Platforms, []string{"linux/amd64", "linux/arm64"}) {
+			t.Errorf("resolved %s in %+v; want %s from index %s", got, index, tc.image, d)
 		}
 	}
 
@@ -292,7 +281,9 @@ func TestAppendRefusesWhatCannotBeAnIndex(t *testing.T) {
 		push      func(ref string)
 	}{
 		{"no platform", "names no platform", func(ref string) {
-			pushLayers(t, ref, nil, static.NewLayer(makeTar(t, diskDirEntry(), diskFileEntry(rawDisk(4096))), types.OCIUncompressedLayer))
+			head, tail := containerdisk.TarFraming(4096)
+			tarball := slices.Concat(head, bytes.Repeat([]byte("imagepipe"), 4096/9+1)[:4096], tail)
+			pushLayers(t, ref, nil, static.NewLayer(tarball, types.OCIUncompressedLayer))
 		}},
 		{"artifact", "artifact", func(ref string) {
 			img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), "application/vnd.example.thing.v1+json")
@@ -411,16 +402,10 @@ func TestResolveRefusesHostileIndexes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ref := mustTag(t, host+"/acme/hostile:"+strings.ReplaceAll(tc.name, " ", "-"))
 			pushIndex(t, ref.String(), tc.annotations, tc.entries...)
-			rep, err := tc.client.CheckContainerDisk(t.Context(), ref)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if rep.Verdict != api.VerdictRejected || len(rep.Reasons) != 1 || rep.Reasons[0].Code != string(reject.PlatformMismatch) ||
-				!strings.Contains(rep.Reasons[0].Message, tc.reason) || !rep.Index || rep.Digest != tc.describes {
-				t.Errorf("check: %+v; want a platform-mismatch saying %q describing %q", rep, tc.reason, tc.describes)
-			}
-			if _, err := tc.client.ExtractDisk(t.Context(), ref, &bytes.Buffer{}, ExtractOptions{}); reject.As(err) == nil || !strings.Contains(err.Error(), tc.reason) {
-				t.Errorf("extract: %v", err)
+			img, index, err := tc.client.PlatformImage(t.Context(), ref)
+			if re := reject.As(err); re == nil || re.Reason != reject.PlatformMismatch || !strings.Contains(err.Error(), tc.reason) ||
+				index == nil || imageDigest(t, img) != tc.describes {
+				t.Errorf("resolve: %v, %+v, image %s; want a platform-mismatch saying %q with the image %q", err, index, imageDigest(t, img), tc.reason, tc.describes)
 			}
 			p := tc.client.opts.platform
 			if p == nil {
@@ -439,13 +424,12 @@ func TestResolveRefusesHostileIndexes(t *testing.T) {
 
 	// An image outside an index: taken as it is, unless a platform was
 	// asked for; then it must be built for it, and the report describes it.
-	if rep, err := c.CheckContainerDisk(t.Context(), mustTag(t, host+"/acme/parts:amd")); err != nil || rep.Verdict != api.VerdictAccepted || rep.Index {
-		t.Errorf("check of an image: %+v, %v", rep, err)
+	if img, index, err := c.PlatformImage(t.Context(), mustTag(t, host+"/acme/parts:amd")); err != nil || index != nil || imageDigest(t, img) != amd.Digest {
+		t.Errorf("resolving an image: %s, %+v, %v", imageDigest(t, img), index, err)
 	}
-	rep, err := armOnly.CheckContainerDisk(t.Context(), mustTag(t, host+"/acme/parts:amd"))
-	if err != nil || rep.Verdict != api.VerdictRejected || rep.Digest != amd.Digest || rep.Platform != "linux/amd64" ||
-		!strings.Contains(rep.Reasons[0].Message, "built for linux/amd64; linux/arm64 was asked for") {
-		t.Errorf("check of an amd64 image for arm64: %+v, %v", rep, err)
+	img, _, err := armOnly.PlatformImage(t.Context(), mustTag(t, host+"/acme/parts:amd"))
+	if reject.As(err) == nil || imageDigest(t, img) != amd.Digest || !strings.Contains(err.Error(), "built for linux/amd64; linux/arm64 was asked for") {
+		t.Errorf("resolving an amd64 image for arm64: %s, %v", imageDigest(t, img), err)
 	}
 	if _, err := c.Copy(t.Context(), mustTag(t, host+"/acme/parts:amd"), mustTag(t, host+"/acme/copied:x"), CopyOptions{Platform: &Platform{"linux", "arm64", ""}}); reject.As(err) == nil {
 		t.Errorf("copy --platform linux/arm64 of an amd64 image: %v", err)
@@ -463,4 +447,38 @@ func TestResolveRefusesHostileIndexes(t *testing.T) {
 	if err != nil || pinned.DigestStr() != d {
 		t.Errorf("copy of the index: %v, %v; want %s", pinned, err, d)
 	}
+}
+
+// imageDigest is img's manifest digest, "" for no image.
+func imageDigest(t *testing.T, img v1.Image) string {
+	t.Helper()
+	if img == nil {
+		return ""
+	}
+	d, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.String()
+}
+
+// pushLayers pushes an image of layers, with annotations, to ref.
+func pushLayers(t *testing.T, ref string, annotations map[string]string, layers ...v1.Layer) name.Reference {
+	t.Helper()
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err := mutate.AppendLayers(base, layers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if annotations != nil {
+		img = mutate.Annotations(img, annotations).(v1.Image)
+	}
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(r, img); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

@@ -243,3 +243,25 @@ const harborNotFound transport.ErrorCode = "NOT_FOUND"
 // ErrNotRegistry is returned (wrapped) when a "not found" answer does not
 // prove that the registry gave it.
 var ErrNotRegistry = errors.New("404 without a registry error body")
+
+// listConcurrency is how many requests tagDigests has in flight at once.
+const listConcurrency = 8
+
+// listTags lists a repository's tags without the build-key tags. A
+// repository the catalog still names but that holds no tag has none.
+func listTags(repo name.Repository, ropts []remote.Option) ([]string, error) {
+	all, err := remote.List(repo, ropts...)
+	if isNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing the tags of %s: %w", repo, err)
+	}
+	return slices.DeleteFunc(all, api.IsAttachmentTag), nil
+}
+
+// isNotFound reports a registry's 404 answer.
+func isNotFound(err error) bool {
+	var terr *transport.Error
+	return errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound
+}

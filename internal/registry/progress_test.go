@@ -7,8 +7,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-
-	"github.com/imagepipe/imagepipe/internal/containerdisk"
 )
 
 // progressLog records progress calls: how many, the last one, and whether
@@ -45,39 +43,6 @@ func (l *progressLog) finished(t *testing.T, what string) int64 {
 	}
 	return l.total
 }
-
-// TestExtractProgress: ExtractDisk reports the compressed layer's bytes
-// pulled, up to the size the manifest gives.
-func TestExtractProgress(t *testing.T) {
-	host := testRegistry(t)
-	c := testClient(t)
-	src := testDisk(t, 8<<20, 7)
-	res, err := c.Import(t.Context(), mustTag(t, host+"/acme/disk:1"), src.disk(t, containerdisk.Options{}), src, ImportOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := mustReference(t, c, res.Pinned)
-	var log progressLog
-	if _, err := c.ExtractDisk(t.Context(), ref, &discard{}, ExtractOptions{Progress: log.report}); err != nil {
-		t.Fatal(err)
-	}
-	img, err := remote.Image(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := img.Manifest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := log.finished(t, "extract"); got != m.Layers[0].Size {
-		t.Errorf("total %d, want the layer's %d bytes", got, m.Layers[0].Size)
-	}
-}
-
-// discard is an io.Writer that keeps nothing.
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // TestCopyProgress: Copy reports the bytes it copies, of an image and of
 // an index, to another registry; a copy dst already holds reports

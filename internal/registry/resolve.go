@@ -183,3 +183,22 @@ func orNone(s []string) string {
 	}
 	return strings.Join(s, ", ")
 }
+
+// PlatformImage fetches the image ref names for the client's platform: an
+// image index resolves to its one image for WithPlatform's or
+// WithArchitecture's platform, else linux/amd64; an image outside an
+// index is checked only against a platform the client was given. A
+// mismatch is a *reject.Error (PlatformMismatch) that still comes with
+// what is known: the index, when ref named one, and the image, when the
+// rejection is about the image itself.
+func (c *Client) PlatformImage(ctx context.Context, ref name.Reference) (v1.Image, *IndexInfo, error) {
+	want, strict, why := DefaultPlatform, false, ""
+	if c.opts.platform != nil {
+		want, strict, why = *c.opts.platform, true, c.opts.platformWhy
+	}
+	res, err := c.resolve(ctx, ref, want, strict, why)
+	if res == nil {
+		return nil, nil, err
+	}
+	return res.image, res.index, err
+}

@@ -564,3 +564,16 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	}
 }
+
+// hasCode reports whether the registry's error response carries one of
+// codes.
+func hasCode(terr *transport.Error, codes ...transport.ErrorCode) bool {
+	for _, d := range terr.Errors {
+		for _, c := range codes {
+			if d.Code == c {
+				return true
+			}
+		}
+	}
+	return false
+}

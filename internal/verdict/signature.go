@@ -74,7 +74,7 @@ func FindSignature(ctx context.Context, reg Registry, trust Checker, subject nam
 	}
 	ns := &NotSignedError{Subject: subject.String()}
 	for _, d := range candidates {
-		bundle, err := reg.FetchArtifact(ctx, subject.Context(), d, attest.BundleMediaType, attest.MaxBundleSize)
+		bundle, err := fetchArtifact(ctx, reg, subject.Context(), d, attest.BundleMediaType, attest.MaxBundleSize)
 		if d == referrer && err != nil {
 			continue // not a bundle: whatever it is, it is no signature
 		}

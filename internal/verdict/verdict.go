@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -48,8 +49,8 @@ type Checker interface {
 // *registry.Client implements it.
 type Registry interface {
 	Referrers(ctx context.Context, subject name.Digest, artifactType string) ([]v1.Descriptor, error)
-	FetchArtifact(ctx context.Context, repo name.Repository, digest, mediaType string, max int64) ([]byte, error)
-	ArtifactLayer(ctx context.Context, repo name.Repository, raw *registry.RawManifest, mediaType string, max int64) ([]byte, error)
+	FetchManifest(ctx context.Context, ref name.Reference) (*registry.RawManifest, error)
+	OpenBlob(ctx context.Context, repo name.Repository, digest string) (io.ReadCloser, error)
 	AttachArtifact(ctx context.Context, subject name.Digest, subjectDesc ocispec.Descriptor, a registry.Artifact) (registry.Attached, error)
 }
 
@@ -174,9 +175,9 @@ func FindSigned(ctx context.Context, reg Registry, trust Checker, subject name.D
 // when its bytes are r's, else from the manifest fetched by r's digest.
 func fetchBundle(ctx context.Context, reg Registry, repo name.Repository, r Referrer) ([]byte, error) {
 	if m := r.Manifest; m != nil && len(m.Bytes) <= registry.MaxIndexSize && digest.FromBytes(m.Bytes).String() == r.Digest {
-		return reg.ArtifactLayer(ctx, repo, &registry.RawManifest{Digest: r.Digest, MediaType: m.MediaType, Bytes: m.Bytes}, attest.BundleMediaType, attest.MaxBundleSize)
+		return artifactLayer(ctx, reg, repo, &registry.RawManifest{Digest: r.Digest, MediaType: m.MediaType, Bytes: m.Bytes}, attest.BundleMediaType, attest.MaxBundleSize)
 	}
-	return reg.FetchArtifact(ctx, repo, r.Digest, attest.BundleMediaType, attest.MaxBundleSize)
+	return fetchArtifact(ctx, reg, repo, r.Digest, attest.BundleMediaType, attest.MaxBundleSize)
 }
 
 // bundles lists the referrers of subject that may be sigstore bundles of

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/imagepipe/imagepipe/internal/diskimage"
 	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/need"
 	"github.com/imagepipe/imagepipe/internal/registry"
@@ -188,7 +189,7 @@ func TestPublishOneTagForTwoArchitectures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rep, err := c.CheckContainerDisk(t.Context(), tag)
+		rep, err := diskimage.Check(t.Context(), c, tag)
 		if err != nil || rep.Verdict != api.VerdictAccepted || rep.Digest != image || rep.Platform != "linux/"+arch || rep.IndexDigest != arm.Digest {
 			t.Errorf("syncer check on a %s hub: %+v, %v", arch, rep, err)
 		}
@@ -198,7 +199,7 @@ func TestPublishOneTagForTwoArchitectures(t *testing.T) {
 		t.Fatal(err)
 	}
 	tag, _ := c.Reference(parsed)
-	if rep, err := c.CheckContainerDisk(t.Context(), tag); err != nil || rep.Verdict != api.VerdictRejected ||
+	if rep, err := diskimage.Check(t.Context(), c, tag); err != nil || rep.Verdict != api.VerdictRejected ||
 		!strings.Contains(rep.Reasons[0].Message, "holds no linux/s390x image (it holds: linux/amd64, linux/arm64)") {
 		t.Errorf("syncer check on an s390x hub: %+v, %v", rep, err)
 	}

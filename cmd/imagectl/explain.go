@@ -1,4 +1,4 @@
-package registry
+package main
 
 import (
 	"context"
@@ -9,23 +9,25 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/google/go-containerregistry/pkg/authn"
-	"github.com/google/go-containerregistry/pkg/name"
+	"syscall"
+
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/imagepipe/imagepipe/internal/registry"
 )
 
-// Kinds of registry failure, matched with errors.Is on what Explain
-// returns.
+// Kinds of registry failure, matched with errors.Is on what explain
+// returns; describe turns them into reason codes.
 var (
-	// ErrUnauthorized: the registry wants credentials, or refused the
+	// errUnauthorized: the registry wants credentials, or refused the
 	// ones given.
-	ErrUnauthorized = errors.New("unauthorized")
-	// ErrDenied: the credentials are valid but may not do this.
-	ErrDenied = errors.New("denied")
-	// ErrNotFound: no such repository, tag, manifest or blob.
-	ErrNotFound = errors.New("not found")
-	// ErrUnreachable: no connection to the registry.
-	ErrUnreachable = errors.New("unreachable")
+	errUnauthorized = errors.New("unauthorized")
+	// errDenied: the credentials are valid but may not do this.
+	errDenied = errors.New("denied")
+	// errNotFound: no such repository, tag, manifest or blob.
+	errNotFound = errors.New("not found")
+	// errUnreachable: no connection to the registry.
+	errUnreachable = errors.New("unreachable")
 )
 
 // failure is a registry error explained in one sentence for people: the
@@ -40,18 +42,18 @@ type failure struct {
 
 func (f *failure) Error() string { return f.msg }
 
-// Unwrap gives the kind (ErrUnauthorized, ...) and the original error.
+// Unwrap gives the kind (errUnauthorized, ...) and the original error.
 func (f *failure) Unwrap() []error { return []error{f.kind, f.err} }
 
-// Explain turns a registry error that err carries into one that says, in a
+// explain turns a registry error that err carries into one that says, in a
 // sentence for people, the host, what went wrong and what to do: missing
 // or wrong credentials, access denied, something not found, a registry
-// unreachable. It matches its kind with errors.Is (ErrUnauthorized,
-// ErrDenied, ErrNotFound, ErrUnreachable) and keeps err for errors.As.
-// Other errors, and nil, are returned as they are. resumable
-// says that the caller keeps its work, so running the same command again
-// continues it.
-func (c *Client) Explain(err error, resumable bool) error {
+// unreachable. It matches its kind with errors.Is (errUnauthorized,
+// errDenied, errNotFound, errUnreachable) and keeps err for errors.As.
+// Other errors, and nil, are returned as they are. c names the user the
+// command sent; resumable says that the command keeps its work, so
+// running it again continues it.
+func explain(c *registry.Client, err error, resumable bool) error {
 	var done *failure
 	if err == nil || errors.As(err, &done) {
 		return err
@@ -60,9 +62,9 @@ func (c *Client) Explain(err error, resumable bool) error {
 	if resumable {
 		again = "then run the same command again to resume"
 	}
-	var plain *plainHTTPError
+	var plain *registry.PlainHTTPError
 	if errors.As(err, &plain) { // before the HTTPS attempt's own error, which says less
-		return &failure{ErrUnreachable, plain.Error(), err}
+		return &failure{errUnreachable, plain.Error(), err}
 	}
 	var terr *transport.Error
 	if errors.As(err, &terr) {
@@ -72,11 +74,11 @@ func (c *Client) Explain(err error, resumable bool) error {
 		}
 		switch {
 		case terr.StatusCode == http.StatusUnauthorized:
-			user := c.userFor(host)
+			user := c.Username(host)
 			if user == "" {
-				return &failure{ErrUnauthorized, fmt.Sprintf("registry %s wants credentials: run imagectl login %s, or pass --username and --password-stdin", host, host), err}
+				return &failure{errUnauthorized, fmt.Sprintf("registry %s wants credentials: run imagectl login %s, or pass --username and --password-stdin", host, host), err}
 			}
-			return &failure{ErrUnauthorized, fmt.Sprintf("wrong credentials for %s: the registry refused user %q; run imagectl login %s again", host, user, host), err}
+			return &failure{errUnauthorized, fmt.Sprintf("wrong credentials for %s: the registry refused user %q; run imagectl login %s again", host, user, host), err}
 		case terr.StatusCode == http.StatusForbidden || hasCode(terr, transport.DeniedErrorCode):
 			verb := "pull"
 			if terr.Request != nil {
@@ -88,25 +90,25 @@ func (c *Client) Explain(err error, resumable bool) error {
 				}
 			}
 			who := "an anonymous user (no credentials for " + host + ")"
-			if user := c.userFor(host); user != "" {
+			if user := c.Username(host); user != "" {
 				who = fmt.Sprintf("user %q", user)
 			}
 			msg := fmt.Sprintf("access denied: %s may not %s %s", who, verb, what(terr))
 			if said := registryMessage(terr); said != "" {
 				msg += " (the registry says: " + said + ")"
 			}
-			return &failure{ErrDenied, msg, err}
+			return &failure{errDenied, msg, err}
 		case terr.StatusCode == http.StatusNotFound || hasCode(terr, transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode, transport.BlobUnknownErrorCode):
-			return &failure{ErrNotFound, fmt.Sprintf("%s not found", what(terr)), err}
+			return &failure{errNotFound, fmt.Sprintf("%s not found", what(terr)), err}
 		}
 		return err
 	}
 	if unreachable(err) {
 		host, cause := dialTarget(err)
 		if host == "" {
-			return &failure{ErrUnreachable, fmt.Sprintf("the registry is unreachable (%s); %s", cause, again), err}
+			return &failure{errUnreachable, fmt.Sprintf("the registry is unreachable (%s); %s", cause, again), err}
 		}
-		return &failure{ErrUnreachable, fmt.Sprintf("registry %s unreachable (%s); %s", host, cause, again), err}
+		return &failure{errUnreachable, fmt.Sprintf("registry %s unreachable (%s); %s", host, cause, again), err}
 	}
 	// A connection that broke: the URL, an upload's with its state token,
 	// says nothing to a person.
@@ -116,33 +118,16 @@ func (c *Client) Explain(err error, resumable bool) error {
 		if u, perr := url.Parse(uerr.URL); perr == nil {
 			host = u.Host
 		}
-		if answeredInPlainHTTP(uerr.Err) { // not transient: trying again changes nothing
-			return &failure{ErrUnreachable, fmt.Sprintf("registry %s speaks plain HTTP, not HTTPS: credentials and images would cross the network unencrypted (--insecure allows it)", host), err}
+		if registry.AnsweredInPlainHTTP(uerr.Err) { // not transient: trying again changes nothing
+			return &failure{errUnreachable, fmt.Sprintf("registry %s speaks plain HTTP, not HTTPS: credentials and images would cross the network unencrypted (--insecure allows it)", host), err}
 		}
 		cause := uerr.Err.Error()
 		if i := strings.LastIndex(cause, ": "); i >= 0 {
 			cause = cause[i+2:]
 		}
-		return &failure{ErrUnreachable, fmt.Sprintf("registry %s unreachable (%s); %s", host, cause, again), err}
+		return &failure{errUnreachable, fmt.Sprintf("registry %s unreachable (%s); %s", host, cause, again), err}
 	}
 	return err
-}
-
-// userFor is the user name this client sends to host, "" for none.
-func (c *Client) userFor(host string) string {
-	reg, err := name.NewRegistry(host, c.nameOptions()...)
-	if err != nil {
-		return ""
-	}
-	auth, err := c.authenticator(reg)
-	if err != nil || auth == authn.Anonymous {
-		return ""
-	}
-	cfg, err := auth.Authorization()
-	if err != nil {
-		return ""
-	}
-	return cfg.Username
 }
 
 // hasCode reports whether the registry's error response carries one of
@@ -231,4 +216,14 @@ func registryMessage(terr *transport.Error) string {
 		msg = strings.ToValidUTF8(msg[:200], "") + "…"
 	}
 	return msg
+}
+
+// unreachable reports whether err means that no HTTP conversation took
+// place: no route, refused, name not found, timed out.
+func unreachable(err error) bool {
+	var dnsErr *net.DNSError
+	var opErr *net.OpError
+	return errors.As(err, &dnsErr) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, context.DeadlineExceeded) ||
+		(errors.As(err, &opErr) && opErr.Op == "dial")
 }

@@ -1,4 +1,4 @@
-package registry
+package diskimage
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -39,7 +40,7 @@ func qcow2Disk(t *testing.T, size int, vsize uint64) []byte {
 
 // TestVirtualSizeVerdictsAgree checks, for disks whose size is not a whole
 // number of 512-byte sectors, that imagectl's verdict and the syncer's
-// (CheckContainerDisk) agree: what import publishes, the check accepts
+// (Check) agree: what import publishes, the check accepts
 // with the same virtual size, in both disk formats; what the engine
 // refuses, the check refuses too when the same disk is pushed by hand, so
 // nothing imagectl publishes is refused later.
@@ -74,7 +75,7 @@ func TestVirtualSizeVerdictsAgree(t *testing.T) {
 				// Pushed by someone else, as a containerDisk of the right shape.
 				layer := static.NewLayer(gzipped(t, makeTar(t, diskDirEntry(), diskFileEntry(tc.disk))), types.OCILayer)
 				ref := pushLayers(t, fmt.Sprintf("%s/acme/vsize:%d", host, i), nil, layer)
-				rep, err := c.CheckContainerDisk(t.Context(), ref)
+				rep, err := Check(t.Context(), c, ref)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -92,11 +93,11 @@ func TestVirtualSizeVerdictsAgree(t *testing.T) {
 			for _, format := range []convert.Format{convert.FormatQCOW2, convert.FormatRaw} {
 				tag := mustTag(t, fmt.Sprintf("%s/acme/vsize:%d-%s", host, i, format))
 				src := testSrc{Image: img, Digest: "sha256:" + fmt.Sprintf("%064x", i)}
-				res, err := c.Import(t.Context(), tag, src.disk(t, containerdisk.Options{DiskFormat: format}), src, ImportOptions{})
+				res, err := c.Import(t.Context(), tag, src.disk(t, containerdisk.Options{DiskFormat: format}), src, registry.ImportOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}
-				rep, err := c.CheckContainerDisk(t.Context(), tag)
+				rep, err := Check(t.Context(), c, tag)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,4 +1,4 @@
-package registry
+package diskimage
 
 import (
 	"context"
@@ -8,10 +8,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
-// ExtractedDisk describes the disk ExtractDisk wrote.
+// ExtractedDisk describes the disk Extract wrote.
 type ExtractedDisk struct {
 	// Digest is the manifest digest of the image ("sha256:...").
 	Digest string
@@ -24,35 +25,34 @@ type ExtractedDisk struct {
 	// "linux/arm64"; empty when it names none.
 	Platform string
 	// Index describes the index the reference named, if it named one.
-	Index *IndexInfo
+	Index *registry.IndexInfo
 }
 
-// ExtractOptions tune ExtractDisk. The zero value reports nothing.
+// ExtractOptions tune Extract. The zero value reports nothing.
 type ExtractOptions struct {
 	// Progress, when set, is called as the layer is pulled, with its
 	// bytes read so far as stored in the registry (compressed) and its
-	// size from the manifest. It is called from ExtractDisk's goroutine.
+	// size from the manifest. It is called from Extract's goroutine.
 	Progress func(done, total int64)
 }
 
-// ExtractDisk pulls the containerDisk at ref and writes disk/disk.img to w
+// Extract pulls the containerDisk at ref and writes disk/disk.img to w
 // as the layer streams in; nothing else of the layer is kept. The layer
-// must have the shape CheckContainerDisk checks, and nothing may follow the
+// must have the shape Check checks, and nothing may follow the
 // disk in it (else a *reject.Error with a shape reason). The layer is read to its
 // last byte, so its digest is verified, and its uncompressed digest is
 // compared with the config's diff ID. On an error, w holds a partial disk
 // the caller discards. The disk itself is not validated: open it with
 // convert.Open.
 //
-// An image index resolves as in CheckContainerDisk: to its one image for
+// An image index resolves as in Check: to its one image for
 // the client's platform, else linux/amd64; when there is no such image,
 // the rejection names the platforms the index holds.
-func (c *Client) ExtractDisk(ctx context.Context, ref name.Reference, w io.Writer, opts ExtractOptions) (*ExtractedDisk, error) {
-	res, err := c.platformImage(ctx, ref)
+func Extract(ctx context.Context, reg Registry, ref name.Reference, w io.Writer, opts ExtractOptions) (*ExtractedDisk, error) {
+	img, index, err := reg.PlatformImage(ctx, ref)
 	if err != nil {
 		return nil, err
 	}
-	img := res.image
 	digest, err := img.Digest()
 	if err != nil {
 		return nil, err
@@ -98,7 +98,7 @@ func (c *Client) ExtractDisk(ctx context.Context, ref name.Reference, w io.Write
 		Digest: digest.String(),
 		Format: m.Annotations[api.AnnotationDiskFormat],
 		Size:   lr.DiskSize(),
-		Index:  res.index,
+		Index:  index,
 	}
 	if p := cfg.Platform(); p != nil {
 		out.Platform = p.String()

@@ -1,4 +1,4 @@
-package registry
+package diskimage
 
 import (
 	"archive/tar"
@@ -20,6 +20,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -107,12 +108,12 @@ func TestCheckAndExtractImportedImages(t *testing.T) {
 		t.Run(string(tc.disk)+"-"+string(tc.comp), func(t *testing.T) {
 			src := testDisk(t, 8<<20, 3)
 			res, err := c.Import(t.Context(), mustTag(t, host+"/acme/disk:"+string(tc.disk)+"-"+string(tc.comp)),
-				src.disk(t, containerdisk.Options{DiskFormat: tc.disk, Compression: tc.comp}), src, ImportOptions{DefaultPreference: "fedora"})
+				src.disk(t, containerdisk.Options{DiskFormat: tc.disk, Compression: tc.comp}), src, registry.ImportOptions{DefaultPreference: "fedora"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			ref := mustReference(t, c, res.Pinned)
-			rep, err := c.CheckContainerDisk(t.Context(), ref)
+			rep, err := Check(t.Context(), c, ref)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -124,7 +125,7 @@ func TestCheckAndExtractImportedImages(t *testing.T) {
 
 			_, _, _, want := pullDisk(t, res.Pinned)
 			var got bytes.Buffer
-			ext, err := c.ExtractDisk(t.Context(), ref, &got, ExtractOptions{})
+			ext, err := Extract(t.Context(), c, ref, &got, ExtractOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +148,7 @@ func TestCheckAndExtractRejectBadShapes(t *testing.T) {
 		layers      []v1.Layer
 		annotations map[string]string
 		reason      reject.Reason // for both, unless extractOnly
-		extractOnly bool          // CheckContainerDisk does not read that far
+		extractOnly bool          // Check does not read that far
 	}{
 		{name: "no layer", reason: reject.LayerCount},
 		{name: "two layers", layers: []v1.Layer{uncompressed(good), uncompressed(makeTar(t, diskDirEntry()))}, reason: reject.LayerCount},
@@ -169,7 +170,7 @@ func TestCheckAndExtractRejectBadShapes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ref := pushLayers(t, host+"/acme/bad:"+strings.ReplaceAll(tc.name, " ", "-"), tc.annotations, tc.layers...)
-			rep, err := c.CheckContainerDisk(t.Context(), ref)
+			rep, err := Check(t.Context(), c, ref)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -181,7 +182,7 @@ func TestCheckAndExtractRejectBadShapes(t *testing.T) {
 				t.Errorf("check: verdict %s, reasons %+v; want %s", rep.Verdict, rep.Reasons, tc.reason)
 			}
 
-			_, err = c.ExtractDisk(t.Context(), ref, &bytes.Buffer{}, ExtractOptions{})
+			_, err = Extract(t.Context(), c, ref, &bytes.Buffer{}, ExtractOptions{})
 			if tc.reason == reject.VirtualSize || tc.reason == reject.FormatMismatch || tc.reason == reject.AnnotationMismatch {
 				if err != nil { // the caller validates the disk itself
 					t.Errorf("extract: %v", err)
@@ -201,10 +202,10 @@ func TestExtractChecksTheDiffID(t *testing.T) {
 	c := testClient(t)
 	// static layers claim their blob digest as diff ID: wrong for gzip.
 	ref := pushLayers(t, host+"/acme/diffid:1", nil, static.NewLayer(gzipped(t, makeTar(t, diskDirEntry(), diskFileEntry(rawDisk(4096)))), types.OCILayer))
-	if rep, err := c.CheckContainerDisk(t.Context(), ref); err != nil || rep.Verdict != api.VerdictAccepted {
+	if rep, err := Check(t.Context(), c, ref); err != nil || rep.Verdict != api.VerdictAccepted {
 		t.Fatalf("check: %+v, %v", rep, err)
 	}
-	_, err := c.ExtractDisk(t.Context(), ref, &bytes.Buffer{}, ExtractOptions{})
+	_, err := Extract(t.Context(), c, ref, &bytes.Buffer{}, ExtractOptions{})
 	if err == nil || !strings.Contains(err.Error(), "diff ID") || reject.As(err) != nil {
 		t.Errorf("extract: %v; want a diff ID mismatch", err)
 	}
@@ -216,12 +217,12 @@ func TestCheckReadsOnlyTheHead(t *testing.T) {
 	// A qcow2 header whose L1 table lies past the first 64 KiB: the check
 	// asks for it, gets nothing, and still passes the header.
 	src := testDisk(t, 64<<20, 4)
-	res, err := c.Import(t.Context(), mustTag(t, host+"/acme/big:1"), src.disk(t, containerdisk.Options{Compression: containerdisk.CompressionNone}), src, ImportOptions{})
+	res, err := c.Import(t.Context(), mustTag(t, host+"/acme/big:1"), src.disk(t, containerdisk.Options{Compression: containerdisk.CompressionNone}), src, registry.ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ref := mustReference(t, c, res.Pinned)
-	rep, err := c.CheckContainerDisk(t.Context(), ref)
+	rep, err := Check(t.Context(), c, ref)
 	if err != nil || rep.Verdict != api.VerdictAccepted || rep.Checked != api.CheckedHeader || rep.VirtualSize != 64<<20 {
 		t.Fatalf("check: %+v, %v", rep, err)
 	}
@@ -253,7 +254,7 @@ func TestCheckAndExtractAcceptAPaddedGzipLayer(t *testing.T) {
 	host := testRegistry(t)
 	c := testClient(t)
 	src := emptyDisk(t, 1<<30)
-	res, err := c.Import(t.Context(), mustTag(t, host+"/acme/empty:1"), src.disk(t, containerdisk.Options{}), src, ImportOptions{})
+	res, err := c.Import(t.Context(), mustTag(t, host+"/acme/empty:1"), src.disk(t, containerdisk.Options{}), src, registry.ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,12 +262,12 @@ func TestCheckAndExtractAcceptAPaddedGzipLayer(t *testing.T) {
 		t.Fatalf("the layer is %d bytes", res.LayerSize)
 	}
 	ref := mustReference(t, c, res.Pinned)
-	rep, err := c.CheckContainerDisk(t.Context(), ref)
+	rep, err := Check(t.Context(), c, ref)
 	if err != nil || rep.Verdict != api.VerdictAccepted || rep.LayerSize != res.LayerSize || rep.VirtualSize != 1<<30 || rep.DiskFormat != "qcow2" {
 		t.Fatalf("check: %+v, %v", rep, err)
 	}
 	var got bytes.Buffer
-	ext, err := c.ExtractDisk(t.Context(), ref, &got, ExtractOptions{})
+	ext, err := Extract(t.Context(), c, ref, &got, ExtractOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +307,7 @@ func TestCheckAndExtractRejectGarbageBehindAPaddedHeader(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			ref := pushLayers(t, host+"/acme/padded:"+strings.ReplaceAll(name, " ", "-"), nil, static.NewLayer(tc.blob, types.OCILayer))
-			rep, err := c.CheckContainerDisk(t.Context(), ref)
+			rep, err := Check(t.Context(), c, ref)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -314,7 +315,7 @@ func TestCheckAndExtractRejectGarbageBehindAPaddedHeader(t *testing.T) {
 				if rep.Verdict != api.VerdictRejected || len(rep.Reasons) != 1 || rep.Reasons[0].Code != string(reject.InvalidLayer) {
 					t.Errorf("check: verdict %s, reasons %+v; want %s", rep.Verdict, rep.Reasons, reject.InvalidLayer)
 				}
-				_, err = c.ExtractDisk(t.Context(), ref, &bytes.Buffer{}, ExtractOptions{})
+				_, err = Extract(t.Context(), c, ref, &bytes.Buffer{}, ExtractOptions{})
 				if se := reject.As(err); se == nil || se.Reason != reject.InvalidLayer {
 					t.Errorf("extract: %v; want a %s rejection", err, reject.InvalidLayer)
 				}
@@ -325,7 +326,7 @@ func TestCheckAndExtractRejectGarbageBehindAPaddedHeader(t *testing.T) {
 			}
 			var got bytes.Buffer
 			// The static layer's diff ID is its blob digest: only the disk matters here.
-			if _, err := c.ExtractDisk(t.Context(), ref, &got, ExtractOptions{}); (err != nil && !strings.Contains(err.Error(), "diff ID")) || !bytes.Equal(got.Bytes(), rawDisk(4096)) {
+			if _, err := Extract(t.Context(), c, ref, &got, ExtractOptions{}); (err != nil && !strings.Contains(err.Error(), "diff ID")) || !bytes.Equal(got.Bytes(), rawDisk(4096)) {
 				t.Errorf("extract: %d bytes, %v", got.Len(), err)
 			}
 		})

@@ -1,4 +1,4 @@
-package registry
+package diskimage
 
 import (
 	"context"
@@ -8,10 +8,19 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
-// CheckContainerDisk describes the image at ref and checks that it is a
+// Registry is what checking and extracting need of a registry;
+// *registry.Client implements it.
+type Registry interface {
+	PlatformImage(ctx context.Context, ref name.Reference) (v1.Image, *registry.IndexInfo, error)
+}
+
+var _ Registry = (*registry.Client)(nil)
+
+// Check describes the image at ref and checks that it is a
 // containerDisk imagepipe accepts, without downloading its layer: the
 // layer is streamed only until the tar headers and the first cluster of
 // disk/disk.img have been read. The disk's header then goes through the
@@ -21,16 +30,17 @@ import (
 // A rejection is a verdict in the report, not an error; errors are for
 // images that cannot be read at all. An image index resolves to its image
 // for the client's platform (WithPlatform, WithArchitecture; linux/amd64
-// by default), and the report lists the platforms the index holds.
-func (c *Client) CheckContainerDisk(ctx context.Context, ref name.Reference) (*api.ContainerDiskReport, error) {
+// by default; see registry.Client.PlatformImage), and the report lists
+// the platforms the index holds.
+func Check(ctx context.Context, reg Registry, ref name.Reference) (*api.ContainerDiskReport, error) {
 	report := &api.ContainerDiskReport{Reference: ref.String(), Verdict: api.VerdictAccepted}
-	res, err := c.platformImage(ctx, ref)
-	if res != nil && res.index != nil {
+	img, index, err := reg.PlatformImage(ctx, ref)
+	if index != nil {
 		report.Index = true
-		report.IndexDigest = res.index.Digest
-		report.Platforms = res.index.Platforms
+		report.IndexDigest = index.Digest
+		report.Platforms = index.Platforms
 	}
-	if err != nil && (res == nil || res.image == nil) {
+	if err != nil && img == nil {
 		if containerdisk.AddRejection(report, err) {
 			return report, nil
 		}
@@ -39,7 +49,6 @@ func (c *Client) CheckContainerDisk(ctx context.Context, ref name.Reference) (*a
 	// err, if any, is a rejection of the image itself: it is described
 	// first.
 	rejected := err
-	img := res.image
 	digest, err := img.Digest()
 	if err != nil {
 		return nil, err
@@ -82,17 +91,6 @@ func (c *Client) CheckContainerDisk(ctx context.Context, ref name.Reference) (*a
 		return nil, fmt.Errorf("checking %s: %w", ref, err)
 	}
 	return report, nil
-}
-
-// platformImage resolves ref to its image for the client's platform (see
-// resolve): an index to its image for WithPlatform's or WithArchitecture's
-// platform, else linux/amd64; an image outside an index is checked only
-// against a platform the client was given.
-func (c *Client) platformImage(ctx context.Context, ref name.Reference) (*resolved, error) {
-	if c.opts.platform != nil {
-		return c.resolve(ctx, ref, *c.opts.platform, true, c.opts.platformWhy)
-	}
-	return c.resolve(ctx, ref, DefaultPlatform, false, "")
 }
 
 // checkLayer streams the single layer up to the disk's head and validates
