@@ -11,7 +11,7 @@
 //
 // Open checks a qcow2 header as QEMU does; Verify walks every L1/L2 entry
 // the virtual size reaches and decompresses every compressed cluster once.
-// Verify is the one verdict: Map is Verify, Plan and WriteFile run it
+// Verify is the one verdict: Plan and WriteFile run it
 // first, so every command refuses the same bytes for the same reason
 // before anything is written. A refusal is a *reject.Error with a stable
 // Reason; docs/security.md lists them (host-file references, encryption,
