@@ -36,11 +36,14 @@ TEST_EXEC := -exec 'env -u GOGC -u GOMEMLIMIT'
 
 all: build
 
+# NEED_ISAL stops a recipe that compiles the isal build where libisal-dev is missing.
+NEED_ISAL = @case " $(TAGS) " in *" isal "*) test -f /usr/include/isa-l/igzip_lib.h || { echo "libisal-dev is not installed: run make tools (or make $@ TAGS= for the pure-Go gzip)"; exit 1; };; esac
+
 # image-syncer and image-gate are built as their container images build them (hack/imagebuild:
 # no cgo, -trimpath), so the tests run that binary and make images reuses
 # the compiled packages.
 build:
-	@case " $(TAGS) " in *" isal "*) test -f /usr/include/isa-l/igzip_lib.h || { echo "libisal-dev is not installed: run make tools (or make build TAGS= for the pure-Go gzip)"; exit 1; };; esac
+	$(NEED_ISAL)
 	$(GOBUILD) build -tags "$(TAGS)" -ldflags "$(LDFLAGS)" -o $(BIN)/imagectl ./cmd/imagectl
 	CGO_ENABLED=0 $(GOBUILD) build -trimpath -buildvcs=false -ldflags "$(LDFLAGS)" -o $(BIN)/image-syncer ./cmd/image-syncer
 	CGO_ENABLED=0 $(GOBUILD) build -trimpath -buildvcs=false -ldflags "$(LDFLAGS)" -o $(BIN)/image-gate ./cmd/image-gate
@@ -110,9 +113,19 @@ fuzz:
 bench: tools build
 	IMAGECTL=$(BIN)/imagectl IMAGEPIPE_CACHE=$(CACHE) bash test/bench/bench.sh
 
+# lint runs staticcheck at the version test/buildtools.sh pins, which it
+# builds into $(CACHE)/bin the first time (about a minute), on both gzip
+# builds at once (-matrix): the pure-Go one, and the isal one unless TAGS=
+# leaves it out. A name unused in one build but used in the other is no
+# finding.
+STATICCHECK_MATRIX := pgzip:\n$(if $(filter isal,$(TAGS)),isal: -tags=isal\n)
+
 lint:
+	$(NEED_ISAL)
 	@out=$$(gofmt -l cmd hack internal pkg test); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GOBUILD) vet ./...
+	@IMAGEPIPE_BIN=$(CACHE)/bin bash test/buildtools.sh staticcheck
+	printf '$(STATICCHECK_MATRIX)' | $(CACHE)/bin/staticcheck -matrix ./...
 	@# go.mod must be tidy: .ci/run builds with -mod=mod, which would rewrite it mid-run and
 	@# stamp the binaries built afterwards "-dirty" (a different build key for the same image).
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod or go.sum is not tidy: run go mod tidy"; exit 1; }

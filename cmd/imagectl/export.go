@@ -119,7 +119,7 @@ func runExport(cmd *cobra.Command, o *exportOptions) error {
 	if err != nil {
 		return err
 	}
-	if _, err := img.Map(ctx); err != nil {
+	if _, err := img.Verify(ctx); err != nil {
 		return err
 	}
 	info := img.Info()

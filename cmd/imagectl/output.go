@@ -82,16 +82,12 @@ func (o *outputFlags) machine() bool { return o.format == outputJSON || o.format
 
 // printer prints a command's result to standard output: v as JSON or
 // YAML when the user asked for a machine format, else its human form.
-// Every command prints its data through one: outputFlags for commands
-// with -o, textOutput for those that only print a line for people.
+// Every command prints its data through one: its outputFlags (-o).
 type printer interface {
 	print(w io.Writer, v any, human func(w io.Writer) error) error
 }
 
-var (
-	_ printer = (*outputFlags)(nil)
-	_ printer = textOutput{}
-)
+var _ printer = (*outputFlags)(nil)
 
 // print writes v as JSON or YAML, or calls human for the table or text
 // form; for commands that offer neither wide nor name.
@@ -132,21 +128,6 @@ func (o *outputFlags) show(w io.Writer, r view) error {
 		return nil
 	}
 	return r.table(w, o.format == outputWide)
-}
-
-// textOutput is the printer of commands without -o: they print their
-// human form only.
-type textOutput struct{}
-
-func (textOutput) print(w io.Writer, _ any, human func(w io.Writer) error) error { return human(w) }
-
-// printText prints one formatted message as the result of a command
-// without -o.
-func printText(w io.Writer, format string, args ...any) error {
-	return textOutput{}.print(w, nil, func(w io.Writer) error {
-		_, err := fmt.Fprintf(w, format, args...)
-		return err
-	})
 }
 
 // table is the human form of a command that prints rows: draw writes

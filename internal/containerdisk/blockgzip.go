@@ -35,7 +35,6 @@ type blockGzip struct {
 	buf      []byte
 	crc      uint32
 	size     uint32
-	started  bool
 
 	jobs    chan *gzipJob // in input order
 	results chan *gzipJob // same order, for the writer

@@ -83,7 +83,7 @@ func (d *Disk) Describe() Description {
 // planned clusters (content-defined, so that digests do not depend on the
 // file system the source sits on), for raw the source's allocation.
 func (d *Disk) Prepare(ctx context.Context) (allocated int64, err error) {
-	summary, err := d.img.Map(ctx)
+	summary, err := d.img.Verify(ctx)
 	if err != nil {
 		return 0, err
 	}

@@ -69,7 +69,7 @@ func TestRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sum, err := img.Map(t.Context())
+		sum, err := img.Verify(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +143,7 @@ func TestSparseRawInputSkipsHoles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum, err := img.Map(t.Context())
+	sum, err := img.Verify(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}

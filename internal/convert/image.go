@@ -97,7 +97,7 @@ type source interface {
 }
 
 // Open detects and validates the image in r, which holds size bytes. It
-// runs every check that needs only the header; Verify (which Map, Plan and
+// runs every check that needs only the header; Verify (which Plan and
 // WriteFile run first) checks the L1/L2 tables and the clusters. The
 // returned error is a *reject.Error when the image breaks the validation
 // contract.
@@ -204,10 +204,6 @@ type MapSummary struct {
 	// CompressedClusters counts compressed qcow2 clusters.
 	CompressedClusters int64
 }
-
-// Map returns the allocation map of the image, judging it first: it is
-// Verify, kept under the name callers know.
-func (img *Image) Map(ctx context.Context) (MapSummary, error) { return img.Verify(ctx) }
 
 // readFull reads len(p) bytes at off; bytes past the end of the file read as
 // zeros, as QEMU's file driver does.

@@ -116,10 +116,11 @@ func (o Options) withDefaults() (Options, error) {
 
 // Plan decides the exact output of converting img, which it verifies
 // first (Verify). For raw output that is then immediate, once the guest
-// content is known not to look like another format (rawout.go); for qcow2 output it
-// scans the image once to find the clusters that hold non-zero data (see
-// the package documentation). The plan stays valid as long as the image
-// does not change.
+// content is known not to look like another format (a reject.AmbiguousRaw
+// rejection otherwise, rawout.go); for qcow2 output it scans the image once
+// to find the clusters that hold non-zero data (docs/import.md, "How the
+// disk is converted"). The plan stays valid as long as the image does not
+// change.
 func (img *Image) Plan(ctx context.Context, opts Options) (*Plan, error) {
 	if _, err := img.Verify(ctx); err != nil {
 		return nil, err

@@ -55,10 +55,9 @@ type StreamCheck struct {
 	vsize    int64  // the header's virtual size, once metaEnd is set
 	l2Tables int64
 	layout   *qcowLayout // set once the tables are checked
-	info     Info
-	n        int64  // bytes passed
-	partial  []byte // a data cluster split across writes
-	data     int64  // data clusters passed
+	n        int64       // bytes passed
+	partial  []byte      // a data cluster split across writes
+	data     int64       // data clusters passed
 }
 
 // NewStreamCheck checks a file of size bytes that Open would open with

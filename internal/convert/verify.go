@@ -52,9 +52,10 @@ type verdict struct {
 
 // Verify judges the whole image and returns its allocation map: it walks
 // every L1 and L2 entry the virtual size reaches, checks that no host
-// cluster is used twice (see the package documentation), and decompresses
-// every compressed cluster once. An image without compressed clusters needs
-// only the walk over its tables; no guest data is read.
+// cluster is used twice (docs/security.md, "Work bounded by the file"),
+// and decompresses every compressed cluster once. An image without
+// compressed clusters needs only the walk over its tables; no guest data
+// is read.
 //
 // Verify is the verdict every command shares: inspect, convert and import
 // reach the same one for the same bytes. Plan runs it first; WriteFile runs

@@ -296,7 +296,7 @@ var verdictSteps = []struct {
 	name string
 	run  func(t *testing.T, img *Image) error
 }{
-	{"Map", func(t *testing.T, img *Image) error { _, err := img.Map(t.Context()); return err }},
+	{"Verify", func(t *testing.T, img *Image) error { _, err := img.Verify(t.Context()); return err }},
 	{"Plan raw", func(t *testing.T, img *Image) error {
 		_, err := img.Plan(t.Context(), Options{To: FormatRaw})
 		return err
@@ -529,7 +529,7 @@ func TestVerifyIsRemembered(t *testing.T) {
 		t.Fatal(err)
 	}
 	read := rc.n.Load()
-	if _, err := img.Map(t.Context()); err != nil {
+	if _, err := img.Verify(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if rc.n.Load() != read {

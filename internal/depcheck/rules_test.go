@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"go/parser"
+	"go/token"
 	"io"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -112,6 +115,9 @@ type pkgInfo struct {
 	ImportPath string
 	Doc        string
 	Imports    []string
+	Dir        string
+	GoFiles    []string
+	CgoFiles   []string
 }
 
 // graph is every package of the module and everything they import.
@@ -152,7 +158,7 @@ func listModule(t *testing.T) graph {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Fatalf("the go command is needed to list packages: %v", err)
 	}
-	cmd := exec.Command("go", "list", "-deps", "-json=ImportPath,Doc,Imports", module+"...")
+	cmd := exec.Command("go", "list", "-deps", "-json=ImportPath,Doc,Imports,Dir,GoFiles,CgoFiles", module+"...")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -225,6 +231,28 @@ func TestEveryPackageSaysItsJob(t *testing.T) {
 	for _, p := range listModule(t).module {
 		if strings.TrimSpace(p.Doc) == "" {
 			t.Errorf("%s has no package doc comment: add a doc.go whose first sentence says its job", p.ImportPath)
+		}
+	}
+}
+
+// maxDocLines is the longest a package doc comment may be, in lines: a
+// screen, which states the contract; the design behind it goes to docs/.
+const maxDocLines = 25
+
+func TestPackageDocsFitAScreen(t *testing.T) {
+	for _, p := range listModule(t).module {
+		for _, name := range slices.Concat(p.GoFiles, p.CgoFiles) {
+			fset := token.NewFileSet()
+			f, err := parser.ParseFile(fset, filepath.Join(p.Dir, name), nil, parser.PackageClauseOnly|parser.ParseComments)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.Doc == nil {
+				continue
+			}
+			if n := fset.Position(f.Doc.End()).Line - fset.Position(f.Doc.Pos()).Line + 1; n > maxDocLines {
+				t.Errorf("%s: the package doc comment is %d lines, more than a screen (%d): keep the contract, move the design to docs/", filepath.Join(p.ImportPath, name), n, maxDocLines)
+			}
 		}
 	}
 }

@@ -57,10 +57,10 @@ func TestEachLayerIsReadOnce(t *testing.T) {
 	foreign := craftImage(t, rawDisk(t, 4<<20, 9))
 	hostile := craftImage(t, amplifier())
 	for _, c := range []struct {
-		img  *crafted
-		want string
-	}{{foreign, api.VerdictAccepted}, {hostile, api.VerdictRejected}} {
-		var canonical []string
+		img    *crafted
+		want   string
+		images int // verified images in the verdict
+	}{{foreign, api.VerdictAccepted, 1}, {hostile, api.VerdictRejected, 0}} {
 		for i, repo := range []string{"acme/a", "acme/b", "globex/c"} {
 			// Each manifest differs (an annotation), the layer does not.
 			c.img.annotations = map[string]string{"org.opencontainers.image.title": repo}
@@ -69,8 +69,10 @@ func TestEachLayerIsReadOnce(t *testing.T) {
 			if err != nil || v.Verdict != c.want {
 				t.Fatalf("%s #%d: %+v, %v; want %s", repo, i, v, err, c.want)
 			}
+			if len(v.Images) != c.images {
+				t.Fatalf("%s: %d verified images, want %d", repo, len(v.Images), c.images)
+			}
 			for _, im := range v.Images {
-				canonical = append(canonical, im.Canonical)
 				if _, err := e.reg.FetchManifest(t.Context(), mustDigest(t, e.host+"/"+repo+"@"+im.Canonical)); err != nil {
 					t.Errorf("%s: the canonical image %s is not in the repository: %v", repo, im.Canonical, err)
 				}

@@ -315,11 +315,11 @@ func TestOpenChecksum(t *testing.T) {
 		t.Run(filepath.Base(path), func(t *testing.T) {
 			want := sha256sum(t, path)
 			tmp := t.TempDir()
-			img, err := source.Open(t.Context(), path, source.Options{TempDir: tmp, Checksum: strings.ToUpper(want[7:])})
+			_, err := source.Open(t.Context(), path, source.Options{TempDir: tmp, Checksum: strings.ToUpper(want[7:])})
 			if err == nil || !strings.Contains(err.Error(), "sha256:<64 hex digits>") {
 				t.Errorf("checksum without its algorithm: err = %v", err)
 			}
-			img = mustOpen(t, path, source.Options{TempDir: tmp, Checksum: "sha256:" + strings.ToUpper(want[7:])})
+			img := mustOpen(t, path, source.Options{TempDir: tmp, Checksum: "sha256:" + strings.ToUpper(want[7:])})
 			img.Close()
 
 			_, err = source.Open(t.Context(), path, source.Options{TempDir: tmp, Checksum: wrong})

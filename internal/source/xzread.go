@@ -55,7 +55,7 @@ func startXZ(path string, compressed io.Reader, progress func(done, total int64)
 	x := &xzReader{cmd: cmd, fed: make(chan struct{})}
 	var ringOut *os.File // the memory file as the program's output
 	if !xzRingOff {
-		ringOut, x.ring, err = newXZRing(cmd)
+		ringOut, x.ring = newXZRing(cmd)
 	}
 	if x.ring != nil {
 		x.out = x.ring

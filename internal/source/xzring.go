@@ -64,27 +64,26 @@ type xzRing struct {
 	werr   error         // the program's exit; read after exited is closed
 }
 
-// errNoMemfd is newXZRing's error where anonymous memory files cannot be
-// made (a kernel before 3.17, or a sandbox that forbids memfd_create).
-var errNoMemfd = errors.New("no anonymous memory file for the xz program's output")
-
 // newXZRing makes the memory file and sets it as cmd's standard output.
 // It returns the file for the caller to close once cmd has started, and
 // the ring, which reads through a description of its own: the program's
 // description has the program's offset, which reading must not move.
-func newXZRing(cmd *exec.Cmd) (*os.File, *xzRing, error) {
+// Where anonymous memory files cannot be made (a kernel before 3.17, or a
+// sandbox that forbids memfd_create) it returns nils and leaves cmd as it
+// was, and the caller reads the program through a pipe.
+func newXZRing(cmd *exec.Cmd) (*os.File, *xzRing) {
 	wfd, err := unix.MemfdCreate("imagepipe-xz", unix.MFD_CLOEXEC)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", errNoMemfd, err)
+		return nil, nil
 	}
 	w := os.NewFile(uintptr(wfd), "xz output")
 	rfd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", wfd), unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		w.Close()
-		return nil, nil, fmt.Errorf("%w: reopening it: %w", errNoMemfd, err)
+		return nil, nil
 	}
 	cmd.Stdout = w
-	return w, &xzRing{fd: rfd, exited: make(chan struct{}), paced: make(chan struct{})}, nil
+	return w, &xzRing{fd: rfd, exited: make(chan struct{}), paced: make(chan struct{})}
 }
 
 // watch waits for the started program and records its exit (it is the

@@ -46,7 +46,11 @@ func main() {
 }
 
 // run runs the demo and returns the exit status: 0, 1 when it failed or could not run, or
-// 128+N when signal N interrupted it.
+// 128+N when signal N interrupted it. SIGINT and SIGTERM cancel the demo's context: the step
+// under way stops, the cleanups stop every server newest first (SIGTERM, then SIGKILL after
+// 5 s), and the logs are kept. The servers run in process groups of their own, so that a Ctrl-C
+// on the terminal reaches only the demo, and with a parent-death signal, so that even a SIGKILL
+// of the demo takes them along.
 func run(cfg config) int {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)

@@ -20,6 +20,11 @@ import (
 // As in package testing, Fatal and Skip end the calling goroutine with runtime.Goexit: run
 // the demo in a goroutine of its own (run does), and cleanups run after it, last registered
 // first, each in its own goroutine.
+//
+// A compiled test binary would own the terminal as well, but it would end with the testing
+// package's PASS or FAIL, print the servers' log tails on an interrupt, and exit 0 when a tool
+// is missing (a skip); with a runner the program says what happened instead, and exits 1 when
+// it cannot run.
 type runner struct {
 	ctx  context.Context
 	logs io.Writer // Log and Logf output: the tails of component logs the harness prints on failure

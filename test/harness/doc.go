@@ -4,30 +4,19 @@
 //
 // The binaries come from test/buildtools.sh (run by `make tools`); a test whose binary is missing
 // is skipped with a message saying so. Every process runs with its output in a log file under
-// t.TempDir(), printed with t.Logf only when the test failed, and is stopped in t.Cleanup:
-// SIGTERM, then SIGKILL after 5 s.
+// t.TempDir(), printed with t.Logf only when the test failed, in a process group of its own (so
+// that a Ctrl-C on a terminal reaches only the test binary or test/demo, which stop the
+// components in order), and is stopped in t.Cleanup: SIGTERM, then SIGKILL after 5 s.
 //
-// Each component runs in a process group of its own, so that a Ctrl-C on a terminal reaches only
-// the test binary or the demo (test/demo), which then stops the components in order.
-//
-// StartSyncerHub prepares a hub as a provider prepares a real one for image-syncer (the BaseImage
-// CRD, config/syncer's RBAC bound to the hub user "syncer", tenant namespaces, a default
-// StorageClass whose CDI StorageProfile names its access and volume modes), BindTenant applies
-// config/tenant's RBAC to a hub user, and Syncer runs the image-syncer binary against a hub.
-//
-// Every SyncerHub runs CDI for real (Hub.StartCDI, cdi.go): kube-controller-manager (garbage
-// collection, persistent-volume binding, PVC protection), CDI's own controller (cdi-controller
-// v1.64.0, in private mount and network namespaces), and a node stand-in (test/nodestandin) that
-// plays the only part of a cluster that cannot run on these machines, a node: the storage
-// provisioner of the hub's StorageClass (claims become sparse files, ext4 for Filesystem, loop
-// devices for Block), the scheduler's one decision, and the kubelet, which runs each importer pod
-// as a local process of CDI's real cdi-importer in private mount and PID namespaces and reports
-// its phase, restarts and termination message. No test plays CDI's controller or importer.
-// KubeVirt's controllers do not run, but Hub.StartKubeVirtAdmission (kubevirt.go) makes KubeVirt
-// v1.8.0's own VirtualMachine admission code (kubevirt-admission, test/kubevirt) the hub's mutating
-// and validating webhook, configured by a KubeVirt object shaped as a default OpenShift
-// Virtualization install's or vanilla KubeVirt's, and asks it for the live-migration condition
-// virt-handler would compute for a stored VM's instance.
+// StartSyncerHub prepares a hub as a provider prepares a real one for image-syncer, BindTenant
+// applies config/tenant's RBAC to a hub user, and Syncer runs the image-syncer binary against a
+// hub. A SyncerHub runs CDI for real (Hub.StartCDI; not with SyncerHubOptions.NoCDI):
+// kube-controller-manager, CDI's own controller and importer, and a node stand-in
+// (test/nodestandin) for the one part of a cluster that cannot run here, a node. No test plays
+// CDI. KubeVirt's controllers do not run: its own
+// admission code does (Hub.StartKubeVirtAdmission), and virtcontroller.go plays virt-controller
+// and virt-handler's live-migration condition. docs/security.md ("What the tests run, and the
+// node stand-in") says what each plays and how closely.
 //
 // StartCutProxy adds a TCP proxy that cuts connections at chosen byte offsets, for tests of
 // interrupted transfers.

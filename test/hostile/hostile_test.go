@@ -206,7 +206,7 @@ type judgement struct {
 	written, planned int64
 }
 
-// judge runs an image through every stage an upload goes through: Open (header checks), Map
+// judge runs an image through every stage an upload goes through: Open (header checks), Verify
 // (the walk over every L1 and L2 entry) and a conversion to raw, which reads, and so
 // decompresses, every cluster. It returns the first error.
 func judge(ctx context.Context, path string, opts convert.OpenOptions) (judgement, error) {
@@ -223,7 +223,7 @@ func judge(ctx context.Context, path string, opts convert.OpenOptions) (judgemen
 	if err != nil {
 		return judgement{}, err
 	}
-	if _, err := img.Map(ctx); err != nil {
+	if _, err := img.Verify(ctx); err != nil {
 		return judgement{}, err
 	}
 	p, err := img.Plan(ctx, convert.Options{To: convert.FormatRaw})

@@ -17,8 +17,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// sandbox is one run of a container: the host binary its image names, run chrooted in private
-// mount and PID namespaces with the pod's volumes mapped in (see the package doc).
+// sandbox is one run of a container: the host binary its image names, run in private mount and
+// PID namespaces, chrooted into a tmpfs root holding read-only binds of the host's /usr, /etc and
+// /sys, a fresh /proc, a /dev with only null, zero, full, random, urandom and the pod's block
+// devices, a private /tmp, and the pod's volumes (claims mounted from their loop devices, config
+// maps and secrets written as files). It runs as the container's runAsUser, with the pod's
+// fsGroup applied to its volumes as kubelet does, and shares the host's network namespace, so
+// that it reaches the test's registry on 127.0.0.1.
 type sandbox struct {
 	// root is an empty host directory; the sandbox mounts a tmpfs on it in its own namespace,
 	// so nothing the container writes outside its volumes reaches the host.

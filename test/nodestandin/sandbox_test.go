@@ -20,7 +20,7 @@ func requireSandbox(t *testing.T) {
 }
 
 // TestSandboxShowsTheContainerOnlyItsOwnWorld runs a shell as a container and checks what the
-// package doc promises: it runs as its runAsUser with the fsGroup, sees its environment and
+// sandbox promises: it runs as its runAsUser with the fsGroup, sees its environment and
 // nothing of the test's, writes its volume and termination message, and cannot see or write
 // the host outside them.
 func TestSandboxShowsTheContainerOnlyItsOwnWorld(t *testing.T) {
