@@ -10,20 +10,6 @@ import (
 
 const testDigest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
-// mustReference parses s in FormImage and converts it with c.
-func mustReference(t *testing.T, c *Client, s string) name.Reference {
-	t.Helper()
-	r, err := imageref.Parse(s, imageref.FormImage)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := c.Reference(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // TestClientNames checks the conversions to go-containerregistry's
 // names: values that say the same as the input, and the client's
 // WithInsecure carried into them.
