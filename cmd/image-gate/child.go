@@ -12,11 +12,13 @@ import (
 	"github.com/imagepipe/imagepipe/internal/gate"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/version"
+	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // verifyOneCmd is the command the gate runs as a child process for each
 // verification (gate.Child): it gets ready, reads one task (a subject and
-// its manifest, gate.ReadTask) from its standard input, verifies it,
+// its manifest, gate.ReadTask; the subject alone when run by hand) from
+// its standard input, verifies it,
 // publishes its canonical image and prints the verdict as JSON. It signs
 // nothing and reads no signing key; the parent signs. Standard input
 // ending without a subject ends it quietly.
@@ -48,7 +50,12 @@ func verifyOneCmd(o *options) *cobra.Command {
 				return err
 			}
 			v := &gate.Verifier{Registry: rc, TempDir: tempDir, MaxVirtualSize: o.maxVirtualSize, MaxSpool: maxSpool, Engine: engine, Version: version.Get().Version, Logger: log, Store: o.store()}
-			verdict, err := v.VerifyManifest(cmd.Context(), subject, manifest)
+			var verdict *api.Verdict
+			if manifest == nil {
+				verdict, err = v.Verify(cmd.Context(), subject)
+			} else {
+				verdict, err = v.VerifyManifest(cmd.Context(), subject, manifest)
+			}
 			if err != nil {
 				return err
 			}

@@ -274,8 +274,10 @@ func writeTask(w io.Writer, subject name.Digest, manifest *registry.RawManifest)
 // input: the subject, parsed with opts, and its manifest as the parent
 // fetched it, at most registry.MaxIndexSize bytes. The manifest's Digest
 // is that of the bytes read; Verifier.VerifyManifest compares it with the
-// subject's. ok is false when the input ended before a subject: the child
-// was a spare that is no longer needed.
+// subject's. A task of the subject alone, as a person running verify-one
+// by hand gives it, has no manifest: the child fetches it. ok is false
+// when the input ended before a subject: the child was a spare that is no
+// longer needed.
 func ReadTask(r io.Reader, opts ...name.Option) (subject name.Digest, manifest *registry.RawManifest, ok bool, err error) {
 	br := bufio.NewReader(io.LimitReader(r, 2*maxTaskLine+registry.MaxIndexSize+1))
 	line := func(what string) (string, error) {
@@ -299,6 +301,9 @@ func ReadTask(r io.Reader, opts ...name.Option) (subject name.Digest, manifest *
 		return name.Digest{}, nil, false, err
 	}
 	mt, err := line("media type")
+	if mt == "" && errors.Is(err, io.EOF) {
+		return subject, nil, true, nil
+	}
 	if err != nil {
 		return name.Digest{}, nil, false, err
 	}

@@ -238,3 +238,20 @@ func TestTheSpoolBoundRefusesADiskWithTooMuchData(t *testing.T) {
 		t.Errorf("without a bound: %+v", v)
 	}
 }
+
+// A task of a subject alone (verify-one run by hand) has no manifest: the
+// child fetches it; a task that ends inside its media type line is still
+// an error, never a task without a manifest by accident.
+func TestReadTaskOfASubjectAlone(t *testing.T) {
+	subject := "registry.example/acme/rhel@sha256:" + strings.Repeat("1", 64)
+	d, manifest, ok, err := ReadTask(strings.NewReader(subject + "\n"))
+	if err != nil || !ok || manifest != nil || d.String() != subject {
+		t.Errorf("a subject alone: %v %+v %v %v; want the subject and no manifest", d, manifest, ok, err)
+	}
+	if _, _, _, err := ReadTask(strings.NewReader(subject + "\napplication/vnd.oci")); err == nil {
+		t.Error("a task cut inside its media type line was read")
+	}
+	if _, _, ok, err := ReadTask(strings.NewReader("")); ok || err != nil {
+		t.Errorf("an empty task: ok %v, %v; want a spare child's quiet end", ok, err)
+	}
+}
