@@ -15,7 +15,7 @@
 // label (it becomes a namespace). Tenant gives it for a path without the
 // registry host, as events and verdicts carry it.
 //
-// Limits: a name (registry host, "/", repository) of at most 255
-// characters, a tag of at most 128, a host of at most 253 with labels of
-// at most 63. Nothing here touches the network.
+// Limits: a repository of at most 255 characters (as registries count
+// it, without the host), a tag of at most 128, a host of at most 253 with
+// labels of at most 63. Nothing here touches the network.
 package imageref
