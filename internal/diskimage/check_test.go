@@ -20,6 +20,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/disktest"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -99,16 +100,16 @@ func pushLayers(t *testing.T, ref string, annotations map[string]string, layers 
 func rawDisk(n int) []byte { return bytes.Repeat([]byte("imagepipe"), n/9+1)[:n] }
 
 func TestCheckAndExtractImportedImages(t *testing.T) {
-	host := testRegistry(t)
+	host := disktest.Registry(t)
 	c := testClient(t)
 	for _, tc := range []struct {
 		disk convert.Format
 		comp containerdisk.Compression
 	}{{convert.FormatQCOW2, containerdisk.CompressionGzip}, {convert.FormatRaw, containerdisk.CompressionZstd}, {convert.FormatQCOW2, containerdisk.CompressionNone}} {
 		t.Run(string(tc.disk)+"-"+string(tc.comp), func(t *testing.T) {
-			src := testDisk(t, 8<<20, 3)
-			res, err := c.Import(t.Context(), mustTag(t, host+"/acme/disk:"+string(tc.disk)+"-"+string(tc.comp)),
-				src.disk(t, containerdisk.Options{DiskFormat: tc.disk, Compression: tc.comp}), src, registry.ImportOptions{DefaultPreference: "fedora"})
+			src := disktest.Disk(t, 8<<20, 3)
+			res, err := c.Import(t.Context(), disktest.MustTag(t, host+"/acme/disk:"+string(tc.disk)+"-"+string(tc.comp)),
+				src.ContainerDisk(t, containerdisk.Options{DiskFormat: tc.disk, Compression: tc.comp}), src, registry.ImportOptions{DefaultPreference: "fedora"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -123,7 +124,7 @@ func TestCheckAndExtractImportedImages(t *testing.T) {
 				t.Errorf("report = %+v", rep)
 			}
 
-			_, _, _, want := pullDisk(t, res.Pinned)
+			_, _, _, want := disktest.Pull(t, res.Pinned)
 			var got bytes.Buffer
 			ext, err := Extract(t.Context(), c, ref, &got, ExtractOptions{})
 			if err != nil {
@@ -137,7 +138,7 @@ func TestCheckAndExtractImportedImages(t *testing.T) {
 }
 
 func TestCheckAndExtractRejectBadShapes(t *testing.T) {
-	host := testRegistry(t)
+	host := disktest.Registry(t)
 	c := testClient(t)
 	disk := rawDisk(100 << 10)
 	good := makeTar(t, diskDirEntry(), diskFileEntry(disk))
@@ -198,7 +199,7 @@ func TestCheckAndExtractRejectBadShapes(t *testing.T) {
 }
 
 func TestExtractChecksTheDiffID(t *testing.T) {
-	host := testRegistry(t)
+	host := disktest.Registry(t)
 	c := testClient(t)
 	// static layers claim their blob digest as diff ID: wrong for gzip.
 	ref := pushLayers(t, host+"/acme/diffid:1", nil, static.NewLayer(gzipped(t, makeTar(t, diskDirEntry(), diskFileEntry(rawDisk(4096)))), types.OCILayer))
@@ -212,12 +213,12 @@ func TestExtractChecksTheDiffID(t *testing.T) {
 }
 
 func TestCheckReadsOnlyTheHead(t *testing.T) {
-	host := testRegistry(t)
+	host := disktest.Registry(t)
 	c := testClient(t)
 	// A qcow2 header whose L1 table lies past the first 64 KiB: the check
 	// asks for it, gets nothing, and still passes the header.
-	src := testDisk(t, 64<<20, 4)
-	res, err := c.Import(t.Context(), mustTag(t, host+"/acme/big:1"), src.disk(t, containerdisk.Options{Compression: containerdisk.CompressionNone}), src, registry.ImportOptions{})
+	src := disktest.Disk(t, 64<<20, 4)
+	res, err := c.Import(t.Context(), disktest.MustTag(t, host+"/acme/big:1"), src.ContainerDisk(t, containerdisk.Options{Compression: containerdisk.CompressionNone}), src, registry.ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +231,7 @@ func TestCheckReadsOnlyTheHead(t *testing.T) {
 
 // emptyDisk opens an all-zero raw disk of size bytes, whose layers are
 // as small as layers get.
-func emptyDisk(t *testing.T, size int64) testSrc {
+func emptyDisk(t *testing.T, size int64) disktest.Source {
 	t.Helper()
 	f, err := os.Create(filepath.Join(t.TempDir(), "empty.raw"))
 	if err != nil {
@@ -244,17 +245,17 @@ func emptyDisk(t *testing.T, size int64) testSrc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return testSrc{Image: img, Digest: "sha256:" + strings.Repeat("cd", 32)}
+	return disktest.Source{Image: img, Digest: "sha256:" + strings.Repeat("cd", 32)}
 }
 
 // TestCheckAndExtractAcceptAPaddedGzipLayer: an empty disk's gzip layer,
 // padded to CDI's 512 bytes in its header, is accepted by the checks the
 // hub runs before an import and extracts to the disk with its diff ID.
 func TestCheckAndExtractAcceptAPaddedGzipLayer(t *testing.T) {
-	host := testRegistry(t)
+	host := disktest.Registry(t)
 	c := testClient(t)
 	src := emptyDisk(t, 1<<30)
-	res, err := c.Import(t.Context(), mustTag(t, host+"/acme/empty:1"), src.disk(t, containerdisk.Options{}), src, registry.ImportOptions{})
+	res, err := c.Import(t.Context(), disktest.MustTag(t, host+"/acme/empty:1"), src.ContainerDisk(t, containerdisk.Options{}), src, registry.ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +272,7 @@ func TestCheckAndExtractAcceptAPaddedGzipLayer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, _, want := pullDisk(t, res.Pinned)
+	_, _, _, want := disktest.Pull(t, res.Pinned)
 	if !bytes.Equal(got.Bytes(), want) || ext.Format != "qcow2" {
 		t.Errorf("extracted %d bytes (%+v), want the layer's %d", got.Len(), ext, len(want))
 	}
@@ -283,7 +284,7 @@ func TestCheckAndExtractAcceptAPaddedGzipLayer(t *testing.T) {
 // rejected as an invalid layer, and a 64 KiB FEXTRA (the most its length
 // can say) with a valid tar behind it is read like any other.
 func TestCheckAndExtractRejectGarbageBehindAPaddedHeader(t *testing.T) {
-	host := testRegistry(t)
+	host := disktest.Registry(t)
 	c := testClient(t)
 	good := makeTar(t, diskDirEntry(), diskFileEntry(rawDisk(4096)))
 	withExtra := func(extra int, data []byte) []byte {

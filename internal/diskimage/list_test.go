@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
+	"github.com/imagepipe/imagepipe/internal/disktest"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -18,12 +19,12 @@ import (
 // each image (empty for an image imagepipe did not build), and nothing of
 // another tenant's; ListRepository lists one repository alike.
 func TestListDescribesTheTenantsImages(t *testing.T) {
-	host := testRegistry(t)
+	host := disktest.Registry(t)
 	c := testClient(t)
-	src := testDisk(t, 4<<20, 9)
+	src := disktest.Disk(t, 4<<20, 9)
 	var built []*api.ImportResult
 	for _, ref := range []string{"/acme/b:1", "/acme/a:2", "/other/c:1"} {
-		res, err := c.Import(t.Context(), mustTag(t, host+ref), src.disk(t, containerdisk.Options{}), src, registry.ImportOptions{})
+		res, err := c.Import(t.Context(), disktest.MustTag(t, host+ref), src.ContainerDisk(t, containerdisk.Options{}), src, registry.ImportOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,7 +34,7 @@ func TestListDescribesTheTenantsImages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Write(mustTag(t, host+"/acme/a:x"), foreign); err != nil {
+	if err := remote.Write(disktest.MustTag(t, host+"/acme/a:x"), foreign); err != nil {
 		t.Fatal(err)
 	}
 	foreignDigest, _ := foreign.Digest()
@@ -64,7 +65,7 @@ func TestListDescribesTheTenantsImages(t *testing.T) {
 		t.Errorf("ListRepository of a repository that does not exist: %+v, %v", none, err)
 	}
 	var cat *CatalogError
-	if _, err := List(t.Context(), c, mustTag(t, "127.0.0.1:1/acme/x:1").Registry, "acme"); !errors.As(err, &cat) || cat.Tenant != "acme" {
+	if _, err := List(t.Context(), c, disktest.MustTag(t, "127.0.0.1:1/acme/x:1").Registry, "acme"); !errors.As(err, &cat) || cat.Tenant != "acme" {
 		t.Errorf("an unreachable catalog: %v", err)
 	}
 }

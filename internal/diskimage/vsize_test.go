@@ -11,6 +11,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/disktest"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -45,7 +46,7 @@ func qcow2Disk(t *testing.T, size int, vsize uint64) []byte {
 // refuses, the check refuses too when the same disk is pushed by hand, so
 // nothing imagectl publishes is refused later.
 func TestVirtualSizeVerdictsAgree(t *testing.T) {
-	host := testRegistry(t)
+	host := disktest.Registry(t)
 	c := testClient(t)
 	for i, tc := range []struct {
 		name  string
@@ -91,9 +92,9 @@ func TestVirtualSizeVerdictsAgree(t *testing.T) {
 				t.Fatalf("engine: virtual size %d, want %d", got, tc.vsize)
 			}
 			for _, format := range []convert.Format{convert.FormatQCOW2, convert.FormatRaw} {
-				tag := mustTag(t, fmt.Sprintf("%s/acme/vsize:%d-%s", host, i, format))
-				src := testSrc{Image: img, Digest: "sha256:" + fmt.Sprintf("%064x", i)}
-				res, err := c.Import(t.Context(), tag, src.disk(t, containerdisk.Options{DiskFormat: format}), src, registry.ImportOptions{})
+				tag := disktest.MustTag(t, fmt.Sprintf("%s/acme/vsize:%d-%s", host, i, format))
+				src := disktest.Source{Image: img, Digest: "sha256:" + fmt.Sprintf("%064x", i)}
+				res, err := c.Import(t.Context(), tag, src.ContainerDisk(t, containerdisk.Options{DiskFormat: format}), src, registry.ImportOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}

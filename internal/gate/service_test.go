@@ -18,6 +18,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
+	"github.com/imagepipe/imagepipe/internal/disktest"
 	"github.com/imagepipe/imagepipe/internal/intake"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
@@ -329,7 +330,7 @@ func TestTheGatesOwnReferrersTagBringsNoLook(t *testing.T) {
 		t.Fatalf("%+v, %v", v, err)
 	}
 	tag := "sha256-" + strings.TrimPrefix(d, "sha256:")
-	index, found, err := e.reg.Resolve(t.Context(), mustTag(t, e.host+"/acme/rhel:"+tag))
+	index, found, err := e.reg.Resolve(t.Context(), disktest.MustTag(t, e.host+"/acme/rhel:"+tag))
 	if err != nil || !found {
 		t.Fatalf("the referrers tag: %v, %v; want the index the gate pushed", found, err)
 	}
@@ -359,13 +360,4 @@ func TestTheGatesOwnReferrersTagBringsNoLook(t *testing.T) {
 	if n, m := log.count("GET", "/v2/acme/rhel/manifests/"+tag), log.count("GET", verdictManifest); n != 1 || m != 1 {
 		t.Errorf("the referrers tag at another index brought %d listings and %d reads of the verdict; want one look", n, m)
 	}
-}
-
-func mustTag(t *testing.T, s string) name.Tag {
-	t.Helper()
-	tag, err := name.NewTag(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tag
 }

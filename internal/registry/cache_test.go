@@ -18,13 +18,14 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
+	"github.com/imagepipe/imagepipe/internal/disktest"
 )
 
 // TestForgedUploadStateNeverSendsElsewhere plants an upload state file
 // whose session URL is on another host: the import ignores it, sends
 // nothing there, and completes on the registry named by the reference.
 func TestForgedUploadStateNeverSendsElsewhere(t *testing.T) {
-	host := testRegistry(t)
+	host := disktest.Registry(t)
 	var elsewhere atomic.Int64
 	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		elsewhere.Add(1)
@@ -35,10 +36,10 @@ func TestForgedUploadStateNeverSendsElsewhere(t *testing.T) {
 
 	cache := t.TempDir()
 	c := testClient(t, WithCacheDir(cache))
-	src := testDisk(t, 4<<20, 9)
-	ref := mustTag(t, host+"/acme/state:1")
+	src := disktest.Disk(t, 4<<20, 9)
+	ref := disktest.MustTag(t, host+"/acme/state:1")
 	opts := ImportOptions{}.withDefaults()
-	key := buildKey(src.Digest, src.disk(t, containerdisk.Options{}).Describe(), opts)
+	key := buildKey(src.Digest, src.ContainerDisk(t, containerdisk.Options{}).Describe(), opts)
 	state := uploadState{Key: key, Repo: ref.Context().Name(), Location: evil.URL + "/v2/acme/state/blobs/uploads/forged"}
 	b, _ := json.Marshal(state)
 	dir := filepath.Join(cache, "uploads")
@@ -48,7 +49,7 @@ func TestForgedUploadStateNeverSendsElsewhere(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, stateFileName(ref.Context().Name(), key)), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Import(t.Context(), ref, src.disk(t, containerdisk.Options{}), src, ImportOptions{})
+	res, err := c.Import(t.Context(), ref, src.ContainerDisk(t, containerdisk.Options{}), src, ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,17 +69,17 @@ func TestForgedUploadStateNeverSendsElsewhere(t *testing.T) {
 		paths = append(paths, method+" "+path)
 		mu.Unlock()
 	}))
-	ref2 := mustTag(t, host+"/acme/state:2")
+	ref2 := disktest.MustTag(t, host+"/acme/state:2")
 	for i, loc := range []string{"http://" + host + "/v2/globex/evil/blobs/uploads/forged", "/v2/acme/state/blobs/uploads/../../../globex/evil/blobs/uploads/x"} {
-		src2 := testDisk(t, 4<<20, uint64(10+i))
+		src2 := disktest.Disk(t, 4<<20, uint64(10+i))
 		src2.Digest = fmt.Sprintf("sha256:%064x", 10+i) // another source: nothing to reuse
-		key2 := buildKey(src2.Digest, src2.disk(t, containerdisk.Options{}).Describe(), opts)
+		key2 := buildKey(src2.Digest, src2.ContainerDisk(t, containerdisk.Options{}).Describe(), opts)
 		state = uploadState{Key: key2, Repo: ref2.Context().Name(), Location: loc}
 		b, _ = json.Marshal(state)
 		if err := os.WriteFile(filepath.Join(dir, stateFileName(ref2.Context().Name(), key2)), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if res, err := c2.Import(t.Context(), ref2, src2.disk(t, containerdisk.Options{}), src2, ImportOptions{}); err != nil || res.Reused {
+		if res, err := c2.Import(t.Context(), ref2, src2.ContainerDisk(t, containerdisk.Options{}), src2, ImportOptions{}); err != nil || res.Reused {
 			t.Fatalf("import: %+v, %v", res, err)
 		}
 		mu.Lock()
@@ -133,7 +134,7 @@ func TestCheckPushSaysWhy(t *testing.T) {
 		t.Errorf("anonymous: %v", err)
 	}
 
-	open := testRegistry(t)
+	open := disktest.Registry(t)
 	observed := testClient(t, WithRequestObserver(func(method, path string, status int) {
 		if method == http.MethodDelete && strings.Contains(path, "/blobs/uploads/") {
 			deleted.Add(1)

@@ -14,6 +14,7 @@ import (
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
+	"github.com/imagepipe/imagepipe/internal/disktest"
 )
 
 // TestStoppedBeforeTheManifestSendsNoLayerAgain: an import stopped (Ctrl-C)
@@ -41,12 +42,12 @@ func TestStoppedBeforeTheManifestSendsNoLayerAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	host := u.Host
-	src := testDisk(t, 4<<20, 7)
+	src := disktest.Disk(t, 4<<20, 7)
 	c := testClient(t)
 
 	ctx, cancel := context.WithCancel(t.Context())
 	stop.Store(&cancel)
-	if _, err := c.Import(ctx, mustTag(t, host+"/acme/disk:1"), src.disk(t, containerdisk.Options{}), src, ImportOptions{}); err == nil {
+	if _, err := c.Import(ctx, disktest.MustTag(t, host+"/acme/disk:1"), src.ContainerDisk(t, containerdisk.Options{}), src, ImportOptions{}); err == nil {
 		t.Fatal("the interrupted import succeeded")
 	}
 	if blobWrites.Load() == 0 {
@@ -55,14 +56,14 @@ func TestStoppedBeforeTheManifestSendsNoLayerAgain(t *testing.T) {
 	stop.Store(nil)
 	blobWrites.Store(0)
 
-	res, err := c.Import(t.Context(), mustTag(t, host+"/acme/disk:1"), src.disk(t, containerdisk.Options{}), src, ImportOptions{})
+	res, err := c.Import(t.Context(), disktest.MustTag(t, host+"/acme/disk:1"), src.ContainerDisk(t, containerdisk.Options{}), src, ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n := blobWrites.Load(); n != 0 || res.UploadedBytes != 0 {
 		t.Errorf("the next run sent %d layer requests, %d bytes; want none", n, res.UploadedBytes)
 	}
-	fresh, err := testClient(t).Import(t.Context(), mustTag(t, host+"/acme/fresh:1"), src.disk(t, containerdisk.Options{}), src, ImportOptions{})
+	fresh, err := testClient(t).Import(t.Context(), disktest.MustTag(t, host+"/acme/fresh:1"), src.ContainerDisk(t, containerdisk.Options{}), src, ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

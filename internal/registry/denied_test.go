@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
+	"github.com/imagepipe/imagepipe/internal/disktest"
 )
 
 // denyingRegistry is go-containerregistry's registry behind a policy that
@@ -64,17 +65,17 @@ func TestDeniedPushSaysSoAndIsNotRetried(t *testing.T) {
 	// Retries with a backoff short enough that a retried denial shows in
 	// the counts, not in the test's duration.
 	c := testClient(t, WithBasicAuth("tenant", "pw"), WithRetry(4, time.Millisecond))
-	src := testDisk(t, 1<<20, 3)
+	src := disktest.Disk(t, 1<<20, 3)
 	img, err := random.Image(512, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	importTo := func(t *testing.T, ref string) error {
-		_, err := c.Import(t.Context(), mustTag(t, ref), src.disk(t, containerdisk.Options{}), src, ImportOptions{})
+		_, err := c.Import(t.Context(), disktest.MustTag(t, ref), src.ContainerDisk(t, containerdisk.Options{}), src, ImportOptions{})
 		return err
 	}
 	pushTo := func(t *testing.T, ref string) error {
-		_, err := c.PushImage(t.Context(), mustTag(t, ref), img)
+		_, err := c.PushImage(t.Context(), disktest.MustTag(t, ref), img)
 		return err
 	}
 

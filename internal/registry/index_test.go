@@ -17,28 +17,29 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
+	"github.com/imagepipe/imagepipe/internal/disktest"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // platformDisk is a test disk whose source digest is its own, so that
 // the build record never mistakes one for another.
-func platformDisk(t *testing.T, seed uint64) testSrc {
+func platformDisk(t *testing.T, seed uint64) disktest.Source {
 	t.Helper()
-	src := testDisk(t, 4<<20, seed)
+	src := disktest.Disk(t, 4<<20, seed)
 	src.Digest = fmt.Sprintf("sha256:%064x", seed)
 	return src
 }
 
 // importFor imports src for platform p to ref, appending to its index
 // when appendIt.
-func importFor(t *testing.T, c *Client, ref string, src testSrc, p string, appendIt bool) *api.ImportResult {
+func importFor(t *testing.T, c *Client, ref string, src disktest.Source, p string, appendIt bool) *api.ImportResult {
 	t.Helper()
 	pl, err := ParsePlatform(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := c.Import(t.Context(), mustTag(t, ref), src.disk(t, containerdisk.Options{}), src,
+	res, err := c.Import(t.Context(), disktest.MustTag(t, ref), src.ContainerDisk(t, containerdisk.Options{}), src,
 		ImportOptions{OS: pl.OS, Architecture: pl.Architecture, Variant: pl.Variant, Append: appendIt})
 	if err != nil {
 		t.Fatalf("importing %s for %s: %v", ref, p, err)
@@ -127,7 +128,7 @@ func pushIndex(t *testing.T, ref string, annotations map[string]string, es ...id
 func linux(arch string) *v1.Platform { return &v1.Platform{OS: "linux", Architecture: arch} }
 
 func TestAppendPublishesOneTagForSeveralPlatforms(t *testing.T) {
-	host := testRegistry(t)
+	host := disktest.Registry(t)
 	c := testClient(t)
 	amd, arm := platformDisk(t, 1), platformDisk(t, 2)
 	ref := host + "/acme/multi:1"
@@ -147,7 +148,7 @@ func TestAppendPublishesOneTagForSeveralPlatforms(t *testing.T) {
 	}
 	// Each entry's config names the entry's platform.
 	for _, m := range im.Manifests {
-		img, err := remote.Image(mustTag(t, ref).Context().Digest(m.Digest.String()))
+		img, err := remote.Image(disktest.MustTag(t, ref).Context().Digest(m.Digest.String()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +162,7 @@ func TestAppendPublishesOneTagForSeveralPlatforms(t *testing.T) {
 	}
 
 	// Resolved per platform; linux/amd64 by default.
-	tag := mustTag(t, ref)
+	tag := disktest.MustTag(t, ref)
 	for _, tc := range []struct {
 		client *Client
 		image  string
@@ -198,7 +199,7 @@ func TestAppendPublishesOneTagForSeveralPlatforms(t *testing.T) {
 }
 
 func TestAppendReplacesItsPlatformAndKeepsTheRest(t *testing.T) {
-	host := testRegistry(t)
+	host := disktest.Registry(t)
 	c := testClient(t)
 	ref := host + "/acme/mixed:1"
 
@@ -260,16 +261,16 @@ func imageRef(t *testing.T, r *api.ImportResult) string {
 	if d == "" {
 		d = r.Digest
 	}
-	return mustTag(t, r.Reference).Context().Digest(d).String()
+	return disktest.MustTag(t, r.Reference).Context().Digest(d).String()
 }
 
 func TestAppendRefusesWhatCannotBeAnIndex(t *testing.T) {
-	host := testRegistry(t)
+	host := disktest.Registry(t)
 	c := testClient(t)
 	src := platformDisk(t, 1)
 	tagDigest := func(ref string) string {
 		t.Helper()
-		d, err := remote.Head(mustTag(t, ref))
+		d, err := remote.Head(disktest.MustTag(t, ref))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,7 +288,7 @@ func TestAppendRefusesWhatCannotBeAnIndex(t *testing.T) {
 		}},
 		{"artifact", "artifact", func(ref string) {
 			img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), "application/vnd.example.thing.v1+json")
-			if err := remote.Write(mustTag(t, ref), img); err != nil {
+			if err := remote.Write(disktest.MustTag(t, ref), img); err != nil {
 				t.Fatal(err)
 			}
 		}},
@@ -313,7 +314,7 @@ func TestAppendRefusesWhatCannotBeAnIndex(t *testing.T) {
 			ref := host + "/acme/refused:" + strings.ReplaceAll(tc.name, " ", "-")
 			tc.push(ref)
 			before := tagDigest(ref)
-			_, err := c.Import(t.Context(), mustTag(t, ref), src.disk(t, containerdisk.Options{}), src, ImportOptions{Append: true})
+			_, err := c.Import(t.Context(), disktest.MustTag(t, ref), src.ContainerDisk(t, containerdisk.Options{}), src, ImportOptions{Append: true})
 			if err == nil || !strings.Contains(err.Error(), tc.err) || reject.As(err) != nil {
 				t.Errorf("append: %v; want an error (not a rejection of the disk) saying %q", err, tc.err)
 			}
@@ -322,7 +323,7 @@ func TestAppendRefusesWhatCannotBeAnIndex(t *testing.T) {
 			}
 		})
 	}
-	if _, err := c.Import(t.Context(), mustTag(t, host+"/acme/refused:windows"), src.disk(t, containerdisk.Options{}), src, ImportOptions{OS: "windows"}); err == nil || !strings.Contains(err.Error(), "must be linux") {
+	if _, err := c.Import(t.Context(), disktest.MustTag(t, host+"/acme/refused:windows"), src.ContainerDisk(t, containerdisk.Options{}), src, ImportOptions{OS: "windows"}); err == nil || !strings.Contains(err.Error(), "must be linux") {
 		t.Errorf("import for windows: %v", err)
 	}
 }
@@ -332,7 +333,7 @@ func TestAppendRefusesWhatCannotBeAnIndex(t *testing.T) {
 // right after the write (dropping this import's entry). Both times the
 // index is merged again, and ends up holding both publishers' images.
 func TestAppendMergesAgainWhenTheTagMoves(t *testing.T) {
-	host := testRegistry(t)
+	host := disktest.Registry(t)
 	setup := testClient(t)
 	amd := importFor(t, setup, host+"/acme/race:1", platformDisk(t, 1), "linux/amd64", true)
 	other := importFor(t, setup, host+"/acme/race:other", platformDisk(t, 9), "linux/s390x", false)
@@ -369,7 +370,7 @@ func TestAppendMergesAgainWhenTheTagMoves(t *testing.T) {
 }
 
 func TestResolveRefusesHostileIndexes(t *testing.T) {
-	host := testRegistry(t)
+	host := disktest.Registry(t)
 	c := testClient(t)
 	amd := importFor(t, c, host+"/acme/parts:amd", platformDisk(t, 1), "linux/amd64", false)
 	arm := importFor(t, c, host+"/acme/parts:arm", platformDisk(t, 2), "linux/arm64", false)
@@ -400,7 +401,7 @@ func TestResolveRefusesHostileIndexes(t *testing.T) {
 			reason: "imagepipe reads indexes of at most", copyRefused: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ref := mustTag(t, host+"/acme/hostile:"+strings.ReplaceAll(tc.name, " ", "-"))
+			ref := disktest.MustTag(t, host+"/acme/hostile:"+strings.ReplaceAll(tc.name, " ", "-"))
 			pushIndex(t, ref.String(), tc.annotations, tc.entries...)
 			img, index, err := tc.client.PlatformImage(t.Context(), ref)
 			if re := reject.As(err); re == nil || re.Reason != reject.PlatformMismatch || !strings.Contains(err.Error(), tc.reason) ||
@@ -411,7 +412,7 @@ func TestResolveRefusesHostileIndexes(t *testing.T) {
 			if p == nil {
 				p = &DefaultPlatform
 			}
-			dst := mustTag(t, host+"/acme/copied:"+strings.ReplaceAll(tc.name, " ", "-"))
+			dst := disktest.MustTag(t, host+"/acme/copied:"+strings.ReplaceAll(tc.name, " ", "-"))
 			if _, err := c.Copy(t.Context(), ref, dst, CopyOptions{Platform: p}); reject.As(err) == nil || !strings.Contains(err.Error(), tc.reason) {
 				t.Errorf("copy --platform %s: %v", p, err)
 			}
@@ -424,26 +425,26 @@ func TestResolveRefusesHostileIndexes(t *testing.T) {
 
 	// An image outside an index: taken as it is, unless a platform was
 	// asked for; then it must be built for it, and the report describes it.
-	if img, index, err := c.PlatformImage(t.Context(), mustTag(t, host+"/acme/parts:amd")); err != nil || index != nil || imageDigest(t, img) != amd.Digest {
+	if img, index, err := c.PlatformImage(t.Context(), disktest.MustTag(t, host+"/acme/parts:amd")); err != nil || index != nil || imageDigest(t, img) != amd.Digest {
 		t.Errorf("resolving an image: %s, %+v, %v", imageDigest(t, img), index, err)
 	}
-	img, _, err := armOnly.PlatformImage(t.Context(), mustTag(t, host+"/acme/parts:amd"))
+	img, _, err := armOnly.PlatformImage(t.Context(), disktest.MustTag(t, host+"/acme/parts:amd"))
 	if reject.As(err) == nil || imageDigest(t, img) != amd.Digest || !strings.Contains(err.Error(), "built for linux/amd64; linux/arm64 was asked for") {
 		t.Errorf("resolving an amd64 image for arm64: %s, %v", imageDigest(t, img), err)
 	}
-	if _, err := c.Copy(t.Context(), mustTag(t, host+"/acme/parts:amd"), mustTag(t, host+"/acme/copied:x"), CopyOptions{Platform: &Platform{"linux", "arm64", ""}}); reject.As(err) == nil {
+	if _, err := c.Copy(t.Context(), disktest.MustTag(t, host+"/acme/parts:amd"), disktest.MustTag(t, host+"/acme/copied:x"), CopyOptions{Platform: &Platform{"linux", "arm64", ""}}); reject.As(err) == nil {
 		t.Errorf("copy --platform linux/arm64 of an amd64 image: %v", err)
 	}
 
 	// Copying one platform of a good index gives that image, its digest
 	// kept; the whole index keeps the index's digest.
-	good := mustTag(t, host+"/acme/good:1")
+	good := disktest.MustTag(t, host+"/acme/good:1")
 	d := pushIndex(t, good.String(), nil, idxEntry{src: amd.Pinned, platform: linux("amd64")}, idxEntry{src: arm.Pinned, platform: linux("arm64")})
-	pinned, err := c.Copy(t.Context(), good, mustTag(t, host+"/acme/copied:arm"), CopyOptions{Platform: &Platform{"linux", "arm64", ""}})
+	pinned, err := c.Copy(t.Context(), good, disktest.MustTag(t, host+"/acme/copied:arm"), CopyOptions{Platform: &Platform{"linux", "arm64", ""}})
 	if err != nil || pinned.DigestStr() != arm.Digest {
 		t.Errorf("copy --platform linux/arm64: %v, %v; want %s", pinned, err, arm.Digest)
 	}
-	pinned, err = c.Copy(t.Context(), good, mustTag(t, host+"/acme/copied:all"), CopyOptions{})
+	pinned, err = c.Copy(t.Context(), good, disktest.MustTag(t, host+"/acme/copied:all"), CopyOptions{})
 	if err != nil || pinned.DigestStr() != d {
 		t.Errorf("copy of the index: %v, %v; want %s", pinned, err, d)
 	}

@@ -21,6 +21,8 @@ import (
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/imagepipe/imagepipe/internal/disktest"
 )
 
 // request is one request a RequestObserver saw.
@@ -77,7 +79,7 @@ func pushRandom(t *testing.T, host, repo, tag string) string {
 // TestRequestObserver: the observer sees every request once, the session's
 // opening GET /v2/ included, and calls on a kept session cost one request.
 func TestRequestObserver(t *testing.T) {
-	host := testRegistry(t)
+	host := disktest.Registry(t)
 	pushRandom(t, host, "acme/rhel", "10")
 	var log requestLog
 	c := testClient(t, WithRequestObserver(log.observe))

@@ -9,10 +9,12 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/imagepipe/imagepipe/internal/disktest"
 )
 
 func TestPushIndexAndReferrer(t *testing.T) {
-	host := testRegistry(t)
+	host := disktest.Registry(t)
 	c := testClient(t)
 	idx, err := random.Index(512, 2, 2)
 	if err != nil {
