@@ -2,6 +2,7 @@ package gate
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"runtime"
@@ -16,6 +17,13 @@ import (
 // thread, starts a child and returns ends its thread; a child started
 // there the plain way with a parent-death signal dies (the control, which
 // shows that the thread did end), while a Child's survives and verifies.
+//
+// The runtime ends a thread that way except the process's main thread,
+// which it parks instead: a goroutine that lands there holds it, and the
+// next one runs on another thread; else the control would live and the
+// test would hang.
+var errMainThread = errors.New("the goroutine ran on the main thread")
+
 func TestChildSurvivesTheExitOfTheThreadThatAskedForIt(t *testing.T) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -35,17 +43,33 @@ func TestChildSurvivesTheExitOfTheThreadThatAskedForIt(t *testing.T) {
 		p   *childProcess
 		err error
 	}
+	var s started
+	release := make(chan struct{})
+	defer close(release)
 	ch := make(chan started)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
-		if err := control.Start(); err != nil {
-			ch <- started{err: err}
-			return
+	for tries := 0; ; tries++ {
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+			if syscall.Gettid() == syscall.Getpid() {
+				// The main thread would be parked, not ended: hold it
+				// for the test, so that the next try runs elsewhere.
+				ch <- started{err: errMainThread}
+				<-release
+				runtime.UnlockOSThread()
+				return
+			}
+			if err := control.Start(); err != nil {
+				ch <- started{err: err}
+				return
+			}
+			p, err := c.start()
+			ch <- started{p, err}
+		}()
+		s = <-ch
+		if s.err != errMainThread || tries == 2 {
+			break
 		}
-		p, err := c.start()
-		ch <- started{p, err}
-	}()
-	s := <-ch
+	}
 	if s.err != nil {
 		t.Fatal(s.err)
 	}
