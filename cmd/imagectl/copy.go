@@ -7,6 +7,8 @@ import (
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/spf13/cobra"
 
+	"github.com/imagepipe/imagepipe/internal/cachefile"
+	"github.com/imagepipe/imagepipe/internal/publish"
 	"github.com/imagepipe/imagepipe/internal/registry"
 )
 
@@ -80,6 +82,7 @@ func runCopy(cmd *cobra.Command, o *copyOptions) error {
 	if err != nil {
 		return err
 	}
+	(&publish.Importer{CacheDir: cachefile.Dir(), Logger: o.logger()}).RecordCopy(pinned.DigestStr(), pinned.Context())
 	res := api.CopyResult{Source: o.src, Reference: pinned.String(), Digest: pinned.DigestStr()}
 	return o.out.show(cmd.OutOrStdout(), view{data: res, names: []string{res.Reference}, table: func(w io.Writer, _ bool) error {
 		_, err := fmt.Fprintln(w, res.Reference)

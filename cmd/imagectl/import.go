@@ -10,9 +10,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
+	"github.com/imagepipe/imagepipe/internal/cachefile"
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/imageref"
+	"github.com/imagepipe/imagepipe/internal/publish"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/source"
 	"github.com/imagepipe/imagepipe/internal/version"
@@ -165,7 +167,8 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	}
 	pushBar := newProgressBar("pushing ", o.quiet)
 	iopts.Progress = pushBar.update
-	result, err := client.Import(ctx, tag, disk, src, iopts)
+	importer := &publish.Importer{Registry: client, CacheDir: cachefile.Dir(), Logger: o.logger()}
+	result, err := importer.Import(ctx, tag, disk, src, iopts)
 	pushBar.finish()
 	if err != nil {
 		return interrupted(ctx, err, errors.Is(err, registry.ErrResumable))
@@ -196,16 +199,16 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 }
 
 // importOptions turns the flags into the image's and the disk's options.
-func (o *importOptions) importOptions() (registry.ImportOptions, containerdisk.Options, error) {
+func (o *importOptions) importOptions() (publish.ImportOptions, containerdisk.Options, error) {
 	comp, err := containerdisk.ParseCompression(o.compression)
 	if err != nil {
-		return registry.ImportOptions{}, containerdisk.Options{}, err
+		return publish.ImportOptions{}, containerdisk.Options{}, err
 	}
 	labels := map[string]string{}
 	for _, kv := range o.labels {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return registry.ImportOptions{}, containerdisk.Options{}, fmt.Errorf("--label %q is not KEY=VALUE", kv)
+			return publish.ImportOptions{}, containerdisk.Options{}, fmt.Errorf("--label %q is not KEY=VALUE", kv)
 		}
 		labels[k] = v
 	}
@@ -216,7 +219,7 @@ func (o *importOptions) importOptions() (registry.ImportOptions, containerdisk.O
 		created = time.Now()
 	default:
 		if created, err = time.Parse(time.RFC3339, o.created); err != nil {
-			return registry.ImportOptions{}, containerdisk.Options{}, fmt.Errorf("--created: %w", err)
+			return publish.ImportOptions{}, containerdisk.Options{}, fmt.Errorf("--created: %w", err)
 		}
 	}
 	platform := registry.DefaultPlatform
@@ -224,7 +227,7 @@ func (o *importOptions) importOptions() (registry.ImportOptions, containerdisk.O
 		platform = *o.platform
 	}
 	dopts := containerdisk.Options{DiskFormat: convert.Format(o.diskFormat), Compression: comp}
-	return registry.ImportOptions{
+	return publish.ImportOptions{
 		OS:                  platform.OS,
 		Architecture:        platform.Architecture,
 		Variant:             platform.Variant,

@@ -6,8 +6,10 @@
 package cachefile
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -74,4 +76,35 @@ func WriteFile(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// Dir is imagectl's cache directory: $IMAGEPIPE_CACHE, else imagepipe in
+// the user's cache directory ($XDG_CACHE_HOME or ~/.cache); "" when
+// neither is known.
+func Dir() string {
+	if d := os.Getenv("IMAGEPIPE_CACHE"); d != "" {
+		return d
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "imagepipe")
+	}
+	return ""
+}
+
+// ReadJSON decodes the JSON file at path into v, reading at most max
+// bytes: a larger file is an error, never a truncated document.
+func ReadJSON(path string, max int64, v any) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return err
+	}
+	if int64(len(data)) > max {
+		return fmt.Errorf("%s is larger than its limit of %d bytes", path, max)
+	}
+	return json.Unmarshal(data, v)
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/disktest"
-	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/publish"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -108,8 +108,8 @@ func TestCheckAndExtractImportedImages(t *testing.T) {
 	}{{convert.FormatQCOW2, containerdisk.CompressionGzip}, {convert.FormatRaw, containerdisk.CompressionZstd}, {convert.FormatQCOW2, containerdisk.CompressionNone}} {
 		t.Run(string(tc.disk)+"-"+string(tc.comp), func(t *testing.T) {
 			src := disktest.Disk(t, 8<<20, 3)
-			res, err := c.Import(t.Context(), disktest.MustTag(t, host+"/acme/disk:"+string(tc.disk)+"-"+string(tc.comp)),
-				src.ContainerDisk(t, containerdisk.Options{DiskFormat: tc.disk, Compression: tc.comp}), src, registry.ImportOptions{DefaultPreference: "fedora"})
+			res, err := importer(c).Import(t.Context(), disktest.MustTag(t, host+"/acme/disk:"+string(tc.disk)+"-"+string(tc.comp)),
+				src.ContainerDisk(t, containerdisk.Options{DiskFormat: tc.disk, Compression: tc.comp}), src, publish.ImportOptions{DefaultPreference: "fedora"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -218,7 +218,7 @@ func TestCheckReadsOnlyTheHead(t *testing.T) {
 	// A qcow2 header whose L1 table lies past the first 64 KiB: the check
 	// asks for it, gets nothing, and still passes the header.
 	src := disktest.Disk(t, 64<<20, 4)
-	res, err := c.Import(t.Context(), disktest.MustTag(t, host+"/acme/big:1"), src.ContainerDisk(t, containerdisk.Options{Compression: containerdisk.CompressionNone}), src, registry.ImportOptions{})
+	res, err := importer(c).Import(t.Context(), disktest.MustTag(t, host+"/acme/big:1"), src.ContainerDisk(t, containerdisk.Options{Compression: containerdisk.CompressionNone}), src, publish.ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestCheckAndExtractAcceptAPaddedGzipLayer(t *testing.T) {
 	host := disktest.Registry(t)
 	c := testClient(t)
 	src := emptyDisk(t, 1<<30)
-	res, err := c.Import(t.Context(), disktest.MustTag(t, host+"/acme/empty:1"), src.ContainerDisk(t, containerdisk.Options{}), src, registry.ImportOptions{})
+	res, err := importer(c).Import(t.Context(), disktest.MustTag(t, host+"/acme/empty:1"), src.ContainerDisk(t, containerdisk.Options{}), src, publish.ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

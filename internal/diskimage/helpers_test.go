@@ -6,6 +6,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/imagepipe/imagepipe/internal/imageref"
+	"github.com/imagepipe/imagepipe/internal/publish"
 	"github.com/imagepipe/imagepipe/internal/registry"
 )
 
@@ -30,4 +31,9 @@ func mustReference(t *testing.T, c *registry.Client, s string) name.Reference {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// importer imports with c, keeping no build records.
+func importer(c *registry.Client) *publish.Importer {
+	return &publish.Importer{Registry: c}
 }

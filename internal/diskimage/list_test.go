@@ -10,7 +10,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/disktest"
-	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/publish"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -24,7 +24,7 @@ func TestListDescribesTheTenantsImages(t *testing.T) {
 	src := disktest.Disk(t, 4<<20, 9)
 	var built []*api.ImportResult
 	for _, ref := range []string{"/acme/b:1", "/acme/a:2", "/other/c:1"} {
-		res, err := c.Import(t.Context(), disktest.MustTag(t, host+ref), src.ContainerDisk(t, containerdisk.Options{}), src, registry.ImportOptions{})
+		res, err := importer(c).Import(t.Context(), disktest.MustTag(t, host+ref), src.ContainerDisk(t, containerdisk.Options{}), src, publish.ImportOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

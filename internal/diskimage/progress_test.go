@@ -7,7 +7,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/disktest"
-	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/publish"
 )
 
 // TestExtractProgress: Extract reports the compressed layer's bytes
@@ -16,7 +16,7 @@ func TestExtractProgress(t *testing.T) {
 	host := disktest.Registry(t)
 	c := testClient(t)
 	src := disktest.Disk(t, 8<<20, 7)
-	res, err := c.Import(t.Context(), disktest.MustTag(t, host+"/acme/disk:1"), src.ContainerDisk(t, containerdisk.Options{}), src, registry.ImportOptions{})
+	res, err := importer(c).Import(t.Context(), disktest.MustTag(t, host+"/acme/disk:1"), src.ContainerDisk(t, containerdisk.Options{}), src, publish.ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

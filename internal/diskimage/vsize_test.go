@@ -12,7 +12,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/disktest"
-	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/publish"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -94,7 +94,7 @@ func TestVirtualSizeVerdictsAgree(t *testing.T) {
 			for _, format := range []convert.Format{convert.FormatQCOW2, convert.FormatRaw} {
 				tag := disktest.MustTag(t, fmt.Sprintf("%s/acme/vsize:%d-%s", host, i, format))
 				src := disktest.Source{Image: img, Digest: "sha256:" + fmt.Sprintf("%064x", i)}
-				res, err := c.Import(t.Context(), tag, src.ContainerDisk(t, containerdisk.Options{DiskFormat: format}), src, registry.ImportOptions{})
+				res, err := importer(c).Import(t.Context(), tag, src.ContainerDisk(t, containerdisk.Options{DiskFormat: format}), src, publish.ImportOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}

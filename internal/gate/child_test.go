@@ -17,6 +17,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
+	"github.com/imagepipe/imagepipe/internal/publish"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -142,7 +143,7 @@ func TestACPUBoundVerificationIsRefusedAtItsLimit(t *testing.T) {
 	s, _ := e.service(t, signer)
 	s.Isolated = &Child{Path: exe, TempDir: t.TempDir(), CPULimit: time.Second}
 	s.Budget = Budget{Window: time.Hour, Cost: Cost{CPU: 500 * time.Millisecond}}
-	d := e.importDisk(t, "acme/spin", rawDisk(t, 1<<20, 11), containerdisk.Options{}, registry.ImportOptions{})
+	d := e.importDisk(t, "acme/spin", rawDisk(t, 1<<20, 11), containerdisk.Options{}, publish.ImportOptions{})
 	v, err := s.Handle(t.Context(), mustDigest(t, e.host+"/acme/spin@"+d))
 	if err != nil || v.Verdict != api.VerdictRejected || v.Reasons[0].Code != string(reject.VerificationLimit) {
 		t.Fatalf("%+v, %v; want refused for the verification limit", v, err)

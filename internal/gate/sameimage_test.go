@@ -16,7 +16,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
-	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/publish"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -35,7 +35,7 @@ func TestImagectlImageIsGatesCanonicalImage(t *testing.T) {
 			t.Run(fmt.Sprintf("%s-%s", format, comp), func(t *testing.T) {
 				repo := fmt.Sprintf("acme/built-%s-%s", format, comp)
 				built := e.importDisk(t, repo, disk, containerdisk.Options{DiskFormat: format, Compression: comp},
-					registry.ImportOptions{Labels: map[string]string{"team": "os"}, DefaultInstancetype: "u1.small", DefaultPreference: "fedora",
+					publish.ImportOptions{Labels: map[string]string{"team": "os"}, DefaultInstancetype: "u1.small", DefaultPreference: "fedora",
 						Created: time.Unix(1700000000, 0), OSName: "fedora-41", Creator: "imagectl test", Architecture: "arm64", Variant: "v8"})
 				manifest, config, layer := e.readImage(t, repo, built)
 				var m ocispec.Manifest

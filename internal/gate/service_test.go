@@ -20,6 +20,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/disktest"
 	"github.com/imagepipe/imagepipe/internal/intake"
+	"github.com/imagepipe/imagepipe/internal/publish"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/trust"
@@ -79,7 +80,7 @@ func TestServiceGivesOneVerdictPerDigest(t *testing.T) {
 	e := newEnv(t)
 	signer := newSigner(t)
 	s, counter := e.service(t, signer)
-	d := e.importDisk(t, "acme/rhel", rawDisk(t, 4<<20, 5), containerdisk.Options{}, registry.ImportOptions{})
+	d := e.importDisk(t, "acme/rhel", rawDisk(t, 4<<20, 5), containerdisk.Options{}, publish.ImportOptions{})
 	subject := mustDigest(t, e.host+"/acme/rhel@"+d)
 	v, err := s.Handle(t.Context(), subject)
 	if err != nil || v.Verdict != api.VerdictAccepted {
@@ -107,7 +108,7 @@ func TestVerdictsThatProveNothing(t *testing.T) {
 	provider, tenant := newSigner(t), newSigner(t)
 	s, _ := e.service(t, provider)
 	disk := rawDisk(t, 2<<20, 6)
-	good := e.importDisk(t, "acme/good", disk, containerdisk.Options{}, registry.ImportOptions{})
+	good := e.importDisk(t, "acme/good", disk, containerdisk.Options{}, publish.ImportOptions{})
 	if _, err := s.Handle(t.Context(), mustDigest(t, e.host+"/acme/good@"+good)); err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func TestVerdictsThatProveNothing(t *testing.T) {
 
 	// The same image in another repository, with the good verdict's
 	// bundle copied next to it.
-	copied := e.importDisk(t, "other/copy", disk, containerdisk.Options{}, registry.ImportOptions{})
+	copied := e.importDisk(t, "other/copy", disk, containerdisk.Options{}, publish.ImportOptions{})
 	if copied != good {
 		t.Fatalf("the same build gave %s and %s", good, copied)
 	}
@@ -183,7 +184,7 @@ func TestOneSubjectIsHandledOnceAtATime(t *testing.T) {
 	e := newEnv(t)
 	signer := newSigner(t)
 	s, counter := e.service(t, signer)
-	d := e.importDisk(t, "acme/rhel", rawDisk(t, 4<<20, 7), containerdisk.Options{}, registry.ImportOptions{})
+	d := e.importDisk(t, "acme/rhel", rawDisk(t, 4<<20, 7), containerdisk.Options{}, publish.ImportOptions{})
 	subject := mustDigest(t, e.host+"/acme/rhel@"+d)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -262,7 +263,7 @@ func (e *env) observedService(t *testing.T, signer *attest.Signer) (*Service, *r
 func TestTheSubjectsManifestIsFetchedOnce(t *testing.T) {
 	e := newEnv(t)
 	s, log := e.observedService(t, newSigner(t))
-	d := e.importDisk(t, "acme/rhel", rawDisk(t, 2<<20, 21), containerdisk.Options{}, registry.ImportOptions{})
+	d := e.importDisk(t, "acme/rhel", rawDisk(t, 2<<20, 21), containerdisk.Options{}, publish.ImportOptions{})
 	subject := mustDigest(t, e.host+"/acme/rhel@"+d)
 	if v, err := s.Handle(t.Context(), subject); err != nil || v.Verdict != api.VerdictAccepted {
 		t.Fatalf("%+v, %v", v, err)
@@ -271,7 +272,7 @@ func TestTheSubjectsManifestIsFetchedOnce(t *testing.T) {
 		t.Errorf("the subject's manifest was fetched %d times; want once", n)
 	}
 
-	other := e.importDisk(t, "acme/rhel", rawDisk(t, 1<<20, 22), containerdisk.Options{}, registry.ImportOptions{})
+	other := e.importDisk(t, "acme/rhel", rawDisk(t, 1<<20, 22), containerdisk.Options{}, publish.ImportOptions{})
 	raw, err := e.reg.FetchManifest(t.Context(), mustDigest(t, e.host+"/acme/rhel@"+other))
 	if err != nil {
 		t.Fatal(err)
@@ -289,7 +290,7 @@ func TestARecheckLooksForTheVerdictOnce(t *testing.T) {
 	e := newEnv(t)
 	s, log := e.observedService(t, newSigner(t))
 	s.TenantKeys = writeTenantKeys(t, map[string]*attest.Signer{"acme": newSigner(t)})
-	d := e.importDisk(t, "acme/rhel", rawDisk(t, 1<<20, 23), containerdisk.Options{}, registry.ImportOptions{})
+	d := e.importDisk(t, "acme/rhel", rawDisk(t, 1<<20, 23), containerdisk.Options{}, publish.ImportOptions{})
 	subject := mustDigest(t, e.host+"/acme/rhel@"+d)
 	if v, err := s.Handle(t.Context(), subject); err != nil || v.Verdict != api.VerdictRejected || v.Reasons[0].Code != string(reject.Unsigned) {
 		t.Fatalf("%+v, %v; want refused, unsigned", v, err)
@@ -324,7 +325,7 @@ func TestARecheckLooksForTheVerdictOnce(t *testing.T) {
 func TestTheGatesOwnReferrersTagBringsNoLook(t *testing.T) {
 	e := newEnv(t)
 	s, log := e.observedService(t, newSigner(t))
-	d := e.importDisk(t, "acme/rhel", rawDisk(t, 1<<20, 24), containerdisk.Options{}, registry.ImportOptions{})
+	d := e.importDisk(t, "acme/rhel", rawDisk(t, 1<<20, 24), containerdisk.Options{}, publish.ImportOptions{})
 	subject := mustDigest(t, e.host+"/acme/rhel@"+d)
 	if v, err := s.Handle(t.Context(), subject); err != nil || v.Verdict != api.VerdictAccepted {
 		t.Fatalf("%+v, %v", v, err)

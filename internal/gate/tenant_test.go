@@ -13,7 +13,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/intake"
-	"github.com/imagepipe/imagepipe/internal/registry"
+	"github.com/imagepipe/imagepipe/internal/publish"
 	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -74,7 +74,7 @@ func TestTenantSignaturePolicy(t *testing.T) {
 	provider, acme, globex := newSigner(t), newSigner(t), newSigner(t)
 	s, counter := e.service(t, provider)
 	s.TenantKeys = writeTenantKeys(t, map[string]*attest.Signer{"acme": acme, "globex": globex})
-	d := e.importDisk(t, "acme/rhel", rawDisk(t, 2<<20, 11), containerdisk.Options{}, registry.ImportOptions{})
+	d := e.importDisk(t, "acme/rhel", rawDisk(t, 2<<20, 11), containerdisk.Options{}, publish.ImportOptions{})
 	subject := mustDigest(t, e.host+"/acme/rhel@"+d)
 	hub := trusting(t, provider)
 
@@ -114,7 +114,7 @@ func TestTenantSignaturePolicy(t *testing.T) {
 	want("signed by acme", "")
 
 	// A tenant without a key file needs no signature.
-	o := e.importDisk(t, "initech/os", rawDisk(t, 1<<20, 12), containerdisk.Options{}, registry.ImportOptions{})
+	o := e.importDisk(t, "initech/os", rawDisk(t, 1<<20, 12), containerdisk.Options{}, publish.ImportOptions{})
 	if v, err := s.Handle(t.Context(), mustDigest(t, e.host+"/initech/os@"+o)); err != nil || v.Verdict != api.VerdictAccepted || v.SignedBy != "" {
 		t.Errorf("a tenant without a policy: %+v, %v", v, err)
 	}
@@ -158,7 +158,7 @@ func TestRecheckFindsSignaturesNobodyAnnounced(t *testing.T) {
 	provider, acme := newSigner(t), newSigner(t)
 	s, _ := e.service(t, provider)
 	s.TenantKeys = writeTenantKeys(t, map[string]*attest.Signer{"acme": acme})
-	d := e.importDisk(t, "acme/rhel", rawDisk(t, 1<<20, 13), containerdisk.Options{}, registry.ImportOptions{})
+	d := e.importDisk(t, "acme/rhel", rawDisk(t, 1<<20, 13), containerdisk.Options{}, publish.ImportOptions{})
 	subject := mustDigest(t, e.host+"/acme/rhel@"+d)
 	if v, err := s.Handle(t.Context(), subject); err != nil || v.Verdict != api.VerdictRejected {
 		t.Fatalf("unsigned: %+v, %v", v, err)
@@ -185,7 +185,7 @@ func TestBrokenPolicyHoldsImagesBack(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(s.TenantKeys.Dir, "acme.pub"), []byte("not a key"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d := e.importDisk(t, "acme/rhel", rawDisk(t, 1<<20, 14), containerdisk.Options{}, registry.ImportOptions{})
+	d := e.importDisk(t, "acme/rhel", rawDisk(t, 1<<20, 14), containerdisk.Options{}, publish.ImportOptions{})
 	subject := mustDigest(t, e.host+"/acme/rhel@"+d)
 	if v, err := s.Handle(t.Context(), subject); err == nil {
 		t.Errorf("a broken key file gave the verdict %+v; want an error", v)

@@ -18,13 +18,13 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/ocidoc"
+	"github.com/imagepipe/imagepipe/internal/publish"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -44,10 +44,7 @@ const (
 type Registry interface {
 	FetchManifest(ctx context.Context, ref name.Reference) (*registry.RawManifest, error)
 	OpenBlob(ctx context.Context, repo name.Repository, digest string) (io.ReadCloser, error)
-	PushLayer(ctx context.Context, repo name.Repository, disk registry.Disk) (containerdisk.LayerInfo, error)
-	PushBlob(ctx context.Context, repo name.Repository, mediaType string, b []byte) (ocispec.Descriptor, error)
-	PutManifest(ctx context.Context, ref name.Reference, manifest []byte, mt types.MediaType) error
-	MountBlob(ctx context.Context, from, to name.Repository, digest string) error
+	publish.Registry
 }
 
 var _ Registry = (*registry.Client)(nil)
@@ -254,7 +251,8 @@ func (v *Verifier) verifyImage(ctx context.Context, repo name.Repository, raw *r
 	if rec.Repository != repo.RepositoryStr() {
 		// Read for another repository: the canonical layer is made to
 		// exist in this one too, without being read again.
-		if err := v.Registry.MountBlob(ctx, repo.Registry.Repo(rec.Repository), repo, rec.Canonical.Digest.String()); err != nil {
+		from := repo.Registry.Repo(rec.Repository)
+		if _, err := v.Registry.Upload(ctx, repo, registry.Blob{Digest: rec.Canonical.Digest.String(), MountFrom: &from}); err != nil {
 			return nil, err
 		}
 	}
@@ -594,7 +592,7 @@ func (v *Verifier) canonicalLayer(ctx context.Context, repo name.Repository, dis
 	if pushed.keep(diffID) {
 		return layer, diffID, size, nil
 	}
-	info, err := v.Registry.PushLayer(ctx, repo, disk)
+	info, err := publish.Layer(ctx, v.Registry, repo, disk)
 	if err != nil {
 		return ocispec.Descriptor{}, "", 0, fmt.Errorf("pushing the canonical layer: %w", err)
 	}
@@ -624,11 +622,8 @@ func (v *Verifier) publish(ctx context.Context, repo name.Repository, source str
 	if d == source {
 		return d, nil // the pushed image is the canonical one, read a moment ago
 	}
-	if _, err := v.Registry.PushBlob(ctx, repo, ocispec.MediaTypeImageConfig, img.Config); err != nil {
-		return "", fmt.Errorf("pushing the canonical config: %w", err)
-	}
-	if err := v.Registry.PutManifest(ctx, repo.Digest(d), img.Manifest, types.OCIManifestSchema1); err != nil {
-		return "", fmt.Errorf("pushing the canonical manifest: %w", err)
+	if err := publish.Image(ctx, v.Registry, repo.Digest(d), img); err != nil {
+		return "", fmt.Errorf("pushing the canonical image: %w", err)
 	}
 	return d, nil
 }

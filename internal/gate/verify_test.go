@@ -30,6 +30,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/publish"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -69,7 +70,7 @@ func rawDisk(t *testing.T, size int64, seed uint64) []byte {
 }
 
 // importDisk pushes disk as imagectl import does and returns the digest.
-func (e *env) importDisk(t *testing.T, repo string, disk []byte, opts containerdisk.Options, io registry.ImportOptions) string {
+func (e *env) importDisk(t *testing.T, repo string, disk []byte, opts containerdisk.Options, io publish.ImportOptions) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "disk.raw")
 	if err := os.WriteFile(p, disk, 0o644); err != nil {
@@ -86,7 +87,7 @@ func (e *env) importDisk(t *testing.T, repo string, disk []byte, opts containerd
 		t.Fatal(err)
 	}
 	tag, _ := name.NewTag(e.host + "/" + repo + ":v1")
-	res, err := e.reg.Import(t.Context(), tag, d, staticSource(digest.FromBytes(disk).String()), io)
+	res, err := (&publish.Importer{Registry: e.reg}).Import(t.Context(), tag, d, staticSource(digest.FromBytes(disk).String()), io)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +126,7 @@ func TestImagectlImageIsItsOwnCanonicalImage(t *testing.T) {
 			for _, comp := range []containerdisk.Compression{containerdisk.CompressionGzip, containerdisk.CompressionZstd, containerdisk.CompressionNone} {
 				repo := fmt.Sprintf("acme/%s-%s-%d", format, comp, len(disk))
 				d := e.importDisk(t, repo, disk, containerdisk.Options{DiskFormat: format, Compression: comp},
-					registry.ImportOptions{Labels: map[string]string{"team": "os"}, DefaultInstancetype: "u1.small", Created: time.Unix(1700000000, 0), OSName: "fedora-41"})
+					publish.ImportOptions{Labels: map[string]string{"team": "os"}, DefaultInstancetype: "u1.small", Created: time.Unix(1700000000, 0), OSName: "fedora-41"})
 				reg.writes.Store(0)
 				v := e.verify(t, repo, d)
 				if v.Verdict != api.VerdictAccepted || len(v.Images) != 1 {
@@ -162,14 +163,9 @@ func (c *countingRegistry) OpenBlob(ctx context.Context, repo name.Repository, d
 	return c.Registry.OpenBlob(ctx, repo, digest)
 }
 
-func (c *countingRegistry) PushLayer(ctx context.Context, repo name.Repository, disk registry.Disk) (containerdisk.LayerInfo, error) {
+func (c *countingRegistry) Upload(ctx context.Context, repo name.Repository, b registry.Blob) (registry.Uploaded, error) {
 	c.writes.Add(1)
-	return c.Registry.PushLayer(ctx, repo, disk)
-}
-
-func (c *countingRegistry) PushBlob(ctx context.Context, repo name.Repository, mediaType string, b []byte) (ocispec.Descriptor, error) {
-	c.writes.Add(1)
-	return c.Registry.PushBlob(ctx, repo, mediaType, b)
+	return c.Registry.Upload(ctx, repo, b)
 }
 
 func (c *countingRegistry) PutManifest(ctx context.Context, ref name.Reference, manifest []byte, mt types.MediaType) error {
@@ -193,9 +189,7 @@ func (e *env) pushRaw(t *testing.T, repo string, manifest []byte, mediaType stri
 		t.Fatal(err)
 	}
 	for _, b := range blobs {
-		if _, err := e.reg.PushBlob(t.Context(), r, "application/octet-stream", b); err != nil {
-			t.Fatal(err)
-		}
+		pushBlob(t, e.reg, r, b)
 	}
 	d := digest.FromBytes(manifest).String()
 	if err := e.reg.PutManifest(t.Context(), r.Tag("v1"), manifest, types.MediaType(mediaType)); err != nil {
@@ -567,7 +561,7 @@ func TestOwnQCOW2IsVerifiedAsItStreams(t *testing.T) {
 	var logs bytes.Buffer
 	e.v.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	raw := rawDisk(t, 4<<20, 3)
-	d := e.importDisk(t, "acme/own", raw, containerdisk.Options{DiskFormat: convert.FormatQCOW2, Compression: containerdisk.CompressionZstd}, registry.ImportOptions{})
+	d := e.importDisk(t, "acme/own", raw, containerdisk.Options{DiskFormat: convert.FormatQCOW2, Compression: containerdisk.CompressionZstd}, publish.ImportOptions{})
 	if v := e.verify(t, "acme/own", d); v.Verdict != api.VerdictAccepted || v.Images[0].Canonical != d {
 		t.Fatalf("%+v", v)
 	}
@@ -593,5 +587,17 @@ func TestOwnQCOW2IsVerifiedAsItStreams(t *testing.T) {
 	logs.Reset()
 	if again := e.verify(t, "acme/zeroed", v.Images[0].Canonical); again.Images[0].Canonical != v.Images[0].Canonical || !strings.Contains(logs.String(), "streamed=true") {
 		t.Errorf("the canonical image does not verify to itself as it streams: %+v\n%s", again, logs.String())
+	}
+}
+
+// pushBlob uploads b into repo unless it holds it.
+func pushBlob(t *testing.T, reg *registry.Client, repo name.Repository, b []byte) {
+	t.Helper()
+	d := digest.FromBytes(b).String()
+	if _, err := reg.Upload(t.Context(), repo, registry.Blob{Digest: d, Write: func(ctx context.Context, w io.Writer) (string, map[string]string, error) {
+		_, err := w.Write(b)
+		return d, nil, err
+	}}); err != nil {
+		t.Fatal(err)
 	}
 }

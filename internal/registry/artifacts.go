@@ -18,8 +18,6 @@ import (
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/errgroup"
-
-	"github.com/imagepipe/imagepipe/internal/containerdisk"
 )
 
 // This file holds the protocol's primitives for a caller that reads and
@@ -77,18 +75,11 @@ func (c *Client) OpenBlob(ctx context.Context, repo name.Repository, dgst string
 	return rc, nil
 }
 
-// PushLayer writes disk's layer into repo through a chunked upload and
-// returns it. Nothing is kept for a later run: a failed push starts over.
-func (c *Client) PushLayer(ctx context.Context, repo name.Repository, disk Disk) (containerdisk.LayerInfo, error) {
-	layer, _, err := c.pushLayer(ctx, repo, nil, disk, ImportOptions{})
-	return layer, err
-}
-
-// MountBlob makes the blob dgst of repository from exist in to: mounted
+// mountBlob makes the blob dgst of repository from exist in to: mounted
 // across repositories where the registry allows it, else streamed from
 // one to the other as stored, compressed, through this client. It does
 // nothing when to has the blob already.
-func (c *Client) MountBlob(ctx context.Context, from, to name.Repository, dgst string) error {
+func (c *Client) mountBlob(ctx context.Context, from, to name.Repository, dgst string) error {
 	ropts, err := c.sessionOptions(ctx, from.Registry)
 	if err != nil {
 		return err
@@ -102,11 +93,6 @@ func (c *Client) MountBlob(ctx context.Context, from, to name.Repository, dgst s
 		return fmt.Errorf("mounting blob %s from %s into %s: %w", dgst, from.RepositoryStr(), to.RepositoryStr(), err)
 	}
 	return nil
-}
-
-// PushBlob uploads a small blob (a config, a bundle) unless repo has it.
-func (c *Client) PushBlob(ctx context.Context, repo name.Repository, mediaType string, b []byte) (ocispec.Descriptor, error) {
-	return c.pushSmallBlob(ctx, repo, mediaType, b)
 }
 
 // PutManifest puts manifest bytes, of media type mt, at ref: a tag, or a

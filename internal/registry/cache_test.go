@@ -1,9 +1,12 @@
 package registry
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,14 +19,14 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/opencontainers/go-digest"
 
-	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/disktest"
 )
 
 // TestForgedUploadStateNeverSendsElsewhere plants an upload state file
-// whose session URL is on another host: the import ignores it, sends
-// nothing there, and completes on the registry named by the reference.
+// whose session URL is on another host: the upload ignores it, sends
+// nothing there, and completes on the registry named by the repository.
 func TestForgedUploadStateNeverSendsElsewhere(t *testing.T) {
 	host := disktest.Registry(t)
 	var elsewhere atomic.Int64
@@ -35,29 +38,39 @@ func TestForgedUploadStateNeverSendsElsewhere(t *testing.T) {
 	t.Cleanup(evil.Close)
 
 	cache := t.TempDir()
-	c := testClient(t, WithCacheDir(cache))
-	src := disktest.Disk(t, 4<<20, 9)
-	ref := disktest.MustTag(t, host+"/acme/state:1")
-	opts := ImportOptions{}.withDefaults()
-	key := buildKey(src.Digest, src.ContainerDisk(t, containerdisk.Options{}).Describe(), opts)
-	state := uploadState{Key: key, Repo: ref.Context().Name(), Location: evil.URL + "/v2/acme/state/blobs/uploads/forged"}
-	b, _ := json.Marshal(state)
 	dir := filepath.Join(cache, "uploads")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, stateFileName(ref.Context().Name(), key)), b, 0o600); err != nil {
-		t.Fatal(err)
+	plant := func(t *testing.T, repo name.Repository, key, location string) {
+		t.Helper()
+		b, _ := json.Marshal(uploadState{Key: key, Repo: repo.Name(), Location: location})
+		if err := os.WriteFile(filepath.Join(dir, stateFileName(repo.Name(), key)), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	res, err := c.Import(t.Context(), ref, src.ContainerDisk(t, containerdisk.Options{}), src, ImportOptions{})
-	if err != nil {
-		t.Fatal(err)
+	upload := func(t *testing.T, c *Client, repo name.Repository, key string, seed byte) Uploaded {
+		t.Helper()
+		blob := bytes.Repeat([]byte{seed}, 4<<20)
+		up, err := c.Upload(t.Context(), repo, Blob{Key: func() string { return key }, Write: func(ctx context.Context, w io.Writer) (string, map[string]string, error) {
+			_, err := w.Write(blob)
+			return digest.FromBytes(blob).String(), nil, err
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if up.Sent != int64(len(blob)) || up.Earlier {
+			t.Errorf("upload %+v: the whole blob should have gone to the registry", up)
+		}
+		return up
 	}
+
+	c := testClient(t, WithCacheDir(cache))
+	repo := disktest.MustTag(t, host+"/acme/state:1").Context()
+	plant(t, repo, "key-1", evil.URL+"/v2/acme/state/blobs/uploads/forged")
+	upload(t, c, repo, "key-1", 1)
 	if n := elsewhere.Load(); n != 0 {
 		t.Errorf("%d requests went to the host the state file named", n)
-	}
-	if res.UploadedBytes != res.LayerSize {
-		t.Errorf("result %+v: the whole layer should have gone to the registry", res)
 	}
 
 	// On the same registry, a session of another tenant's repository is
@@ -69,19 +82,10 @@ func TestForgedUploadStateNeverSendsElsewhere(t *testing.T) {
 		paths = append(paths, method+" "+path)
 		mu.Unlock()
 	}))
-	ref2 := disktest.MustTag(t, host+"/acme/state:2")
 	for i, loc := range []string{"http://" + host + "/v2/globex/evil/blobs/uploads/forged", "/v2/acme/state/blobs/uploads/../../../globex/evil/blobs/uploads/x"} {
-		src2 := disktest.Disk(t, 4<<20, uint64(10+i))
-		src2.Digest = fmt.Sprintf("sha256:%064x", 10+i) // another source: nothing to reuse
-		key2 := buildKey(src2.Digest, src2.ContainerDisk(t, containerdisk.Options{}).Describe(), opts)
-		state = uploadState{Key: key2, Repo: ref2.Context().Name(), Location: loc}
-		b, _ = json.Marshal(state)
-		if err := os.WriteFile(filepath.Join(dir, stateFileName(ref2.Context().Name(), key2)), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if res, err := c2.Import(t.Context(), ref2, src2.ContainerDisk(t, containerdisk.Options{}), src2, ImportOptions{}); err != nil || res.Reused {
-			t.Fatalf("import: %+v, %v", res, err)
-		}
+		key := fmt.Sprintf("key-%d", 10+i)
+		plant(t, repo, key, loc)
+		upload(t, c2, repo, key, byte(10+i))
 		mu.Lock()
 		for _, p := range paths {
 			if strings.Contains(p, "globex") {

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -19,6 +18,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+
+	"github.com/imagepipe/imagepipe/internal/cachefile"
 )
 
 // DefaultChunkSize is the size of one PATCH of a chunked blob upload: the
@@ -209,7 +210,7 @@ func New(opts ...Option) (*Client, error) {
 		keychain:  authn.DefaultKeychain,
 		logger:    slog.New(slog.DiscardHandler),
 		chunkSize: DefaultChunkSize,
-		cacheDir:  defaultCacheDir(),
+		cacheDir:  cachefile.Dir(),
 		retries:   6,
 		backoff:   250 * time.Millisecond,
 		userAgent: "imagepipe",
@@ -245,16 +246,6 @@ func New(opts ...Option) (*Client, error) {
 		base = plainHTTPGuard{inner: base}
 	}
 	return &Client{opts: o, cache: cacheDir{dir: o.cacheDir, logger: o.logger}, base: base, schemes: map[string]string{}, sessions: map[string]cachedSession{}, noReferrersAPI: map[string]time.Time{}}, nil
-}
-
-func defaultCacheDir() string {
-	if d := os.Getenv("IMAGEPIPE_CACHE"); d != "" {
-		return d
-	}
-	if d, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(d, "imagepipe")
-	}
-	return ""
 }
 
 // authenticator returns the credentials for a registry.

@@ -32,9 +32,7 @@ type CopyOptions struct {
 // returns dst pinned by digest. The manifest is
 // copied byte for byte, so the digest stays the same; blobs dst already
 // holds are skipped, and on the same registry they are mounted from src's
-// repository instead of sent. When this machine built the image (its
-// build record has the digest), dst is added to the record, so that
-// importing the same source into dst's repository only tags.
+// repository instead of sent.
 func (c *Client) Copy(ctx context.Context, src, dst name.Reference, opts CopyOptions) (name.Digest, error) {
 	srcOpts, err := c.remoteOptions(ctx, src.Context().Registry)
 	if err != nil {
@@ -69,10 +67,6 @@ func (c *Client) Copy(ctx context.Context, src, dst name.Reference, opts CopyOpt
 	}
 	if got.Digest != desc.Digest {
 		return name.Digest{}, fmt.Errorf("%s holds %s after the copy, not %s", dst, got.Digest, desc.Digest)
-	}
-	if rec, ok := c.cache.lookupDigest(desc.Digest.String()); ok {
-		rec.Registry, rec.Repository = dst.Context().RegistryStr(), dst.Context().RepositoryStr()
-		c.cache.rememberBuild(rec)
 	}
 	pinned := dst.Context().Digest(desc.Digest.String())
 	c.opts.logger.Info("copied", "from", src.String(), "to", pinned.String())

@@ -1,6 +1,8 @@
 package registry
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"io"
 	"log"
@@ -14,8 +16,8 @@ import (
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/opencontainers/go-digest"
 
-	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/disktest"
 )
 
@@ -65,13 +67,16 @@ func TestDeniedPushSaysSoAndIsNotRetried(t *testing.T) {
 	// Retries with a backoff short enough that a retried denial shows in
 	// the counts, not in the test's duration.
 	c := testClient(t, WithBasicAuth("tenant", "pw"), WithRetry(4, time.Millisecond))
-	src := disktest.Disk(t, 1<<20, 3)
+	blob := bytes.Repeat([]byte("imagepipe"), 100000)
 	img, err := random.Image(512, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	importTo := func(t *testing.T, ref string) error {
-		_, err := c.Import(t.Context(), disktest.MustTag(t, ref), src.ContainerDisk(t, containerdisk.Options{}), src, ImportOptions{})
+	uploadTo := func(t *testing.T, ref string) error {
+		_, err := c.Upload(t.Context(), disktest.MustTag(t, ref).Context(), Blob{Write: func(ctx context.Context, w io.Writer) (string, map[string]string, error) {
+			_, err := w.Write(blob)
+			return digest.FromBytes(blob).String(), nil, err
+		}})
 		return err
 	}
 	pushTo := func(t *testing.T, ref string) error {
@@ -86,9 +91,8 @@ func TestDeniedPushSaysSoAndIsNotRetried(t *testing.T) {
 		says string         // the repository or reference the error names, after the host
 		want map[string]int // the requests denied: at least one, at most this many
 	}{
-		{"import/upload", importTo, "/acme/locked:v1", "/acme/locked", map[string]int{"POST /v2/acme/locked/blobs": 1}},
-		{"import/commit", importTo, "/acme/full:v1", "/acme/full", map[string]int{"PUT /v2/acme/full/blobs": 1}},
-		{"import/manifest", importTo, "/acme/sealed:v1", "/acme/sealed:v1", map[string]int{"PUT /v2/acme/sealed/manifests": 1}},
+		{"upload/open", uploadTo, "/acme/locked:v1", "/acme/locked", map[string]int{"POST /v2/acme/locked/blobs": 1}},
+		{"upload/commit", uploadTo, "/acme/full:v1", "/acme/full", map[string]int{"PUT /v2/acme/full/blobs": 1}},
 		// The config and the layer start their uploads in parallel.
 		{"push/upload", pushTo, "/acme/locked:v2", "/acme/locked", map[string]int{"POST /v2/acme/locked/blobs": 2}},
 		{"push/manifest", pushTo, "/acme/sealed:v2", "/acme/sealed:v2", map[string]int{"PUT /v2/acme/sealed/manifests": 1}},

@@ -17,12 +17,11 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/imagepipe/imagepipe/internal/reject"
-	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // Publishing one tag for several platforms: `imagectl import --append`
 // pushes the platform's image by digest, untagged, and only then rewrites
-// the index at the tag with it (Client.addToIndex). The tag thus moves
+// the index at the tag with it (Client.AddToIndex). The tag thus moves
 // from one complete index to the next, never to a partial image.
 //
 // The distribution protocol has no conditional manifest PUT (the
@@ -36,7 +35,7 @@ import (
 // its entry can be added again with the same command, which then only
 // updates the index.
 
-// indexTries bounds how often addToIndex merges and writes the index
+// indexTries bounds how often AddToIndex merges and writes the index
 // when the tag keeps changing under it.
 const indexTries = 4
 
@@ -46,20 +45,6 @@ var errTagMoved = errors.New("the tag changed while the index was being updated"
 // referenceDigestAnnotation is how buildx ties an attestation manifest in
 // an index to the image it is about.
 const referenceDigestAnnotation = "vnd.docker.reference.digest"
-
-// heldIndex returns the platforms of the image index ref holds, or nil
-// when it holds none (or cannot be read: the answer only informs).
-func (c *Client) heldIndex(ctx context.Context, ref name.Tag) []string {
-	base, err := c.readIndexBase(ctx, ref, false)
-	if err != nil || base.digest == "" || !base.index {
-		return nil
-	}
-	out := make([]string, len(base.manifests))
-	for i, m := range base.manifests {
-		out[i] = platformString(m.Platform)
-	}
-	return out
-}
 
 // indexBase is what a tag holds, as the entries of an index.
 type indexBase struct {
@@ -161,39 +146,37 @@ func mergeIndex(manifests []v1.Descriptor, entry v1.Descriptor) []v1.Descriptor 
 	return out
 }
 
-// addToIndex makes the tag ref hold an OCI image index with res's image
-// as its one image for p, keeping the index's other entries (or the
-// image the tag held, as the entry of its own platform). res's image must
-// be in ref's repository already. res is completed: Digest and Pinned
-// become the index's, ImageDigest the image's, Platforms the index's.
-func (c *Client) addToIndex(ctx context.Context, ref name.Tag, p Platform, res *api.ImportResult) (*api.ImportResult, error) {
+// AddToIndex makes the tag ref hold an OCI image index with image (a
+// manifest digest in ref's repository) as its one image for p, keeping
+// the index's other entries (or the image the tag held, as the entry of
+// its own platform). It returns the index's digest and platforms.
+func (c *Client) AddToIndex(ctx context.Context, ref name.Tag, image string, p Platform) (index string, platforms []string, err error) {
+	if err := p.validate(); err != nil {
+		return "", nil, err
+	}
 	ropts, err := c.remoteOptions(ctx, ref.Registry)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
-	image := ref.Context().Digest(res.Digest)
-	desc, err := remote.Head(image, ropts...)
+	pinned := ref.Context().Digest(image)
+	desc, err := remote.Head(pinned, ropts...)
 	if err != nil {
-		return nil, fmt.Errorf("checking %s: %w", image, err)
+		return "", nil, fmt.Errorf("checking %s: %w", pinned, err)
 	}
 	entry := v1.Descriptor{MediaType: desc.MediaType, Digest: desc.Digest, Size: desc.Size,
 		Platform: &v1.Platform{OS: p.OS, Architecture: p.Architecture, Variant: p.Variant}}
 	for try := 1; ; try++ {
 		index, platforms, err := c.writeIndex(ctx, ref, entry, ropts)
 		if err == nil {
-			res.ImageDigest = res.Digest
-			res.Digest = index
-			res.Pinned = ref.Context().Digest(index).String()
-			res.Platforms = platforms
 			c.opts.logger.Info("added to the index", "reference", ref.String(), "platform", p.String(), "digest", index)
-			return res, nil
+			return index, platforms, nil
 		}
 		if !errors.Is(err, errTagMoved) {
-			return nil, err
+			return "", nil, err
 		}
 		if try == indexTries {
-			return nil, fmt.Errorf("adding %s to the index at %s: the tag changed %d times while it was being written (another publisher?); the image is pushed (%s), run the import again to add it: %w",
-				p, ref, indexTries, image.DigestStr(), err)
+			return "", nil, fmt.Errorf("adding %s to the index at %s: the tag changed %d times while it was being written (another publisher?); the image is pushed (%s), run the import again to add it: %w",
+				p, ref, indexTries, pinned.DigestStr(), err)
 		}
 		c.opts.logger.Info("the tag changed while the index was written; merging again", "reference", ref.String(), "try", try)
 	}

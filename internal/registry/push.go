@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
 // PushIndex pushes idx, every image it names and their blobs to ref (a
@@ -60,4 +61,26 @@ func (c *Client) push(ctx context.Context, ref name.Reference, want v1.Hash, wri
 	pinned := ref.Context().Digest(want.String())
 	c.opts.logger.Info("pushed", "ref", ref.String(), "digest", want.String())
 	return pinned, nil
+}
+
+// rawManifest lets go-containerregistry put manifest bytes as they are.
+type rawManifest struct {
+	b  []byte
+	mt types.MediaType
+}
+
+func (m rawManifest) RawManifest() ([]byte, error)        { return m.b, nil }
+func (m rawManifest) MediaType() (types.MediaType, error) { return m.mt, nil }
+
+// putManifest puts manifest, of media type mt, at ref: a tag, or a digest
+// (then the manifest's own).
+func (c *Client) putManifest(ctx context.Context, ref name.Reference, manifest []byte, mt types.MediaType) error {
+	ropts, err := c.remoteOptions(ctx, ref.Context().Registry)
+	if err != nil {
+		return err
+	}
+	if err := remote.Put(ref, rawManifest{manifest, mt}, ropts...); err != nil {
+		return fmt.Errorf("pushing the manifest to %s: %w", ref, err)
+	}
+	return nil
 }

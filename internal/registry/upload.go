@@ -3,23 +3,23 @@ package registry
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/imagepipe/imagepipe/internal/cachefile"
-	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/imageref"
 )
 
@@ -38,7 +38,7 @@ type blobUpload struct {
 	client *http.Client
 	base   *url.URL
 	repo   name.Repository
-	key    *uploadKey
+	key    func() string // names the upload; nil or "" for none
 
 	location *url.URL // the upload URL; it changes with every response
 	acked    int64    // bytes the registry holds
@@ -57,23 +57,179 @@ type blobUpload struct {
 	result  chan error    // the sender's outcome
 }
 
-// uploadState is what a state file remembers of an interrupted upload:
-// the session to resume, or, once the layer is committed and until its
-// manifest is put, the layer.
+// uploadState is what a state file remembers of an upload: the session
+// to resume or, once the blob is committed, the blob and its labels.
 type uploadState struct {
-	path     string
-	Key      string          `json:"key"`
-	Repo     string          `json:"repository"`
-	Location string          `json:"location,omitempty"`
-	Layer    *committedLayer `json:"layer,omitempty"`
+	path      string
+	Key       string         `json:"key"`
+	Repo      string         `json:"repository"`
+	Location  string         `json:"location,omitempty"`
+	Committed *committedBlob `json:"committed,omitempty"`
 }
 
-// committedLayer is a layer the registry holds whose image is not written
-// yet.
-type committedLayer struct {
-	containerdisk.LayerInfo
-	Allocated int64 `json:"allocated"`
+// committedBlob is a blob an upload committed, with the labels its
+// writer gave it.
+type committedBlob struct {
+	Digest string            `json:"digest"`
+	Labels map[string]string `json:"labels,omitempty"`
 }
+
+// Blob is what Upload sends into a repository.
+type Blob struct {
+	// Key, when set and returning non-"", names the upload so that a later
+	// Upload of the same key into the same repository resumes it from
+	// what the registry acknowledged, or, once it was committed, returns
+	// the committed blob without writing it again (Uploaded.Earlier). It
+	// may start naming the upload only while Write runs (a source still
+	// being hashed). The state is kept in the client's cache directory.
+	Key func() string
+	// Prepare, when set, runs before an upload session is opened: a blob
+	// it refuses costs the registry nothing.
+	Prepare func(ctx context.Context) error
+	// Digest, when known before the blob is written, makes a blob the
+	// repository holds already cost one HEAD: Upload returns it
+	// (Uploaded.Held) without Prepare or Write. Without Write (or
+	// MountFrom), Upload only reports whether the repository holds it.
+	Digest string
+	// MountFrom, with Digest, is a repository of the same registry that
+	// holds the blob: it is mounted from there where the registry allows
+	// it, else streamed from there as stored, through this client.
+	MountFrom *name.Repository
+	// Write writes the blob to w and returns its digest ("sha256:<hex>")
+	// and labels to record with it under Key. It is called again, from
+	// the first byte, when the registry lost the upload session.
+	Write func(ctx context.Context, w io.Writer) (digest string, labels map[string]string, err error)
+	// Discard, when set, reports whether the session of a failed upload
+	// is deleted (a refused blob, one found unnecessary) rather than kept
+	// for a later run.
+	Discard func(err error) bool
+}
+
+func (b Blob) key() string {
+	if b.Key == nil {
+		return ""
+	}
+	return b.Key()
+}
+
+// Uploaded is the outcome of an Upload.
+type Uploaded struct {
+	// Digest and Labels are the blob's, as Write returned them (or an
+	// earlier run's Write, when Earlier).
+	Digest string
+	Labels map[string]string
+	// Sent counts the bytes this run put on the wire, Resent those sent
+	// more than once.
+	Sent, Resent int64
+	// Earlier reports that an earlier run committed the blob under the
+	// same key and the registry still holds it: nothing was written.
+	Earlier bool
+	// Held reports that the repository held Blob.Digest already.
+	Held bool
+	// Forget, when set, drops the record of the blob committed under
+	// Blob.Key: call it once the blob is referenced (by a manifest), after
+	// which an upload of the same key writes again.
+	Forget func()
+}
+
+// Upload streams a blob into repo through a resumable chunked upload. A
+// failed or interrupted upload keeps its session (an error matching
+// ErrResumable) unless Blob.Discard says otherwise; a session the
+// registry lost is started again once, from the first byte. The blob is
+// committed under the digest Write returns, which the registry checks.
+func (c *Client) Upload(ctx context.Context, repo name.Repository, b Blob) (Uploaded, error) {
+	if b.Digest != "" {
+		if imageref.CheckDigest(b.Digest) != nil {
+			return Uploaded{}, fmt.Errorf("uploading into %s: %q is not a sha256 digest", repo, b.Digest)
+		}
+		if b.MountFrom != nil {
+			return Uploaded{Digest: b.Digest}, c.mountBlob(ctx, *b.MountFrom, repo, b.Digest)
+		}
+		held, err := c.holds(ctx, repo, b.Digest)
+		switch {
+		case err != nil:
+			return Uploaded{}, err
+		case held:
+			return Uploaded{Digest: b.Digest, Held: true}, nil
+		case b.Write == nil:
+			return Uploaded{}, nil
+		}
+	}
+	if up, ok := c.committedBlob(ctx, repo, b.key()); ok {
+		c.opts.logger.Info("the blob was committed by an interrupted run", "repository", repo.Name(), "digest", up.Digest)
+		return up, nil
+	}
+	if b.Prepare != nil {
+		if err := b.Prepare(ctx); err != nil {
+			return Uploaded{}, err
+		}
+	}
+	up, err := c.uploadOnce(ctx, repo, b)
+	if errors.Is(err, errUploadLost) {
+		c.opts.logger.Info("upload session lost; sending the blob again", "repository", repo.Name(), "error", err)
+		sent, resent := up.Sent, up.Resent
+		up, err = c.uploadOnce(ctx, repo, b)
+		up.Resent += resent + min(sent, up.Sent) // what the lost session had went again
+		up.Sent += sent
+	}
+	if err != nil {
+		return up, err
+	}
+	if path := c.statePath(repo, b.key()); path != "" &&
+		c.writeState(&uploadState{path: path, Key: b.key(), Repo: repo.Name(), Committed: &committedBlob{Digest: up.Digest, Labels: up.Labels}}) {
+		up.Forget = func() { os.Remove(path) }
+	}
+	return up, nil
+}
+
+// uploadOnce opens (or resumes) a session, has b written into it and
+// commits it.
+func (c *Client) uploadOnce(ctx context.Context, repo name.Repository, b Blob) (Uploaded, error) {
+	up, err := c.startUpload(ctx, repo, b.Key)
+	if err != nil {
+		return Uploaded{}, err
+	}
+	up.run(ctx)
+	digest, labels, err := b.Write(ctx, up)
+	if err == nil {
+		err = up.finish()
+	} else {
+		up.abort()
+	}
+	if err == nil {
+		err = up.commit(ctx, digest)
+	}
+	res := Uploaded{Digest: digest, Labels: labels, Sent: up.sent, Resent: up.resent}
+	if err != nil {
+		res.Digest, res.Labels = "", nil
+		if b.Discard != nil && b.Discard(err) {
+			// Its bytes must not stay on the registry.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			up.cancel(cctx)
+			cancel()
+			return res, err
+		}
+		// Interrupted or failed: the session stays, for a later run.
+		if !errors.Is(err, errUploadLost) && up.saveState() {
+			err = &resumableError{err}
+		}
+		return res, err
+	}
+	c.opts.logger.Debug("blob uploaded", "digest", digest, "sent", up.sent, "resent", up.resent)
+	return res, nil
+}
+
+// ErrResumable marks an upload that stopped (interrupted, or the registry
+// or the network failed) with its session kept and recorded, so that the
+// same Upload run again resumes it.
+var ErrResumable = errors.New("the upload is kept for a later run")
+
+// resumableError wraps an upload's error when it can be resumed.
+type resumableError struct{ err error }
+
+func (e *resumableError) Error() string        { return e.err.Error() }
+func (e *resumableError) Unwrap() error        { return e.err }
+func (e *resumableError) Is(target error) bool { return target == ErrResumable }
 
 // statePath is the state file of the upload key names in repo; "" when
 // there is no cache directory or key is "".
@@ -82,17 +238,6 @@ func (c *Client) statePath(repo name.Repository, key string) string {
 		return ""
 	}
 	return filepath.Join(c.cache.dir, "uploads", stateFileName(repo.Name(), key))
-}
-
-// rememberCommitted records b's committed layer under its upload key, so
-// that a run stopped before the manifest does not upload it again.
-// Failing to is not an error.
-func (c *Client) rememberCommitted(repo name.Repository, b built) {
-	path := c.statePath(repo, b.upload)
-	if path == "" {
-		return
-	}
-	c.writeState(&uploadState{path: path, Key: b.upload, Repo: repo.Name(), Layer: &committedLayer{LayerInfo: b.layer, Allocated: b.allocated}})
 }
 
 // writeState writes st to its file, in the private cache directory only,
@@ -105,66 +250,39 @@ func (c *Client) writeState(st *uploadState) bool {
 	return cachefile.WriteFile(st.path, data) == nil
 }
 
-// forgetCommitted removes the record of rememberCommitted once the
-// manifest is put.
-func (c *Client) forgetCommitted(repo name.Repository, key string) {
-	if path := c.statePath(repo, key); path != "" {
-		os.Remove(path)
-	}
-}
-
-// committedLayer returns the layer an earlier run committed to repo under
-// key when its record is this user's and the registry holds the blob.
-func (c *Client) committedLayer(ctx context.Context, repo name.Repository, key string) (built, bool) {
-	path := c.statePath(repo, key)
-	if path == "" || c.cache.privateCachePath(path) == "" {
-		return built{}, false
-	}
-	st, err := readUploadState(path)
-	if err != nil || st.Key != key || st.Repo != repo.Name() || st.Layer == nil ||
-		imageref.CheckDigest(st.Layer.Digest) != nil || imageref.CheckDigest(st.Layer.DiffID) != nil || st.Layer.Size <= 0 || st.Layer.Allocated < 0 {
-		return built{}, false
-	}
+// holds reports whether repo holds the blob dgst.
+func (c *Client) holds(ctx context.Context, repo name.Repository, dgst string) (bool, error) {
 	client, base, err := c.httpClient(ctx, repo, repo.Scope(transport.PullScope))
 	if err != nil {
-		return built{}, false
+		return false, err
 	}
 	baseURL, err := url.Parse(base)
 	if err != nil {
-		return built{}, false
+		return false, err
 	}
-	if ok, err := c.blobExists(ctx, client, baseURL, repo, st.Layer.Digest); err != nil || !ok {
-		return built{}, false
+	return c.blobExists(ctx, client, baseURL, repo, dgst)
+}
+
+// committedBlob returns the blob an earlier run committed to repo under
+// key when its record is this user's and the registry holds the blob.
+func (c *Client) committedBlob(ctx context.Context, repo name.Repository, key string) (Uploaded, bool) {
+	path := c.statePath(repo, key)
+	if path == "" || c.cache.privateCachePath(path) == "" {
+		return Uploaded{}, false
 	}
-	return built{layer: st.Layer.LayerInfo, allocated: st.Layer.Allocated, upload: key}, true
+	st, err := readUploadState(path)
+	if err != nil || st.Key != key || st.Repo != repo.Name() || st.Committed == nil || imageref.CheckDigest(st.Committed.Digest) != nil {
+		return Uploaded{}, false
+	}
+	if ok, err := c.holds(ctx, repo, st.Committed.Digest); err != nil || !ok {
+		return Uploaded{}, false
+	}
+	return Uploaded{Digest: st.Committed.Digest, Labels: st.Committed.Labels, Earlier: true, Forget: func() { os.Remove(path) }}, true
 }
 
 // startUpload opens an upload session in repo, resuming the one a state
 // file remembers for key when the registry still has it.
-// uploadKey names an upload so that a later run can resume it: the build
-// key, known at once or, while the source is still being hashed, later.
-// A nil *uploadKey names nothing.
-type uploadKey struct{ v atomic.Pointer[string] }
-
-func knownKey(key string) *uploadKey {
-	k := new(uploadKey)
-	k.set(key)
-	return k
-}
-
-func (k *uploadKey) set(key string) { k.v.Store(&key) }
-
-func (k *uploadKey) get() string {
-	if k == nil {
-		return ""
-	}
-	if p := k.v.Load(); p != nil {
-		return *p
-	}
-	return ""
-}
-
-func (c *Client) startUpload(ctx context.Context, repo name.Repository, key *uploadKey) (*blobUpload, error) {
+func (c *Client) startUpload(ctx context.Context, repo name.Repository, key func() string) (*blobUpload, error) {
 	client, base, err := c.httpClient(ctx, repo, repo.Scope(transport.PushScope))
 	if err != nil {
 		return nil, err
@@ -173,7 +291,7 @@ func (c *Client) startUpload(ctx context.Context, repo name.Repository, key *upl
 	if err != nil {
 		return nil, err
 	}
-	u := &blobUpload{c: c, client: client, base: baseURL, repo: repo, key: key, buf: make([]byte, 0, c.opts.chunkSize)}
+	u := &blobUpload{c: c, client: client, base: baseURL, repo: repo, key: key}
 	if u.stateFile() && c.cache.privateCachePath(u.state.path) != "" {
 		// A state file only names an upload session of this repository on
 		// this registry: the layer's bytes never go where else it points.
@@ -205,21 +323,17 @@ func (c *Client) startUpload(ctx context.Context, repo name.Repository, key *upl
 	return u, nil
 }
 
+// stateFileName names the state file of the upload key names in repo.
 func stateFileName(repo, key string) string {
-	return strings.NewReplacer("/", "_", ":", "_").Replace(repo) + "-" + strings.TrimPrefix(key, "sha256:")[:16] + ".json"
+	return strings.NewReplacer("/", "_", ":", "_").Replace(repo) + "-" + fmt.Sprintf("%x", sha256.Sum256([]byte(key)))[:16] + ".json"
 }
 
 // maxStateFile bounds what is read of an upload state file.
 const maxStateFile = 64 << 10
 
 func readUploadState(path string) (*uploadState, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	var s uploadState
-	if err := json.NewDecoder(&limitedReader{r: f, n: maxStateFile}).Decode(&s); err != nil {
+	if err := cachefile.ReadJSON(path, maxStateFile, &s); err != nil {
 		return nil, err
 	}
 	return &s, nil
@@ -229,7 +343,7 @@ func readUploadState(path string) (*uploadState, error) {
 // reports whether there is one.
 func (u *blobUpload) stateFile() bool {
 	if u.state == nil {
-		if key := u.key.get(); key != "" {
+		if key := (Blob{Key: u.key}).key(); key != "" {
 			if path := u.c.statePath(u.repo, key); path != "" {
 				u.state = &uploadState{path: path, Key: key, Repo: u.repo.Name()}
 			}
@@ -300,7 +414,7 @@ func (u *blobUpload) run(ctx context.Context) {
 	u.result = make(chan error, 1)
 	u.free = make(chan []byte, 2)
 	for range 2 {
-		u.free <- make([]byte, 0, cap(u.buf))
+		u.free <- nil // grown as bytes come, up to the chunk size: a small blob costs little
 	}
 	go func() {
 		for c := range u.chunks {
@@ -324,10 +438,10 @@ func (u *blobUpload) run(ctx context.Context) {
 func (u *blobUpload) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {
-		k := min(len(p), cap(u.buf)-len(u.buf))
+		k := min(len(p), u.c.opts.chunkSize-len(u.buf))
 		u.buf = append(u.buf, p[:k]...)
 		p = p[k:]
-		if len(u.buf) == cap(u.buf) {
+		if len(u.buf) == u.c.opts.chunkSize {
 			if err := u.queue(); err != nil {
 				return n - len(p), err
 			}

@@ -25,6 +25,9 @@ const (
 	cacheFileName = "digests.json"
 	// cacheMaxEntries bounds the cache; the newest entries are kept.
 	cacheMaxEntries = 1000
+	// cacheMaxFileSize bounds what is read of the file (about 200 bytes
+	// per entry).
+	cacheMaxFileSize = 1 << 20
 	// cacheVersion is the format of digests.json; other versions are ignored.
 	cacheVersion = 1
 )
@@ -85,14 +88,7 @@ type digestCache struct {
 }
 
 func newDigestCache(log *slog.Logger) digestCache {
-	dir := os.Getenv("IMAGEPIPE_CACHE")
-	if dir == "" {
-		if xdg := os.Getenv("XDG_CACHE_HOME"); xdg != "" {
-			dir = filepath.Join(xdg, "imagepipe")
-		} else if home, err := os.UserHomeDir(); err == nil {
-			dir = filepath.Join(home, ".cache", "imagepipe")
-		}
-	}
+	dir := cachefile.Dir()
 	if dir == "" {
 		return digestCache{log: log}
 	}
@@ -140,16 +136,11 @@ func (c digestCache) load() cacheFile {
 		c.log.Warn("not using the digest cache", "path", c.path, "error", err)
 		return cacheFile{}
 	}
-	data, err := os.ReadFile(c.path)
-	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			c.log.Debug("not reading the digest cache", "path", c.path, "error", err)
-		}
-		return cacheFile{}
-	}
 	var cf cacheFile
-	if err := json.Unmarshal(data, &cf); err != nil {
-		c.log.Debug("ignoring a corrupt digest cache", "path", c.path, "error", err)
+	if err := cachefile.ReadJSON(c.path, cacheMaxFileSize, &cf); err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			c.log.Debug("ignoring an unreadable or corrupt digest cache", "path", c.path, "error", err)
+		}
 		return cacheFile{}
 	}
 	if cf.Version != cacheVersion {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/publish"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/test/harness"
 	"github.com/imagepipe/imagepipe/test/testenv"
@@ -207,13 +208,13 @@ func TestInterruptBeforeTheDigestResumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := func(progress func(done, total int64)) registry.ImportOptions {
-		return registry.ImportOptions{Progress: progress}
+	opts := func(progress func(done, total int64)) publish.ImportOptions {
+		return publish.ImportOptions{Progress: progress}
 	}
 	interrupt := func(t *testing.T, c *registry.Client, ref name.Tag, uploadName string) error {
 		ctx, cancel := context.WithCancelCause(t.Context())
 		defer cancel(nil)
-		_, err := c.Import(ctx, ref, cdisk, origin{wait: hashing, uploadName: uploadName},
+		_, err := (&publish.Importer{Registry: c}).Import(ctx, ref, cdisk, origin{wait: hashing, uploadName: uploadName},
 			opts(func(done, _ int64) {
 				if done >= 12*mib {
 					cancel(errStopped)
@@ -236,7 +237,7 @@ func TestInterruptBeforeTheDigestResumes(t *testing.T) {
 	if err := interrupt(t, c, ref, "file:/images/disk.raw:1:2:3:4:5"); !errors.Is(err, registry.ErrResumable) {
 		t.Fatalf("with an upload name: %v, want a resumable upload", err)
 	}
-	res, err := c.Import(t.Context(), ref, cdisk, origin{digest: digest, uploadName: "file:/images/disk.raw:1:2:3:4:5"}, opts(nil))
+	res, err := (&publish.Importer{Registry: c}).Import(t.Context(), ref, cdisk, origin{digest: digest, uploadName: "file:/images/disk.raw:1:2:3:4:5"}, opts(nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package registry
+package publish
 
 import (
 	"context"
@@ -7,14 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/partial"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
@@ -22,12 +22,13 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/imageref"
+	"github.com/imagepipe/imagepipe/internal/ocidoc"
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // Disk is the disk an import stores as the single file of its layer;
-// *containerdisk.Disk is the one imagectl uses. Keeping it an interface
-// keeps this package to the protocol: it never reads a disk itself.
+// *containerdisk.Disk is the one imagectl and the gate use.
 type Disk interface {
 	// Describe says what is known of the disk before it is read.
 	Describe() containerdisk.Description
@@ -60,17 +61,14 @@ type Source interface {
 	UploadName() string
 }
 
-// ErrResumable marks an import that stopped (interrupted, or the registry
-// or the network failed) with its upload session kept and recorded, so
-// that running the same import again resumes it.
-var ErrResumable = errors.New("the upload is kept for a later run")
-
-// resumableError wraps an import's error when its upload can be resumed.
+// resumableError marks an import whose build stopped for another reason
+// (the source's hashing failed, the caller gave up) while its upload was
+// kept for a later run.
 type resumableError struct{ err error }
 
 func (e *resumableError) Error() string        { return e.err.Error() }
 func (e *resumableError) Unwrap() error        { return e.err }
-func (e *resumableError) Is(target error) bool { return target == ErrResumable }
+func (e *resumableError) Is(target error) bool { return target == registry.ErrResumable }
 
 // ImportOptions describe the image around the disk. The zero value builds
 // an image for linux/amd64 with no labels and no time.
@@ -110,8 +108,8 @@ func (o ImportOptions) withDefaults() ImportOptions {
 }
 
 // platform is the platform the options build for.
-func (o ImportOptions) platform() Platform {
-	return Platform{OS: o.OS, Architecture: o.Architecture, Variant: o.Variant}
+func (o ImportOptions) platform() registry.Platform {
+	return registry.Platform{OS: o.OS, Architecture: o.Architecture, Variant: o.Variant}
 }
 
 // buildKey identifies an image by everything that determines its bytes.
@@ -140,6 +138,24 @@ func formatCreated(t time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
+// Importer imports disks into a registry as containerDisks.
+type Importer struct {
+	Registry *registry.Client
+	// CacheDir holds the build records (see builds.go); "" keeps none.
+	// The registry client keeps its upload state in its own.
+	CacheDir string
+	Logger   *slog.Logger
+}
+
+func (im *Importer) logger() *slog.Logger {
+	if im.Logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return im.Logger
+}
+
+func (im *Importer) builds() cacheDir { return cacheDir{dir: im.CacheDir, logger: im.logger()} }
+
 // Import builds a containerDisk from disk and pushes it to ref. When this
 // machine's build record says it already pushed the same build (same
 // source digest, disk and options) to this registry, and the registry
@@ -154,14 +170,14 @@ func formatCreated(t time.Time) string {
 // soon as the digest is known; finding one stops the build.
 //
 // With opts.Append the image is pushed by digest, untagged, and then added
-// to the image index at ref (see addToIndex), so that one tag names an
+// to the image index at ref (see registry.Client.AddToIndex), so that one tag names an
 // image per platform; the tag only ever moves from one complete index to
 // another. Without it, the tag is overwritten like crane push does, and
 // the result's ReplacedIndex says when it held an index before.
-func (c *Client) Import(ctx context.Context, ref name.Tag, disk Disk, src Source, opts ImportOptions) (*api.ImportResult, error) {
+func (im *Importer) Import(ctx context.Context, ref name.Tag, disk Disk, src Source, opts ImportOptions) (*api.ImportResult, error) {
 	opts = opts.withDefaults()
-	platform := opts.platform()
-	if err := platform.validate(); err != nil {
+	platform, err := registry.ParsePlatform(opts.platform().String()) // checked as --platform is
+	if err != nil {
 		return nil, err
 	}
 	if _, err := imageref.Tenant(ref.RepositoryStr()); err != nil {
@@ -169,25 +185,52 @@ func (c *Client) Import(ctx context.Context, ref name.Tag, disk Disk, src Source
 	}
 	var held []string
 	if !opts.Append {
-		held = c.heldIndex(ctx, ref)
+		held = im.heldIndex(ctx, ref)
 	}
-	res, err := c.importImage(ctx, ref, disk, src, opts)
+	res, err := im.importImage(ctx, ref, disk, src, opts)
 	if err != nil {
 		return nil, err
 	}
 	res.Platform = platform.String()
-	if opts.Append {
-		return c.addToIndex(ctx, ref, platform, res)
+	if !opts.Append {
+		res.ReplacedIndex = held
+		return res, nil
 	}
-	res.ReplacedIndex = held
+	index, platforms, err := im.Registry.AddToIndex(ctx, ref, res.Digest, platform)
+	if err != nil {
+		return nil, err
+	}
+	res.ImageDigest, res.Digest, res.Platforms = res.Digest, index, platforms
+	res.Pinned = ref.Context().Digest(index).String()
 	return res, nil
+}
+
+// heldIndex returns the platforms of the image index ref holds, or nil
+// when it holds none (or cannot be read: the answer only informs).
+func (im *Importer) heldIndex(ctx context.Context, ref name.Tag) []string {
+	m, err := im.Registry.FetchManifest(ctx, ref)
+	if err != nil || !m.MediaType.IsIndex() {
+		return nil
+	}
+	doc, err := ocidoc.ParseDocument(string(m.MediaType), m.Bytes)
+	if err != nil || !doc.IsIndex() {
+		return nil
+	}
+	out := make([]string, len(doc.Manifests))
+	for i, d := range doc.Manifests {
+		out[i] = "unknown"
+		if d.Platform != nil && d.Platform.OS != "" && d.Platform.Architecture != "" {
+			out[i] = ocidoc.PlatformString(*d.Platform)
+		}
+	}
+	return out
 }
 
 // importImage builds the image, or finds an identical one, and writes it
 // to ref, or with opts.Append by digest to ref's repository.
-func (c *Client) importImage(ctx context.Context, ref name.Tag, disk Disk, src Source, opts ImportOptions) (*api.ImportResult, error) {
+func (im *Importer) importImage(ctx context.Context, ref name.Tag, disk Disk, src Source, opts ImportOptions) (*api.ImportResult, error) {
 	if src.DigestDeferred() {
-		return c.importWhileHashing(ctx, ref, disk, src, opts)
+		return im.importWhileHashing(ctx, ref, disk, src, opts)
 	}
 	digest, err := src.WaitDigest(ctx)
 	if err != nil {
@@ -195,23 +238,23 @@ func (c *Client) importImage(ctx context.Context, ref name.Tag, disk Disk, src S
 	}
 	desc := disk.Describe()
 	key := buildKey(digest, desc, opts)
-	if res, err := c.findExisting(ctx, ref, key, digest, desc, opts.Append); err != nil || res != nil {
+	if res, err := im.findExisting(ctx, ref, key, digest, desc, opts.Append); err != nil || res != nil {
 		return res, err
 	}
 	upload := knownKey(key)
 	if name := src.UploadName(); name != "" {
 		upload = knownKey(uploadNameKey(name, desc, opts))
 	}
-	b, err := c.build(ctx, ref, upload, disk, opts)
+	b, err := im.build(ctx, ref, upload, disk, opts)
 	if err != nil {
 		return nil, err
 	}
-	return c.publish(ctx, ref, key, digest, desc, opts, b)
+	return im.publish(ctx, ref, key, digest, desc, opts, b)
 }
 
 // importWhileHashing builds the layer while src's digest is computed, and
 // stops the build when the digest names an image that exists.
-func (c *Client) importWhileHashing(ctx context.Context, ref name.Tag, disk Disk, src Source, opts ImportOptions) (*api.ImportResult, error) {
+func (im *Importer) importWhileHashing(ctx context.Context, ref name.Tag, disk Disk, src Source, opts ImportOptions) (*api.ImportResult, error) {
 	desc := disk.Describe()
 	buildCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
@@ -234,7 +277,7 @@ func (c *Client) importWhileHashing(ctx context.Context, ref name.Tag, disk Disk
 			return
 		}
 		key := buildKey(d, desc, opts)
-		res, err := c.findExisting(buildCtx, ref, key, d, desc, opts.Append)
+		res, err := im.findExisting(buildCtx, ref, key, d, desc, opts.Append)
 		if res == nil && err == nil && !named {
 			later.set(key) // the upload can now be resumed by a later run
 		}
@@ -246,10 +289,10 @@ func (c *Client) importWhileHashing(ctx context.Context, ref name.Tag, disk Disk
 			stop(err)
 		}
 	}()
-	b, buildErr := c.build(buildCtx, ref, later, disk, opts)
+	b, buildErr := im.build(buildCtx, ref, later, disk, opts)
 	if buildErr != nil && !errors.Is(context.Cause(buildCtx), errFoundExisting) {
 		if cause := context.Cause(buildCtx); cause != nil {
-			if errors.Is(buildErr, ErrResumable) {
+			if errors.Is(buildErr, registry.ErrResumable) {
 				return nil, &resumableError{cause}
 			}
 			return nil, cause // hashing failed, or the caller gave up
@@ -265,7 +308,30 @@ func (c *Client) importWhileHashing(ctx context.Context, ref name.Tag, disk Disk
 	case buildErr != nil:
 		return nil, buildErr
 	}
-	return c.publish(ctx, ref, buildKey(f.digest, desc, opts), f.digest, desc, opts, b)
+	return im.publish(ctx, ref, buildKey(f.digest, desc, opts), f.digest, desc, opts, b)
+}
+
+// uploadKey names an upload so that a later run can resume it: the build
+// key, known at once or, while the source is still being hashed, later.
+// A nil *uploadKey names nothing.
+type uploadKey struct{ v atomic.Pointer[string] }
+
+func knownKey(key string) *uploadKey {
+	k := new(uploadKey)
+	k.set(key)
+	return k
+}
+
+func (k *uploadKey) set(key string) { k.v.Store(&key) }
+
+func (k *uploadKey) get() string {
+	if k == nil {
+		return ""
+	}
+	if p := k.v.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // uploadNameKey names the upload of a source known by name (see
@@ -282,15 +348,15 @@ var errFoundExisting = errors.New("an identical image exists")
 // already built with key (see builds.go), or nil when there is none that
 // the registry still fully holds. byDigest puts it in ref's repository
 // untagged rather than under ref.
-func (c *Client) findExisting(ctx context.Context, ref name.Tag, key, sourceDigest string, desc containerdisk.Description, byDigest bool) (*api.ImportResult, error) {
-	for _, rec := range c.cache.lookupBuilds(key, ref.RegistryStr(), ref.RepositoryStr()) {
+func (im *Importer) findExisting(ctx context.Context, ref name.Tag, key, sourceDigest string, desc containerdisk.Description, byDigest bool) (*api.ImportResult, error) {
+	for _, rec := range im.builds().lookupBuilds(key, ref.RegistryStr(), ref.RepositoryStr()) {
 		result := newResult(ref, sourceDigest, desc)
-		found, err := c.reuseBuild(ctx, ref, rec, result, byDigest)
+		found, err := im.reuseBuild(ctx, ref, rec, result, byDigest)
 		if ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
 		if err != nil {
-			c.opts.logger.Debug("reusing an earlier build failed; building", "repository", rec.Repository, "digest", rec.Digest, "error", err)
+			im.logger().Debug("reusing an earlier build failed; building", "repository", rec.Repository, "digest", rec.Digest, "error", err)
 			continue
 		}
 		if found {
@@ -312,41 +378,82 @@ type built struct {
 	layer     containerdisk.LayerInfo
 	sent      int64
 	allocated int64
-	upload    string // the upload's key, whose record publish forgets; "" for none
+	forget    func() // drops the upload's record once the manifest is put
 }
 
 // build validates the disk, then builds and uploads the layer. key names
 // the upload for resuming, possibly only later. A layer that an earlier run
 // committed under the same key, and that the registry still holds, is not
 // built again (the run was stopped before its manifest).
-func (c *Client) build(ctx context.Context, ref name.Tag, key *uploadKey, disk Disk, opts ImportOptions) (built, error) {
-	if b, ok := c.committedLayer(ctx, ref.Context(), key.get()); ok {
-		c.opts.logger.Info("the layer was uploaded by an interrupted run; publishing it", "reference", ref.String(), "digest", b.layer.Digest)
-		return b, nil
+func (im *Importer) build(ctx context.Context, ref name.Tag, key *uploadKey, disk Disk, opts ImportOptions) (built, error) {
+	var allocated int64
+	blob := registry.Blob{
+		Key: key.get,
+		// Validate the whole disk before anything is sent: an invalid L2
+		// table is refused with nothing uploaded.
+		Prepare: func(ctx context.Context) (err error) {
+			allocated, err = disk.Prepare(ctx)
+			return err
+		},
+		Write: func(ctx context.Context, w io.Writer) (string, map[string]string, error) {
+			layer, err := disk.WriteLayer(ctx, w, opts.Progress)
+			return layer.Digest, layerLabels(layer, allocated), err
+		},
+		// A refused disk's bytes, and those of a build an identical image
+		// made unnecessary, must not stay on the registry.
+		Discard: func(err error) bool {
+			return containerdisk.Rejected(err) || errors.Is(context.Cause(ctx), errFoundExisting)
+		},
 	}
-	// Validate the whole disk before anything is sent: an invalid L2
-	// table is refused with nothing uploaded.
-	allocated, err := disk.Prepare(ctx)
+	up, err := im.Registry.Upload(ctx, ref.Context(), blob)
 	if err != nil {
-		return built{}, err
+		return built{sent: up.Sent}, err
 	}
-	layer, sent, err := c.pushLayer(ctx, ref.Context(), key, disk, opts)
-	if errors.Is(err, errUploadLost) {
-		c.opts.logger.Info("upload session lost; sending the layer again", "reference", ref.String(), "error", err)
-		var again int64
-		layer, again, err = c.pushLayer(ctx, ref.Context(), key, disk, opts)
-		sent += again
+	b, ok := fromLabels(up)
+	if !ok && up.Earlier {
+		// A record this version cannot read: build the layer anew.
+		blob.Key = nil
+		if up, err = im.Registry.Upload(ctx, ref.Context(), blob); err != nil {
+			return built{sent: up.Sent}, err
+		}
+		b, ok = fromLabels(up)
 	}
-	b := built{layer: layer, sent: sent, allocated: allocated, upload: key.get()}
-	if err == nil {
-		c.rememberCommitted(ref.Context(), b)
+	if !ok {
+		return built{}, fmt.Errorf("the layer uploaded to %s has no valid description", ref.Context())
 	}
-	return b, err
+	if up.Earlier {
+		im.logger().Info("the layer was uploaded by an interrupted run; publishing it", "reference", ref.String(), "digest", b.layer.Digest)
+	}
+	return b, nil
+}
+
+// Labels a layer's upload records, so that a run that finds it committed
+// by an earlier one knows what it holds.
+const (
+	labelDiffID    = "diffID"
+	labelSize      = "size"
+	labelAllocated = "allocated"
+)
+
+func layerLabels(l containerdisk.LayerInfo, allocated int64) map[string]string {
+	return map[string]string{labelDiffID: l.DiffID, labelSize: strconv.FormatInt(l.Size, 10), labelAllocated: strconv.FormatInt(allocated, 10)}
+}
+
+// fromLabels reads the layer an upload committed; ok is false when its
+// labels are not what layerLabels writes.
+func fromLabels(up registry.Uploaded) (built, bool) {
+	size, err1 := strconv.ParseInt(up.Labels[labelSize], 10, 64)
+	allocated, err2 := strconv.ParseInt(up.Labels[labelAllocated], 10, 64)
+	diffID := up.Labels[labelDiffID]
+	if err1 != nil || err2 != nil || size <= 0 || allocated < 0 || imageref.CheckDigest(diffID) != nil || imageref.CheckDigest(up.Digest) != nil {
+		return built{}, false
+	}
+	return built{layer: containerdisk.LayerInfo{DiffID: diffID, Digest: up.Digest, Size: size}, sent: up.Sent, allocated: allocated, forget: up.Forget}, true
 }
 
 // publish pushes the config and the manifest, which writes ref (with
 // opts.Append, the manifest goes to ref's repository by digest).
-func (c *Client) publish(ctx context.Context, ref name.Tag, key, sourceDigest string, desc containerdisk.Description, opts ImportOptions, b built) (*api.ImportResult, error) {
+func (im *Importer) publish(ctx context.Context, ref name.Tag, key, sourceDigest string, desc containerdisk.Description, opts ImportOptions, b built) (*api.ImportResult, error) {
 	annotations := map[string]string{
 		api.AnnotationSourceDigest:  sourceDigest,
 		api.AnnotationSourceFormat:  desc.SourceFormat,
@@ -372,28 +479,24 @@ func (c *Client) publish(ctx context.Context, ref name.Tag, key, sourceDigest st
 	if err != nil {
 		return nil, err
 	}
-	configDesc, err := c.pushSmallBlob(ctx, ref.Context(), ocispec.MediaTypeImageConfig, img.Config)
-	if err != nil {
-		return nil, err
-	}
-	manifest := img.Manifest
-	// Blobs are committed; now the manifest, which writes the tag.
-	manifestDigest := img.Digest
+	// The layer is committed; the manifest, last, writes the tag.
 	var where name.Reference = ref
 	if opts.Append {
-		where = ref.Context().Digest(manifestDigest)
+		where = ref.Context().Digest(img.Digest)
 	}
-	if err := c.putManifest(ctx, where, manifest, types.OCIManifestSchema1); err != nil {
+	if err := Image(ctx, im.Registry, where, img); err != nil {
 		return nil, err
 	}
-	c.forgetCommitted(ref.Context(), b.upload)
+	if b.forget != nil {
+		b.forget()
+	}
 	result := newResult(ref, sourceDigest, desc)
 	result.LayerSize, result.UploadedBytes = b.layer.Size, b.sent
-	result.Digest = manifestDigest
+	result.Digest = img.Digest
 	result.Pinned = ref.Context().Digest(result.Digest).String()
-	c.cache.rememberBuild(buildRecord{Key: key, Registry: ref.RegistryStr(), Repository: ref.RepositoryStr(), Digest: result.Digest,
-		Config: configDesc.Digest.String(), Layer: b.layer.Digest, LayerSize: b.layer.Size})
-	c.opts.logger.Info("imported", "reference", ref.String(), "digest", result.Digest, "bytes", b.layer.Size)
+	im.builds().rememberBuild(buildRecord{Key: key, Registry: ref.RegistryStr(), Repository: ref.RepositoryStr(), Digest: result.Digest,
+		Config: img.ConfigDesc.Digest.String(), Layer: b.layer.Digest, LayerSize: b.layer.Size})
+	im.logger().Info("imported", "reference", ref.String(), "digest", result.Digest, "bytes", b.layer.Size)
 	return result, nil
 }
 
@@ -405,15 +508,12 @@ func (c *Client) publish(ctx context.Context, ref name.Tag, key, sourceDigest st
 // leaves ref alone: the image only has to be in ref's repository. It
 // reports false, forgetting rec, when the registry no longer holds it
 // all; the caller then builds.
-func (c *Client) reuseBuild(ctx context.Context, ref name.Tag, rec buildRecord, result *api.ImportResult, byDigest bool) (bool, error) {
-	from, err := name.NewDigest(rec.Registry+"/"+rec.Repository+"@"+rec.Digest, c.nameOptions()...)
-	if err != nil {
-		return false, err
-	}
-	manifest, ok, err := c.checkBuild(ctx, from, rec)
+func (im *Importer) reuseBuild(ctx context.Context, ref name.Tag, rec buildRecord, result *api.ImportResult, byDigest bool) (bool, error) {
+	from := ref.Context().Registry.Repo(rec.Repository).Digest(rec.Digest) // lookupBuilds kept ref's registry only
+	manifest, ok, err := im.checkBuild(ctx, from, rec)
 	if err != nil || !ok {
 		if err == nil {
-			c.cache.forgetBuild(rec)
+			im.builds().forgetBuild(rec)
 		}
 		return false, err
 	}
@@ -421,11 +521,11 @@ func (c *Client) reuseBuild(ctx context.Context, ref name.Tag, rec buildRecord, 
 	case rec.Repository == ref.RepositoryStr() && byDigest:
 		// checkBuild found it there.
 	case rec.Repository == ref.RepositoryStr():
-		err = c.putManifest(ctx, ref, manifest, types.OCIManifestSchema1)
+		err = im.Registry.PutManifest(ctx, ref, manifest, types.OCIManifestSchema1)
 	case byDigest:
-		_, err = c.Copy(ctx, from, ref.Context().Digest(rec.Digest), CopyOptions{})
+		_, err = im.Registry.Copy(ctx, from, ref.Context().Digest(rec.Digest), registry.CopyOptions{})
 	default:
-		_, err = c.Copy(ctx, from, ref, CopyOptions{})
+		_, err = im.Registry.Copy(ctx, from, ref, registry.CopyOptions{})
 	}
 	if err != nil {
 		var terr *transport.Error
@@ -435,7 +535,7 @@ func (c *Client) reuseBuild(ctx context.Context, ref name.Tag, rec buildRecord, 
 		return false, err
 	}
 	rec.Repository = ref.RepositoryStr()
-	c.cache.rememberBuild(rec)
+	im.builds().rememberBuild(rec)
 	result.Digest = rec.Digest
 	result.Pinned = ref.Context().Digest(rec.Digest).String()
 	result.Reused = true
@@ -447,78 +547,28 @@ func (c *Client) reuseBuild(ctx context.Context, ref name.Tag, rec buildRecord, 
 // that its bytes have the digest) and checks that it is the one rec
 // describes and that its repository holds the config and the layer. ok is
 // false when something is missing or different.
-func (c *Client) checkBuild(ctx context.Context, pinned name.Digest, rec buildRecord) (manifest []byte, ok bool, err error) {
-	ropts, err := c.remoteOptions(ctx, pinned.Registry)
-	if err != nil {
-		return nil, false, err
-	}
-	// One puller: the manifest and the blob checks share its session.
-	puller, err := remote.NewPuller(ropts...)
-	if err != nil {
-		return nil, false, err
-	}
-	desc, err := puller.Get(ctx, pinned)
+func (im *Importer) checkBuild(ctx context.Context, pinned name.Digest, rec buildRecord) (manifest []byte, ok bool, err error) {
+	m, err := im.Registry.FetchManifest(ctx, pinned) // checks the digest
 	var terr *transport.Error
 	if errors.As(err, &terr) && terr.StatusCode == http.StatusNotFound {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("fetching %s: %w", pinned, err)
+		return nil, false, err
 	}
-	if desc.Digest.String() != rec.Digest {
-		return nil, false, fmt.Errorf("%s answered with manifest %s", pinned, desc.Digest)
-	}
-	var m ocispec.Manifest
-	if err := json.Unmarshal(desc.Manifest, &m); err != nil || len(m.Layers) != 1 ||
-		m.Config.Digest.String() != rec.Config || m.Layers[0].Digest.String() != rec.Layer ||
-		m.Layers[0].Size != rec.LayerSize || m.Annotations[api.AnnotationBuildKey] != rec.Key {
+	var doc ocispec.Manifest
+	if err := json.Unmarshal(m.Bytes, &doc); err != nil || len(doc.Layers) != 1 ||
+		doc.Config.Digest.String() != rec.Config || doc.Layers[0].Digest.String() != rec.Layer ||
+		doc.Layers[0].Size != rec.LayerSize || doc.Annotations[api.AnnotationBuildKey] != rec.Key {
 		return nil, false, nil
 	}
 	for _, d := range []string{rec.Config, rec.Layer} {
-		blob, err := puller.Layer(ctx, pinned.Context().Digest(d))
-		if err != nil {
-			return nil, false, err
-		}
-		if exists, err := partial.Exists(blob); err != nil || !exists {
+		up, err := im.Registry.Upload(ctx, pinned.Context(), registry.Blob{Digest: d})
+		if err != nil || !up.Held {
 			return nil, false, err
 		}
 	}
-	return desc.Manifest, true, nil
-}
-
-// pushLayer builds the layer and streams it into a resumable upload.
-// It returns the layer and how many bytes this run sent.
-func (c *Client) pushLayer(ctx context.Context, repo name.Repository, key *uploadKey, disk Disk, opts ImportOptions) (containerdisk.LayerInfo, int64, error) {
-	up, err := c.startUpload(ctx, repo, key)
-	if err != nil {
-		return containerdisk.LayerInfo{}, 0, err
-	}
-	up.run(ctx)
-	layer, err := disk.WriteLayer(ctx, up, opts.Progress)
-	if err == nil {
-		err = up.finish()
-	} else {
-		up.abort()
-	}
-	if err == nil {
-		err = up.commit(ctx, layer.Digest)
-	}
-	if err != nil {
-		if containerdisk.Rejected(err) || errors.Is(context.Cause(ctx), errFoundExisting) {
-			// Rejected or not needed: its bytes must not stay on the registry.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			up.cancel(cctx)
-			cancel()
-			return containerdisk.LayerInfo{}, up.sent, err
-		}
-		// Interrupted or failed: the session stays, for a later run.
-		if !errors.Is(err, errUploadLost) && up.saveState() {
-			err = &resumableError{err}
-		}
-		return containerdisk.LayerInfo{}, up.sent, err
-	}
-	c.opts.logger.Debug("layer uploaded", "digest", layer.Digest, "bytes", layer.Size, "sent", up.sent, "resent", up.resent)
-	return layer, up.sent, nil
+	return m.Bytes, true, nil
 }
 
 // imageConfig is the image config of an import: its platform, labels
@@ -543,26 +593,4 @@ func imageConfig(o ImportOptions, annotations map[string]string) containerdisk.I
 		cfg.Created = &t
 	}
 	return cfg
-}
-
-// rawManifest lets go-containerregistry put manifest bytes as they are.
-type rawManifest struct {
-	b  []byte
-	mt types.MediaType
-}
-
-func (m rawManifest) RawManifest() ([]byte, error)        { return m.b, nil }
-func (m rawManifest) MediaType() (types.MediaType, error) { return m.mt, nil }
-
-// putManifest puts manifest, of media type mt, at ref: a tag, or a digest
-// (then the manifest's own).
-func (c *Client) putManifest(ctx context.Context, ref name.Reference, manifest []byte, mt types.MediaType) error {
-	ropts, err := c.remoteOptions(ctx, ref.Context().Registry)
-	if err != nil {
-		return err
-	}
-	if err := remote.Put(ref, rawManifest{manifest, mt}, ropts...); err != nil {
-		return fmt.Errorf("pushing the manifest to %s: %w", ref, err)
-	}
-	return nil
 }

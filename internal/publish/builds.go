@@ -1,15 +1,16 @@
-package registry
+package publish
 
 import (
 	"cmp"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
 
 	"github.com/imagepipe/imagepipe/internal/cachefile"
 	"github.com/imagepipe/imagepipe/internal/imageref"
@@ -19,7 +20,7 @@ import (
 // build key, the registry, repository and manifest digest (with its config
 // and layer digests) of every image it built or copied from one it built.
 // A re-import skips work only when such a record exists and the registry
-// still holds exactly that manifest and both its blobs (Client.reuseBuild):
+// still holds exactly that manifest and both its blobs (reuseBuild):
 // nothing found in a registry alone is trusted, since anyone with push
 // access can put any image under any tag, with any annotations. Losing the
 // file only costs the optimisation.
@@ -71,8 +72,8 @@ type buildsFile struct {
 	Records []buildRecord `json:"records"`
 }
 
-// cacheDir is a Client's cache directory: its build record (here) and
-// the state of its interrupted uploads (upload.go). "" disables both.
+// cacheDir is an Importer's cache directory, which holds its build
+// record; "" disables it.
 type cacheDir struct {
 	dir    string
 	logger *slog.Logger
@@ -103,14 +104,9 @@ func (c cacheDir) loadBuilds() []buildRecord {
 	if p == "" {
 		return nil
 	}
-	f, err := os.Open(p)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
 	var file buildsFile
-	if err := json.NewDecoder(&limitedReader{r: f, n: buildsMaxFileSize}).Decode(&file); err != nil || file.Version != buildsVersion {
-		c.logger.Debug("ignoring a corrupt or older build record", "path", p)
+	if err := cachefile.ReadJSON(p, buildsMaxFileSize, &file); err != nil || file.Version != buildsVersion {
+		c.logger.Debug("ignoring an unreadable, corrupt or older build record", "path", p)
 		return nil
 	}
 	return slices.DeleteFunc(file.Records, func(r buildRecord) bool { return !r.valid() })
@@ -197,21 +193,12 @@ func (c cacheDir) saveBuilds(p string, records []buildRecord) {
 	_ = cachefile.WriteFile(p, b)
 }
 
-// limitedReader reads at most n bytes and then fails, so that an
-// oversized file is an error rather than a truncated document.
-type limitedReader struct {
-	r interface{ Read([]byte) (int, error) }
-	n int64
-}
-
-func (l *limitedReader) Read(p []byte) (int, error) {
-	if l.n <= 0 {
-		return 0, errors.New("the file is larger than its limit")
+// RecordCopy notes that the image of manifest digest d is now also at
+// dst, when this machine built it: importing the same source into dst's
+// repository then only tags.
+func (im *Importer) RecordCopy(d string, dst name.Repository) {
+	if rec, ok := im.builds().lookupDigest(d); ok {
+		rec.Registry, rec.Repository = dst.RegistryStr(), dst.RepositoryStr()
+		im.builds().rememberBuild(rec)
 	}
-	if int64(len(p)) > l.n {
-		p = p[:l.n]
-	}
-	n, err := l.r.Read(p)
-	l.n -= int64(n)
-	return n, err
 }

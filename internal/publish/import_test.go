@@ -1,4 +1,4 @@
-package registry
+package publish
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
@@ -15,17 +16,30 @@ import (
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/disktest"
 	"github.com/imagepipe/imagepipe/internal/imageref"
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
-func testClient(t *testing.T, opts ...Option) *Client {
+// testEnv is a registry client and an importer sharing one cache
+// directory of the test's own.
+type testEnv struct {
+	*registry.Client
+	im *Importer
+}
+
+func (e testEnv) Import(ctx context.Context, ref name.Tag, disk Disk, src Source, opts ImportOptions) (*api.ImportResult, error) {
+	return e.im.Import(ctx, ref, disk, src, opts)
+}
+
+func testClient(t *testing.T, opts ...registry.Option) testEnv {
 	t.Helper()
-	c, err := New(append([]Option{WithCacheDir(t.TempDir())}, opts...)...)
+	dir := t.TempDir()
+	c, err := registry.New(append([]registry.Option{registry.WithCacheDir(dir)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return testEnv{c, &Importer{Registry: c, CacheDir: dir}}
 }
 
 func TestImportContainerDiskShape(t *testing.T) {

@@ -1,4 +1,4 @@
-package registry
+package publish
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/disktest"
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -33,9 +34,9 @@ func platformDisk(t *testing.T, seed uint64) disktest.Source {
 
 // importFor imports src for platform p to ref, appending to its index
 // when appendIt.
-func importFor(t *testing.T, c *Client, ref string, src disktest.Source, p string, appendIt bool) *api.ImportResult {
+func importFor(t *testing.T, c testEnv, ref string, src disktest.Source, p string, appendIt bool) *api.ImportResult {
 	t.Helper()
-	pl, err := ParsePlatform(p)
+	pl, err := registry.ParsePlatform(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,9 +165,9 @@ func TestAppendPublishesOneTagForSeveralPlatforms(t *testing.T) {
 	// Resolved per platform; linux/amd64 by default.
 	tag := disktest.MustTag(t, ref)
 	for _, tc := range []struct {
-		client *Client
+		client testEnv
 		image  string
-	}{{c, first.ImageDigest}, {testClient(t, WithPlatform(Platform{"linux", "arm64", ""})), second.ImageDigest}, {testClient(t, WithArchitecture("arm64")), second.ImageDigest}} {
+	}{{c, first.ImageDigest}, {testClient(t, registry.WithPlatform(registry.Platform{OS: "linux", Architecture: "arm64", Variant: ""})), second.ImageDigest}, {testClient(t, registry.WithArchitecture("arm64")), second.ImageDigest}} {
 		img, index, err := tc.client.PlatformImage(t.Context(), tag)
 		if err != nil {
 			t.Fatal(err)
@@ -224,7 +225,7 @@ func TestAppendReplacesItsPlatformAndKeepsTheRest(t *testing.T) {
 	pushIndex(t, ambiguous, map[string]string{"org.opencontainers.image.title": "fedora"},
 		idxEntry{src: plain.Pinned, platform: linux("arm64")},
 		idxEntry{src: imageRef(t, amd), platform: &v1.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"}},
-		idxEntry{platform: &v1.Platform{OS: "unknown", Architecture: "unknown"}, annotations: map[string]string{referenceDigestAnnotation: plain.Digest}},
+		idxEntry{platform: &v1.Platform{OS: "unknown", Architecture: "unknown"}, annotations: map[string]string{"vnd.docker.reference.digest": plain.Digest}},
 		idxEntry{src: imageRef(t, arm), platform: linux("s390x")},
 	)
 	healed := importFor(t, c, ambiguous, platformDisk(t, 2), "linux/arm64", true)
@@ -294,20 +295,20 @@ func TestAppendRefusesWhatCannotBeAnIndex(t *testing.T) {
 		}},
 		{"too many entries", "would list 65 manifests", func(ref string) {
 			var es []idxEntry
-			for range MaxIndexEntries {
+			for range registry.MaxIndexEntries {
 				es = append(es, idxEntry{src: arm.Pinned, platform: linux("386")})
 			}
 			pushIndex(t, ref, nil, es...)
 		}},
 		{"past the entry limit", "lists 65 manifests", func(ref string) {
 			var es []idxEntry
-			for range MaxIndexEntries + 1 {
+			for range registry.MaxIndexEntries + 1 {
 				es = append(es, idxEntry{src: arm.Pinned, platform: linux("386")})
 			}
 			pushIndex(t, ref, nil, es...)
 		}},
 		{"past the size limit", "imagepipe reads indexes of at most", func(ref string) {
-			pushIndex(t, ref, map[string]string{"padding": strings.Repeat("x", MaxIndexSize)}, idxEntry{src: arm.Pinned, platform: linux("arm64")})
+			pushIndex(t, ref, map[string]string{"padding": strings.Repeat("x", registry.MaxIndexSize)}, idxEntry{src: arm.Pinned, platform: linux("arm64")})
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -350,7 +351,7 @@ func TestAppendMergesAgainWhenTheTagMoves(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var armed, fired atomic.Bool
-			c := testClient(t, WithRequestObserver(func(method, path string, status int) {
+			c := testClient(t, registry.WithRequestObserver(func(method, path string, status int) {
 				if armed.Load() && method == tc.method && path == "/v2/acme/race/manifests/1" && status < 300 && !fired.Swap(true) {
 					pushIndex(t, host+"/acme/race:1", nil, tc.intruder...)
 				}
@@ -374,16 +375,16 @@ func TestResolveRefusesHostileIndexes(t *testing.T) {
 	c := testClient(t)
 	amd := importFor(t, c, host+"/acme/parts:amd", platformDisk(t, 1), "linux/amd64", false)
 	arm := importFor(t, c, host+"/acme/parts:arm", platformDisk(t, 2), "linux/arm64", false)
-	armOnly := testClient(t, WithPlatform(Platform{"linux", "arm64", ""}))
+	armOnly := testClient(t, registry.WithPlatform(registry.Platform{OS: "linux", Architecture: "arm64", Variant: ""}))
 	var many []idxEntry
-	for range MaxIndexEntries + 1 {
+	for range registry.MaxIndexEntries + 1 {
 		many = append(many, idxEntry{src: arm.Pinned, platform: linux("386")})
 	}
 	for _, tc := range []struct {
 		name        string
 		annotations map[string]string
 		entries     []idxEntry
-		client      *Client
+		client      testEnv
 		reason      string // part of the rejection
 		describes   string // the image the report still describes, if any
 		copyRefused bool   // a whole copy is refused too
@@ -397,7 +398,7 @@ func TestResolveRefusesHostileIndexes(t *testing.T) {
 		{name: "nested index", entries: []idxEntry{{nested: true, platform: linux("arm64")}, {src: amd.Pinned, platform: linux("amd64")}}, client: armOnly,
 			reason: "linux/arm64 entry sha256:"},
 		{name: "too many entries", entries: many, client: c, reason: "lists 65 manifests", copyRefused: true},
-		{name: "too large", annotations: map[string]string{"padding": strings.Repeat("x", MaxIndexSize)}, entries: []idxEntry{{src: amd.Pinned, platform: linux("amd64")}}, client: c,
+		{name: "too large", annotations: map[string]string{"padding": strings.Repeat("x", registry.MaxIndexSize)}, entries: []idxEntry{{src: amd.Pinned, platform: linux("amd64")}}, client: c,
 			reason: "imagepipe reads indexes of at most", copyRefused: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -408,15 +409,15 @@ func TestResolveRefusesHostileIndexes(t *testing.T) {
 				index == nil || imageDigest(t, img) != tc.describes {
 				t.Errorf("resolve: %v, %+v, image %s; want a platform-mismatch saying %q with the image %q", err, index, imageDigest(t, img), tc.reason, tc.describes)
 			}
-			p := tc.client.opts.platform
-			if p == nil {
-				p = &DefaultPlatform
+			p := &registry.DefaultPlatform
+			if tc.client.Client == armOnly.Client {
+				p = &registry.Platform{OS: "linux", Architecture: "arm64"}
 			}
 			dst := disktest.MustTag(t, host+"/acme/copied:"+strings.ReplaceAll(tc.name, " ", "-"))
-			if _, err := c.Copy(t.Context(), ref, dst, CopyOptions{Platform: p}); reject.As(err) == nil || !strings.Contains(err.Error(), tc.reason) {
+			if _, err := c.Copy(t.Context(), ref, dst, registry.CopyOptions{Platform: p}); reject.As(err) == nil || !strings.Contains(err.Error(), tc.reason) {
 				t.Errorf("copy --platform %s: %v", p, err)
 			}
-			_, err = c.Copy(t.Context(), ref, dst, CopyOptions{})
+			_, err = c.Copy(t.Context(), ref, dst, registry.CopyOptions{})
 			if tc.copyRefused != (err != nil) || (err != nil && !strings.Contains(err.Error(), tc.reason)) {
 				t.Errorf("copy of the whole index: %v", err)
 			}
@@ -432,7 +433,7 @@ func TestResolveRefusesHostileIndexes(t *testing.T) {
 	if reject.As(err) == nil || imageDigest(t, img) != amd.Digest || !strings.Contains(err.Error(), "built for linux/amd64; linux/arm64 was asked for") {
 		t.Errorf("resolving an amd64 image for arm64: %s, %v", imageDigest(t, img), err)
 	}
-	if _, err := c.Copy(t.Context(), disktest.MustTag(t, host+"/acme/parts:amd"), disktest.MustTag(t, host+"/acme/copied:x"), CopyOptions{Platform: &Platform{"linux", "arm64", ""}}); reject.As(err) == nil {
+	if _, err := c.Copy(t.Context(), disktest.MustTag(t, host+"/acme/parts:amd"), disktest.MustTag(t, host+"/acme/copied:x"), registry.CopyOptions{Platform: &registry.Platform{OS: "linux", Architecture: "arm64", Variant: ""}}); reject.As(err) == nil {
 		t.Errorf("copy --platform linux/arm64 of an amd64 image: %v", err)
 	}
 
@@ -440,11 +441,11 @@ func TestResolveRefusesHostileIndexes(t *testing.T) {
 	// kept; the whole index keeps the index's digest.
 	good := disktest.MustTag(t, host+"/acme/good:1")
 	d := pushIndex(t, good.String(), nil, idxEntry{src: amd.Pinned, platform: linux("amd64")}, idxEntry{src: arm.Pinned, platform: linux("arm64")})
-	pinned, err := c.Copy(t.Context(), good, disktest.MustTag(t, host+"/acme/copied:arm"), CopyOptions{Platform: &Platform{"linux", "arm64", ""}})
+	pinned, err := c.Copy(t.Context(), good, disktest.MustTag(t, host+"/acme/copied:arm"), registry.CopyOptions{Platform: &registry.Platform{OS: "linux", Architecture: "arm64", Variant: ""}})
 	if err != nil || pinned.DigestStr() != arm.Digest {
 		t.Errorf("copy --platform linux/arm64: %v, %v; want %s", pinned, err, arm.Digest)
 	}
-	pinned, err = c.Copy(t.Context(), good, disktest.MustTag(t, host+"/acme/copied:all"), CopyOptions{})
+	pinned, err = c.Copy(t.Context(), good, disktest.MustTag(t, host+"/acme/copied:all"), registry.CopyOptions{})
 	if err != nil || pinned.DigestStr() != d {
 		t.Errorf("copy of the index: %v, %v; want %s", pinned, err, d)
 	}
@@ -482,4 +483,12 @@ func pushLayers(t *testing.T, ref string, annotations map[string]string, layers 
 		t.Fatal(err)
 	}
 	return r
+}
+
+// platformString names an index entry's platform as reports do.
+func platformString(p *v1.Platform) string {
+	if p == nil || p.OS == "" || p.Architecture == "" {
+		return "unknown"
+	}
+	return registry.Platform{OS: p.OS, Architecture: p.Architecture, Variant: p.Variant}.String()
 }
