@@ -6,12 +6,12 @@
 // containerDisk back is internal/diskimage's, explaining failures to
 // people cmd/imagectl's, credential files internal/credstore's.
 //
-// It is built on go-containerregistry; internal/catalog reaches artifacts
-// through the oras-go client ORASRepository opens. Hand-written net/http
-// serves what neither library offers: the resumable chunked upload (a
-// failed PATCH resumes from the bytes the registry acknowledged, also in
-// a later run), the push check that opens and deletes an upload session,
-// and tag listing with ETags (polling an unchanged repository costs a 304).
+// It is built on go-containerregistry; internal/catalog and verdict reach
+// artifacts through the oras-go client ORASRepository opens. Hand-written
+// net/http serves what neither library offers: the resumable chunked
+// upload (a failed PATCH resumes from the bytes the registry acknowledged,
+// also in a later run), the push check that opens and deletes an upload
+// session, and tag listing with ETags (an unchanged repository costs a 304).
 //
 // A reference is parsed once, by internal/imageref; the Client turns its
 // Ref into go-containerregistry's names, carrying WithInsecure into them.
