@@ -121,7 +121,7 @@ func TestVerdictsThatProveNothing(t *testing.T) {
 		t.Fatalf("the same build gave %s and %s", good, copied)
 	}
 	goodRef := mustDigest(t, e.host+"/acme/good@"+good)
-	refs, err := e.reg.Referrers(t.Context(), goodRef, api.VerdictArtifactType)
+	refs, _, err := e.reg.Referrers(t.Context(), goodRef, api.VerdictArtifactType)
 	if err != nil || len(refs) != 1 {
 		t.Fatalf("referrers: %v, %v", refs, err)
 	}
@@ -129,7 +129,7 @@ func TestVerdictsThatProveNothing(t *testing.T) {
 	copyRef := mustDigest(t, e.host+"/other/copy@"+copied)
 	raw, _ := e.reg.FetchManifest(t.Context(), copyRef)
 	desc := ocispec.Descriptor{MediaType: string(raw.MediaType), Digest: godigest.Digest(raw.Digest), Size: int64(len(raw.Bytes))}
-	if _, err := e.reg.AttachArtifact(t.Context(), copyRef, desc, registry.Artifact{ArtifactType: api.VerdictArtifactType, MediaType: attest.BundleMediaType, Content: bundle}); err != nil {
+	if _, err := verdict.Attach(t.Context(), e.reg, copyRef, desc, verdict.Artifact{ArtifactType: api.VerdictArtifactType, MediaType: attest.BundleMediaType, Content: bundle}); err != nil {
 		t.Fatal(err)
 	}
 	// A verdict the tenant signed for a rejected image of its own.
@@ -207,7 +207,7 @@ func TestOneSubjectIsHandledOnceAtATime(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	refs, err := e.reg.Referrers(t.Context(), subject, api.VerdictArtifactType)
+	refs, _, err := e.reg.Referrers(t.Context(), subject, api.VerdictArtifactType)
 	if err != nil || len(refs) != 1 {
 		t.Errorf("%d verdicts attached (%v); want one", len(refs), err)
 	}
@@ -295,7 +295,7 @@ func TestARecheckLooksForTheVerdictOnce(t *testing.T) {
 	if v, err := s.Handle(t.Context(), subject); err != nil || v.Verdict != api.VerdictRejected || v.Reasons[0].Code != string(reject.Unsigned) {
 		t.Fatalf("%+v, %v; want refused, unsigned", v, err)
 	}
-	refs, err := e.reg.Referrers(t.Context(), subject, api.VerdictArtifactType)
+	refs, _, err := e.reg.Referrers(t.Context(), subject, api.VerdictArtifactType)
 	if err != nil || len(refs) != 1 {
 		t.Fatalf("%d verdicts attached (%v); want one", len(refs), err)
 	}
@@ -335,7 +335,7 @@ func TestTheGatesOwnReferrersTagBringsNoLook(t *testing.T) {
 	if err != nil || !found {
 		t.Fatalf("the referrers tag: %v, %v; want the index the gate pushed", found, err)
 	}
-	refs, err := e.reg.Referrers(t.Context(), subject, api.VerdictArtifactType)
+	refs, _, err := e.reg.Referrers(t.Context(), subject, api.VerdictArtifactType)
 	if err != nil || len(refs) != 1 {
 		t.Fatalf("%d verdicts attached (%v); want one", len(refs), err)
 	}

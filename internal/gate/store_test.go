@@ -37,7 +37,7 @@ func hideVerdicts(t *testing.T, e *env, subject name.Digest) {
 	if err := e.reg.PutManifest(t.Context(), tag, empty, types.OCIImageIndex); err != nil {
 		t.Fatal(err)
 	}
-	if refs, err := e.reg.Referrers(t.Context(), subject, ""); err != nil || len(refs) != 0 {
+	if refs, _, err := e.reg.Referrers(t.Context(), subject, ""); err != nil || len(refs) != 0 {
 		t.Fatalf("after emptying the referrers tag, referrers of %s: %v, %v", subject, refs, err)
 	}
 }

@@ -50,7 +50,7 @@ func (e *env) sign(t *testing.T, signer *attest.Signer, subject name.Digest) {
 // verdictCount is how many verdicts are attached to subject.
 func (e *env) verdictCount(t *testing.T, subject name.Digest) int {
 	t.Helper()
-	refs, err := e.reg.Referrers(t.Context(), subject, "")
+	refs, _, err := e.reg.Referrers(t.Context(), subject, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestTenantSignaturePolicy(t *testing.T) {
 // of subject: its manifest pushed by digest alone.
 func referrerEvents(t *testing.T, e *env, subject name.Digest) []intake.Event {
 	t.Helper()
-	refs, err := e.reg.Referrers(t.Context(), subject, "")
+	refs, _, err := e.reg.Referrers(t.Context(), subject, "")
 	if err != nil {
 		t.Fatal(err)
 	}

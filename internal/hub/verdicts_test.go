@@ -26,6 +26,7 @@ import (
 	godigest "github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	orasremote "oras.land/oras-go/v2/registry/remote"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/registry"
@@ -167,8 +168,8 @@ func newSigner(t *testing.T) *attest.Signer {
 // manifest asked for by digest (whose check then fails).
 type noReferrers struct{}
 
-func (noReferrers) Referrers(context.Context, name.Digest, string) ([]v1.Descriptor, error) {
-	return nil, nil
+func (noReferrers) Referrers(context.Context, name.Digest, string) ([]v1.Descriptor, string, error) {
+	return nil, "", nil
 }
 
 // noReferrersBundle is the one blob of every artifact noReferrers holds.
@@ -190,8 +191,8 @@ func (noReferrers) OpenBlob(context.Context, name.Repository, string) (io.ReadCl
 	return io.NopCloser(bytes.NewReader(noReferrersBundle)), nil
 }
 
-func (noReferrers) AttachArtifact(context.Context, name.Digest, ocispec.Descriptor, registry.Artifact) (registry.Attached, error) {
-	return registry.Attached{}, fmt.Errorf("read-only")
+func (noReferrers) ORASRepository(context.Context, name.Repository) (*orasremote.Repository, error) {
+	return nil, fmt.Errorf("read-only")
 }
 
 // trustsNothing refuses every bundle.

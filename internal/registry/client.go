@@ -299,23 +299,8 @@ func (c *Client) session(ctx context.Context, reg name.Registry) (http.RoundTrip
 	return c.cachedSession(ctx, reg, reg.RegistryStr(), reg.Scope(transport.PullScope))
 }
 
-// pushSession is session for pushes into repo: one authentication for the
-// blobs and manifests of an attachment, and for the next ones. It also
-// returns the registry's base URL ("https://host" or "http://host").
-func (c *Client) pushSession(ctx context.Context, repo name.Repository) (http.RoundTripper, string, error) {
-	rt, err := c.cachedSession(ctx, repo.Registry, "push "+repo.Name(), repo.Scope(transport.PushScope))
-	if err != nil {
-		return nil, "", err
-	}
-	scheme, err := c.scheme(ctx, repo.Registry)
-	if err != nil {
-		return nil, "", err
-	}
-	return rt, scheme + "://" + repo.RegistryStr(), nil
-}
-
-// maxSessions bounds the transports kept (one per registry, one per
-// repository pushed to); past it, all are dropped and made again.
+// maxSessions bounds the transports kept (one per registry); past it, all
+// are dropped and made again.
 const maxSessions = 256
 
 // cachedSession returns the transport kept under key, or makes one for

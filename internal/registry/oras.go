@@ -13,7 +13,11 @@ import (
 
 // ORASRepository opens repo with oras-go, authenticated and over the same
 // scheme, TLS settings, User-Agent and credentials as the rest of the
-// client, for artifacts that are not disk images (internal/catalog).
+// client, for artifacts that are not disk images (internal/catalog,
+// internal/verdict). On registries without the referrers API, a manifest
+// pushed with a subject extends the subject's referrers tag; the index the
+// tag pointed at before is never deleted, since others (the gate, hubs)
+// may be reading it.
 func (c *Client) ORASRepository(ctx context.Context, repo name.Repository) (*remote.Repository, error) {
 	r, err := remote.NewRepository(repo.Name())
 	if err != nil {
@@ -24,6 +28,7 @@ func (c *Client) ORASRepository(ctx context.Context, repo name.Repository) (*rem
 		return nil, err
 	}
 	r.PlainHTTP = scheme == "http"
+	r.SkipReferrersGC = true
 	authr, err := c.authenticator(repo.Registry)
 	if err != nil {
 		return nil, err

@@ -11,7 +11,6 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
-	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -28,7 +27,7 @@ func Sign(ctx context.Context, reg Registry, signer *attest.Signer, subject name
 	if err != nil {
 		return "", err
 	}
-	a, err := reg.AttachArtifact(ctx, subject, subjectDesc, registry.Artifact{
+	a, err := Attach(ctx, reg, subject, subjectDesc, Artifact{
 		ArtifactType: api.VerdictArtifactType, MediaType: attest.BundleMediaType, Content: bundle,
 		Annotations: map[string]string{
 			PredicateTypeAnnotation:       attest.CosignSignPredicateType,

@@ -4,8 +4,8 @@
 //
 // A verdict (api.Verdict) is signed by internal/attest as an in-toto
 // statement about the pushed digest and attached to that digest as an OCI
-// 1.1 referrer (on registries without the referrers API, through the
-// referrers tag, which go-containerregistry keeps). Find trusts a verdict
+// 1.1 referrer with oras-go (on registries without the referrers API,
+// through the referrers tag, which oras-go extends). Find trusts a verdict
 // only when a trusted key signed it, its statement's subject is the digest
 // asked about, and it names the repository it is found in: a verdict
 // copied into another repository admits nothing there. Anyone with push
@@ -27,6 +27,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2/registry/remote"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/registry"
@@ -48,29 +49,30 @@ type Checker interface {
 // Registry is what publishing and finding verdicts needs of a registry;
 // *registry.Client implements it.
 type Registry interface {
-	Referrers(ctx context.Context, subject name.Digest, artifactType string) ([]v1.Descriptor, error)
+	Referrers(ctx context.Context, subject name.Digest, artifactType string) (refs []v1.Descriptor, tag string, err error)
 	FetchManifest(ctx context.Context, ref name.Reference) (*registry.RawManifest, error)
 	OpenBlob(ctx context.Context, repo name.Repository, digest string) (io.ReadCloser, error)
-	AttachArtifact(ctx context.Context, subject name.Digest, subjectDesc ocispec.Descriptor, a registry.Artifact) (registry.Attached, error)
+	// ORASRepository opens repo for Attach's pushes.
+	ORASRepository(ctx context.Context, repo name.Repository) (*remote.Repository, error)
 }
 
 var _ Registry = (*registry.Client)(nil)
 
 // Publish signs v with signer and attaches it to subject, whose manifest
 // subjectDesc describes. It returns what was attached.
-func Publish(ctx context.Context, reg Registry, signer *attest.Signer, subject name.Digest, subjectDesc ocispec.Descriptor, v *api.Verdict) (registry.Attached, error) {
+func Publish(ctx context.Context, reg Registry, signer *attest.Signer, subject name.Digest, subjectDesc ocispec.Descriptor, v *api.Verdict) (Attached, error) {
 	pred, err := json.Marshal(v)
 	if err != nil {
-		return registry.Attached{}, err
+		return Attached{}, err
 	}
 	bundle, err := signer.Sign(ctx, attest.Statement{
 		Subject: subject.DigestStr(), SubjectName: subject.Context().Name(),
 		PredicateType: api.VerdictPredicateType, Predicate: pred,
 	})
 	if err != nil {
-		return registry.Attached{}, err
+		return Attached{}, err
 	}
-	return reg.AttachArtifact(ctx, subject, subjectDesc, registry.Artifact{
+	return Attach(ctx, reg, subject, subjectDesc, Artifact{
 		ArtifactType: api.VerdictArtifactType, MediaType: attest.BundleMediaType, Content: bundle,
 		Annotations: map[string]string{
 			PredicateTypeAnnotation:            api.VerdictPredicateType,
@@ -187,7 +189,7 @@ func fetchBundle(ctx context.Context, reg Registry, repo name.Repository, r Refe
 // report the config's media type as a referrer's artifact type. What is
 // not such a bundle fails the checks that follow.
 func bundles(ctx context.Context, reg Registry, subject name.Digest, predicateType string) ([]string, error) {
-	refs, err := reg.Referrers(ctx, subject, "")
+	refs, _, err := reg.Referrers(ctx, subject, "")
 	if err != nil {
 		return nil, err
 	}

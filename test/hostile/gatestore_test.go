@@ -139,7 +139,7 @@ func TestTheGateReadsEachLayerOnceAndKeepsWhatItVerified(t *testing.T) {
 	if err := rc.PutManifest(t.Context(), hidden.Context().Tag(strings.Replace(hidden.DigestStr(), ":", "-", 1)), empty, types.OCIImageIndex); err != nil {
 		t.Fatal(err)
 	}
-	if refs, err := rc.Referrers(t.Context(), hidden, ""); err != nil || len(refs) != 0 {
+	if refs, _, err := rc.Referrers(t.Context(), hidden, ""); err != nil || len(refs) != 0 {
 		t.Fatalf("after emptying the referrers tag, the registry lists %v, %v", refs, err)
 	}
 	harness.WaitUntil(t, "the gate to publish the hidden verdict again", time.Minute, 100*time.Millisecond, func() (bool, error) {
@@ -200,7 +200,7 @@ func TestTheGateOnZotWithTheReferrersAPI(t *testing.T) {
 	}
 	// zot 1.4 reports a referrer's config media type as its artifact
 	// type: all referrers are listed, the verdicts told by annotation.
-	refs, err := rc.Referrers(t.Context(), subject, "")
+	refs, _, err := rc.Referrers(t.Context(), subject, "")
 	if err != nil || len(refs) == 0 {
 		t.Fatalf("the registry's referrers of %s: %v, %v", subject, refs, err)
 	}

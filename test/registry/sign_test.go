@@ -181,7 +181,7 @@ func TestReferrersTagReadDirectlyOnceTheAPIIsMissing(t *testing.T) {
 	}
 	before := apiCalls()
 	for i := range 3 {
-		refs, err := rc.Referrers(t.Context(), subject, "")
+		refs, _, err := rc.Referrers(t.Context(), subject, "")
 		if err != nil || len(refs) != 1 {
 			t.Fatalf("listing %d: %d referrers, %v; want the signature", i+1, len(refs), err)
 		}
@@ -223,21 +223,21 @@ func TestReferrersAPIStaysInUseAfterAnUnknownRepository(t *testing.T) {
 		t.Fatal(err)
 	}
 	desc := ocispec.Descriptor{MediaType: string(raw.MediaType), Digest: digest.Digest(raw.Digest), Size: int64(len(raw.Bytes))}
-	if _, err := rc.AttachArtifact(t.Context(), subject, desc, registry.Artifact{ArtifactType: "application/vnd.example.note", MediaType: "text/plain", Content: []byte("note")}); err != nil {
+	if _, err := verdict.Attach(t.Context(), rc, subject, desc, verdict.Artifact{ArtifactType: "application/vnd.example.note", MediaType: "text/plain", Content: []byte("note")}); err != nil {
 		t.Fatal(err)
 	}
 
-	if refs, err := rc.Referrers(t.Context(), subject, ""); err != nil || len(refs) != 1 {
+	if refs, _, err := rc.Referrers(t.Context(), subject, ""); err != nil || len(refs) != 1 {
 		t.Fatalf("referrers of the pushed image: %d, %v; want the one attached", len(refs), err)
 	}
 	unknown, err := name.NewDigest(z.Host + "/acme/never-pushed@" + subject.DigestStr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if refs, err := rc.Referrers(t.Context(), unknown, ""); err != nil || len(refs) != 0 {
+	if refs, _, err := rc.Referrers(t.Context(), unknown, ""); err != nil || len(refs) != 0 {
 		t.Fatalf("referrers in a repository zot does not hold: %v, %v; want none", refs, err)
 	}
-	refs, err := rc.Referrers(t.Context(), subject, "")
+	refs, _, err := rc.Referrers(t.Context(), subject, "")
 	if err != nil || len(refs) != 1 {
 		t.Errorf("referrers of the pushed image after the unknown repository's 404: %d, %v; want the one attached", len(refs), err)
 	}

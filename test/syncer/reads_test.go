@@ -53,7 +53,7 @@ func TestOnePushIsReadWithoutRepeats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	refs, err := rc.Referrers(t.Context(), subject, api.VerdictArtifactType)
+	refs, _, err := rc.Referrers(t.Context(), subject, api.VerdictArtifactType)
 	if err != nil || len(refs) != 1 {
 		t.Fatalf("%d verdicts attached (%v); want one", len(refs), err)
 	}
