@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -107,4 +108,17 @@ func ReadJSON(path string, max int64, v any) error {
 		return fmt.Errorf("%s is larger than its limit of %d bytes", path, max)
 	}
 	return json.Unmarshal(data, v)
+}
+
+// Usable returns path when CheckFile(dir, path) passes, else logs why
+// the cache is not used and returns "" ("" stays "").
+func Usable(log *slog.Logger, dir, path string) string {
+	if path == "" {
+		return ""
+	}
+	if err := CheckFile(dir, path); err != nil {
+		log.Warn("not using the cache", "path", path, "error", err)
+		return ""
+	}
+	return path
 }

@@ -14,14 +14,7 @@ type cacheDir struct {
 }
 
 // privateCachePath returns path when it and the cache directory are
-// private to the user, else logs why not and returns "".
+// private to the user, else "" (see cachefile.Usable).
 func (c cacheDir) privateCachePath(path string) string {
-	if path == "" {
-		return ""
-	}
-	if err := cachefile.CheckFile(c.dir, path); err != nil {
-		c.logger.Warn("not using the cache", "path", path, "error", err)
-		return ""
-	}
-	return path
+	return cachefile.Usable(c.logger, c.dir, path)
 }
