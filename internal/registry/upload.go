@@ -400,6 +400,10 @@ func parseRangeEnd(r string) (int64, error) {
 	return n + 1, nil
 }
 
+// smallBlob is the buffer a blob starts with when its first write is
+// smaller: a config or a signature does not cost a whole chunk.
+const smallBlob = 64 << 10
+
 // chunk is a piece of the blob and its offset in the blob.
 type chunk struct {
 	data  []byte
@@ -414,7 +418,7 @@ func (u *blobUpload) run(ctx context.Context) {
 	u.result = make(chan error, 1)
 	u.free = make(chan []byte, 2)
 	for range 2 {
-		u.free <- nil // grown as bytes come, up to the chunk size: a small blob costs little
+		u.free <- nil // allocated when first filled (see Write)
 	}
 	go func() {
 		for c := range u.chunks {
@@ -439,6 +443,15 @@ func (u *blobUpload) Write(p []byte) (int, error) {
 	n := len(p)
 	for len(p) > 0 {
 		k := min(len(p), u.c.opts.chunkSize-len(u.buf))
+		if len(u.buf)+k > cap(u.buf) {
+			// A small blob gets a small buffer; one that outgrows it gets
+			// a whole chunk at once, not the garbage of growing by steps.
+			size := u.c.opts.chunkSize
+			if cap(u.buf) == 0 && k < smallBlob {
+				size = min(smallBlob, size)
+			}
+			u.buf = append(make([]byte, 0, size), u.buf...)
+		}
 		u.buf = append(u.buf, p[:k]...)
 		p = p[k:]
 		if len(u.buf) == u.c.opts.chunkSize {
