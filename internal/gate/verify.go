@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -46,7 +47,7 @@ type Registry interface {
 	OpenBlob(ctx context.Context, repo name.Repository, digest string) (io.ReadCloser, error)
 	PushLayer(ctx context.Context, repo name.Repository, disk registry.Disk) (containerdisk.LayerInfo, error)
 	PushBlob(ctx context.Context, repo name.Repository, mediaType string, b []byte) (ocispec.Descriptor, error)
-	PutManifest(ctx context.Context, ref name.Reference, manifest []byte, mt types.MediaType) error
+	Push(ctx context.Context, ref name.Reference, m remote.Taggable) (name.Digest, error)
 	MountBlob(ctx context.Context, from, to name.Repository, digest string) error
 }
 
@@ -627,7 +628,7 @@ func (v *Verifier) publish(ctx context.Context, repo name.Repository, source str
 	if _, err := v.Registry.PushBlob(ctx, repo, ocispec.MediaTypeImageConfig, img.Config); err != nil {
 		return "", fmt.Errorf("pushing the canonical config: %w", err)
 	}
-	if err := v.Registry.PutManifest(ctx, repo.Digest(d), img.Manifest, types.OCIManifestSchema1); err != nil {
+	if _, err := v.Registry.Push(ctx, repo.Digest(d), registry.RawManifest{MediaType: types.OCIManifestSchema1, Bytes: img.Manifest}); err != nil {
 		return "", fmt.Errorf("pushing the canonical manifest: %w", err)
 	}
 	return d, nil

@@ -13,8 +13,8 @@
 // a later run), the push check that opens and deletes an upload session,
 // and tag listing with ETags (polling an unchanged repository costs a 304).
 //
-// A reference is parsed once, by internal/imageref; the Client turns its
-// Ref into go-containerregistry's names, carrying WithInsecure into them.
+// A reference is parsed once, by internal/imageref; Names turns its Ref
+// into go-containerregistry's names, carrying --insecure into them.
 //
 // An import is one streaming pass: a Disk writes its layer while it is
 // compressed, uploaded and hashed; the config and manifest (assembled by
