@@ -68,11 +68,11 @@ func runCopy(cmd *cobra.Command, o *copyOptions) error {
 	if err != nil {
 		return err
 	}
-	src, err := parseImage(client, o.src)
+	src, err := o.registryFlags.parseImage(o.src)
 	if err != nil {
 		return err
 	}
-	dst, err := parseImage(client, o.dst)
+	dst, err := o.registryFlags.parseImage(o.dst)
 	if err != nil {
 		return err
 	}

@@ -54,7 +54,7 @@ func runDelete(cmd *cobra.Command, o *deleteOptions) error {
 	if err != nil {
 		return err
 	}
-	ref, err := parseImage(client, o.ref)
+	ref, err := o.registryFlags.parseImage(o.ref)
 	if err != nil {
 		return err
 	}

@@ -50,10 +50,11 @@ func (f *failure) Unwrap() []error { return []error{f.kind, f.err} }
 // or wrong credentials, access denied, something not found, a registry
 // unreachable. It matches its kind with errors.Is (errUnauthorized,
 // errDenied, errNotFound, errUnreachable) and keeps err for errors.As.
-// Other errors, and nil, are returned as they are. c names the user the
-// command sent; resumable says that the command keeps its work, so
-// running it again continues it.
-func explain(c *registry.Client, err error, resumable bool) error {
+// Other errors, and nil, are returned as they are. user names the user
+// the command sent to a host ("" for none, see registryFlags.user);
+// resumable says that the command keeps its work, so running it again
+// continues it.
+func explain(user func(host string) string, err error, resumable bool) error {
 	var done *failure
 	if err == nil || errors.As(err, &done) {
 		return err
@@ -74,7 +75,7 @@ func explain(c *registry.Client, err error, resumable bool) error {
 		}
 		switch {
 		case terr.StatusCode == http.StatusUnauthorized:
-			user := c.Username(host)
+			user := user(host)
 			if user == "" {
 				return &failure{errUnauthorized, fmt.Sprintf("registry %s wants credentials: run imagectl login %s, or pass --username and --password-stdin", host, host), err}
 			}
@@ -90,7 +91,7 @@ func explain(c *registry.Client, err error, resumable bool) error {
 				}
 			}
 			who := "an anonymous user (no credentials for " + host + ")"
-			if user := c.Username(host); user != "" {
+			if user := user(host); user != "" {
 				who = fmt.Sprintf("user %q", user)
 			}
 			msg := fmt.Sprintf("access denied: %s may not %s %s", who, verb, what(terr))

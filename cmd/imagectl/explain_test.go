@@ -1,11 +1,14 @@
 package main
 
 import (
+	"encoding/base64"
 	"errors"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -45,6 +48,7 @@ func TestDeniedPushIsExplained(t *testing.T) {
 	t.Cleanup(srv.Close)
 	host := strings.TrimPrefix(srv.URL, "http://")
 	c := testClient(t, registry.WithBasicAuth("tenant", "pw"))
+	flags := &registryFlags{basicUser: "tenant"} // the flags c was built from
 	img, err := random.Image(512, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -57,15 +61,15 @@ func TestDeniedPushIsExplained(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ref, err := c.Reference(r)
+		ref, err := registry.Names{}.Reference(r)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = c.PushImage(t.Context(), ref, img)
+		_, err = c.Push(t.Context(), ref, img)
 		if err == nil {
 			t.Fatalf("%s: the push succeeded", tc.ref)
 		}
-		explained := explain(c, err, false)
+		explained := explain(flags.user, err, false)
 		if !errors.Is(explained, errDenied) {
 			t.Errorf("%v: not errDenied", explained)
 		}
@@ -87,22 +91,24 @@ func TestDeniedSaysWhoAndWhatTheRegistrySaid(t *testing.T) {
 		return &transport.Error{StatusCode: http.StatusForbidden, Request: req,
 			Errors: []transport.Diagnostic{{Code: transport.DeniedErrorCode, Message: msg}}}
 	}
-	t.Setenv("DOCKER_CONFIG", t.TempDir()) // no credentials: anonymous
-	anon := testClient(t)
+	config := t.TempDir()
+	t.Setenv("DOCKER_CONFIG", config)             // no credentials: anonymous
+	tenant := &registryFlags{basicUser: "tenant"} // --username tenant
+	anon := &registryFlags{tls: &tlsFlags{}}      // no --username: the keychain
 	tests := []struct {
-		c       *registry.Client
+		f       *registryFlags
 		msg     string
 		want    []string
 		notWant string
 	}{
-		{testClient(t, registry.WithBasicAuth("tenant", "pw")), "storage quota exceeded for project acme\x1b[2J",
+		{tenant, "storage quota exceeded for project acme\x1b[2J",
 			[]string{`access denied: user "tenant" may not push to`, "(the registry says: storage quota exceeded for project acme [2J)"}, "\x1b"},
-		{testClient(t, registry.WithBasicAuth("tenant", "pw")), "requested access to the resource is denied",
+		{tenant, "requested access to the resource is denied",
 			[]string{`access denied: user "tenant" may not push to`}, "registry says"},
 		{anon, "", []string{"access denied: an anonymous user (no credentials for registry.example) may not push to"}, `user ""`},
 	}
 	for _, tc := range tests {
-		got := explain(tc.c, denied(tc.msg), false)
+		got := explain(tc.f.user, denied(tc.msg), false)
 		if !errors.Is(got, errDenied) {
 			t.Errorf("%q: %v, not errDenied", tc.msg, got)
 		}
@@ -114,5 +120,15 @@ func TestDeniedSaysWhoAndWhatTheRegistrySaid(t *testing.T) {
 		if strings.Contains(got.Error(), tc.notWant) {
 			t.Errorf("%q: %q says %q", tc.msg, got, tc.notWant)
 		}
+	}
+
+	// Without --username, the user is the one the keychain gives the
+	// client: here the docker config's.
+	auth := base64.StdEncoding.EncodeToString([]byte("keyed:pw"))
+	if err := os.WriteFile(filepath.Join(config, "config.json"), []byte(`{"auths":{"registry.example":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := explain(anon.user, denied(""), false), `access denied: user "keyed" may not push to`; !strings.Contains(got.Error(), want) {
+		t.Errorf("%q does not say %q", got, want)
 	}
 }

@@ -83,7 +83,7 @@ func runExport(cmd *cobra.Command, o *exportOptions) error {
 	if err != nil {
 		return err
 	}
-	ref, err := parseImage(client, o.ref)
+	ref, err := o.registryFlags.parseImage(o.ref)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
@@ -28,9 +29,12 @@ type registryFlags struct {
 	// tls are --ca-file and --insecure, shared with the source flags of
 	// the same command.
 	tls *tlsFlags
-	// built is the client made from the flags, kept to explain the
-	// command's registry errors.
+	// built is the client made from the flags: a command that built none
+	// has no registry errors to explain.
 	built *registry.Client
+	// basicUser is the user name the client sends with WithBasicAuth: the
+	// --username of the client's flags, or the user login checks.
+	basicUser string
 }
 
 // addRegistryFlags adds the connection flags to cmd, and makes the
@@ -43,7 +47,7 @@ func addRegistryFlags(cmd *cobra.Command, f *registryFlags) {
 			if f.built == nil {
 				return err
 			}
-			return explain(f.built, err, errors.Is(err, registry.ErrResumable))
+			return explain(f.user, err, errors.Is(err, registry.ErrResumable))
 		}
 	}
 	cmd.Flags().StringVar(&f.username, "username", "", "registry username (default: ~/.docker/config.json and credential helpers)")
@@ -133,20 +137,50 @@ func (f *registryFlags) client(g *globalOptions, extra ...registry.Option) (*reg
 			return nil, err
 		}
 		opts = append(opts, registry.WithBasicAuth(f.username, password))
+		f.basicUser = f.username
 	}
 	client, err := registry.New(append(opts, extra...)...)
 	f.built = client
 	return client, err
 }
 
+// user is the user name the built client sends to host, "" for none: the
+// one a registry's refusal names. Without basic auth, the client resolves
+// its credentials from authn.DefaultKeychain (~/.docker/config.json and
+// credential helpers), and so does user.
+func (f *registryFlags) user(host string) string {
+	if f.basicUser != "" {
+		return f.basicUser
+	}
+	reg, err := name.NewRegistry(host, name.StrictValidation)
+	if err != nil {
+		return ""
+	}
+	auth, err := authn.DefaultKeychain.Resolve(reg)
+	if err != nil || auth == authn.Anonymous {
+		return ""
+	}
+	cfg, err := auth.Authorization()
+	if err != nil {
+		return ""
+	}
+	return cfg.Username
+}
+
+// names turns parsed references into go-containerregistry's names with
+// --insecure in them.
+func (f *registryFlags) names() registry.Names {
+	return registry.Names{Insecure: f.tls.insecure}
+}
+
 // parseImage parses s as an image reference (imageref.FormImage) and
-// names it with client, which carries --insecure into the name.
-func parseImage(client *registry.Client, s string) (name.Reference, error) {
+// names it with --insecure in the name.
+func (f *registryFlags) parseImage(s string) (name.Reference, error) {
 	r, err := imageref.Parse(s, imageref.FormImage)
 	if err != nil {
 		return nil, err
 	}
-	return client.Reference(r)
+	return f.names().Reference(r)
 }
 
 // password reads the password for --username: the first line of standard

@@ -125,7 +125,7 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	if err != nil {
 		return err
 	}
-	repo, err := client.Repository(ref)
+	repo, err := o.names().Repository(ref)
 	if err != nil {
 		return err
 	}
@@ -139,7 +139,7 @@ func runImport(cmd *cobra.Command, o *importOptions) error {
 	}
 	// A wrong password or an unreachable registry is found before the
 	// source is read, not after a long download.
-	if err := client.CheckPush(ctx, tag.Context()); err != nil {
+	if err := client.CheckAccess(ctx, repo.Registry, repo.RepositoryStr()); err != nil {
 		return err
 	}
 

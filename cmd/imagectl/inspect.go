@@ -191,7 +191,7 @@ func runInspectRemote(cmd *cobra.Command, o *inspectOptions, ref string) error {
 	if err != nil {
 		return err
 	}
-	parsed, err := parseImage(client, ref)
+	parsed, err := o.registryFlags.parseImage(ref)
 	if err != nil {
 		return err
 	}

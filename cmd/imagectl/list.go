@@ -58,7 +58,7 @@ func runList(cmd *cobra.Command, o *listOptions) error {
 	if err != nil {
 		return err
 	}
-	listings, err := list(cmd, client, o.target)
+	listings, err := list(cmd, &o.registryFlags, client, o.target)
 	if err != nil {
 		return err
 	}
@@ -92,8 +92,9 @@ func runList(cmd *cobra.Command, o *listOptions) error {
 }
 
 // list lists one repository when target names one, else the tenant's
-// every repository through the catalog.
-func list(cmd *cobra.Command, client *registry.Client, target string) ([]api.ImageListing, error) {
+// every repository through the catalog. f are the flags client was built
+// from.
+func list(cmd *cobra.Command, f *registryFlags, client *registry.Client, target string) ([]api.ImageListing, error) {
 	last := target[strings.LastIndex(target, "/")+1:]
 	if strings.Contains(target, "@") || strings.Contains(target, "/") && strings.Contains(last, ":") {
 		return nil, &usageError{fmt.Errorf("list takes REGISTRY/TENANT or REGISTRY/TENANT/NAME, not a tag or digest: drop the :TAG or @DIGEST from %q, or use imagectl inspect docker://%s", target, target)}
@@ -106,7 +107,7 @@ func list(cmd *cobra.Command, client *registry.Client, target string) ([]api.Ima
 		if _, err := ref.Tenant(); err != nil {
 			return nil, err
 		}
-		repo, err := client.Repository(ref)
+		repo, err := f.names().Repository(ref)
 		if err != nil {
 			return nil, err
 		}
@@ -116,14 +117,14 @@ func list(cmd *cobra.Command, client *registry.Client, target string) ([]api.Ima
 	if err != nil {
 		return nil, err
 	}
-	reg, err := client.Registry(ref)
+	reg, err := f.names().Registry(ref)
 	if err != nil {
 		return nil, err
 	}
 	listings, err := diskimage.List(cmd.Context(), client, reg, ref.Repository)
 	var cat *diskimage.CatalogError
 	if errors.As(err, &cat) {
-		return nil, &hintedError{explain(client, err, false), fmt.Sprintf("the registry may restrict its catalog; list one repository instead: imagectl list %s/%s/NAME", cat.Registry, cat.Tenant)}
+		return nil, &hintedError{explain(f.user, err, false), fmt.Sprintf("the registry may restrict its catalog; list one repository instead: imagectl list %s/%s/NAME", cat.Registry, cat.Tenant)}
 	}
 	return listings, err
 }

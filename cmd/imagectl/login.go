@@ -76,15 +76,16 @@ func runLogin(cmd *cobra.Command, o *loginOptions) error {
 	// flags, which would read the password again.
 	user := o.username
 	o.username, o.passwordStdin = "", false
+	o.basicUser = user
 	client, err := o.registryFlags.client(o.globalOptions, registry.WithBasicAuth(user, password))
 	if err != nil {
 		return err
 	}
-	reg, err := parseRegistry(client, o.host)
+	reg, err := parseRegistry(o.names(), o.host)
 	if err != nil {
 		return err
 	}
-	if err := client.CheckLogin(cmd.Context(), reg); err != nil {
+	if err := client.CheckAccess(cmd.Context(), reg, ""); err != nil {
 		return err
 	}
 	path, err := credstore.Save(reg.RegistryStr(), user, password)
@@ -127,11 +128,7 @@ func runLogout(cmd *cobra.Command, o *logoutOptions) error {
 	if err := o.out.validate(); err != nil {
 		return err
 	}
-	client, err := registry.New()
-	if err != nil {
-		return err
-	}
-	reg, err := parseRegistry(client, o.host)
+	reg, err := parseRegistry(registry.Names{}, o.host)
 	if err != nil {
 		return err
 	}
@@ -151,11 +148,11 @@ func runLogout(cmd *cobra.Command, o *logoutOptions) error {
 }
 
 // parseRegistry parses host as login and logout take it
-// (imageref.FormRegistry) and names it with client.
-func parseRegistry(client *registry.Client, host string) (name.Registry, error) {
+// (imageref.FormRegistry) and names it with names.
+func parseRegistry(names registry.Names, host string) (name.Registry, error) {
 	r, err := imageref.Parse(host, imageref.FormRegistry)
 	if err != nil {
 		return name.Registry{}, err
 	}
-	return client.Registry(r)
+	return names.Registry(r)
 }

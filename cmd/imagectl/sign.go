@@ -70,7 +70,7 @@ func runSign(cmd *cobra.Command, o *signOptions) error {
 	if err != nil {
 		return err
 	}
-	ref, err := parseImage(client, o.ref)
+	ref, err := o.registryFlags.parseImage(o.ref)
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ func (f *catalogFlags) open(g *globalOptions) (*catalog.Catalog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--catalog: %w", err)
 	}
-	repo, err := c.Repository(ref)
+	repo, err := f.names().Repository(ref)
 	if err != nil {
 		return nil, fmt.Errorf("--catalog: %w", err)
 	}

@@ -46,7 +46,7 @@ func buildAndPush(ctx context.Context, log *slog.Logger, o options) ([]result, e
 	if err != nil {
 		return nil, err
 	}
-	tags, err := o.tags(client)
+	tags, err := o.tags()
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +111,7 @@ func buildAndPush(ctx context.Context, log *slog.Logger, o options) ([]result, e
 			}
 		}
 		idx = mutate.Annotations(idx, labels(b, o, created)).(v1.ImageIndex)
-		pinned, err := client.PushIndex(ctx, tags[i], idx)
+		pinned, err := client.Push(ctx, tags[i], idx)
 		if err != nil {
 			return nil, err
 		}
@@ -120,7 +120,7 @@ func buildAndPush(ctx context.Context, log *slog.Logger, o options) ([]result, e
 			if err != nil {
 				return nil, err
 			}
-			if _, err := client.PushImage(ctx, tags[i].Context().Digest(d.String()), s); err != nil {
+			if _, err := client.Push(ctx, tags[i].Context().Digest(d.String()), s); err != nil {
 				return nil, fmt.Errorf("pushing the SBOM of %s: %w", b, err)
 			}
 		}
@@ -135,7 +135,7 @@ var revisionPattern = regexp.MustCompile(`^[0-9a-f]{7,64}$`)
 // tags checks the options that end up in references, -ldflags and labels,
 // and returns the tag each binary's index is pushed to, in the order of
 // binaries.
-func (o options) tags(client *registry.Client) ([]name.Tag, error) {
+func (o options) tags() ([]name.Tag, error) {
 	if !versionPattern.MatchString(o.version) {
 		return nil, fmt.Errorf("the version %q is not letters, digits and ._+- (at most 128)", o.version)
 	}
@@ -152,7 +152,7 @@ func (o options) tags(client *registry.Client) ([]name.Tag, error) {
 		if err != nil {
 			return nil, fmt.Errorf("checking -registry: %w", err)
 		}
-		repo, err := client.Repository(ref)
+		repo, err := registry.Names{Insecure: o.insecure}.Repository(ref)
 		if err != nil {
 			return nil, fmt.Errorf("checking -registry: %w", err)
 		}

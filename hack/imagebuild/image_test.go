@@ -10,17 +10,11 @@ import (
 	"time"
 
 	"golang.org/x/crypto/x509roots/fallback/bundle"
-
-	"github.com/imagepipe/imagepipe/internal/registry"
 )
 
 func TestTagsCheckInput(t *testing.T) {
-	client, err := registry.New(registry.WithCacheDir(""))
-	if err != nil {
-		t.Fatal(err)
-	}
 	good := options{registry: "registry.example.com/imagepipe", tag: "v1.2.3", version: "v1.2.3-4-gabcdef0-dirty", revision: "abcdef0123456789"}
-	tags, err := good.tags(client)
+	tags, err := good.tags()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +25,7 @@ func TestTagsCheckInput(t *testing.T) {
 	for _, reg := range []string{"127.0.0.1:5000", "localhost:5000/a/b", "ghcr.io/imagepipe"} {
 		o := good
 		o.registry = reg
-		if _, err := o.tags(client); err != nil {
+		if _, err := o.tags(); err != nil {
 			t.Errorf("-registry %s: %v", reg, err)
 		}
 	}
@@ -52,7 +46,7 @@ func TestTagsCheckInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := good
 			tc.change(&o)
-			if tags, err := o.tags(client); err == nil {
+			if tags, err := o.tags(); err == nil {
 				t.Errorf("%+v accepted: %v", o, tags)
 			}
 		})

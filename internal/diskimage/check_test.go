@@ -113,7 +113,7 @@ func TestCheckAndExtractImportedImages(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ref := mustReference(t, c, res.Pinned)
+			ref := mustReference(t, res.Pinned)
 			rep, err := Check(t.Context(), c, ref)
 			if err != nil {
 				t.Fatal(err)
@@ -222,7 +222,7 @@ func TestCheckReadsOnlyTheHead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := mustReference(t, c, res.Pinned)
+	ref := mustReference(t, res.Pinned)
 	rep, err := Check(t.Context(), c, ref)
 	if err != nil || rep.Verdict != api.VerdictAccepted || rep.Checked != api.CheckedHeader || rep.VirtualSize != 64<<20 {
 		t.Fatalf("check: %+v, %v", rep, err)
@@ -262,7 +262,7 @@ func TestCheckAndExtractAcceptAPaddedGzipLayer(t *testing.T) {
 	if res.LayerSize < 512 {
 		t.Fatalf("the layer is %d bytes", res.LayerSize)
 	}
-	ref := mustReference(t, c, res.Pinned)
+	ref := mustReference(t, res.Pinned)
 	rep, err := Check(t.Context(), c, ref)
 	if err != nil || rep.Verdict != api.VerdictAccepted || rep.LayerSize != res.LayerSize || rep.VirtualSize != 1<<30 || rep.DiskFormat != "qcow2" {
 		t.Fatalf("check: %+v, %v", rep, err)

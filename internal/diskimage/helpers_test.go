@@ -19,14 +19,15 @@ func testClient(t *testing.T, opts ...registry.Option) *registry.Client {
 	return c
 }
 
-// mustReference parses s in FormImage and converts it with c.
-func mustReference(t *testing.T, c *registry.Client, s string) name.Reference {
+// mustReference parses s in FormImage and converts it to
+// go-containerregistry's name.
+func mustReference(t *testing.T, s string) name.Reference {
 	t.Helper()
 	r, err := imageref.Parse(s, imageref.FormImage)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := c.Reference(r)
+	n, err := registry.Names{}.Reference(r)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,7 @@ func TestExtractProgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := mustReference(t, c, res.Pinned)
+	ref := mustReference(t, res.Pinned)
 	var log disktest.Progress
 	if _, err := Extract(t.Context(), c, ref, &discard{}, ExtractOptions{Progress: log.Report}); err != nil {
 		t.Fatal(err)

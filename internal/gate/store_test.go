@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -34,7 +35,7 @@ func hideVerdicts(t *testing.T, e *env, subject name.Digest) {
 	t.Helper()
 	tag := subject.Context().Tag(strings.Replace(subject.DigestStr(), ":", "-", 1))
 	empty := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}`)
-	if err := e.reg.PutManifest(t.Context(), tag, empty, types.OCIImageIndex); err != nil {
+	if _, err := e.reg.Push(t.Context(), tag, registry.RawManifest{MediaType: types.OCIImageIndex, Bytes: empty}); err != nil {
 		t.Fatal(err)
 	}
 	if refs, _, err := e.reg.Referrers(t.Context(), subject, ""); err != nil || len(refs) != 0 {

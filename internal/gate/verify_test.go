@@ -24,6 +24,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -168,9 +169,9 @@ func (c *countingRegistry) Upload(ctx context.Context, repo name.Repository, b r
 	return c.Registry.Upload(ctx, repo, b)
 }
 
-func (c *countingRegistry) PutManifest(ctx context.Context, ref name.Reference, manifest []byte, mt types.MediaType) error {
+func (c *countingRegistry) Push(ctx context.Context, ref name.Reference, m remote.Taggable) (name.Digest, error) {
 	c.writes.Add(1)
-	return c.Registry.PutManifest(ctx, ref, manifest, mt)
+	return c.Registry.Push(ctx, ref, m)
 }
 
 // opened is how many times blob d was opened.
@@ -192,7 +193,7 @@ func (e *env) pushRaw(t *testing.T, repo string, manifest []byte, mediaType stri
 		pushBlob(t, e.reg, r, b)
 	}
 	d := digest.FromBytes(manifest).String()
-	if err := e.reg.PutManifest(t.Context(), r.Tag("v1"), manifest, types.MediaType(mediaType)); err != nil {
+	if _, err := e.reg.Push(t.Context(), r.Tag("v1"), registry.RawManifest{MediaType: types.MediaType(mediaType), Bytes: manifest}); err != nil {
 		t.Fatal(err)
 	}
 	return d
@@ -463,7 +464,7 @@ func TestMoreReadingsAreRejected(t *testing.T) {
 		repo := "acme/parts"
 		for _, b := range tc.blobs {
 			r, _ := name.NewRepository(e.host + "/" + repo)
-			if err := e.reg.PutManifest(t.Context(), r.Digest(digest.FromBytes(b).String()), b, types.OCIImageIndex); err != nil {
+			if _, err := e.reg.Push(t.Context(), r.Digest(digest.FromBytes(b).String()), registry.RawManifest{MediaType: types.OCIImageIndex, Bytes: b}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
@@ -17,7 +18,7 @@ import (
 // *registry.Client implements it.
 type Registry interface {
 	Upload(ctx context.Context, repo name.Repository, b registry.Blob) (registry.Uploaded, error)
-	PutManifest(ctx context.Context, ref name.Reference, manifest []byte, mt types.MediaType) error
+	Push(ctx context.Context, ref name.Reference, m remote.Taggable) (name.Digest, error)
 }
 
 var _ Registry = (*registry.Client)(nil)
@@ -53,5 +54,6 @@ func Image(ctx context.Context, reg Registry, where name.Reference, img *contain
 	if err != nil {
 		return fmt.Errorf("pushing the config of %s: %w", where, err)
 	}
-	return reg.PutManifest(ctx, where, img.Manifest, types.OCIManifestSchema1)
+	_, err = reg.Push(ctx, where, registry.RawManifest{Digest: img.Digest, MediaType: types.OCIManifestSchema1, Bytes: img.Manifest})
+	return err
 }

@@ -521,7 +521,7 @@ func (im *Importer) reuseBuild(ctx context.Context, ref name.Tag, rec buildRecor
 	case rec.Repository == ref.RepositoryStr() && byDigest:
 		// checkBuild found it there.
 	case rec.Repository == ref.RepositoryStr():
-		err = im.Registry.PutManifest(ctx, ref, manifest, types.OCIManifestSchema1)
+		_, err = im.Registry.Push(ctx, ref, registry.RawManifest{MediaType: types.OCIManifestSchema1, Bytes: manifest})
 	case byDigest:
 		_, err = im.Registry.Copy(ctx, from, ref.Context().Digest(rec.Digest), registry.CopyOptions{})
 	default:

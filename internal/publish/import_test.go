@@ -15,7 +15,6 @@ import (
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/disktest"
-	"github.com/imagepipe/imagepipe/internal/imageref"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -193,26 +192,6 @@ func corruptCompressedQCOW2(t *testing.T) *convert.Image {
 		t.Fatal(err)
 	}
 	return img
-}
-
-func TestParseReference(t *testing.T) {
-	c := testClient(t)
-	for ref, ok := range map[string]bool{
-		"registry.example.com/acme/rhel:10":       true,
-		"127.0.0.1:5000/acme/team/rhel:10":        true,
-		"registry.example.com/rhel:10":            false, // no tenant
-		"registry.example.com/Acme/rhel:10":       false, // not a valid reference
-		"registry.example.com/-acme/rhel:10":      false,
-		"registry.example.com/acme/rhel:bad tag!": false,
-	} {
-		r, err := imageref.Parse(ref, imageref.FormImage)
-		if err == nil {
-			_, err = c.Reference(r)
-		}
-		if (err == nil) != ok {
-			t.Errorf("Parse and Reference of %q: %v, want ok=%v", ref, err, ok)
-		}
-	}
 }
 
 // TestImportWhileHashing: with the digest still being computed, the build

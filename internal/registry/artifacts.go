@@ -87,13 +87,6 @@ func (c *Client) mountBlob(ctx context.Context, from, to name.Repository, dgst s
 	return nil
 }
 
-// PutManifest puts manifest bytes, of media type mt, at ref: a tag, or a
-// digest (then the manifest's own). A manifest with a subject also updates
-// the subject's referrers tag on registries without the referrers API.
-func (c *Client) PutManifest(ctx context.Context, ref name.Reference, manifest []byte, mt types.MediaType) error {
-	return c.putManifest(ctx, ref, manifest, mt)
-}
-
 // MaxReferrers bounds the referrers of one digest that Referrers returns:
 // anyone with push access can add referrers, and each costs a fetch.
 const MaxReferrers = 64

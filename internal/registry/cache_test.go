@@ -97,11 +97,11 @@ func TestForgedUploadStateNeverSendsElsewhere(t *testing.T) {
 	}
 }
 
-// TestCheckPushSaysWhy: CheckPush fails with the registry's answer (which
+// TestCheckAccessSaysWhy: CheckAccess of a repository fails with the registry's answer (which
 // imagectl explains) for a registry that refuses the push (played by a handler: distribution has no per-repository
 // permissions), one that wants credentials, and accepts an open registry,
 // deleting the session it opened.
-func TestCheckPushSaysWhy(t *testing.T) {
+func TestCheckAccessSaysWhy(t *testing.T) {
 	var deleted atomic.Int64
 	denying := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
@@ -130,11 +130,11 @@ func TestCheckPushSaysWhy(t *testing.T) {
 		}
 		return 0
 	}
-	if err := c.CheckPush(t.Context(), repo); status(err) != http.StatusForbidden || !strings.Contains(err.Error(), repo.String()) {
+	if err := c.CheckAccess(t.Context(), repo.Registry, repo.RepositoryStr()); status(err) != http.StatusForbidden || !strings.Contains(err.Error(), repo.String()) {
 		t.Errorf("denied: %v", err)
 	}
 	repo, _ = name.NewRepository(host(wanting) + "/acme/x")
-	if err := testClient(t, withKeychain(authn.NewMultiKeychain())).CheckPush(t.Context(), repo); status(err) != http.StatusUnauthorized {
+	if err := testClient(t, withKeychain(authn.NewMultiKeychain())).CheckAccess(t.Context(), repo.Registry, repo.RepositoryStr()); status(err) != http.StatusUnauthorized {
 		t.Errorf("anonymous: %v", err)
 	}
 
@@ -145,7 +145,7 @@ func TestCheckPushSaysWhy(t *testing.T) {
 		}
 	}))
 	repo, _ = name.NewRepository(open + "/acme/x")
-	if err := observed.CheckPush(t.Context(), repo); err != nil {
+	if err := observed.CheckAccess(t.Context(), repo.Registry, repo.RepositoryStr()); err != nil {
 		t.Errorf("open registry: %v", err)
 	}
 	if deleted.Load() != 1 {

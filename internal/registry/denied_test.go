@@ -80,7 +80,7 @@ func TestDeniedPushSaysSoAndIsNotRetried(t *testing.T) {
 		return err
 	}
 	pushTo := func(t *testing.T, ref string) error {
-		_, err := c.PushImage(t.Context(), disktest.MustTag(t, ref), img)
+		_, err := c.Push(t.Context(), disktest.MustTag(t, ref), img)
 		return err
 	}
 

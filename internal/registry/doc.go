@@ -15,6 +15,6 @@
 // opens and deletes an upload session, and tag listing with ETags
 // (polling an unchanged repository costs a 304).
 //
-// A reference is parsed once, by internal/imageref; go-containerregistry's
-// names carry WithInsecure (see NameOptions).
+// A reference is parsed once, by internal/imageref; Names turns its Ref
+// into go-containerregistry's names, carrying --insecure into them.
 package registry

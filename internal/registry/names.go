@@ -8,13 +8,28 @@ import (
 	"github.com/imagepipe/imagepipe/internal/imageref"
 )
 
-// nameOptions are go-containerregistry's options for parsed references.
-func (c *Client) nameOptions() []name.Option {
+// Names turns references parsed by internal/imageref into
+// go-containerregistry's names, with StrictValidation. Insecure (a
+// command's --insecure, the Client's WithInsecure) is carried into each
+// name, which is where go-containerregistry reads it: without it, plain
+// HTTP is tried only for localhost, loopback and private addresses.
+type Names struct {
+	Insecure bool
+}
+
+// options are go-containerregistry's options for names n makes.
+func (n Names) options() []name.Option {
 	nopts := []name.Option{name.StrictValidation}
-	if c.opts.insecure {
+	if n.Insecure {
 		nopts = append(nopts, name.Insecure)
 	}
 	return nopts
+}
+
+// nameOptions are go-containerregistry's options for names the client
+// parses itself.
+func (c *Client) nameOptions() []name.Option {
+	return Names{Insecure: c.opts.insecure}.options()
 }
 
 // NameOptions are the go-containerregistry options that parse a name on
@@ -30,42 +45,37 @@ func NameOptions(reg name.Registry) []name.Option {
 
 // Reference returns r, an image reference (FormImage or FormTag), in
 // go-containerregistry's form: a name.Tag, or a name.Digest when r has a
-// digest. Like Repository and Registry, it carries the client's
-// WithInsecure into the name, which is where go-containerregistry reads
-// it: without it, plain HTTP is tried only for localhost, loopback and
-// private addresses.
-func (c *Client) Reference(r imageref.Ref) (name.Reference, error) {
+// digest.
+func (n Names) Reference(r imageref.Ref) (name.Reference, error) {
 	var (
-		n   name.Reference
+		ref name.Reference
 		err error
 	)
 	if r.Digest != "" {
-		n, err = name.NewDigest(r.String(), c.nameOptions()...)
+		ref, err = name.NewDigest(r.String(), n.options()...)
 	} else {
-		n, err = name.NewTag(r.String(), c.nameOptions()...)
+		ref, err = name.NewTag(r.String(), n.options()...)
 	}
 	if err != nil { // Parse is stricter: this is a bug, not bad input
 		return nil, fmt.Errorf("converting the reference %q: %w", r, err)
 	}
-	return n, nil
+	return ref, nil
 }
 
 // Repository returns the repository r names (REGISTRY/REPOSITORY, any
-// tag or digest left out) in go-containerregistry's form, with the
-// client's WithInsecure (see Reference).
-func (c *Client) Repository(r imageref.Ref) (name.Repository, error) {
+// tag or digest left out) in go-containerregistry's form.
+func (n Names) Repository(r imageref.Ref) (name.Repository, error) {
 	s := r.Registry + "/" + r.Repository
-	repo, err := name.NewRepository(s, c.nameOptions()...)
+	repo, err := name.NewRepository(s, n.options()...)
 	if err != nil {
 		return name.Repository{}, fmt.Errorf("converting the repository %q: %w", s, err)
 	}
 	return repo, nil
 }
 
-// Registry returns the registry host of r in go-containerregistry's
-// form, with the client's WithInsecure (see Reference).
-func (c *Client) Registry(r imageref.Ref) (name.Registry, error) {
-	reg, err := name.NewRegistry(r.Registry, c.nameOptions()...)
+// Registry returns the registry host of r in go-containerregistry's form.
+func (n Names) Registry(r imageref.Ref) (name.Registry, error) {
+	reg, err := name.NewRegistry(r.Registry, n.options()...)
 	if err != nil {
 		return name.Registry{}, fmt.Errorf("converting the registry %q: %w", r.Registry, err)
 	}

@@ -10,11 +10,10 @@ import (
 
 const testDigest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
-// TestClientNames checks the conversions to go-containerregistry's
-// names: values that say the same as the input, and the client's
-// WithInsecure carried into them.
-func TestClientNames(t *testing.T) {
-	c := testClient(t)
+// TestNames checks the conversions to go-containerregistry's names:
+// values that say the same as the input, and Insecure carried into them.
+func TestNames(t *testing.T) {
+	var c Names
 	mustParse := func(s string, form imageref.Form) imageref.Ref {
 		t.Helper()
 		r, err := imageref.Parse(s, form)
@@ -45,11 +44,11 @@ func TestClientNames(t *testing.T) {
 	if _, err := c.Repository(mustParse("index.docker.io/provider-templates", imageref.FormRepository)); err == nil {
 		t.Error("Repository of index.docker.io/provider-templates: no error")
 	}
-	// Plain HTTP only where the client allows it.
-	insecure := testClient(t, WithInsecure(true))
+	// Plain HTTP only where Insecure allows it.
+	insecure := Names{Insecure: true}
 	host := mustParse("reg.example.com", imageref.FormRegistry)
 	for _, tc := range []struct {
-		c    *Client
+		c    Names
 		want string
 	}{{c, "https"}, {insecure, "http"}} {
 		reg, err := tc.c.Registry(host)
@@ -63,6 +62,25 @@ func TestClientNames(t *testing.T) {
 		repo, err := tc.c.Repository(mustParse("reg.example.com/provider-templates", imageref.FormRepository))
 		if err != nil || repo.Scheme() != tc.want {
 			t.Errorf("Repository: scheme %q, %v; want %q", repo.Scheme(), err, tc.want)
+		}
+	}
+}
+
+func TestParseReference(t *testing.T) {
+	for ref, ok := range map[string]bool{
+		"registry.example.com/acme/rhel:10":       true,
+		"127.0.0.1:5000/acme/team/rhel:10":        true,
+		"registry.example.com/rhel:10":            false, // no tenant
+		"registry.example.com/Acme/rhel:10":       false, // not a valid reference
+		"registry.example.com/-acme/rhel:10":      false,
+		"registry.example.com/acme/rhel:bad tag!": false,
+	} {
+		r, err := imageref.Parse(ref, imageref.FormImage)
+		if err == nil {
+			_, err = Names{}.Reference(r)
+		}
+		if (err == nil) != ok {
+			t.Errorf("Parse and Reference of %q: %v, want ok=%v", ref, err, ok)
 		}
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/disktest"
 )
 
-func TestPushIndexAndReferrer(t *testing.T) {
+func TestPushIndexImageAndManifest(t *testing.T) {
 	host := disktest.Registry(t)
 	c := testClient(t)
 	idx, err := random.Index(512, 2, 2)
@@ -29,12 +29,12 @@ func TestPushIndexAndReferrer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 { // a second push of the same index is a no-op that still succeeds
-		pinned, err := c.PushIndex(t.Context(), tag, idx)
+		pinned, err := c.Push(t.Context(), tag, idx)
 		if err != nil {
-			t.Fatalf("PushIndex: %v", err)
+			t.Fatalf("Push of an index: %v", err)
 		}
 		if pinned.String() != host+"/provider/app@"+want.String() {
-			t.Errorf("PushIndex returned %s, want the repository at %s", pinned, want)
+			t.Errorf("Push returned %s, want the repository at %s", pinned, want)
 		}
 	}
 	got, err := remote.Index(tag)
@@ -56,8 +56,8 @@ func TestPushIndexAndReferrer(t *testing.T) {
 
 	// A digest reference that is not the index's own is refused before any request.
 	other := tag.Context().Digest("sha256:" + strings.Repeat("0", 64))
-	if _, err := c.PushIndex(t.Context(), other, idx); err == nil || !strings.Contains(err.Error(), want.String()) {
-		t.Errorf("PushIndex to a foreign digest: %v; want an error naming %s", err, want)
+	if _, err := c.Push(t.Context(), other, idx); err == nil || !strings.Contains(err.Error(), want.String()) {
+		t.Errorf("Push to a foreign digest: %v; want an error naming %s", err, want)
 	}
 
 	// An image with a subject becomes one of the subject's referrers.
@@ -71,8 +71,8 @@ func TestPushIndexAndReferrer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.PushImage(t.Context(), tag.Context().Digest(artDigest.String()), art); err != nil {
-		t.Fatalf("PushImage: %v", err)
+	if _, err := c.Push(t.Context(), tag.Context().Digest(artDigest.String()), art); err != nil {
+		t.Fatalf("Push of an image: %v", err)
 	}
 	refs, err := remote.Referrers(tag.Context().Digest(want.String()))
 	if err != nil {
@@ -84,6 +84,22 @@ func TestPushIndexAndReferrer(t *testing.T) {
 	}
 	if len(rm.Manifests) != 1 || rm.Manifests[0].Digest != artDigest {
 		t.Errorf("referrers of the index: %+v, want only %s", rm.Manifests, artDigest)
+	}
+
+	// Manifest bytes are put as they are, at a tag or at their own digest.
+	raw, err := c.FetchManifest(t.Context(), tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copied := tag.Context().Tag("copy")
+	if pinned, err := c.Push(t.Context(), copied, raw); err != nil || pinned.DigestStr() != want.String() {
+		t.Errorf("Push of the raw index: %v, %v; want %s", pinned, err, want)
+	}
+	if d, err := remote.Head(copied); err != nil || d.Digest != want || d.MediaType != raw.MediaType {
+		t.Errorf("the registry serves %+v, %v at %s; want %s", d, err, copied, want)
+	}
+	if _, err := c.Push(t.Context(), other, RawManifest{MediaType: raw.MediaType, Bytes: raw.Bytes}); err == nil || !strings.Contains(err.Error(), want.String()) {
+		t.Errorf("Push of raw bytes to a foreign digest: %v; want an error naming %s", err, want)
 	}
 }
 

@@ -136,7 +136,7 @@ func TestTheGateReadsEachLayerOnceAndKeepsWhatItVerified(t *testing.T) {
 	// The tenant empties the referrers tag of its first image.
 	hidden := subjects[0]
 	empty := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}`)
-	if err := rc.PutManifest(t.Context(), hidden.Context().Tag(strings.Replace(hidden.DigestStr(), ":", "-", 1)), empty, types.OCIImageIndex); err != nil {
+	if _, err := rc.Push(t.Context(), hidden.Context().Tag(strings.Replace(hidden.DigestStr(), ":", "-", 1)), registry.RawManifest{MediaType: types.OCIImageIndex, Bytes: empty}); err != nil {
 		t.Fatal(err)
 	}
 	if refs, _, err := rc.Referrers(t.Context(), hidden, ""); err != nil || len(refs) != 0 {

@@ -185,7 +185,7 @@ func TestPublishOneTagForTwoArchitectures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tag, err := c.Reference(parsed)
+		tag, err := registry.Names{}.Reference(parsed)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,7 +198,7 @@ func TestPublishOneTagForTwoArchitectures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tag, _ := c.Reference(parsed)
+	tag, _ := registry.Names{}.Reference(parsed)
 	if rep, err := diskimage.Check(t.Context(), c, tag); err != nil || rep.Verdict != api.VerdictRejected ||
 		!strings.Contains(rep.Reasons[0].Message, "holds no linux/s390x image (it holds: linux/amd64, linux/arm64)") {
 		t.Errorf("syncer check on an s390x hub: %+v, %v", rep, err)

@@ -143,7 +143,7 @@ func TestSignatureLostFromTheReferrersTag(t *testing.T) {
 	// The other writer's index, read before the signature was added.
 	tag := subject.Context().Tag(strings.Replace(subject.DigestStr(), ":", "-", 1))
 	empty := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[]}`)
-	if err := rc.PutManifest(t.Context(), tag, empty, types.MediaType(ocispec.MediaTypeImageIndex)); err != nil {
+	if _, err := rc.Push(t.Context(), tag, registry.RawManifest{MediaType: types.MediaType(ocispec.MediaTypeImageIndex), Bytes: empty}); err != nil {
 		t.Fatal(err)
 	}
 	tenant, _ := trust.NewVerifier([]crypto.PublicKey{k.Public()})
@@ -214,7 +214,7 @@ func TestReferrersAPIStaysInUseAfterAnUnknownRepository(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	subject, err := rc.PushImage(t.Context(), ref, img)
+	subject, err := rc.Push(t.Context(), ref, img)
 	if err != nil {
 		t.Fatal(err)
 	}
