@@ -26,12 +26,6 @@ func (n Names) options() []name.Option {
 	return nopts
 }
 
-// nameOptions are go-containerregistry's options for names the client
-// parses itself.
-func (c *Client) nameOptions() []name.Option {
-	return Names{Insecure: c.opts.insecure}.options()
-}
-
 // NameOptions are the go-containerregistry options that parse a name on
 // reg with reg's scheme. go-containerregistry keeps "insecure" (plain
 // HTTP allowed) in each name rather than in the client, so a name parsed
