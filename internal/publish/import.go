@@ -78,7 +78,7 @@ type ImportOptions struct {
 	Architecture, OS, Variant string
 	// Append adds the image to the image index at the tag, making one
 	// from what the tag holds, instead of replacing what the tag holds;
-	// see Client.Import.
+	// see Importer.Import.
 	Append bool
 	// Labels are added to the image config.
 	Labels map[string]string
