@@ -29,9 +29,9 @@ const gateLooksAgain = 7 * time.Second
 // access log: the gate (parent and verification child) reads the
 // subject's manifest once, and never reads back the verdict it gave, not
 // even when its own push of the referrers tag is announced; the syncer
-// reads the verdict's manifest once per look at the verdict, which reads
-// the bundle too: the look the verdict's announcement brings reads the
-// manifest the announcement's handling fetched.
+// reads the verdict's manifest at most once per look at the verdict,
+// which reads the bundle too: the looks within a minute of the verdict's
+// announcement read the manifest the announcement's handling fetched.
 func TestOnePushIsReadWithoutRepeats(t *testing.T) {
 	t.Parallel()
 	testenv.RequireQEMU(t)
@@ -78,8 +78,8 @@ func TestOnePushIsReadWithoutRepeats(t *testing.T) {
 		t.Errorf("the gate read back the verdict it gave %d times; want none", n)
 	}
 	manifests, bundles := gets["image-syncer/ "+verdictManifest], gets["image-syncer/ "+bundle]
-	if bundles == 0 || manifests != bundles {
-		t.Errorf("the syncer read the verdict's manifest %d times for %d looks at its bundle; want once per look", manifests, bundles)
+	if bundles == 0 || manifests > bundles {
+		t.Errorf("the syncer read the verdict's manifest %d times for %d looks at its bundle; want at most once per look", manifests, bundles)
 	}
 }
 
