@@ -87,6 +87,14 @@ func TestUploadKeepsWhatItPromises(t *testing.T) {
 	if sent := blobRequests(log.take()); len(sent) != 1 || !strings.HasPrefix(sent[0], "HEAD ") {
 		t.Errorf("upload of a held digest sent %v, want one HEAD", sent)
 	}
+	for _, bad := range []string{"sha256:../../globex/evil", "sha256:" + strings.Repeat("A", 64), "md5:0"} {
+		if _, err := c.Upload(t.Context(), repo, Blob{Digest: bad, Write: writeBytes(blob)}); err == nil {
+			t.Errorf("upload with the digest %q was taken", bad)
+		}
+	}
+	if sent := blobRequests(log.take()); len(sent) != 0 {
+		t.Errorf("uploads with malformed digests sent %v", sent)
+	}
 	missing := digest.FromString("absent").String()
 	if probe, err := c.Upload(t.Context(), repo, Blob{Digest: missing}); err != nil || probe.Held {
 		t.Errorf("probe of an absent blob: %+v, %v", probe, err)
