@@ -110,6 +110,8 @@ var rules = []rule{
 		join(clusterAPIs, controllerStack, []string{"github.com/sigstore/"}, internal("hub", "gate", "intake", "trust", "vmlaunch"))},
 	{"internal/gate", "the gate verifies images; it knows no hub, no VM and no controller-runtime",
 		join([]string{"sigs.k8s.io/controller-runtime"}, internal("hub", "cdi", "vmlaunch"))},
+	{"internal/guest", "reading a guest disk is a leaf: no network, registry, cluster or other internal package",
+		join(network, kubernetes, protocol, []string{module + "internal/", module + "pkg/"})},
 	{"internal/ocidoc", "the strict document reader is a small leaf, so that fuzzing it compiles little",
 		join(network, kubernetes, protocol, internal("registry", "gate", "convert", "containerdisk"))},
 	{"cmd/image-gate", "the gate links no controller-runtime and no hub code",

@@ -1,0 +1,12 @@
+// Package guest learns what a disk image holds, for the gate's
+// verification child: every byte it reads is the tenant's, so every read
+// is bounded and a layout it cannot make sense of is a note, never an
+// error or a panic.
+//
+// Probe reads the partition table (MBR, GPT with its protective or
+// hybrid MBR, or none) and names each partition's role for a boot (the
+// EFI system partition, a BIOS boot partition, LVM, Linux, swap, Windows)
+// and its filesystem by superblock (ext2/3/4, XFS, Btrfs, FAT, NTFS, an
+// LVM2 physical volume, swap). It reads a few hundred KiB at most,
+// whatever the disk declares.
+package guest
