@@ -9,4 +9,9 @@
 // and its filesystem by superblock (ext2/3/4, XFS, Btrfs, FAT, NTFS, an
 // LVM2 physical volume, swap). It reads a few hundred KiB at most,
 // whatever the disk declares.
+//
+// OpenFS opens a partition's filesystem (ext2/3/4 so far, with Trivy's
+// reader) and ReadFile reads a file from it as the guest would, following
+// symbolic links itself inside the guest's root and within bounds;
+// ReadOSRelease reads os-release(5).
 package guest
