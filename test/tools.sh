@@ -23,6 +23,7 @@ command -v mkntfs >/dev/null || need+=(ntfs-3g)
 command -v pvcreate >/dev/null || need+=(lvm2)
 command -v sfdisk >/dev/null || need+=(fdisk)
 command -v sgdisk >/dev/null || need+=(gdisk)
+[ -f /usr/lib/syslinux/mbr/mbr.bin ] || need+=(syslinux-common) # real MBR boot code
 [ -x /usr/bin/time ] || need+=(time)
 command -v zstd >/dev/null || need+=(zstd)
 [ -f /usr/include/isa-l/igzip_lib.h ] || need+=(libisal-dev)
