@@ -1,5 +1,10 @@
 package guest
 
+import (
+	"encoding/binary"
+	"io"
+)
+
 // Boot is which firmware can start a disk, as far as its layout shows:
 // what a VM's firmware must be for the disk to boot at all.
 type Boot struct {
@@ -33,4 +38,66 @@ func BootOf(l *Layout) Boot {
 		}
 	}
 	return b
+}
+
+// Loader is an EFI boot loader on an ESP, at the path UEFI firmware
+// boots without a boot entry (the removable-media path).
+type Loader struct {
+	Partition int    `json:"partition"`
+	Path      string `json:"path"`
+	// Arch is the CPU architecture its PE header names, as Go names it
+	// (amd64, arm64, 386, riscv64), or "" when the header says another.
+	Arch string `json:"arch,omitempty"`
+}
+
+// removableLoaders are the removable-media paths UEFI firmware tries.
+var removableLoaders = []string{"/EFI/BOOT/BOOTX64.EFI", "/EFI/BOOT/BOOTAA64.EFI", "/EFI/BOOT/BOOTIA32.EFI", "/EFI/BOOT/BOOTRISCV64.EFI"}
+
+// peHead bounds what is read of a loader to find its PE header.
+const peHead = 4096
+
+// Loaders finds the removable-media loaders on the disk's FAT ESPs and
+// reads the machine of each from its PE header. An ESP it cannot read is
+// skipped: no loader is then known there.
+func Loaders(r io.ReaderAt, l *Layout) []Loader {
+	var out []Loader
+	for _, p := range l.Partitions {
+		if p.Role != RoleESP || p.Filesystem != FsFAT {
+			continue
+		}
+		fat, err := openFAT(r, p.Start, p.Size)
+		if err != nil {
+			continue
+		}
+		for _, path := range removableLoaders {
+			head, err := fat.readHead(path, peHead)
+			if err != nil {
+				continue
+			}
+			out = append(out, Loader{Partition: p.Number, Path: path, Arch: peMachine(head)})
+		}
+	}
+	return out
+}
+
+// peMachine names the machine of a PE image from its first bytes.
+func peMachine(b []byte) string {
+	if len(b) < 0x40 || b[0] != 'M' || b[1] != 'Z' {
+		return ""
+	}
+	pe := int(binary.LittleEndian.Uint32(b[0x3C:]))
+	if pe < 0x40 || pe > len(b)-6 || string(b[pe:pe+4]) != "PE\x00\x00" {
+		return ""
+	}
+	switch binary.LittleEndian.Uint16(b[pe+4:]) {
+	case 0x8664:
+		return "amd64"
+	case 0xAA64:
+		return "arm64"
+	case 0x014C:
+		return "386"
+	case 0x5064:
+		return "riscv64"
+	}
+	return ""
 }

@@ -80,3 +80,54 @@ func TestBootOfTheLoadersDisks(t *testing.T) {
 		t.Errorf("a hybrid disk: %+v; want both", b)
 	}
 }
+
+// TestLoadersOnTheESP: systemd-boot's EFI binary, copied by mtools to the
+// removable-media path of an ESP that mkfs.fat made as FAT12, FAT16 and
+// FAT32, is found with its machine, amd64.
+func TestLoadersOnTheESP(t *testing.T) {
+	const sdboot = "/usr/lib/systemd/boot/efi/systemd-bootx64.efi"
+	if _, err := os.Stat(sdboot); err != nil {
+		t.Fatalf("%v (Debian's systemd-boot-efi ships it)", err)
+	}
+	for _, tc := range []struct {
+		fatBits string
+		size    int64
+	}{{"12", 4 * mib}, {"16", 64 * mib}, {"32", 260 * mib}} {
+		t.Run("FAT"+tc.fatBits, func(t *testing.T) {
+			esp := filepath.Join(t.TempDir(), "esp.img")
+			if err := os.Truncate(createFile(t, esp), tc.size); err != nil {
+				t.Fatal(err)
+			}
+			run(t, "mkfs.fat", "-F", tc.fatBits, esp)
+			run(t, "mmd", "-i", esp, "::/EFI", "::/EFI/BOOT", "::/EFI/debian")
+			run(t, "mcopy", "-i", esp, sdboot, "::/EFI/BOOT/BOOTX64.EFI")
+			run(t, "mcopy", "-i", esp, "/etc/os-release", "::/EFI/debian/a-long-file-name.txt")
+			disk := blankDisk(t, tc.size+2*mib)
+			run(t, "sgdisk", "-n=1:0:0", "-t=1:EF00", disk)
+			l := probeFile(t, disk)
+			place(t, disk, esp, l.Partitions[0].Start)
+			l = probeFile(t, disk)
+			f, err := os.Open(disk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			got := Loaders(f, l)
+			want := []Loader{{Partition: 1, Path: "/EFI/BOOT/BOOTX64.EFI", Arch: "amd64"}}
+			if !slices.Equal(got, want) {
+				t.Errorf("loaders %+v; want %+v (layout %+v)", got, want, l)
+			}
+			fat, err := openFAT(f, l.Partitions[0].Start, l.Partitions[0].Size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fat.bits != map[string]int{"12": 12, "16": 16, "32": 32}[tc.fatBits] {
+				t.Errorf("read as FAT%d", fat.bits)
+			}
+			wantText, _ := os.ReadFile("/etc/os-release")
+			if b, err := fat.readHead("/efi/DEBIAN/A-LONG-FILE-NAME.TXT", 1<<20); err != nil || string(b) != string(wantText) {
+				t.Errorf("a long name, any case: %q, %v", b, err)
+			}
+		})
+	}
+}

@@ -13,5 +13,7 @@
 // OpenFS opens a partition's filesystem (ext2/3/4 so far, with Trivy's
 // reader) and ReadFile reads a file from it as the guest would, following
 // symbolic links itself inside the guest's root and within bounds;
-// ReadOSRelease reads os-release(5).
+// ReadOSRelease reads os-release(5). BootOf says which firmware the
+// layout can boot with, and Loaders finds the EFI loaders on FAT ESPs and
+// their CPU architecture.
 package guest

@@ -4,7 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/crc32"
+	"os"
+	"os/exec"
 	"testing"
+
+	"github.com/imagepipe/imagepipe/internal/need"
 )
 
 // countingReader counts the bytes Probe asks for.
@@ -94,4 +98,54 @@ func TestTheFuzzSeedIsAValidGPT(t *testing.T) {
 	if err != nil || l.Table != TableGPT || len(l.Partitions) != 1 || l.Partitions[0].Role != RoleESP || len(l.Notes) != 0 {
 		t.Fatalf("%+v, %v", l, err)
 	}
+}
+
+// maxLoadersRead bounds what Loaders reads of one ESP: per loader path,
+// three directories of at most maxFATDirEntries entries with their FAT
+// entries (4 bytes per cluster, clusters of at least 512 bytes), and the
+// head of the file; the boot sector.
+const maxLoadersRead = sectorSize + 4*(3*(maxFATDirEntries*32+maxFATDirEntries*32/512*4)+peHead+peHead/512*4)
+
+// FuzzFATLoaders: any bytes as an ESP give loaders or none, never a
+// panic, within maxLoadersRead.
+func FuzzFATLoaders(f *testing.F) {
+	f.Add(espSeed(f))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := &countingReader{b: b, size: int64(len(b))}
+		l := &Layout{Table: TableGPT, Partitions: []Partition{{Number: 1, Start: 0, Size: int64(len(b)), Role: RoleESP, Filesystem: FsFAT}}}
+		Loaders(r, l)
+		if r.read > maxLoadersRead {
+			t.Fatalf("read %d bytes, over %d", r.read, maxLoadersRead)
+		}
+	})
+}
+
+// espSeed is a small FAT12 ESP made by mkfs.fat and mtools, holding a
+// PE header at the removable-media path.
+func espSeed(f *testing.F) []byte {
+	p := f.TempDir() + "/esp.img"
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		f.Fatal(err)
+	}
+	if err := os.Truncate(p, 64<<10); err != nil {
+		f.Fatal(err)
+	}
+	pe := make([]byte, 512)
+	copy(pe, "MZ")
+	binary.LittleEndian.PutUint32(pe[0x3C:], 0x80)
+	copy(pe[0x80:], "PE\x00\x00\x64\x86")
+	loader := f.TempDir() + "/BOOTX64.EFI"
+	if err := os.WriteFile(loader, pe, 0o644); err != nil {
+		f.Fatal(err)
+	}
+	for _, c := range [][]string{{"mkfs.fat", "-F", "12", p}, {"mmd", "-i", p, "::/EFI", "::/EFI/BOOT"}, {"mcopy", "-i", p, loader, "::/EFI/BOOT/BOOTX64.EFI"}} {
+		if out, err := exec.Command(need.Program(f, c[0]), c[1:]...).CombinedOutput(); err != nil {
+			f.Fatalf("%v: %v\n%s", c, err, out)
+		}
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		f.Fatal(err)
+	}
+	return b
 }
