@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the system tools imagepipe's tests and benchmarks use, when missing:
 # qemu-img and qemu-io (the conversion oracle), skopeo (an independent registry
-# client), mkfs.ext4 (realistic filesystem images), GNU time (peak memory), zstd,
+# client), mkfs.ext4 (realistic filesystem images), the partitioning and mkfs
+# tools, syslinux's MBR code, systemd-boot and mtools (guest disks for
+# internal/guest), GNU time (peak memory), zstd,
 # xz and gzip (wrapped sources), libisal-dev (ISA-L gzip), socat, unshare and
 # mount (network and mount namespaces of the node stand-in and some tests), then
 # builds the distribution registry, MinIO, crane, etcd, kube-apiserver, kubectl,
