@@ -28,6 +28,7 @@ command -v sgdisk >/dev/null || need+=(gdisk)
 [ -f /usr/lib/syslinux/mbr/mbr.bin ] || need+=(syslinux-common) # real MBR boot code
 [ -f /usr/lib/systemd/boot/efi/systemd-bootx64.efi ] || need+=(systemd-boot-efi) # a real EFI loader
 command -v mcopy >/dev/null || need+=(mtools)
+command -v dpkg-query >/dev/null || need+=(dpkg) # the oracle of the dpkg status reader
 [ -x /usr/bin/time ] || need+=(time)
 command -v zstd >/dev/null || need+=(zstd)
 [ -f /usr/include/isa-l/igzip_lib.h ] || need+=(libisal-dev)

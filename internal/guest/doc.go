@@ -15,5 +15,5 @@
 // symbolic links itself inside the guest's root and within bounds;
 // ReadOSRelease reads os-release(5). BootOf says which firmware the
 // layout can boot with, and Loaders finds the EFI loaders on FAT ESPs and
-// their CPU architecture.
+// their CPU architecture. ReadDpkg lists dpkg's installed packages.
 package guest

@@ -2,6 +2,7 @@ package guest
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -32,6 +33,13 @@ func symlink(t *testing.T, target, p string) {
 // included), opens it and reads its os-release.
 func openGuest(t *testing.T, setup func(root string)) (*OSRelease, error) {
 	t.Helper()
+	return ReadOSRelease(openTree(t, setup))
+}
+
+// openTree makes an ext4 filesystem holding the tree setup writes, with
+// mkfs.ext4 -d, and opens it.
+func openTree(t *testing.T, setup func(root string)) fs.FS {
+	t.Helper()
 	root := t.TempDir()
 	setup(root)
 	img := filepath.Join(t.TempDir(), "fs.img")
@@ -48,7 +56,7 @@ func openGuest(t *testing.T, setup func(root string)) (*OSRelease, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ReadOSRelease(fsys)
+	return fsys
 }
 
 const debian = "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nNAME=\"Debian GNU/Linux\"\nVERSION_ID=\"12\"\nID=debian\n"

@@ -37,6 +37,7 @@ const AllowedPrefix = "allowed skip ("
 // Programs are the programs tests run, each with the Debian package that
 // test/tools.sh installs for it (need_test.go checks that it does).
 var Programs = map[string]string{
+	"dpkg-query":    "dpkg",
 	"gzip":          "gzip",
 	"ip":            "iproute2",
 	"make":          "make",

@@ -1,0 +1,105 @@
+package guest
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io/fs"
+	"strings"
+)
+
+// Limits of the package database readers; docs/security.md lists them.
+const (
+	// maxDpkgStatus bounds /var/lib/dpkg/status: a desktop with 5,000
+	// packages has about 8 MiB.
+	maxDpkgStatus = 64 << 20
+	// maxPackages bounds the packages one guest lists.
+	maxPackages = 100000
+	// maxDpkgLine bounds one line of the status file.
+	maxDpkgLine = 1 << 20
+)
+
+// Package is one installed package of the guest.
+type Package struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Arch    string `json:"arch,omitempty"`
+	// Source is the source package, when it is named otherwise.
+	Source string `json:"source,omitempty"`
+}
+
+// ErrNoDatabase is matched by a reader's error when the guest has no
+// database of that kind.
+var ErrNoDatabase = errors.New("no package database")
+
+// ReadDpkg lists the packages dpkg says are installed
+// (/var/lib/dpkg/status, "Status: install ok installed").
+func ReadDpkg(fsys fs.FS) ([]Package, error) {
+	b, err := ReadFile(fsys, "/var/lib/dpkg/status", maxDpkgStatus)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrNoDatabase
+	}
+	if err != nil {
+		return nil, err
+	}
+	return parseDpkgStatus(b)
+}
+
+// parseDpkgStatus reads the stanzas of a dpkg status file.
+func parseDpkgStatus(b []byte) ([]Package, error) {
+	var out []Package
+	var p Package
+	installed := false
+	flush := func() error {
+		if installed && p.Name != "" && p.Version != "" {
+			if len(out) == maxPackages {
+				return errors.New("more than 100000 packages")
+			}
+			if p.Source == p.Name {
+				p.Source = ""
+			}
+			out = append(out, p)
+		}
+		p, installed = Package{}, false
+		return nil
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, 64<<10), maxDpkgLine)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.TrimSpace(line) == "" {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			continue // a continuation (descriptions, conffiles)
+		}
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		switch k {
+		case "Package":
+			p.Name = v
+		case "Version":
+			p.Version = v
+		case "Architecture":
+			p.Arch = v
+		case "Source":
+			// "Source: name (version)" when the versions differ.
+			p.Source, _, _ = strings.Cut(v, " ")
+		case "Status":
+			installed = v == "install ok installed"
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
