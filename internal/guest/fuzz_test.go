@@ -149,3 +149,51 @@ func espSeed(f *testing.F) []byte {
 	}
 	return b
 }
+
+// FuzzExt4OSRelease: any bytes as an ext4 filesystem give an os-release
+// or an error, never a panic that escapes.
+func FuzzExt4OSRelease(f *testing.F) {
+	f.Add(ext4Seed(f))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fsys, err := OpenFS(bytes.NewReader(b), 0, int64(len(b)), FsExt4)
+		if err != nil {
+			return
+		}
+		_, _ = ReadOSRelease(fsys)
+	})
+}
+
+// ext4Seed is a 128 KiB ext4 made by mkfs.ext4 -d, with Debian's
+// os-release behind its relative link.
+func ext4Seed(f *testing.F) []byte {
+	root := f.TempDir()
+	for p, s := range map[string]string{"/usr/lib/os-release": debian} {
+		if err := os.MkdirAll(root+"/usr/lib", 0o755); err != nil {
+			f.Fatal(err)
+		}
+		if err := os.WriteFile(root+p, []byte(s), 0o644); err != nil {
+			f.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(root+"/etc", 0o755); err != nil {
+		f.Fatal(err)
+	}
+	if err := os.Symlink("../usr/lib/os-release", root+"/etc/os-release"); err != nil {
+		f.Fatal(err)
+	}
+	img := f.TempDir() + "/fs.img"
+	if err := os.WriteFile(img, nil, 0o644); err != nil {
+		f.Fatal(err)
+	}
+	if err := os.Truncate(img, 128<<10); err != nil {
+		f.Fatal(err)
+	}
+	if out, err := exec.Command(need.Program(f, "mkfs.ext4"), "-q", "-F", "-d", root, img).CombinedOutput(); err != nil {
+		f.Fatalf("mkfs.ext4: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(img)
+	if err != nil {
+		f.Fatal(err)
+	}
+	return b
+}
