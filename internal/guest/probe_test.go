@@ -2,6 +2,7 @@ package guest
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,20 +60,34 @@ func createFile(t *testing.T, p string) string {
 	return p
 }
 
-// place copies the file src into disk at off.
+// place copies the file src into disk at off, a MiB at a time, leaving
+// holes where src is zeros (the disks stay sparse).
 func place(t *testing.T, disk, src string, off int64) {
 	t.Helper()
-	b, err := os.ReadFile(src)
+	in, err := os.Open(src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.OpenFile(disk, os.O_WRONLY, 0)
+	defer in.Close()
+	out, err := os.OpenFile(disk, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	if _, err := f.WriteAt(b, off); err != nil {
-		t.Fatal(err)
+	defer out.Close()
+	buf := make([]byte, mib)
+	for pos := int64(0); ; pos += int64(len(buf)) {
+		n, err := io.ReadFull(in, buf)
+		if n > 0 && !allZero(buf[:n]) {
+			if _, err := out.WriteAt(buf[:n], off+pos); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
