@@ -155,6 +155,9 @@ func (c *Client) Upload(ctx context.Context, repo name.Repository, b Blob) (Uplo
 			return Uploaded{}, nil
 		}
 	}
+	if b.Write == nil {
+		return Uploaded{}, fmt.Errorf("uploading into %s: nothing to write", repo)
+	}
 	if up, ok := c.committedBlob(ctx, repo, b.key()); ok {
 		c.opts.logger.Info("the blob was committed by an interrupted run", "repository", repo.Name(), "digest", up.Digest)
 		return up, nil

@@ -95,6 +95,9 @@ func TestUploadKeepsWhatItPromises(t *testing.T) {
 	if sent := blobRequests(log.take()); len(sent) != 0 {
 		t.Errorf("uploads with malformed digests sent %v", sent)
 	}
+	if _, err := c.Upload(t.Context(), repo, Blob{}); err == nil {
+		t.Error("an upload with nothing to write succeeded")
+	}
 	missing := digest.FromString("absent").String()
 	if probe, err := c.Upload(t.Context(), repo, Blob{Digest: missing}); err != nil || probe.Held {
 		t.Errorf("probe of an absent blob: %+v, %v", probe, err)
