@@ -50,6 +50,7 @@ func Image(ctx context.Context, reg Registry, where name.Reference, img *contain
 			_, err := io.Copy(w, bytes.NewReader(img.Config))
 			return img.ConfigDesc.Digest.String(), nil, err
 		},
+		Discard: func(error) bool { return true }, // a few hundred bytes: sent again, never resumed
 	})
 	if err != nil {
 		return fmt.Errorf("pushing the config of %s: %w", where, err)
