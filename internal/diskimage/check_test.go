@@ -10,11 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/empty"
-	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
@@ -72,27 +68,6 @@ func gzipped(t testing.TB, b []byte) []byte {
 	zw.Write(b)
 	zw.Close()
 	return buf.Bytes()
-}
-
-// pushLayers pushes an OCI image made of the given layers, with annotations.
-func pushLayers(t *testing.T, ref string, annotations map[string]string, layers ...v1.Layer) name.Reference {
-	t.Helper()
-	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	img, err := mutate.AppendLayers(base, layers...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if annotations != nil {
-		img = mutate.Annotations(img, annotations).(v1.Image)
-	}
-	r, err := name.ParseReference(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(r, img); err != nil {
-		t.Fatal(err)
-	}
-	return r
 }
 
 // rawDisk is a valid raw disk's bytes (a raw disk is anything that matches
@@ -170,7 +145,7 @@ func TestCheckAndExtractRejectBadShapes(t *testing.T) {
 		{name: "entry after the disk", layers: []v1.Layer{uncompressed(makeTar(t, diskDirEntry(), diskFileEntry(disk), tarEntry{name: "disk/b.img", typ: tar.TypeReg, mode: 0o444}))}, reason: reject.TarEntry, extractOnly: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ref := pushLayers(t, host+"/acme/bad:"+strings.ReplaceAll(tc.name, " ", "-"), tc.annotations, tc.layers...)
+			ref := disktest.PushLayers(t, host+"/acme/bad:"+strings.ReplaceAll(tc.name, " ", "-"), tc.annotations, tc.layers...)
 			rep, err := Check(t.Context(), c, ref)
 			if err != nil {
 				t.Fatal(err)
@@ -202,7 +177,7 @@ func TestExtractChecksTheDiffID(t *testing.T) {
 	host := disktest.Registry(t)
 	c := testClient(t)
 	// static layers claim their blob digest as diff ID: wrong for gzip.
-	ref := pushLayers(t, host+"/acme/diffid:1", nil, static.NewLayer(gzipped(t, makeTar(t, diskDirEntry(), diskFileEntry(rawDisk(4096)))), types.OCILayer))
+	ref := disktest.PushLayers(t, host+"/acme/diffid:1", nil, static.NewLayer(gzipped(t, makeTar(t, diskDirEntry(), diskFileEntry(rawDisk(4096)))), types.OCILayer))
 	if rep, err := Check(t.Context(), c, ref); err != nil || rep.Verdict != api.VerdictAccepted {
 		t.Fatalf("check: %+v, %v", rep, err)
 	}
@@ -307,7 +282,7 @@ func TestCheckAndExtractRejectGarbageBehindAPaddedHeader(t *testing.T) {
 		"64 KiB FEXTRA":             {withExtra(65535, good), false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			ref := pushLayers(t, host+"/acme/padded:"+strings.ReplaceAll(name, " ", "-"), nil, static.NewLayer(tc.blob, types.OCILayer))
+			ref := disktest.PushLayers(t, host+"/acme/padded:"+strings.ReplaceAll(name, " ", "-"), nil, static.NewLayer(tc.blob, types.OCILayer))
 			rep, err := Check(t.Context(), c, ref)
 			if err != nil {
 				t.Fatal(err)

@@ -75,7 +75,7 @@ func TestVirtualSizeVerdictsAgree(t *testing.T) {
 				}
 				// Pushed by someone else, as a containerDisk of the right shape.
 				layer := static.NewLayer(gzipped(t, makeTar(t, diskDirEntry(), diskFileEntry(tc.disk))), types.OCILayer)
-				ref := pushLayers(t, fmt.Sprintf("%s/acme/vsize:%d", host, i), nil, layer)
+				ref := disktest.PushLayers(t, fmt.Sprintf("%s/acme/vsize:%d", host, i), nil, layer)
 				rep, err := Check(t.Context(), c, ref)
 				if err != nil {
 					t.Fatal(err)

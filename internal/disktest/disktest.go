@@ -1,7 +1,8 @@
 // Package disktest holds what the tests of the registry client and of
 // containerDisk images share: an in-process registry, a small random disk
-// that stands for an imported source, a reader of a pushed containerDisk
-// and a recorder of progress reports. Only tests import it.
+// that stands for an imported source, images pushed as any OCI client
+// would, a reader of a pushed containerDisk and a recorder of progress
+// reports. Only tests import it.
 package disktest
 
 import (
@@ -21,7 +22,14 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	godigest "github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
@@ -193,4 +201,57 @@ func (l *Progress) Finished(t *testing.T, what string) int64 {
 		t.Errorf("%s: last report %d/%d, want done equal to the total", what, l.done, l.total)
 	}
 	return l.total
+}
+
+// PushLayers pushes an OCI image made of layers, with annotations (nil
+// for none), to ref, as any OCI client could, and returns ref parsed.
+func PushLayers(t *testing.T, ref string, annotations map[string]string, layers ...v1.Layer) name.Reference {
+	t.Helper()
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	img, err := mutate.AppendLayers(base, layers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if annotations != nil {
+		img = mutate.Annotations(img, annotations).(v1.Image)
+	}
+	r, err := name.ParseReference(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(r, img); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// PushRandomSubject pushes a small random image to repo ("HOST/REPO")
+// and returns it pinned by digest with its manifest's descriptor: a
+// subject to attach referrers to.
+func PushRandomSubject(t *testing.T, repo string) (name.Digest, ocispec.Descriptor) {
+	t.Helper()
+	img, err := random.Image(512, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	subject, err := name.NewDigest(repo + "@" + d.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(subject, img); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := img.RawManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mt, err := img.MediaType()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return subject, ocispec.Descriptor{MediaType: string(mt), Digest: godigest.Digest(d.String()), Size: int64(len(raw))}
 }

@@ -21,14 +21,13 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	godigest "github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	orasremote "oras.land/oras-go/v2/registry/remote"
 
 	"github.com/imagepipe/imagepipe/internal/attest"
+	"github.com/imagepipe/imagepipe/internal/disktest"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/trust"
 	"github.com/imagepipe/imagepipe/internal/verdict"
@@ -96,28 +95,9 @@ func TestAnAnnouncedVerdictIsFetchedOnce(t *testing.T) {
 		{name: "signed by another key", signer: other},
 		{name: "announced with other bytes", signer: signer, found: true, tamper: true},
 	} {
-		img, err := random.Image(512, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := img.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		subject, err := name.NewDigest(host + "/acme/rhel@" + d.String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := remote.Write(subject, img); err != nil {
-			t.Fatal(err)
-		}
-		raw, err := c.FetchManifest(t.Context(), subject)
-		if err != nil {
-			t.Fatal(err)
-		}
-		desc := ocispec.Descriptor{MediaType: string(raw.MediaType), Digest: godigest.Digest(raw.Digest), Size: int64(len(raw.Bytes))}
-		given := &api.Verdict{Repository: "acme/rhel", Subject: d.String(), Verdict: api.VerdictAccepted, VerifiedAt: time.Now().UTC().Format(api.VerdictTimeFormat),
-			Images: []api.VerifiedImage{{Platform: "linux/amd64", Source: d.String(), Canonical: d.String()}}}
+		subject, desc := disktest.PushRandomSubject(t, host+"/acme/rhel")
+		given := &api.Verdict{Repository: "acme/rhel", Subject: subject.DigestStr(), Verdict: api.VerdictAccepted, VerifiedAt: time.Now().UTC().Format(api.VerdictTimeFormat),
+			Images: []api.VerifiedImage{{Platform: "linux/amd64", Source: subject.DigestStr(), Canonical: subject.DigestStr()}}}
 		att, err := verdict.Publish(t.Context(), c, tc.signer, subject, desc, given)
 		if err != nil {
 			t.Fatal(err)
@@ -127,7 +107,11 @@ func TestAnAnnouncedVerdictIsFetchedOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if tc.tamper {
+		if tc.tamper { // the subject's manifest, announced as the verdict's
+			raw, err := c.FetchManifest(t.Context(), subject)
+			if err != nil {
+				t.Fatal(err)
+			}
 			announced.Bytes = raw.Bytes
 		}
 		mu.Lock()
@@ -136,7 +120,7 @@ func TestAnAnnouncedVerdictIsFetchedOnce(t *testing.T) {
 		g := NewGateVerdicts(c, trust)
 		g.Expect(subject, announced)
 		v, err := g.Verdict(t.Context(), subject)
-		if tc.found != (err == nil) || tc.found && v.Subject != d.String() {
+		if tc.found != (err == nil) || tc.found && v.Subject != subject.DigestStr() {
 			t.Errorf("%s: %+v, %v", tc.name, v, err)
 		}
 		want := 0

@@ -285,7 +285,7 @@ func TestAppendRefusesWhatCannotBeAnIndex(t *testing.T) {
 		{"no platform", "names no platform", func(ref string) {
 			head, tail := containerdisk.TarFraming(4096)
 			tarball := slices.Concat(head, bytes.Repeat([]byte("imagepipe"), 4096/9+1)[:4096], tail)
-			pushLayers(t, ref, nil, static.NewLayer(tarball, types.OCIUncompressedLayer))
+			disktest.PushLayers(t, ref, nil, static.NewLayer(tarball, types.OCIUncompressedLayer))
 		}},
 		{"artifact", "artifact", func(ref string) {
 			img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), "application/vnd.example.thing.v1+json")
@@ -462,27 +462,6 @@ func imageDigest(t *testing.T, img v1.Image) string {
 		t.Fatal(err)
 	}
 	return d.String()
-}
-
-// pushLayers pushes an image of layers, with annotations, to ref.
-func pushLayers(t *testing.T, ref string, annotations map[string]string, layers ...v1.Layer) name.Reference {
-	t.Helper()
-	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
-	img, err := mutate.AppendLayers(base, layers...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if annotations != nil {
-		img = mutate.Annotations(img, annotations).(v1.Image)
-	}
-	r, err := name.ParseReference(ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(r, img); err != nil {
-		t.Fatal(err)
-	}
-	return r
 }
 
 // platformString names an index entry's platform as reports do.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -74,13 +73,9 @@ func (c *Client) checkPush(ctx context.Context, repo name.Repository) error {
 		}
 		return fmt.Errorf("checking that %s accepts a push: %w", repo, err)
 	}
-	client, base, err := c.httpClient(ctx, repo, repo.Scope(transport.PushScope))
+	client, baseURL, err := c.httpClient(ctx, repo, repo.Scope(transport.PushScope))
 	if err != nil {
 		return wrap(err)
-	}
-	baseURL, err := url.Parse(base)
-	if err != nil {
-		return err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL.JoinPath("v2", repo.RepositoryStr(), "blobs", "uploads").String()+"/", nil)
 	if err != nil {

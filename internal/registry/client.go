@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -349,21 +350,21 @@ func (c *Client) sessionOptions(ctx context.Context, reg name.Registry) ([]remot
 
 // httpClient returns a client authorised for scopes on repo, and the
 // registry's base URL ("https://host" or "http://host").
-func (c *Client) httpClient(ctx context.Context, repo name.Repository, scopes ...string) (*http.Client, string, error) {
+func (c *Client) httpClient(ctx context.Context, repo name.Repository, scopes ...string) (*http.Client, *url.URL, error) {
 	auth, err := c.authenticator(repo.Registry)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
 	rt, err := transport.NewWithContext(ctx, repo.Registry, auth, c.base, scopes)
 	if err != nil {
-		return nil, "", fmt.Errorf("authenticating to %s: %w", repo.Registry, err)
+		return nil, nil, fmt.Errorf("authenticating to %s: %w", repo.Registry, err)
 	}
 	rt = transport.NewUserAgent(rt, c.opts.userAgent)
 	scheme, err := c.scheme(ctx, repo.Registry)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
-	return &http.Client{Transport: rt}, scheme + "://" + repo.RegistryStr(), nil
+	return &http.Client{Transport: rt}, &url.URL{Scheme: scheme, Host: repo.RegistryStr()}, nil
 }
 
 // scheme finds whether a registry speaks HTTPS, falling back to plain HTTP

@@ -255,11 +255,7 @@ func (c *Client) writeState(st *uploadState) bool {
 
 // holds reports whether repo holds the blob dgst.
 func (c *Client) holds(ctx context.Context, repo name.Repository, dgst string) (bool, error) {
-	client, base, err := c.httpClient(ctx, repo, repo.Scope(transport.PullScope))
-	if err != nil {
-		return false, err
-	}
-	baseURL, err := url.Parse(base)
+	client, baseURL, err := c.httpClient(ctx, repo, repo.Scope(transport.PullScope))
 	if err != nil {
 		return false, err
 	}
@@ -286,11 +282,7 @@ func (c *Client) committedBlob(ctx context.Context, repo name.Repository, key st
 // startUpload opens an upload session in repo, resuming the one a state
 // file remembers for key when the registry still has it.
 func (c *Client) startUpload(ctx context.Context, repo name.Repository, key func() string) (*blobUpload, error) {
-	client, base, err := c.httpClient(ctx, repo, repo.Scope(transport.PushScope))
-	if err != nil {
-		return nil, err
-	}
-	baseURL, err := url.Parse(base)
+	client, baseURL, err := c.httpClient(ctx, repo, repo.Scope(transport.PushScope))
 	if err != nil {
 		return nil, err
 	}

@@ -10,14 +10,10 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/opencontainers/go-digest"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/imagepipe/imagepipe/internal/disktest"
 	"github.com/imagepipe/imagepipe/internal/registry"
 )
 
@@ -33,26 +29,7 @@ func TestAttachesAtOnceAreEachReadBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err := random.Image(512, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, err := img.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	subject, err := name.NewDigest(strings.TrimPrefix(srv.URL, "http://") + "/acme/rhel@" + d.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(subject, img); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := c.FetchManifest(t.Context(), subject)
-	if err != nil {
-		t.Fatal(err)
-	}
-	desc := ocispec.Descriptor{MediaType: string(raw.MediaType), Digest: digest.Digest(raw.Digest), Size: int64(len(raw.Bytes))}
+	subject, desc := disktest.PushRandomSubject(t, strings.TrimPrefix(srv.URL, "http://")+"/acme/rhel")
 	note := func(i int) Artifact {
 		return Artifact{ArtifactType: "application/vnd.example.note", MediaType: "text/plain", Content: fmt.Appendf(nil, "note %d", i),
 			Annotations: map[string]string{"example.note": fmt.Sprint(i)}}
