@@ -318,8 +318,13 @@ func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res
 		// and leaves this one alone.
 		msg := fmt.Sprintf("this BaseImage's name is not the one image-syncer derives for %s:%s (%s); image-syncer leaves it alone. Delete it: image-syncer makes %s by itself",
 			bi.Spec.Repository, bi.Spec.Tag, want, want)
-		r.condition(bi, v1alpha1.ConditionReady, false, "UnexpectedName", msg)
 		r.condition(bi, v1alpha1.ConditionProgressing, false, "UnexpectedName", msg)
+		// Failing closed: whatever its status says it serves was not
+		// checked by this syncer, so its DataSource serves nothing.
+		if served := bi.Status.ImportedDigest; served != "" {
+			return reconcile.Result{}, false, r.withdraw(ctx, bi, served, false, msg)
+		}
+		r.condition(bi, v1alpha1.ConditionReady, false, "UnexpectedName", msg)
 		return reconcile.Result{}, false, nil
 	}
 	if _, removed := bi.Annotations[v1alpha1.AnnotationRemoved]; removed {
@@ -334,6 +339,9 @@ func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res
 		bi.Status.Progress = ""
 		r.condition(bi, v1alpha1.ConditionProgressing, false, "RemovedFromRegistry",
 			"the tag is gone from the registry; the current import is retained (deletion policy retain)")
+		if err := r.checkRetained(ctx, bi, image); err != nil {
+			return reconcile.Result{}, false, err
+		}
 		return reconcile.Result{}, false, r.collect(ctx, bi, image, "")
 	}
 	digest := bi.Spec.Digest

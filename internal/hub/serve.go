@@ -106,6 +106,26 @@ func (r *Reconciler) checkServed(ctx context.Context, bi *v1alpha1.BaseImage, im
 	return nil
 }
 
+// checkRetained holds a retained import to the verdicts still found on
+// its digest: a verdict refusing it, or verdicts signed only by keys no
+// longer trusted (a provider removed a key), withdraw it. No verdict at
+// all keeps it: deleting an image takes its verdicts along, and the
+// retention policy exists to keep serving what was verified then.
+func (r *Reconciler) checkRetained(ctx context.Context, bi *v1alpha1.BaseImage, image string) error {
+	served := bi.Status.ImportedDigest
+	if served == "" {
+		return nil
+	}
+	adm, err := r.admissionOf(ctx, bi, served)
+	if err != nil {
+		return err
+	}
+	if adm.missing != nil && !adm.missing.Forged() {
+		return nil
+	}
+	return r.checkServed(ctx, bi, image, served, adm)
+}
+
 // withdraw points bi's DataSource at nothing and records why; drop also
 // forgets the import of digest, so that the retention deletes it (a
 // verdict refused it), rather than keeping it for a verdict to come.

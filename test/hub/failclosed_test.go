@@ -333,3 +333,75 @@ func equalMaps(a, b map[string]string) bool {
 	}
 	return true
 }
+
+// TestImagesTheSyncerDoesNotRefreshAreStillHeldToTheirVerdicts: two kinds
+// of BaseImage are not imported again, and so were read only at import:
+// one whose tag left the registry under the retain policy, and one named
+// otherwise than the syncer names it (an older syncer's naming, or made by
+// hand). Each still stops serving when no trusted verdict admits what it
+// serves; a retained image whose verdicts went with it is kept, as the
+// retain policy promises.
+func TestImagesTheSyncerDoesNotRefreshAreStillHeldToTheirVerdicts(t *testing.T) {
+	t.Parallel()
+	digest := "sha256:" + strings.Repeat("6", 64)
+	pushedURL := "docker://registry.example.com/acme/rhel@" + digest
+	untrusted := func(subject name.Digest) (*api.Verdict, error) {
+		return nil, &verdict.NoVerdictError{Subject: subject.String(), Refused: []string{"signed by a key no longer trusted"}}
+	}
+	for _, tc := range []struct {
+		name      string
+		handNamed bool
+		answer    func(name.Digest) (*api.Verdict, error)
+		serving   bool
+	}{
+		{"retained, refused", false, refused, false},
+		{"retained, only an untrusted verdict", false, untrusted, false},
+		{"retained, its verdicts gone with it", false, nil, true},
+		{"retained, accepted", false, accepted(""), true},
+		{"named otherwise, accepted", true, accepted(""), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			st := oldSyncerStatus(digest, v1alpha1.PhaseReady)
+			h := newFailClosedHub(t, digest, st, "")
+			var bi v1alpha1.BaseImage
+			if err := h.cluster.Client.Get(t.Context(), h.key, &bi); err != nil {
+				t.Fatal(err)
+			}
+			if tc.handNamed {
+				other := &v1alpha1.BaseImage{ObjectMeta: metav1.ObjectMeta{Name: "rhel-9", Namespace: "acme", Labels: bi.Labels}, Spec: bi.Spec}
+				h.cluster.Create(t, other)
+				h.key.Name, bi = other.Name, *other
+			} else {
+				if bi.Annotations == nil {
+					bi.Annotations = map[string]string{}
+				}
+				bi.Annotations[v1alpha1.AnnotationRemoved] = time.Now().UTC().Format(time.RFC3339)
+				if err := h.cluster.Client.Update(t.Context(), &bi); err != nil {
+					t.Fatal(err)
+				}
+			}
+			h.served(t, &bi, digest, pushedURL)
+			st.ImportedDigest, st.PVCName, st.DataSourceName = digest, h.dvName(digest), bi.Name
+			st.Imports = []v1alpha1.ImportRecord{{Digest: digest, DataVolume: h.dvName(digest), CompletedAt: metav1.Now()}}
+			bi.Status = st
+			if err := h.cluster.Client.Status().Update(t.Context(), &bi); err != nil {
+				t.Fatal(err)
+			}
+			if tc.answer != nil {
+				h.gate.set(digest, tc.answer)
+			}
+			got, err := h.reconcile(t)
+			if err != nil {
+				t.Errorf("reconcile: %v", err)
+			}
+			if pvc := h.dataSourcePVC(t); (pvc != "") != tc.serving {
+				t.Errorf("the DataSource points at %q; serving %v wanted", pvc, tc.serving)
+			}
+			ready := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady)
+			if !tc.serving && (ready == nil || ready.Status != metav1.ConditionFalse || got.Status.ImportedDigest != "") {
+				t.Errorf("withdrawn, the BaseImage says Ready %+v, imported %q; want Ready False and why", ready, got.Status.ImportedDigest)
+			}
+		})
+	}
+}
