@@ -80,7 +80,7 @@ func applyKustomization(t *testing.T, hub *harness.Hub, dir string) {
 	}
 	want := map[string][]string{
 		"default": {"Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "CustomResourceDefinition"},
-		"gate":    {"Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "PodDisruptionBudget"},
+		"gate":    {"Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "PersistentVolumeClaim"},
 	}
 	for _, kind := range want[dir] {
 		if !kinds[kind] {
