@@ -20,9 +20,8 @@ type answer struct{ tenant, repository string }
 // question: imagectl (a reference on the command line), the webhook
 // intake (a registry's event), a hub (the namespace of a repository) and
 // vmlaunch (an image named on the hub). The gate takes its tenants from
-// the intake's events through imageref.Tenant. A hub refuses, besides, a
-// tenant whose namespace would have a private network's form (tenantnet):
-// a rule of namespaces, not of names.
+// the intake's events through imageref.Tenant. No tenant has a private
+// network's namespace form (HOME-net-NAME), at any entry point.
 var entryPoints = map[string]func(repository, tag string) answer{
 	"imagectl": func(repository, tag string) answer {
 		r, err := imageref.Parse("registry.example.com/"+repository+":"+tag, imageref.FormTag)
@@ -107,6 +106,9 @@ func TestEveryEntryPointReadsNamesAlike(t *testing.T) {
 		{"acme/rhel@sha256", "10", ""},                         // an '@'
 		{"acme/rh el", "10", ""},                               // a space
 		{"acme/rhel\x00", "10", ""},                            // a NUL
+		{"globex-net-lab/rhel", "1", ""},                       // a private network's namespace
+		{"net-lab/rhel", "1", "net-lab"},                       // no home before "-net-"
+		{"a-net-b/rhel", "1", ""},                              // a private network's namespace
 	}
 	for _, c := range cases {
 		want := answer{}

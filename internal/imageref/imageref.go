@@ -319,16 +319,31 @@ func checkTenant(path string) string {
 }
 
 // isTenant reports whether s is a tenant: a DNS-1123 label, as
-// Kubernetes names namespaces, since a tenant becomes one. (The pattern is
-// written here, not taken from Kubernetes' validation package, so that
-// the registry client links no Kubernetes code.)
+// Kubernetes names namespaces, since a tenant becomes one, and not of a
+// private network's namespace form. (The pattern is written here, not
+// taken from Kubernetes' validation package, so that the registry client
+// links no Kubernetes code.)
 func isTenant(s string) bool {
-	return tenantPattern.MatchString(s)
+	return tenantPattern.MatchString(s) && !IsNetworkNamespace(s)
 }
 
 func tenantRule(tenant string) string {
+	if IsNetworkNamespace(tenant) {
+		return fmt.Sprintf("tenant %q (the first path component) has the form of a private network's namespace (HOME%sNAME), which no tenant may have", tenant, NetworkInfix)
+	}
 	return fmt.Sprintf("tenant %q (the first path component) is not a valid name: lower-case letters, digits and '-', starting and ending with a letter or digit, at most 63", tenant)
 }
+
+// NetworkInfix joins a tenant's home and a network's name in the name of
+// the network's namespace, HOME-net-NAME.
+const NetworkInfix = "-net-"
+
+// IsNetworkNamespace reports whether ns has the form of a private
+// network's namespace, HOME-net-NAME. No tenant may have it, whether or
+// not such a network exists: otherwise a registry tenant of that name
+// would have its images synced into another tenant's network, or hold a
+// name a network of another tenant will need.
+func IsNetworkNamespace(ns string) bool { return strings.Contains(ns, NetworkInfix) }
 
 // looksLikeHost tells a registry host from a first path component, as
 // docker does: a host has a '.' or a ':' (a port, or an IPv6 literal),

@@ -25,6 +25,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/imagepipe/imagepipe/internal/imageref"
 )
 
 // Labels and annotations on a network's namespace.
@@ -58,20 +60,15 @@ func CheckName(name string) error {
 	return nil
 }
 
-// networkInfix joins a network's home and name in its namespace's name.
-const networkInfix = "-net-"
-
 // IsNetworkNamespace reports whether ns has the form of a network's
-// namespace, HOME-net-NAME. No tenant's namespace may have it, whether or
-// not such a network exists: otherwise a registry tenant of that name
-// would have its images synced into another tenant's network, or hold a
-// name a network of another tenant will need.
-func IsNetworkNamespace(ns string) bool { return strings.Contains(ns, networkInfix) }
+// namespace, HOME-net-NAME; the tenant grammar owns the rule
+// (imageref.IsNetworkNamespace), so no registry tenant has that form.
+func IsNetworkNamespace(ns string) bool { return imageref.IsNetworkNamespace(ns) }
 
 // Namespace is the namespace of network name of the tenant whose
 // namespace is home. It fails when that name would exceed 63 characters.
 func Namespace(home, name string) (string, error) {
-	ns := home + networkInfix + name
+	ns := home + imageref.NetworkInfix + name
 	if len(ns) > 63 {
 		return "", fmt.Errorf("network %q: its namespace %s would have %d characters, over Kubernetes' 63; choose a name of at most %d characters", name, ns, len(ns), 63-len(home+"-net-"))
 	}

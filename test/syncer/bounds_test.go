@@ -15,6 +15,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
 	"github.com/imagepipe/imagepipe/test/harness"
+	"github.com/imagepipe/imagepipe/test/testenv"
 )
 
 // TestOneTenantCannotTakeTheHub: what a hub shares between tenants
@@ -249,10 +250,11 @@ func haltedVM(ns, name string) *kubevirtv1.VirtualMachine {
 }
 
 // TestANetworksNamespaceIsNoTenants: a registry tenant named like a private
-// network's namespace (HOME-net-NAME) gets nothing synced on a hub, even
-// while the network's home has no image yet (so no tenant recorded on its
-// namespaces): its images would land among another tenant's VMs, and the
-// name would be one a network may need.
+// network's namespace (HOME-net-NAME) gets nothing synced on a hub, while
+// the network's home has no image yet (so no tenant recorded on its
+// namespaces) and after: its images would land among another tenant's
+// VMs, and the name would be one a network may need. imagectl refuses the
+// name; the pushes here come from another OCI client.
 func TestANetworksNamespaceIsNoTenants(t *testing.T) {
 	t.Parallel()
 	hub := &testHub{harness.StartSyncerHub(t, "hub-squat", harness.SyncerHubOptions{Namespaces: []string{"globex"}, NoCDI: true, OVNKubernetes: true})}
@@ -262,10 +264,15 @@ func TestANetworksNamespaceIsNoTenants(t *testing.T) {
 	startSyncer(t, s, hub, reg.Host, "--poll-interval", "1h", "--log-level", "debug")
 	provisioned(t, hub, userClient(t, hub, "tenant-b"), network("globex", "lab", "10.10.0.0/24"))
 
-	importImage(t, rawDisk(t, "squatter"), reg.Host+"/globex-net-lab/rhel:1")
+	squat := reg.Host + "/globex-net-lab/rhel:1"
+	wantRefused(t, testenv.RunImagectl(t, "import", rawDisk(t, "squatter"), squat), "a tenant of a network's form", "form of a private network's namespace")
+	pushContainerDisk(t, squat, rawDisk(t, "squatter"))
 	waitLogLine(t, s, "event ignored", "repository=globex-net-lab/rhel")
 	importImage(t, rawDisk(t, "globex"), reg.Host+"/globex/rhel:1")
 	hub.baseImage(t, "globex", "rhel--1", "globex's own image", func(*v1alpha1.BaseImage) bool { return true })
+	// Now that the home is recorded as globex's, once more.
+	pushContainerDisk(t, reg.Host+"/globex-net-lab/web:1", rawDisk(t, "squatter-2"))
+	waitLogLine(t, s, "event ignored", "repository=globex-net-lab/web")
 	hub.wantNoBaseImagesOf(t, "globex-net-lab", "globex-net-lab")
 	var ns corev1.Namespace
 	if err := hub.Client.Get(t.Context(), client.ObjectKey{Name: "globex-net-lab"}, &ns); err != nil {
