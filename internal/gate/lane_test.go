@@ -119,3 +119,29 @@ func TestALayerDeclaredOverTheLimitStartsNoChild(t *testing.T) {
 		t.Errorf("in a worker slot: %v; want the child's failure to start", err)
 	}
 }
+
+// TestAVerificationUnderALimitStopsOnWhatTheImageDeclares: under a limit
+// (WithMaxDeclared), a disk/disk.img whose tar header, or a qcow2 whose
+// virtual size, is over it stops the verification with ErrLarge, not a
+// verdict; without the limit, each gets its verdict.
+func TestAVerificationUnderALimitStopsOnWhatTheImageDeclares(t *testing.T) {
+	e := newEnv(t)
+	for what, disk := range map[string][]byte{
+		"a 4 MiB raw disk":                     rawDisk(t, 4<<20, 32),
+		"a qcow2 of 320 KiB declaring 512 MiB": amplifier(),
+	} {
+		repo := "acme/declared"
+		d := craftImage(t, disk).push(t, e, repo)
+		subject := mustDigest(t, e.host+"/"+repo+"@"+d)
+		raw, err := e.reg.FetchManifest(t.Context(), subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := e.v.VerifyManifest(WithMaxDeclared(t.Context(), 1<<20), subject, raw); !errors.Is(err, ErrLarge) {
+			t.Errorf("%s under a 1 MiB limit: %+v, %v; want ErrLarge", what, v, err)
+		}
+		if v, err := e.v.VerifyManifest(t.Context(), subject, raw); err != nil || v == nil {
+			t.Errorf("%s without a limit: %+v, %v; want a verdict", what, v, err)
+		}
+	}
+}
