@@ -97,7 +97,7 @@ func benchWaiting(t testing.TB) string {
 		}
 		sentBack := 0
 		for _, repo := range repos[workerLongs:] {
-			if regexp.MustCompile(`waits for a worker.* repository=`+regexp.QuoteMeta(repo)+` `).Match(data) {
+			if regexp.MustCompile(`waits for a worker.* repository=` + regexp.QuoteMeta(repo) + ` `).Match(data) {
 				sentBack++
 			}
 		}
