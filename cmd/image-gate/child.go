@@ -18,7 +18,8 @@ import (
 // verifyOneCmd is the command the gate runs as a child process for each
 // verification (gate.Child): it gets ready, reads one task (a subject and
 // its manifest, gate.ReadTask; the subject alone when run by hand) from
-// its standard input, verifies it,
+// its standard input, verifies it (exiting gate.ExitLarge at once when
+// the image declares more than the task's limit),
 // publishes its canonical image and prints the verdict as JSON. It signs
 // nothing and reads no signing key; the parent signs. Standard input
 // ending without a subject ends it quietly.
@@ -40,10 +41,12 @@ func verifyOneCmd(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			subject, manifest, ok, err := gate.ReadTask(cmd.InOrStdin(), registry.NameOptions(reg)...)
+			task, ok, err := gate.ReadTask(cmd.InOrStdin(), registry.NameOptions(reg)...)
 			if err != nil || !ok {
 				return err // !ok: stopped before it was given a subject
 			}
+			subject, manifest := task.Subject, task.Manifest
+			ctx := gate.WithMaxDeclared(cmd.Context(), task.MaxDeclared)
 			log := slog.New(h).With("subject", subject.String())
 			rc, err := o.daemon.RegistryClient(userAgent(), log)
 			if err != nil {
@@ -52,9 +55,14 @@ func verifyOneCmd(o *options) *cobra.Command {
 			v := &gate.Verifier{Registry: rc, TempDir: tempDir, MaxVirtualSize: o.maxVirtualSize, MaxSpool: maxSpool, Engine: engine, Version: version.Get().Version, Logger: log, Store: o.store()}
 			var verdict *api.Verdict
 			if manifest == nil {
-				verdict, err = v.Verify(cmd.Context(), subject)
+				verdict, err = v.Verify(ctx, subject)
 			} else {
-				verdict, err = v.VerifyManifest(cmd.Context(), subject, manifest)
+				verdict, err = v.VerifyManifest(ctx, subject, manifest)
+			}
+			if errors.Is(err, gate.ErrLarge) {
+				// Not a failure: the parent runs it again in a worker slot.
+				log.Info("the image declares more than a reserve slot takes", "error", err)
+				os.Exit(gate.ExitLarge)
 			}
 			if err != nil {
 				return err

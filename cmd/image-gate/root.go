@@ -23,6 +23,7 @@ type options struct {
 	workers           int
 	perTenant         int
 	reserve           int
+	reserveMaxSize    int64
 	verifyCPULimit    time.Duration
 	verifyTimeout     time.Duration
 	maxSpool          int64
@@ -87,6 +88,7 @@ repository and push canonical images and verdicts into it.`,
 	f.IntVar(&o.workers, "workers", gate.DefaultWorkers, "verifications at once")
 	f.IntVar(&o.perTenant, "per-tenant", gate.DefaultPerTenant, "verifications of one tenant at once")
 	f.IntVar(&o.reserve, "reserve", 0, "verifications beyond --workers that may run for tenants with none running, so that a tenant's image does not wait for others' long verifications (default: half of --workers)")
+	f.Int64Var(&o.reserveMaxSize, "reserve-max-size", gate.DefaultReserveMaxBytes, "what an image verified in a --reserve slot may declare, in bytes (its layer, disk/disk.img in the tar, a qcow2's virtual size): one declaring more stops at once and waits for a --workers slot, so that a tenant with none running waits at most for the reserve verifications ahead of it")
 	f.DurationVar(&o.verifyCPULimit, "verify-cpu-limit", time.Hour, "CPU time one verification may use; past it the image is refused (verification-limit). 0: no limit")
 	f.DurationVar(&o.verifyTimeout, "verify-timeout", 3*time.Hour, "time one verification may take; past it three times in a row the image is refused (verification-limit). 0: no limit")
 	f.Int64Var(&o.maxSpool, "max-spool", 0, "bytes of disk data all verifications at once may spool in --temp-dir, shared equally between them; past its share an image is refused (verification-limit) (default: 90% of --temp-dir's free space at start)")
@@ -132,6 +134,9 @@ func (o *options) validate() error {
 	}
 	if o.verifyMemoryLimit != 0 && o.verifyMemoryLimit < 32<<20 {
 		errs = append(errs, fmt.Errorf("--verify-memory-limit %d: want 0 (no limit) or at least 32 MiB", o.verifyMemoryLimit))
+	}
+	if o.reserveMaxSize < 1<<20 {
+		errs = append(errs, fmt.Errorf("--reserve-max-size %d: want at least 1 MiB", o.reserveMaxSize))
 	}
 	if o.maxVirtualSize < 1<<20 {
 		errs = append(errs, fmt.Errorf("--max-virtual-size %d: want at least 1 MiB", o.maxVirtualSize))

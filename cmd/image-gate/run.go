@@ -98,9 +98,11 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 		Workers:      o.workers,
 		PerTenant:    o.perTenant,
 		Reserve:      o.reserve,
-		Budget:       o.budget,
-		Metrics:      metrics,
-		Logger:       log,
+		// The reserve is a lane for cheap work.
+		ReserveMaxBytes: o.reserveMaxSize,
+		Budget:          o.budget,
+		Metrics:         metrics,
+		Logger:          log,
 	}
 	spool, err := o.spoolPerVerification(svc.MaxRunning())
 	if err != nil {
@@ -123,7 +125,7 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 		svc.Leases = leases
 	}
 	log.Info("image-gate starting", "version", build.Version, "commit", build.Commit, "registry", reg.RegistryStr(),
-		"keyID", signer.KeyID(), "tenantKeysDir", o.tenantKeysDir, "workers", o.workers, "perTenant", o.perTenant, "maxRunning", svc.MaxRunning(),
+		"keyID", signer.KeyID(), "tenantKeysDir", o.tenantKeysDir, "workers", o.workers, "perTenant", o.perTenant, "maxRunning", svc.MaxRunning(), "reserveMaxSize", o.reserveMaxSize,
 		"spoolPerVerification", spool, "stateDir", store.Dir, "leaseNamespace", o.leaseNamespace)
 
 	var webhook http.Handler

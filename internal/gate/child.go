@@ -85,6 +85,10 @@ var ErrOverLimit = errors.New("over the verification's memory or time limit")
 // CPU time is the image's doing, so it is refused at once.
 var ErrCPULimit = errors.New("over the verification's CPU time limit")
 
+// ExitLarge is the exit status of a child that stopped with ErrLarge: the
+// image declares more than the limit it was given (Task.MaxDeclared).
+const ExitLarge = 10
+
 // maxChildVerdict bounds what a child may print: one verdict.
 const maxChildVerdict = 1 << 20
 
@@ -183,7 +187,9 @@ func (c *Child) Close() {
 // Verify runs one child for subject, whose manifest is manifest (as
 // Verifier.VerifyManifest takes it), and returns its verdict and what it
 // spent. A child that fails is an error (the work is tried again later);
-// the error names how it ended and the last lines it logged.
+// the error names how it ended and the last lines it logged. The child
+// is given the limit of ctx (WithMaxDeclared); one that exits ExitLarge
+// is ErrLarge.
 func (c *Child) Verify(ctx context.Context, subject name.Digest, manifest *registry.RawManifest) (*api.Verdict, Cost, error) {
 	p, err := c.take()
 	if err != nil {
@@ -217,7 +223,7 @@ func (c *Child) Verify(ctx context.Context, subject name.Digest, manifest *regis
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		time.AfterFunc(grace, func() { _ = p.cmd.Process.Kill() })
 	})
-	if err := writeTask(p.stdin, subject, manifest); err != nil {
+	if err := writeTask(p.stdin, Task{Subject: subject, Manifest: manifest, MaxDeclared: maxDeclared(ctx)}); err != nil {
 		_ = p.cmd.Process.Kill() // it cannot verify what it was not told
 	}
 	p.stdin.Close()
@@ -236,6 +242,9 @@ func (c *Child) Verify(ctx context.Context, subject name.Digest, manifest *regis
 	if p.err != nil {
 		if ctx.Err() != nil {
 			return nil, cost, context.Cause(ctx)
+		}
+		if p.cmd.ProcessState.ExitCode() == ExitLarge {
+			return nil, cost, fmt.Errorf("the verification of %s stopped: %s: %w", subject, p.tail.lastLines(1), ErrLarge)
 		}
 		return nil, cost, fmt.Errorf("the verification of %s ended without a verdict (%v): %s", subject, p.err, p.tail.lastLines(3))
 	}
@@ -257,29 +266,44 @@ func (c *Child) Verify(ctx context.Context, subject name.Digest, manifest *regis
 // maxTaskLine bounds each line of a task: a reference, a media type.
 const maxTaskLine = 4096
 
+// Task is what a child is given to verify (Child.Verify writes it on its
+// standard input, ReadTask reads it).
+type Task struct {
+	Subject name.Digest
+	// Manifest is the subject's manifest as the parent fetched it; nil
+	// when a person running verify-one by hand gave the subject alone:
+	// the child fetches it.
+	Manifest *registry.RawManifest
+	// MaxDeclared, when not 0, is the most the image may declare before
+	// the verification stops with ErrLarge (WithMaxDeclared): the parent
+	// runs it in a reserve slot.
+	MaxDeclared int64
+}
+
 // writeTask writes a child's task: the subject on one line, the media
-// type of its manifest on the next, then the manifest's bytes.
-func writeTask(w io.Writer, subject name.Digest, manifest *registry.RawManifest) error {
-	if strings.ContainsAny(string(manifest.MediaType), "\r\n") {
-		return fmt.Errorf("the media type %q of %s spans lines", manifest.MediaType, subject)
+// type of its manifest on the next, the limit on what the image may
+// declare (0: none) on the third, then the manifest's bytes.
+func writeTask(w io.Writer, t Task) error {
+	if strings.ContainsAny(string(t.Manifest.MediaType), "\r\n") {
+		return fmt.Errorf("the media type %q of %s spans lines", t.Manifest.MediaType, t.Subject)
 	}
-	if _, err := io.WriteString(w, subject.String()+"\n"+string(manifest.MediaType)+"\n"); err != nil {
+	if _, err := io.WriteString(w, t.Subject.String()+"\n"+string(t.Manifest.MediaType)+"\n"+strconv.FormatInt(t.MaxDeclared, 10)+"\n"); err != nil {
 		return err
 	}
-	_, err := w.Write(manifest.Bytes)
+	_, err := w.Write(t.Manifest.Bytes)
 	return err
 }
 
 // ReadTask reads the task Child.Verify writes on a child's standard
-// input: the subject, parsed with opts, and its manifest as the parent
-// fetched it, at most registry.MaxIndexSize bytes. The manifest's Digest
-// is that of the bytes read; Verifier.VerifyManifest compares it with the
-// subject's. A task of the subject alone, as a person running verify-one
-// by hand gives it, has no manifest: the child fetches it. ok is false
-// when the input ended before a subject: the child was a spare that is no
-// longer needed.
-func ReadTask(r io.Reader, opts ...name.Option) (subject name.Digest, manifest *registry.RawManifest, ok bool, err error) {
-	br := bufio.NewReader(io.LimitReader(r, 2*maxTaskLine+registry.MaxIndexSize+1))
+// input: the subject, parsed with opts, its manifest as the parent
+// fetched it, at most registry.MaxIndexSize bytes, and the limit on what
+// the image may declare. The manifest's Digest is that of the bytes read;
+// Verifier.VerifyManifest compares it with the subject's. A task of the
+// subject alone, as a person running verify-one by hand gives it, has no
+// manifest: the child fetches it. ok is false when the input ended before
+// a subject: the child was a spare that is no longer needed.
+func ReadTask(r io.Reader, opts ...name.Option) (task Task, ok bool, err error) {
+	br := bufio.NewReader(io.LimitReader(r, 3*maxTaskLine+registry.MaxIndexSize+1))
 	line := func(what string) (string, error) {
 		l, err := br.ReadString('\n')
 		switch {
@@ -292,30 +316,37 @@ func ReadTask(r io.Reader, opts ...name.Option) (subject name.Digest, manifest *
 	}
 	ref, err := line("subject")
 	if ref == "" && errors.Is(err, io.EOF) {
-		return name.Digest{}, nil, false, nil
+		return Task{}, false, nil
 	}
 	if err != nil {
-		return name.Digest{}, nil, false, err
+		return Task{}, false, err
 	}
-	if subject, err = name.NewDigest(ref, opts...); err != nil {
-		return name.Digest{}, nil, false, err
+	if task.Subject, err = name.NewDigest(ref, opts...); err != nil {
+		return Task{}, false, err
 	}
 	mt, err := line("media type")
 	if mt == "" && errors.Is(err, io.EOF) {
-		return subject, nil, true, nil
+		return task, true, nil
 	}
 	if err != nil {
-		return name.Digest{}, nil, false, err
+		return Task{}, false, err
+	}
+	limit, err := line("limit")
+	if err != nil {
+		return Task{}, false, err
+	}
+	if task.MaxDeclared, err = strconv.ParseInt(limit, 10, 64); err != nil || task.MaxDeclared < 0 {
+		return Task{}, false, fmt.Errorf("the limit of the task %q is not a size", limit)
 	}
 	b, err := io.ReadAll(br)
 	if err != nil {
-		return name.Digest{}, nil, false, fmt.Errorf("reading the manifest of the task: %w", err)
+		return Task{}, false, fmt.Errorf("reading the manifest of the task: %w", err)
 	}
 	if len(b) > registry.MaxIndexSize {
-		return name.Digest{}, nil, false, fmt.Errorf("the manifest of the task is over %d bytes", registry.MaxIndexSize)
+		return Task{}, false, fmt.Errorf("the manifest of the task is over %d bytes", registry.MaxIndexSize)
 	}
-	manifest = &registry.RawManifest{Digest: digest.FromBytes(b).String(), MediaType: types.MediaType(mt), Bytes: b}
-	return subject, manifest, true, nil
+	task.Manifest = &registry.RawManifest{Digest: digest.FromBytes(b).String(), MediaType: types.MediaType(mt), Bytes: b}
+	return task, true, nil
 }
 
 // watch kills p once its resident memory passes MemoryLimit, saying why

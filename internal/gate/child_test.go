@@ -29,7 +29,10 @@ import (
 // manifest given is the subject's; standard input ending first, it exits
 // 3. With PLAY_GATE_CHILD=spin it reads a line, then spins on the cores
 // instead, in several threads, until it is killed: a verification of a
-// disk built to cost.
+// disk built to cost. With PLAY_GATE_CHILD=lane, a subject in a
+// repository of a tenant named huge… is an image declaring 8 GiB: under a
+// limit (Task.MaxDeclared) the child exits ExitLarge at once, else it
+// sleeps until it is killed, a long verification.
 func TestMain(m *testing.M) {
 	switch os.Getenv("PLAY_GATE_CHILD") {
 	case "":
@@ -46,12 +49,18 @@ func TestMain(m *testing.M) {
 		}
 		select {}
 	}
-	d, manifest, ok, err := ReadTask(os.Stdin)
+	task, ok, err := ReadTask(os.Stdin)
+	d, manifest := task.Subject, task.Manifest
 	switch {
 	case !ok:
 		os.Exit(3)
 	case err != nil || manifest.Digest != d.DigestStr():
 		os.Exit(4)
+	case os.Getenv("PLAY_GATE_CHILD") == "lane" && strings.HasPrefix(d.RepositoryStr(), "huge"):
+		if task.MaxDeclared > 0 && task.MaxDeclared < 8<<30 {
+			os.Exit(ExitLarge)
+		}
+		time.Sleep(time.Hour)
 	}
 	_ = json.NewEncoder(os.Stdout).Encode(api.Verdict{Subject: d.DigestStr(), Repository: d.RepositoryStr(), Verdict: api.VerdictAccepted})
 	os.Exit(0)
@@ -245,14 +254,17 @@ func TestTheSpoolBoundRefusesADiskWithTooMuchData(t *testing.T) {
 // an error, never a task without a manifest by accident.
 func TestReadTaskOfASubjectAlone(t *testing.T) {
 	subject := "registry.example/acme/rhel@sha256:" + strings.Repeat("1", 64)
-	d, manifest, ok, err := ReadTask(strings.NewReader(subject + "\n"))
-	if err != nil || !ok || manifest != nil || d.String() != subject {
-		t.Errorf("a subject alone: %v %+v %v %v; want the subject and no manifest", d, manifest, ok, err)
+	task, ok, err := ReadTask(strings.NewReader(subject + "\n"))
+	if err != nil || !ok || task.Manifest != nil || task.Subject.String() != subject {
+		t.Errorf("a subject alone: %+v %v %v; want the subject and no manifest", task, ok, err)
 	}
-	if _, _, _, err := ReadTask(strings.NewReader(subject + "\napplication/vnd.oci")); err == nil {
+	if _, _, err := ReadTask(strings.NewReader(subject + "\napplication/vnd.oci")); err == nil {
 		t.Error("a task cut inside its media type line was read")
 	}
-	if _, _, ok, err := ReadTask(strings.NewReader("")); ok || err != nil {
+	if _, _, err := ReadTask(strings.NewReader(subject + "\napplication/vnd.oci\n12")); err == nil {
+		t.Error("a task cut inside its limit line was read")
+	}
+	if _, ok, err := ReadTask(strings.NewReader("")); ok || err != nil {
 		t.Errorf("an empty task: ok %v, %v; want a spare child's quiet end", ok, err)
 	}
 }

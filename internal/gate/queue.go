@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"errors"
 	"sync"
 	"time"
 )
@@ -14,6 +15,13 @@ type work struct {
 	// index, for a recheck brought by a push of the subject's referrers
 	// tag, is the digest the tag was pushed at.
 	index string
+	// large is work whose image declares more than the reserve takes
+	// (ErrLarge): it runs in a worker slot only.
+	large bool
+	// reserved is set by next on work it hands out in a reserve slot: its
+	// verification stops with ErrLarge on an image that declares more
+	// than the reserve takes.
+	reserved bool
 }
 
 // replacing is w replacing older pending work of the same key: the index
@@ -38,11 +46,17 @@ func (w work) key() string {
 }
 
 // fairQueue hands out work tenant by tenant in turn, at most perTenant of
-// one tenant at once and at most workers in all, so that a tenant pushing
-// a thousand images delays another's by at most one verification per
-// worker. Beyond workers, up to reserve more go to tenants that have
-// nothing running: a tenant's first image does not wait for others' long
-// verifications to end (the kernel then shares the cores, see niceAfter).
+// one tenant at once and at most workers in worker slots, so that a tenant
+// pushing a thousand images delays another's by at most one verification
+// per worker. With every worker slot taken, up to reserve more go to
+// tenants that have nothing running, in reserve slots: a tenant's first
+// image does not wait for others' long verifications to end (the kernel
+// then shares the cores, see niceAfter). The reserve is a lane for cheap
+// work: a verification in a reserve slot stops at once on an image that
+// declares more than the lane takes (ErrLarge), and its work comes back
+// marked large, which only a worker slot takes; so a tenant with nothing
+// running waits at most for the reserve verifications ahead of it, each
+// bounded by what it may declare, however many long ones others run.
 // A tenant whose hold is not zero (over its budget) waits that long. Work
 // for an image that is in progress waits until it is done, then runs with
 // the newest event; failed work comes back after a backoff.
@@ -55,7 +69,8 @@ type fairQueue struct {
 	hold      func(tenant string) time.Duration
 	wakeUp    *time.Timer // ends the wait for the first hold to end, at wakeAt
 	wakeAt    time.Time
-	runs      int                    // work in progress, in all
+	runs      int                    // work in progress in worker slots
+	reserved  int                    // work in progress in reserve slots
 	tenants   []string               // tenants with pending work, in turn order
 	pending   map[string][]string    // tenant → keys in arrival order
 	items     map[string]work        // key → newest work not yet started
@@ -118,8 +133,8 @@ func (q *fairQueue) enqueue(tenant, k string) {
 }
 
 // next blocks until a tenant under its limit has work, and returns the
-// work and the function to call with its outcome. ok is false once the
-// queue is shut down.
+// work (reserved when it takes a reserve slot) and the function to call
+// with its outcome. ok is false once the queue is shut down.
 func (q *fairQueue) next() (w work, done func(error), ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -132,7 +147,10 @@ func (q *fairQueue) next() (w work, done func(error), ok bool) {
 			if q.active[tenant] >= q.perTenant {
 				continue
 			}
-			if q.runs >= q.workers && (q.active[tenant] > 0 || q.runs >= q.workers+q.reserve) {
+			keys := q.pending[tenant]
+			k := keys[0]
+			inReserve := q.runs >= q.workers
+			if inReserve && (q.active[tenant] > 0 || q.reserved >= q.reserve || q.items[k].large) {
 				continue
 			}
 			if d := q.hold(tenant); d > 0 {
@@ -141,8 +159,6 @@ func (q *fairQueue) next() (w work, done func(error), ok bool) {
 				}
 				continue
 			}
-			keys := q.pending[tenant]
-			k := keys[0]
 			q.pending[tenant] = keys[1:]
 			// The tenant goes to the back of the turn order.
 			q.tenants = append(q.tenants[:i:i], q.tenants[i+1:]...)
@@ -155,8 +171,12 @@ func (q *fairQueue) next() (w work, done func(error), ok bool) {
 			delete(q.items, k)
 			q.running[k] = w
 			q.active[tenant]++
-			q.runs++
-			return w, func(err error) { q.finish(tenant, k, err) }, true
+			if w.reserved = inReserve; inReserve {
+				q.reserved++
+			} else {
+				q.runs++
+			}
+			return w, func(err error) { q.finish(tenant, k, w.reserved, err) }, true
 		}
 		if at := time.Now().Add(held); held > 0 && (q.wakeUp == nil || at.Before(q.wakeAt)) {
 			if q.wakeUp != nil {
@@ -174,14 +194,20 @@ func (q *fairQueue) next() (w work, done func(error), ok bool) {
 	}
 }
 
-// finish ends a run: newer work of the image runs next; failed work
-// comes back after its backoff.
-func (q *fairQueue) finish(tenant, k string, err error) {
+// finish ends a run, in a reserve slot or not: newer work of the image
+// runs next; work that stopped with ErrLarge comes back at once, marked
+// large, not counted as a failure; failed work comes back after its
+// backoff.
+func (q *fairQueue) finish(tenant, k string, reserved bool, err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	failed := q.running[k]
 	delete(q.running, k)
-	q.runs--
+	if reserved {
+		q.reserved--
+	} else {
+		q.runs--
+	}
 	q.active[tenant]--
 	if q.active[tenant] == 0 {
 		delete(q.active, tenant)
@@ -194,6 +220,11 @@ func (q *fairQueue) finish(tenant, k string, err error) {
 	}
 	if err == nil {
 		delete(q.failures, k)
+		return
+	}
+	if errors.Is(err, ErrLarge) {
+		failed.large, failed.reserved = true, false
+		q.addLocked(tenant, failed)
 		return
 	}
 	q.failures[k]++

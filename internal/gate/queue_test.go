@@ -80,7 +80,9 @@ func TestARecheckKeepsTheLooksItStandsFor(t *testing.T) {
 // TestANewTenantDoesNotWaitForLongVerifications: with every worker taken
 // by two tenants' long verifications, a third tenant's image starts at
 // once, in a reserve slot; a fourth waits once the reserve is taken too,
-// and so does more work of a tenant already running.
+// and so does more work of a tenant already running. A worker slot that
+// frees goes to the next tenant in turn; the reserve slot that frees, to
+// the fourth.
 func TestANewTenantDoesNotWaitForLongVerifications(t *testing.T) {
 	q := newFairQueue(4, 1, 2, nil)
 	for _, tenant := range []string{"big1", "big2"} {
@@ -98,8 +100,9 @@ func TestANewTenantDoesNotWaitForLongVerifications(t *testing.T) {
 	}
 	q.add("small", work{repo: "small/img", tag: "v1"})
 	q.add("later", work{repo: "later/img", tag: "v1"})
-	if w, _, _ := q.next(); w.repo != "small/img" {
-		t.Fatalf("with the workers busy, handed out %s; want the small tenant's image", w.key())
+	w, smallDone, _ := q.next()
+	if w.repo != "small/img" || !w.reserved {
+		t.Fatalf("with the workers busy, handed out %s (reserved %v); want the small tenant's image in a reserve slot", w.key(), w.reserved)
 	}
 	got := make(chan work, 1)
 	go func() { w, _, _ := q.next(); got <- w }()
@@ -109,8 +112,13 @@ func TestANewTenantDoesNotWaitForLongVerifications(t *testing.T) {
 	default:
 	}
 	dones[0](nil)
-	if w := <-got; w.repo != "later/img" {
-		t.Errorf("once a worker is free: %s; want the tenant waiting longest", w.key())
+	if w := <-got; w.repo != "big1/huge" || w.reserved {
+		t.Errorf("once a worker is free: %s (reserved %v); want the next in turn in a worker slot", w.key(), w.reserved)
+	}
+	go func() { w, _, _ := q.next(); got <- w }()
+	smallDone(nil)
+	if w := <-got; w.repo != "later/img" || !w.reserved {
+		t.Errorf("once the reserve slot is free: %s (reserved %v); want the tenant with nothing running", w.key(), w.reserved)
 	}
 }
 
@@ -178,5 +186,61 @@ func TestLedgerHoldsATenantUntilItsSpendingLeavesTheWindow(t *testing.T) {
 	l.charge("globex", Cost{Decompressed: 2 << 40})
 	if d := l.wait("globex"); d != time.Hour {
 		t.Errorf("over the decompressed bound: wait %s, want an hour", d)
+	}
+}
+
+// TestLargeWorkTakesNoReserveSlot: with the workers taken, a new tenant's
+// cheap work takes a reserve slot (and is told so), another's work marked
+// large does not, even with a reserve slot free: it waits for a worker.
+// Work whose reserve verification stopped with ErrLarge comes back at
+// once, marked large, without counting as a failure.
+func TestLargeWorkTakesNoReserveSlot(t *testing.T) {
+	q := newFairQueue(2, 2, 2, nil)
+	q.add("busy", work{repo: "busy/a", tag: "1"})
+	q.add("busy", work{repo: "busy/b", tag: "1"})
+	var dones []func(error)
+	for range 2 {
+		w, done, _ := q.next()
+		if w.reserved {
+			t.Fatalf("%s took a reserve slot with workers free", w.key())
+		}
+		dones = append(dones, done)
+	}
+	q.add("large", work{repo: "large/img", tag: "1", large: true})
+	q.add("cheap", work{repo: "cheap/img", tag: "1"})
+	w, cheapDone, _ := q.next()
+	if w.repo != "cheap/img" || !w.reserved {
+		t.Fatalf("with the workers busy: %s (reserved %v); want cheap/img in a reserve slot", w.key(), w.reserved)
+	}
+	got := make(chan work, 1)
+	go func() { w, _, _ := q.next(); got <- w }()
+	select {
+	case w := <-got:
+		t.Fatalf("handed out %s (reserved %v) with only a reserve slot free", w.key(), w.reserved)
+	case <-time.After(50 * time.Millisecond):
+	}
+	dones[0](nil)
+	if w := <-got; w.repo != "large/img" || w.reserved {
+		t.Errorf("once a worker is free: %s (reserved %v); want large/img in a worker slot", w.key(), w.reserved)
+	}
+
+	// The cheap work's verification found it large after all.
+	cheapDone(fmt.Errorf("the layer declares 8 GiB: %w", ErrLarge))
+	k := work{repo: "cheap/img", tag: "1"}.key()
+	q.mu.Lock()
+	back, large, failures, timer := q.items[k], q.items[k].large, q.failures[k], q.timers[k]
+	q.mu.Unlock()
+	if back.repo == "" || !large || failures != 0 || timer != nil {
+		t.Fatalf("after ErrLarge: back %v, large %v, failures %d, backoff %v; want back at once, large, no failure", back.repo != "", large, failures, timer != nil)
+	}
+	go func() { w, _, _ := q.next(); got <- w }()
+	select {
+	case w := <-got:
+		t.Fatalf("handed out %s (reserved %v), marked large, with only reserve slots free", w.key(), w.reserved)
+	case <-time.After(50 * time.Millisecond):
+	}
+	dones[1](nil)
+	if w := <-got; w.repo != "cheap/img" || w.reserved || !w.large {
+		t.Errorf("once a worker is free: %+v; want cheap/img, large, in a worker slot", w)
 	}
 }

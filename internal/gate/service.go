@@ -35,6 +35,9 @@ const (
 	// tried again.
 	retryMin = time.Second
 	retryMax = 5 * time.Minute
+	// DefaultReserveMaxBytes is what an image verified in a reserve slot
+	// may declare (ReserveMaxBytes): 1 GiB.
+	DefaultReserveMaxBytes = 1 << 30
 )
 
 // ServiceRegistry is what the service needs of the registry.
@@ -86,6 +89,14 @@ type Service struct {
 	// may run for tenants that have none running; 0 means half of
 	// Workers, rounded up.
 	Workers, PerTenant, Reserve int
+	// ReserveMaxBytes makes the reserve a lane for cheap work: a
+	// verification in a reserve slot stops at once (ErrLarge) on an image
+	// whose layer, disk/disk.img or qcow2 virtual size is declared over
+	// it, and runs again in a worker slot only. A tenant with none
+	// running thus waits at most for the reserve verifications ahead of
+	// it, each of an image declaring at most this. 0 means
+	// DefaultReserveMaxBytes.
+	ReserveMaxBytes int64
 	// Budget bounds what one tenant's verifications spend in a window
 	// (see Budget); the zero value means DefaultBudget.
 	Budget  Budget
@@ -182,6 +193,13 @@ func (s *Service) workers() int {
 // Reserve more for tenants with none running.
 func (s *Service) MaxRunning() int { return s.workers() + s.reserve() }
 
+func (s *Service) reserveMaxBytes() int64 {
+	if s.ReserveMaxBytes > 0 {
+		return s.ReserveMaxBytes
+	}
+	return DefaultReserveMaxBytes
+}
+
 func (s *Service) reserve() int {
 	if s.Reserve > 0 {
 		return s.Reserve
@@ -255,8 +273,10 @@ func (s *Service) Run(ctx context.Context) error {
 				if !ok {
 					return
 				}
-				err := s.handleSafely(ctx, w)
-				if err != nil && ctx.Err() == nil {
+				err := s.handleSafely(s.laneContext(ctx, w), w)
+				if errors.Is(err, ErrLarge) {
+					s.Logger.Info("the image declares more than a reserve slot takes; it waits for a worker", "repository", w.repo, "tag", w.tag, "digest", w.digest, "error", err)
+				} else if err != nil && ctx.Err() == nil {
 					s.Logger.Warn("no verdict yet; retrying with backoff", "repository", w.repo, "tag", w.tag, "digest", w.digest, "error", err)
 				}
 				done(err)
@@ -266,6 +286,15 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// laneContext is ctx for the verification of w: in a reserve slot, it
+// stops on an image that declares more than ReserveMaxBytes.
+func (s *Service) laneContext(ctx context.Context, w work) context.Context {
+	if !w.reserved {
+		return ctx
+	}
+	return WithMaxDeclared(ctx, s.reserveMaxBytes())
 }
 
 // handleSafely is handleWork with a panic turned into an error: a bug that
@@ -444,6 +473,8 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer, ind
 		case errors.Is(err, ErrOverLimit) && s.overLimit.count(subject) >= MaxOverLimit:
 			v, err = s.Verifier.refusal(subject, api.Rejection{Code: string(reject.VerificationLimit),
 				Message: fmt.Sprintf("%d verifications in a row went past the memory or time limit: %v", MaxOverLimit, err)}), nil
+		case errors.Is(err, ErrLarge):
+			return nil, err // not a failure: it runs again in a worker slot
 		}
 		if err != nil {
 			s.Metrics.failed()
@@ -512,10 +543,21 @@ func (s *Service) publish(ctx context.Context, subject name.Digest, raw *registr
 
 // verify reads subject, whose manifest is raw, in full, in a child
 // process when Isolated is set, and charges what it spent to its tenant.
+// Under a limit on what the image declares (WithMaxDeclared), a layer
+// that the manifest of an image declares over it is ErrLarge before any
+// child starts.
 func (s *Service) verify(ctx context.Context, subject name.Digest, raw *registry.RawManifest) (*api.Verdict, error) {
 	tenant, err := imageref.Tenant(subject.RepositoryStr())
 	if err != nil {
 		return nil, err
+	}
+	var m ocispec.Manifest
+	if maxDeclared(ctx) > 0 && json.Unmarshal(raw.Bytes, &m) == nil {
+		for _, l := range m.Layers {
+			if err := checkDeclared(ctx, "the layer descriptor", l.Size); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if s.Isolated == nil {
 		return s.Verifier.VerifyManifest(ctx, subject, raw)

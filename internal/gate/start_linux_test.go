@@ -80,7 +80,7 @@ func TestChildSurvivesTheExitOfTheThreadThatAskedForIt(t *testing.T) {
 
 	// The child waits for its subject: it answers, so it lives.
 	subject, manifest := playedSubject(t)
-	if err := writeTask(s.p.stdin, subject, manifest); err != nil {
+	if err := writeTask(s.p.stdin, Task{Subject: subject, Manifest: manifest}); err != nil {
 		t.Fatalf("the child started from the thread that ended does not read: %v", err)
 	}
 	s.p.stdin.Close()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash"
@@ -86,6 +87,65 @@ func (v *Verifier) Spent() Cost {
 func (v *Verifier) maxDiskSize() int64 {
 	vs := v.maxVirtualSize()
 	return vs + vs/64 + 64<<20
+}
+
+// ErrLarge is matched by the error of a verification started with a
+// limit on what the image declares (WithMaxDeclared) when the image
+// declares more: a layer, a disk/disk.img or a qcow2 virtual size over the
+// limit. It stops before any real work; it is neither a verdict nor a
+// failure, and the work is put back to run without the limit.
+var ErrLarge = errors.New("the image declares more than the reserve takes")
+
+type maxDeclaredKey struct{}
+
+// WithMaxDeclared is ctx for a verification that stops with ErrLarge on
+// an image that declares more than limit bytes (0: no limit): what a
+// reserve slot's verification may cost.
+func WithMaxDeclared(ctx context.Context, limit int64) context.Context {
+	return context.WithValue(ctx, maxDeclaredKey{}, limit)
+}
+
+// maxDeclared is the limit WithMaxDeclared set on ctx; 0 means none.
+func maxDeclared(ctx context.Context) int64 {
+	n, _ := ctx.Value(maxDeclaredKey{}).(int64)
+	return n
+}
+
+// checkDeclared is ErrLarge when size, which the image declares of what
+// (its layer, its disk, its disk's virtual size), is over the limit of
+// ctx. What a verification costs is bounded by these three, which it
+// learns before any real work: checkDeclared is called as each is known.
+func checkDeclared(ctx context.Context, what string, size int64) error {
+	if limit := maxDeclared(ctx); limit > 0 && size > limit {
+		return fmt.Errorf("%s declares %d bytes, over the limit of %d of a reserve slot: %w", what, size, limit, ErrLarge)
+	}
+	return nil
+}
+
+// declaredVirtualSize passes writes to w and stops with ErrLarge once the
+// first bytes are a qcow2 header whose virtual size is over the limit of
+// ctx.
+type declaredVirtualSize struct {
+	ctx  context.Context
+	w    io.Writer
+	head []byte
+	err  error
+}
+
+func (d *declaredVirtualSize) Write(p []byte) (int, error) {
+	if d.err != nil {
+		return 0, d.err
+	}
+	if len(d.head) < 32 {
+		d.head = append(d.head, p[:min(len(p), 32-len(d.head))]...)
+		if len(d.head) == 32 && string(d.head[:4]) == "QFI\xfb" {
+			vsize := binary.BigEndian.Uint64(d.head[24:])
+			if d.err = checkDeclared(d.ctx, "the qcow2 header", int64(min(vsize, 1<<62))); d.err != nil {
+				return 0, d.err
+			}
+		}
+	}
+	return d.w.Write(p)
 }
 
 func (v *Verifier) maxVirtualSize() int64 {
@@ -504,6 +564,9 @@ func (x *extracted) mustReread() bool {
 // without it, the disk goes to spool. The spool leaves holes for zero
 // blocks.
 func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocispec.Descriptor, spool *convert.OutputFile, stream *convert.OpenOptions) (*extracted, error) {
+	if err := checkDeclared(ctx, "the layer descriptor", desc.Size); err != nil {
+		return nil, err
+	}
 	rc, err := v.Registry.OpenBlob(ctx, repo, desc.Digest.String())
 	if err != nil {
 		return nil, err
@@ -519,6 +582,9 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 	defer lr.Close()
 	if lr.DiskSize() > v.maxDiskSize() {
 		return nil, reject.New(reject.VirtualSize, "disk/disk.img is %d bytes, over the limit of %d for a disk of at most %d bytes", lr.DiskSize(), v.maxDiskSize(), v.maxVirtualSize())
+	}
+	if err := checkDeclared(ctx, "disk/disk.img's tar header", lr.DiskSize()); err != nil {
+		return nil, err
 	}
 	// The spool's writes run beside the decompression, on a core of their
 	// own. The pushed disk's diff ID in imagepipe's framing is its own
@@ -542,6 +608,8 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 		sum.Write(head)
 		sink = io.MultiWriter(sink, hashWriter{sum})
 	}
+	declared := &declaredVirtualSize{ctx: ctx, w: sink}
+	sink = declared
 	pr, pw := io.Pipe()
 	var wg sync.WaitGroup
 	wg.Go(func() {
@@ -553,6 +621,9 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 	pw.CloseWithError(err)
 	wg.Wait()
 	v.spooled.Add(spool.Stored())
+	if declared.err != nil {
+		return nil, declared.err
+	}
 	if err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, fmt.Errorf("reading layer %s: %w", desc.Digest, err)
