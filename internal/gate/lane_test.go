@@ -86,6 +86,17 @@ func TestTheReserveIsALaneForCheapWork(t *testing.T) {
 	}
 	t.Logf("the small image's verdict came %s after its push", time.Since(start).Round(time.Millisecond))
 
+	// A reserve taker whose child was still starting comes back too.
+	waitFor("the reserve takers back in the queue", func() bool {
+		s.queue.mu.Lock()
+		defer s.queue.mu.Unlock()
+		for _, ev := range reserveTakers {
+			if _, ok := s.queue.running[work{repo: ev.Repository, tag: ev.Tag}.key()]; ok {
+				return false
+			}
+		}
+		return true
+	})
 	s.queue.mu.Lock()
 	defer s.queue.mu.Unlock()
 	for _, ev := range reserveTakers {
