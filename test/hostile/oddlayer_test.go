@@ -116,10 +116,15 @@ func TestOddLayersGetImagepipesCanonicalImage(t *testing.T) {
 		if !c.Kept {
 			rewritten = subjects[i].RepositoryStr()
 		}
-		if mediaType == ocispec.MediaTypeImageLayerGzip {
-			if r := testenv.RunCommand(t, testenv.Command{Name: crane, Args: []string{"validate", "--insecure", "--remote", canonical.String()}}); r.Code != 0 {
-				t.Errorf("%s: crane validate --remote %s: exit %d\n%s%s", c.Name, canonical, r.Code, r.Stdout, r.Stderr)
-			}
+		// crane validate (go-containerregistry v0.22.1) reads every layer
+		// through gzip, so it says "gzip: invalid header" of any zstd or
+		// uncompressed layer; checkCanonicalImage made the same checks of
+		// those (digest, size, diff ID, framing).
+		if mediaType != ocispec.MediaTypeImageLayerGzip {
+			continue
+		}
+		if r := testenv.RunCommand(t, testenv.Command{Name: crane, Args: []string{"validate", "--insecure", "--remote", canonical.String()}}); r.Code != 0 {
+			t.Errorf("%s: crane validate --remote %s: exit %d\n%s%s", c.Name, canonical, r.Code, r.Stdout, r.Stderr)
 		}
 	}
 

@@ -124,6 +124,10 @@ func Cases(ctx context.Context, disk []byte) ([]Case, error) {
 		{"foreign owner names", foreign(func(dir, file *tar.Header) { dir.Uname, file.Uname, file.Gname = "root", "root", "wheel" }), ""},
 		{"modification times", foreign(func(dir, file *tar.Header) { dir.ModTime, file.ModTime = mtime, mtime }), ""},
 		{"GNU tar headers", foreign(func(dir, file *tar.Header) { dir.Format, file.Format = tar.FormatGNU, tar.FormatGNU }), ""},
+		{"a PAX hdrcharset record", before(fileHeader, pax("hdrcharset", "BINARY")), reject.TarEntry},
+		{"a PAX charset record", before(fileHeader, pax("charset", "ISO-IR 10646 2000 UTF-8")), reject.TarEntry},
+		{"PAX GNU.sparse 0.1 records", before(fileHeader, pax("GNU.sparse.numblocks", "1", "GNU.sparse.map", "0,"+strconv.Itoa(len(disk)), "GNU.sparse.name", api.DiskPath, "GNU.sparse.realsize", strconv.Itoa(len(disk)))), reject.TarEntry},
+		{"an old GNU sparse entry", oldGNUSparse(own, fileHeader), reject.TarEntry},
 		{"10 KiB of padding after the end marker", append(bytes.Clone(own), make([]byte, 10<<10)...), ""},
 		{"one more zero block after the end marker", append(bytes.Clone(own), make([]byte, blockSize)...), ""},
 	}
@@ -132,6 +136,10 @@ func Cases(ctx context.Context, disk []byte) ([]Case, error) {
 		// compress/gzip's default header is one imagepipe writes: only the
 		// tar tells this layer from one imagepipe could have made.
 		cases = append(cases, Case{Name: "tar: " + c.name, MediaType: ocispec.MediaTypeImageLayerGzip, Layer: gzipMembers(c.tar, nil), DiffID: digestOf(c.tar), Reject: c.reject})
+		// The same tar in zstd, as skopeo or containerd would compress it.
+		enc, _ := zstd.NewWriter(nil)
+		cases = append(cases, Case{Name: "tar in zstd: " + c.name, MediaType: ocispec.MediaTypeImageLayerZstd, Layer: enc.EncodeAll(c.tar, nil), DiffID: digestOf(c.tar), Reject: c.reject})
+		enc.Close()
 	}
 
 	written := map[containerdisk.Compression][]byte{}
@@ -184,6 +192,7 @@ func Cases(ctx context.Context, disk []byte) ([]Case, error) {
 		{"gzip with FEXTRA", ocispec.MediaTypeImageLayerGzip, gzipMembers(own, func(w *gzip.Writer) { w.Extra = []byte("XY\x04\x00evil") }), "", false},
 		{"gzip with FHCRC", ocispec.MediaTypeImageLayerGzip, withHeaderCRC(gzipMembers(own, nil)), "", false},
 		{"gzip with a modification time", ocispec.MediaTypeImageLayerGzip, gzipMembers(own, func(w *gzip.Writer) { w.ModTime = mtime }), "", false},
+		{"gzip with other XFL and OS bytes", ocispec.MediaTypeImageLayerGzip, withHeaderBytes(gz, 2, 3), "", false},
 		{"two gzip members", ocispec.MediaTypeImageLayerGzip, gzipMembers(own, nil, 700), "", false},
 		{"an empty gzip member after imagepipe's", ocispec.MediaTypeImageLayerGzip, append(bytes.Clone(gz), gzipMembers(nil, nil)...), "", false},
 		{"imagepipe's padding on a large gzip layer", ocispec.MediaTypeImageLayerGzip, padded, "", false},
@@ -277,6 +286,30 @@ func gzipMembers(tarball []byte, hdr func(*gzip.Writer), cuts ...int) []byte {
 
 // withHeaderCRC sets FHCRC in a gzip stream whose first member has no
 // optional field, and inserts the header's CRC-16.
+// withHeaderBytes is gz with its header's XFL and OS bytes set.
+func withHeaderBytes(gz []byte, xfl, os byte) []byte {
+	out := bytes.Clone(gz)
+	out[8], out[9] = xfl, os
+	return out
+}
+
+// oldGNUSparse is tarball with the header block at off turned into an old
+// GNU sparse entry (type 'S', GNU magic) declaring no sparse map, its
+// checksum set again.
+func oldGNUSparse(tarball []byte, off int) []byte {
+	out := bytes.Clone(tarball)
+	blk := out[off : off+blockSize]
+	blk[156] = tar.TypeGNUSparse
+	copy(blk[257:265], "ustar  \x00")
+	copy(blk[148:156], "        ")
+	sum := 0
+	for _, c := range blk {
+		sum += int(c)
+	}
+	copy(blk[148:156], fmt.Sprintf("%06o\x00 ", sum))
+	return out
+}
+
 func withHeaderCRC(gz []byte) []byte {
 	h := bytes.Clone(gz[:10])
 	h[3] |= 1 << 1
