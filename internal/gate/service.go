@@ -118,6 +118,27 @@ type Service struct {
 	own    ownWrites
 	// handling serialises the handlings of one subject in this process.
 	handling subjectLocks
+	heldMu   sync.Mutex
+	held     map[string]bool // tenants waiting for their budget, logged
+}
+
+// holdOverBudget is how long tenant's work waits for its budget (the
+// queue's hold), logged once each time the tenant starts waiting.
+func (s *Service) holdOverBudget(tenant string) time.Duration {
+	d := s.spent.wait(tenant)
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	switch {
+	case d > 0 && !s.held[tenant]:
+		if s.held == nil {
+			s.held = map[string]bool{}
+		}
+		s.held[tenant] = true
+		s.Logger.Info("tenant over its budget; its next verification waits", "tenant", tenant, "wait", d.Round(time.Second))
+	case d == 0 && s.held[tenant]:
+		delete(s.held, tenant)
+	}
+	return d
 }
 
 func (s *Service) init() {
@@ -136,10 +157,10 @@ func (s *Service) init() {
 				s.verdictsGiven.add(d)
 			}
 		}
-		s.queue = newFairQueue(s.workers(), s.reserve(), per, s.spent.wait)
 		if s.Logger == nil {
 			s.Logger = slog.New(slog.DiscardHandler)
 		}
+		s.queue = newFairQueue(s.workers(), s.reserve(), per, s.holdOverBudget)
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -306,4 +307,39 @@ func awaitLogLine(t *testing.T, path, line string) []byte {
 		}
 	}
 	return log
+}
+
+// TestATenantOverItsBudgetWaitsAndNoOtherDoes runs the real image-gate
+// with a small per-tenant budget of decompressed bytes: once a tenant's
+// verifications spent it, its next image waits (it gets no verdict, not a
+// refusal, until its spending leaves the window), while another tenant's
+// image is verified at once.
+func TestATenantOverItsBudgetWaitsAndNoOtherDoes(t *testing.T) {
+	reg := harness.StartRegistry(t, harness.RegistryOptions{Gate: testenv.ImageGate, GateArgs: []string{"--tenant-budget-decompressed", strconv.Itoa(3 << 20)}})
+	rc, err := registry.New(registry.WithCacheDir(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	push := func(repo string, seed uint64) name.Digest {
+		ref, _ := name.NewTag(reg.Host+"/"+repo+":1", name.Insecure)
+		layer, diffID := foreignLayer(diskWithData(4<<20, 16<<10, seed))
+		return ref.Context().Digest(pushManifestOf(t, ref, layer, diffID, nil))
+	}
+	// 4 MiB decompressed: acme is past its 3 MiB once this is verified.
+	if v := waitVerdict(t, rc, push("acme/first", 11)); v.Verdict != api.VerdictAccepted {
+		t.Fatalf("acme's first image: %+v", v)
+	}
+	second := push("acme/second", 12)
+	if v := waitVerdict(t, rc, push("globex/other", 13)); v.Verdict != api.VerdictAccepted {
+		t.Errorf("the other tenant's image: %+v", v)
+	}
+	log := awaitLogLine(t, reg.Gate.LogPath, `msg="tenant over its budget; its next verification waits" tenant=acme`)
+	if !bytes.Contains(log, []byte(`tenant=acme`)) || !bytes.Contains(log, []byte("over its budget")) {
+		t.Fatalf("the gate did not hold acme over its budget; its log:\n%s", log)
+	}
+	if _, err := verdict.Find(t.Context(), rc, providerTrust(t), second); err == nil {
+		t.Errorf("acme's second image got a verdict while acme is over its budget")
+	} else if !errors.Is(err, verdict.ErrNoVerdict) {
+		t.Errorf("reading the verdict on acme's second image: %v", err)
+	}
 }
