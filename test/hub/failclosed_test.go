@@ -82,6 +82,12 @@ func refused(subject name.Digest) (*api.Verdict, error) {
 	}, nil
 }
 
+// untrusted is a verdict signed only by a key the hub no longer trusts
+// (a provider removed it), as verdict.Find reports it.
+func untrusted(subject name.Digest) (*api.Verdict, error) {
+	return nil, &verdict.NoVerdictError{Subject: subject.String(), Refused: []string{"signed by a key no longer trusted"}}
+}
+
 func unreachable(name.Digest) (*api.Verdict, error) {
 	return nil, errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 }
@@ -287,6 +293,7 @@ func TestAServedImageIsWithdrawnWhenItsVerdictIsNot(t *testing.T) {
 	}{
 		{"refused", refused, pushedURL, false, map[string]string{}, v1alpha1.PhaseRejected},
 		{"verdict gone", nil, pushedURL, false, map[string]string{"": pushedURL}, v1alpha1.PhasePending},
+		{"signed only by a removed key", untrusted, pushedURL, false, map[string]string{"": pushedURL}, v1alpha1.PhasePending},
 		{"imported from the pushed digest", accepted(canonical), pushedURL, false, map[string]string{"": canonicalURL}, v1alpha1.PhaseImporting},
 		{"registry unreachable", unreachable, pushedURL, true, map[string]string{"": pushedURL}, v1alpha1.PhaseReady},
 		{"accepted", accepted(""), pushedURL, true, map[string]string{"": pushedURL}, v1alpha1.PhaseReady},
@@ -345,9 +352,6 @@ func TestImagesTheSyncerDoesNotRefreshAreStillHeldToTheirVerdicts(t *testing.T) 
 	t.Parallel()
 	digest := "sha256:" + strings.Repeat("6", 64)
 	pushedURL := "docker://registry.example.com/acme/rhel@" + digest
-	untrusted := func(subject name.Digest) (*api.Verdict, error) {
-		return nil, &verdict.NoVerdictError{Subject: subject.String(), Refused: []string{"signed by a key no longer trusted"}}
-	}
 	for _, tc := range []struct {
 		name      string
 		handNamed bool
