@@ -228,4 +228,25 @@ func TestKeyRotation(t *testing.T) {
 	if n := counter.total(); n != reads {
 		t.Errorf("publishing from the record read %d blobs, want none", n-reads)
 	}
+
+	// A gate that lost its record (a new volume) verifies such an image
+	// again, rather than trust the removed key's verdict.
+	d := craftImage(t, rawDisk(t, 1<<20, 22)).push(t, e, "acme/three")
+	third := mustDigest(t, e.host+"/acme/three@"+d)
+	if _, err := old.Handle(t.Context(), third); err != nil {
+		t.Fatal(err)
+	}
+	reads = counter.total()
+	fresh, _ := e.service(t, newKey)
+	fresh.Verifier.Registry, fresh.Registry = counter, counter.Client
+	fresh.Store = &Store{Dir: t.TempDir()}
+	if v, err := fresh.Handle(t.Context(), third); err != nil || v.Verdict != api.VerdictAccepted {
+		t.Fatalf("%+v, %v", v, err)
+	}
+	if _, err := verdict.Find(t.Context(), e.reg, trusting(t, newKey), third); err != nil {
+		t.Errorf("without a record, the image is not given a verdict under the new key: %v", err)
+	}
+	if counter.total() == reads {
+		t.Errorf("without a record, the removed key's verdict was signed again unread")
+	}
 }
