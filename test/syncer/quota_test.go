@@ -17,15 +17,21 @@ import (
 	"github.com/imagepipe/imagepipe/test/testenv"
 )
 
-// vmCount is the ResourceQuota resource of KubeVirt's VirtualMachines.
-const vmCount corev1.ResourceName = "count/virtualmachines.kubevirt.io"
+// vmCount is the ResourceQuota resource of KubeVirt's VirtualMachines,
+// lbCount that of imagepipe's LoadBalancers.
+const (
+	vmCount corev1.ResourceName = "count/virtualmachines.kubevirt.io"
+	lbCount corev1.ResourceName = "count/loadbalancers.imagepipe.io"
+)
 
 // TestATenantsQuotaHoldsOverItsNetworks: the provider gives tenant acme a
 // quota of 3 VMs in its namespace. A network made with a share of 1 takes
 // it from the home, which keeps 2; a network asking for more than is left
 // is refused; a network with no share can hold no VM. Creating VMs in the
 // home and the network at once, the tenant gets at most 3 in all: the API
-// server's own quota admission, in each namespace, enforces it.
+// server's own quota admission, in each namespace, enforces it. The same
+// holds for the number of load balancer objects (2), which the networks'
+// shares leave at 0.
 //
 // kube-controller-manager runs its resource-quota controller, which makes
 // the API server enforce a quota (status.hard).
@@ -35,7 +41,7 @@ func TestATenantsQuotaHoldsOverItsNetworks(t *testing.T) {
 	hub.StartControllerManager(t, "resourcequota-controller", "namespace-controller", "garbage-collector-controller")
 	hub.BindTenant(t, "tenant-a", "acme")
 	hub.Create(t, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "tenant"},
-		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{vmCount: resource.MustParse("3")}}})
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{vmCount: resource.MustParse("3"), lbCount: resource.MustParse("2")}}})
 	reg := harness.StartRegistry(t, harness.RegistryOptions{})
 	startSyncer(t, harness.ReserveSyncer(t), hub, reg.Host, "--poll-interval", "1h")
 	kube := []string{"--kubeconfig", hub.UserKubeconfig(t, "tenant-a"), "-n", "acme"}
@@ -79,6 +85,26 @@ func TestATenantsQuotaHoldsOverItsNetworks(t *testing.T) {
 	wg.Wait()
 	if made["acme"] != 2 || made["acme-net-front"] != 1 || made["acme-net-none"] != 0 {
 		t.Errorf("VMs made: %v; want 2 at home, 1 on front, none on none", made)
+	}
+	// Load balancer objects, bounded like any object: 2 in all, none on
+	// the networks, whose shares do not name them.
+	made = map[string]int{}
+	for _, ns := range []string{"acme", "acme-net-front"} {
+		for i := range 3 {
+			wg.Go(func() {
+				if err := acme.Create(t.Context(), balancer(ns, fmt.Sprintf("lb-%d", i), []string{"vm-0"}, 80)); err == nil {
+					mu.Lock()
+					made[ns]++
+					mu.Unlock()
+				} else if !strings.Contains(err.Error(), "exceeded quota") {
+					t.Errorf("creating a load balancer in %s: %v", ns, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if made["acme"] != 2 || made["acme-net-front"] != 0 {
+		t.Errorf("load balancers made: %v; want 2 at home, none on front", made)
 	}
 	var all kubevirtv1.VirtualMachineList
 	if err := hub.Client.List(t.Context(), &all); err != nil {
