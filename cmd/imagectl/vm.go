@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/duration"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"github.com/imagepipe/imagepipe/internal/kube"
@@ -601,7 +602,7 @@ func runVMSummaries(cmd *cobra.Command, o *vmNameOptions, name string) error {
 					if s.LiveMigratable != nil && !*s.LiveMigratable {
 						reasons = strings.Join(s.Reasons, "; ")
 					}
-					fmt.Fprintf(tw, "\t%s\t%s\t%s", orDash(trueConditions(s.Conditions)), orDash(strings.Join(s.Volumes, ",")), orDash(reasons))
+					fmt.Fprintf(tw, "\t%s\t%s\t%s", orDash(trueConditions(s.Conditions, time.Now())), orDash(strings.Join(s.Volumes, ",")), orDash(reasons))
 				}
 				fmt.Fprintln(tw)
 			}
@@ -654,11 +655,17 @@ func (o *vmNameOptions) namespaces(ctx context.Context, kc *kube.Client, ns stri
 	return where, nil
 }
 
-// trueConditions lists the types of the conditions that hold.
-func trueConditions(conds []api.VMCondition) string {
+// trueConditions lists the types of the conditions that hold, each with
+// how long ago it last changed when KubeVirt says (Ready(5m)), as of now.
+func trueConditions(conds []api.VMCondition, now time.Time) string {
 	var on []string
 	for _, c := range conds {
-		if c.Status == "True" {
+		if c.Status != "True" {
+			continue
+		}
+		if at, err := time.Parse(time.RFC3339, c.LastTransitionTime); err == nil {
+			on = append(on, c.Type+"("+duration.HumanDuration(now.Sub(at))+")")
+		} else {
 			on = append(on, c.Type)
 		}
 	}

@@ -9,8 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/crypto/ssh"
+
+	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // TestVMCreateWaitFlagsAreCheckedFirst: --wait and --timeout combinations
@@ -77,5 +80,20 @@ func TestVMCreateRefusesAPrivateSSHKey(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "PRIVATE KEY") {
 		t.Errorf("the private key reached the output:\n%s", out.String())
+	}
+}
+
+// TestConditionsShowTheirLastTransition: the CONDITIONS column of vm list
+// -o wide says how long ago each condition that holds last changed, when
+// KubeVirt says so.
+func TestConditionsShowTheirLastTransition(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	conds := []api.VMCondition{
+		{Type: "Ready", Status: "True", LastTransitionTime: now.Add(-5 * time.Minute).Format(time.RFC3339)},
+		{Type: "Failed", Status: "False", LastTransitionTime: now.Add(-time.Hour).Format(time.RFC3339)},
+		{Type: "Progressing", Status: "True"},
+	}
+	if got, want := trueConditions(conds, now), "Ready(5m),Progressing"; got != want {
+		t.Errorf("trueConditions = %q, want %q", got, want)
 	}
 }
