@@ -55,7 +55,10 @@ the first VM unless --name says otherwise.
 
 image-syncer makes the load balancer's Service and keeps its endpoints on the
 VMs that run and are ready; the hub assigns the external address, which vm
-list and vm get show as EXTERNAL-IP. With --wait the command waits for it.`,
+list and vm get show as EXTERNAL-IP. With --wait the command waits for it.
+imagectl loadbalancer list and get (lb) show the load balancers made; they are
+a command of their own, since expose takes VM names, among which "list" and
+"get" would be ambiguous.`,
 		Example: `  imagectl vm expose web-1 web-2 --name web --port 80:8080 --port 443:8443 --network front --wait
   imagectl vm expose dns --port 53/udp --port 53/tcp`,
 		Args:              cobra.MinimumNArgs(1),
