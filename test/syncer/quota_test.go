@@ -30,8 +30,8 @@ const (
 // is refused; a network with no share can hold no VM. Creating VMs in the
 // home and the network at once, the tenant gets at most 3 in all: the API
 // server's own quota admission, in each namespace, enforces it. The same
-// holds for the number of load balancer objects (2), which the networks'
-// shares leave at 0.
+// holds for CPUs (2, 1 of them front's) and for the number of load
+// balancer objects (2), which the networks' shares leave at 0.
 //
 // kube-controller-manager runs its resource-quota controller, which makes
 // the API server enforce a quota (status.hard).
@@ -41,12 +41,12 @@ func TestATenantsQuotaHoldsOverItsNetworks(t *testing.T) {
 	hub.StartControllerManager(t, "resourcequota-controller", "namespace-controller", "garbage-collector-controller")
 	hub.BindTenant(t, "tenant-a", "acme")
 	hub.Create(t, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Namespace: "acme", Name: "tenant"},
-		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{vmCount: resource.MustParse("3"), lbCount: resource.MustParse("2")}}})
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{vmCount: resource.MustParse("3"), lbCount: resource.MustParse("2"), corev1.ResourceRequestsCPU: resource.MustParse("2")}}})
 	reg := harness.StartRegistry(t, harness.RegistryOptions{})
 	startSyncer(t, harness.ReserveSyncer(t), hub, reg.Host, "--poll-interval", "1h")
 	kube := []string{"--kubeconfig", hub.UserKubeconfig(t, "tenant-a"), "-n", "acme"}
 
-	testenv.RunImagectlOK(t, append([]string{"network", "create", "front", "--subnet", "10.10.0.0/24", "--quota", "vms=1", "--wait"}, kube...)...)
+	testenv.RunImagectlOK(t, append([]string{"network", "create", "front", "--subnet", "10.10.0.0/24", "--quota", "vms=1", "--quota", "cpu=1", "--wait"}, kube...)...)
 	for ns, want := range map[string]string{"acme/" + netsync.QuotaHomeShare: "2", "acme-net-front/" + netsync.QuotaNetworkShare: "1"} {
 		var q corev1.ResourceQuota
 		key := strings.SplitN(ns, "/", 2)
@@ -105,6 +105,31 @@ func TestATenantsQuotaHoldsOverItsNetworks(t *testing.T) {
 	wg.Wait()
 	if made["acme"] != 2 || made["acme-net-front"] != 0 {
 		t.Errorf("load balancers made: %v; want 2 at home, none on front", made)
+	}
+	// CPUs, which pods request (a VM's virt-launcher pod; pods made here
+	// as the provider, since the quota admits any client's): 2 in all, 1
+	// on front, none on none.
+	made = map[string]int{}
+	for _, ns := range []string{"acme", "acme-net-front", "acme-net-none"} {
+		hub.Create(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "default"}})
+		for i := range 2 {
+			wg.Go(func() {
+				pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("launcher-%d", i)},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "compute", Image: "example.com/virt-launcher:1",
+						Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}}}}
+				if err := hub.Client.Create(t.Context(), pod); err == nil {
+					mu.Lock()
+					made[ns]++
+					mu.Unlock()
+				} else if !strings.Contains(err.Error(), "exceeded quota") {
+					t.Errorf("creating a pod in %s: %v", ns, err)
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if made["acme"] != 1 || made["acme-net-front"] != 1 || made["acme-net-none"] != 0 {
+		t.Errorf("pods of 1 CPU made: %v; want 1 at home, 1 on front, none on none", made)
 	}
 	var all kubevirtv1.VirtualMachineList
 	if err := hub.Client.List(t.Context(), &all); err != nil {
