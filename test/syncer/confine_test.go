@@ -128,7 +128,8 @@ func TestATenantsObjectsNameNothingOutsideItsNamespace(t *testing.T) {
 // deleted; a tenant namespace's other labels cannot change, its tenant
 // label cannot go, its tenant annotation cannot change or go; only the
 // tenant role can be bound, as imagepipe-tenant, only in a network's
-// namespace, never to everybody or system:masters; and only the syncer's
+// namespace, never to system:anonymous or a system: group but the home's
+// ServiceAccounts; and only the syncer's
 // two ResourceQuotas can be written, each where it belongs. A network's
 // namespace, binding and quotas, made and deleted by the syncer itself,
 // pass.
@@ -202,6 +203,8 @@ func TestTheSyncerTouchesOnlyNetworksNamespaces(t *testing.T) {
 	for _, s := range []rbacv1.Subject{
 		{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:authenticated"},
 		{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:masters"},
+		{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:nodes"},
+		{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts:globex"},
 		{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "system:anonymous"},
 	} {
 		refused("binding the tenant role to "+s.Name, syncer.Create(t.Context(), toRole("imagepipe-tenant", "imagepipe-tenant", append([]rbacv1.Subject{s}, tenantA...)), client.DryRunAll), "binds the tenant role only to Users, Groups and ServiceAccounts")
@@ -222,7 +225,7 @@ func TestTheSyncerTouchesOnlyNetworksNamespaces(t *testing.T) {
 	}
 	for what, obj := range map[string]client.Object{
 		"a network's namespace": &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "acme-net-dev", Annotations: map[string]string{"imagepipe.io/private-network-of": "acme/dev"}, Labels: map[string]string{"k8s.ovn.org/primary-user-defined-network": "", "imagepipe.io/private-network": "dev"}}},
-		"a network's binding":   toRole("imagepipe-tenant", "imagepipe-tenant", append([]rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "acme", Name: "ci"}, {Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "acme-admins"}}, tenantA...)),
+		"a network's binding":   toRole("imagepipe-tenant", "imagepipe-tenant", append([]rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "acme", Name: "ci"}, {Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "acme-admins"}, {Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:serviceaccounts:acme"}}, tenantA...)),
 		"a network's share":     quota("acme-net-lab", "imagepipe-network-share", share),
 		"a home's share":        quota("globex", "imagepipe-home-share", nil),
 	} {
