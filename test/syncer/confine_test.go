@@ -1,6 +1,7 @@
 package syncer
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -103,7 +104,7 @@ func TestATenantsObjectsNameNothingOutsideItsNamespace(t *testing.T) {
 			"a VM cloning its own image":                        {vmCloning(ns, ns), ""},
 		} {
 			var err error
-			waitFor(t, "the policy in force", func() (bool, error) {
+			waitFor(t, "the policy in force ("+what+" in "+ns+" refused)", func() (bool, error) {
 				err = acme.Create(t.Context(), c.obj, client.DryRunAll)
 				// The API server loads a new policy within a second or so;
 				// until then a refused object passes.
@@ -168,12 +169,22 @@ func TestTheSyncerTouchesOnlyNetworksNamespaces(t *testing.T) {
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "tenant-a"}}}
 	refused("binding the tenant role in another tenant's namespace", syncer.Create(t.Context(), bind, client.DryRunAll), "binds only the role imagepipe-tenant, and only in namespaces of private networks")
 	// A namespace of a network's form, but not of what its annotation
-	// says, or of no network's name.
-	for name, of := range map[string]string{"evil": "acme/evil", "globex-net-front": "acme/front", "acme-net-network-name-of-forty-one-characters-1234": "acme/network-name-of-forty-one-characters-1234", "acme-net-x": "acme/x/y"} {
-		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name,
-			Annotations: map[string]string{"imagepipe.io/private-network-of": of},
-			Labels:      map[string]string{"k8s.ovn.org/primary-user-defined-network": "", "imagepipe.io/private-network": strings.Split(of, "/")[1]}}}
-		refused("creating namespace "+name+" annotated for network "+of, syncer.Create(t.Context(), ns, client.DryRunAll), "creates only namespaces of private networks")
+	// says, or of no network's name, or not labelled as the syncer does.
+	for _, c := range []struct{ name, of, network string }{
+		{"evil", "acme/evil", "evil"},
+		{"globex-net-front", "acme/front", "front"},
+		{"acme-net-network-name-of-forty-one-characters-1234", "acme/network-name-of-forty-one-characters-1234", "network-name-of-forty-one-characters-1234"},
+		{"acme-net-x", "acme/x/y", "x"},
+		{"acme--net-x", "acme-/x", "x"},
+		{"acme-net-y", "acme/y", "z"},
+		{"acme-net-w", "acme/w", ""},
+	} {
+		labels := map[string]string{"k8s.ovn.org/primary-user-defined-network": "", "imagepipe.io/private-network": c.network}
+		if c.network == "" {
+			labels = map[string]string{"imagepipe.io/private-network": "w"} // no OVN label
+		}
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.name, Annotations: map[string]string{"imagepipe.io/private-network-of": c.of}, Labels: labels}}
+		refused("creating namespace "+c.name+" annotated for network "+c.of+", labelled "+fmt.Sprint(labels), syncer.Create(t.Context(), ns, client.DryRunAll), "creates only namespaces of private networks")
 	}
 	// The tenant's label and annotation: set, changed (the label), never dropped.
 	initech := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "initech"}}
