@@ -16,4 +16,5 @@
 // ReadOSRelease reads os-release(5). BootOf says which firmware the
 // layout can boot with, and Loaders finds the EFI loaders on FAT ESPs and
 // their CPU architecture. ReadDpkg lists dpkg's installed packages.
+// Inspect puts them together as pkg/api's GuestReport.
 package guest

@@ -1,0 +1,103 @@
+package guest
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+
+	"github.com/imagepipe/imagepipe/pkg/api"
+)
+
+// maxFilesystems bounds the filesystems Inspect opens to look for the
+// operating system.
+const maxFilesystems = 8
+
+// Inspect reads what the guest disk r of size bytes holds: its layout, the
+// firmware it can boot with and its EFI loaders, and, from the first
+// ext2/3/4 filesystem holding an os-release, the operating system and
+// dpkg's installed packages. It never fails: what it cannot read is a
+// note. Its work is the sum of the readers' bounds, for at most
+// maxFilesystems filesystems.
+func Inspect(r io.ReaderAt, size int64) *api.GuestReport {
+	rep := &api.GuestReport{}
+	l, err := Probe(r, size)
+	if err != nil {
+		rep.PartitionTable = "unknown"
+		rep.Notes = append(rep.Notes, "the partition table could not be read: "+err.Error())
+		return rep
+	}
+	rep.PartitionTable, rep.Filesystem = l.Table, l.Filesystem
+	rep.Notes = append(rep.Notes, l.Notes...)
+	for _, p := range l.Partitions {
+		rep.Partitions = append(rep.Partitions, api.GuestPartition{Number: p.Number, Start: p.Start, Size: p.Size, Role: p.Role, Filesystem: p.Filesystem})
+	}
+	b := BootOf(l)
+	rep.Firmware = api.GuestFirmware{BIOS: b.BIOS, UEFI: b.UEFI, Reasons: b.Reasons}
+	for _, ld := range Loaders(r, l) {
+		rep.Firmware.Loaders = append(rep.Firmware.Loaders, ld.Path)
+		if rep.Architecture == "" {
+			rep.Architecture = ld.Arch
+		}
+	}
+	rep.Notes = append(rep.Notes, readSystem(r, size, l, rep)...)
+	return rep
+}
+
+// fsCandidate is a filesystem Inspect may read the system from.
+type fsCandidate struct {
+	partition  int
+	off, size  int64
+	filesystem string
+}
+
+// readSystem fills rep.OS and rep.Packages from the first readable
+// filesystem with an os-release, and returns notes on what it could not
+// read.
+func readSystem(r io.ReaderAt, size int64, l *Layout, rep *api.GuestReport) []string {
+	var cands []fsCandidate
+	if l.Table == TableNone && l.Filesystem != "" {
+		cands = append(cands, fsCandidate{0, 0, size, l.Filesystem})
+	}
+	for _, p := range l.Partitions {
+		if p.Filesystem != "" && p.Filesystem != FsSwap && p.Filesystem != FsFAT && p.Filesystem != FsLVMPV {
+			cands = append(cands, fsCandidate{p.Number, p.Start, p.Size, p.Filesystem})
+		}
+	}
+	var notes []string
+	for i, c := range cands {
+		where := fmt.Sprintf("partition %d", c.partition)
+		if c.partition == 0 {
+			where = "the whole disk"
+		}
+		if i == maxFilesystems {
+			notes = append(notes, fmt.Sprintf("%d more filesystems not read (at most %d are)", len(cands)-i, maxFilesystems))
+			break
+		}
+		fsys, err := OpenFS(r, c.off, c.size, c.filesystem)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("%s (%s) not read: %v", where, c.filesystem, err))
+			continue
+		}
+		osr, err := ReadOSRelease(fsys)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("%s: os-release not read: %v", where, err))
+			continue
+		}
+		rep.OS = &api.GuestOS{ID: osr.ID, VersionID: osr.VersionID, PrettyName: osr.PrettyName, Partition: c.partition}
+		switch pkgs, err := ReadDpkg(fsys); {
+		case err == nil:
+			rep.Packages = &api.GuestPackages{Manager: "dpkg", Count: len(pkgs)}
+		case !errors.Is(err, ErrNoDatabase):
+			notes = append(notes, fmt.Sprintf("%s: dpkg's database not read: %v", where, err))
+		}
+		return notes
+	}
+	if rep.OS == nil {
+		notes = append(notes, "no operating system found (no os-release on a filesystem imagepipe reads: ext2/3/4)")
+	}
+	return notes
+}

@@ -1,0 +1,65 @@
+package api
+
+// GuestReport is what imagepipe read inside a disk: its partitions, the
+// firmware it can boot with, its operating system and its packages. Every
+// byte of it is the image's, so a field is empty when unknown, and Notes
+// say what could not be read; an unknown guest is never a rejection.
+type GuestReport struct {
+	// PartitionTable is "gpt", "mbr", "none" (a filesystem on the whole
+	// disk, or nothing recognised), or "unknown" when unreadable.
+	PartitionTable string `json:"partitionTable"`
+	// Filesystem is the whole disk's, when it has no partition table.
+	Filesystem string           `json:"filesystem,omitempty"`
+	Partitions []GuestPartition `json:"partitions,omitempty"`
+	Firmware   GuestFirmware    `json:"firmware"`
+	// OS is the operating system's own account of itself, when found.
+	OS *GuestOS `json:"os,omitempty"`
+	// Architecture is the CPU architecture the guest's boot files are
+	// built for, as Go names it (amd64, arm64), when known.
+	Architecture string `json:"architecture,omitempty"`
+	// Packages are the installed packages' count, when a package
+	// database was read.
+	Packages *GuestPackages `json:"packages,omitempty"`
+	// Notes say what was found wrong or not read.
+	Notes []string `json:"notes,omitempty"`
+}
+
+// GuestPartition is one entry of the partition table.
+type GuestPartition struct {
+	Number int   `json:"number"`
+	Start  int64 `json:"start"` // bytes
+	Size   int64 `json:"size"`  // bytes
+	// Role is what its type means to a boot: esp, bios-boot, lvm, linux,
+	// swap, windows, extended, or empty.
+	Role string `json:"role,omitempty"`
+	// Filesystem is what its first bytes show: ext2, ext3, ext4, xfs,
+	// btrfs, vfat, ntfs, lvm2-pv, swap, or empty.
+	Filesystem string `json:"filesystem,omitempty"`
+}
+
+// GuestFirmware says which firmware can start the disk, KubeVirt's
+// spec.domain.firmware.bootloader: bios, efi, or both.
+type GuestFirmware struct {
+	BIOS bool `json:"bios"`
+	UEFI bool `json:"uefi"`
+	// Loaders are the EFI loaders found at the removable-media paths.
+	Loaders []string `json:"loaders,omitempty"`
+	// Reasons say what each answer rests on.
+	Reasons []string `json:"reasons,omitempty"`
+}
+
+// GuestOS is what the guest's os-release says.
+type GuestOS struct {
+	ID         string `json:"id,omitempty"`
+	VersionID  string `json:"versionID,omitempty"`
+	PrettyName string `json:"prettyName,omitempty"`
+	// Partition is the number of the partition it was read from (0 for
+	// the whole disk).
+	Partition int `json:"partition"`
+}
+
+// GuestPackages counts the installed packages of one package manager.
+type GuestPackages struct {
+	Manager string `json:"manager"` // dpkg
+	Count   int    `json:"count"`
+}
