@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"maps"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/convert"
 	"github.com/imagepipe/imagepipe/internal/diskimage"
+	"github.com/imagepipe/imagepipe/internal/guest"
 	"github.com/imagepipe/imagepipe/internal/registry"
 	"github.com/imagepipe/imagepipe/internal/reject"
 	"github.com/imagepipe/imagepipe/internal/source"
@@ -35,7 +37,12 @@ func newInspectCmd(g *globalOptions) *cobra.Command {
 		Use:   "inspect SOURCE | docker://REGISTRY/TENANT/NAME:TAG",
 		Short: "Describe a disk image or a pushed containerDisk and say whether imagepipe accepts it",
 		Long: `Detects the format of a local disk image by content, validates it as untrusted
-input, and prints its format, sizes and the verdict.
+input, and prints its format, sizes and the verdict. Of an accepted image it
+also says what the disk holds, read as hostile input within bounds: its
+partition table and partitions, the firmware it can boot with (bios, uefi)
+and its EFI loaders, the CPU architecture, the operating system its
+os-release names, and how many packages dpkg lists; what cannot be read is a
+guest note, never a rejection.
 
 With docker://REF, describes the image in the registry instead: manifest,
 platform, layer, io.imagepipe annotations and environment, and checks that it
@@ -154,7 +161,22 @@ func inspectImage(cmd *cobra.Command, o *inspectOptions, img *openedSource, repo
 		report.AllocatedSize = img.src.DataBytes
 	}
 	report.CompressedClusters = sum.CompressedClusters
+	report.Guest = inspectGuest(cmd.Context(), image, img)
 	return nil
+}
+
+// inspectGuest reads what the verified image holds; a raw image streamed
+// through (compressed, or downloaded) was read once and is not kept, so
+// its guest is not read.
+func inspectGuest(ctx context.Context, image *convert.Image, img *openedSource) *api.GuestReport {
+	if img.src.Streamed {
+		return &api.GuestReport{PartitionTable: "unknown", Notes: []string{"not read: a compressed or downloaded raw image is read once as it streams; convert it to a file first to look inside"}}
+	}
+	g, err := image.Guest(ctx)
+	if err != nil {
+		return &api.GuestReport{PartitionTable: "unknown", Notes: []string{"not read: " + err.Error()}}
+	}
+	return guest.Inspect(g, image.Info().VirtualSize)
 }
 
 // printReport prints an inspection as the pkg/api model or as rows.
@@ -183,6 +205,52 @@ func reportRows(tw *tabwriter.Writer, r *api.ImageReport) {
 	for _, reason := range r.Reasons {
 		row("reason", reason.Code+": "+reason.Message)
 	}
+	if r.Guest != nil {
+		guestRows(row, r.Guest)
+	}
+}
+
+// guestRows shows what a disk holds.
+func guestRows(row func(string, any), g *api.GuestReport) {
+	row("partition table", g.PartitionTable)
+	if g.Filesystem != "" {
+		row("filesystem", g.Filesystem)
+	}
+	for _, p := range g.Partitions {
+		row(fmt.Sprintf("partition %d", p.Number), strings.Join(nonEmpty(humanBytes(p.Size), p.Role, p.Filesystem), " "))
+	}
+	var fw []string
+	if g.Firmware.BIOS {
+		fw = append(fw, "bios")
+	}
+	if g.Firmware.UEFI {
+		fw = append(fw, "uefi")
+	}
+	if len(fw) == 0 {
+		fw = append(fw, "none found")
+	}
+	firmware := strings.Join(fw, ", ")
+	if len(g.Firmware.Loaders) > 0 {
+		firmware += " (" + strings.Join(g.Firmware.Loaders, ", ") + ")"
+	}
+	row("firmware", firmware)
+	if g.Architecture != "" {
+		row("architecture", g.Architecture)
+	}
+	if g.OS != nil {
+		row("os", strings.Join(nonEmpty(g.OS.PrettyName, "("+strings.Join(nonEmpty(g.OS.ID, g.OS.VersionID), " ")+")"), " "))
+	}
+	if g.Packages != nil {
+		row("packages", fmt.Sprintf("%d (%s)", g.Packages.Count, g.Packages.Manager))
+	}
+	for _, n := range g.Notes {
+		row("guest note", n)
+	}
+}
+
+// nonEmpty drops the empty strings of ss.
+func nonEmpty(ss ...string) []string {
+	return slices.DeleteFunc(ss, func(s string) bool { return s == "" || s == "()" })
 }
 
 // runInspectRemote describes and checks the containerDisk at ref.

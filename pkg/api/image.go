@@ -32,6 +32,8 @@ type ImageReport struct {
 	Verdict string `json:"verdict"`
 	// Reasons explain a rejection.
 	Reasons []Rejection `json:"reasons,omitempty"`
+	// Guest is what the accepted disk holds, when it was read.
+	Guest *GuestReport `json:"guest,omitempty"`
 }
 
 // Rejection is one reason an image was refused.

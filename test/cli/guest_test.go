@@ -1,0 +1,93 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/imagepipe/imagepipe/pkg/api"
+	"github.com/imagepipe/imagepipe/test/testenv"
+)
+
+// guestDisk makes, with the tools an installer uses, a 96 MiB GPT disk:
+// syslinux's GPT MBR code, a FAT ESP holding systemd-boot as the
+// removable-media loader (at 1 MiB), and an ext4 root holding Debian 12's
+// os-release and this machine's dpkg database (at 17 MiB).
+func guestDisk(t *testing.T, dir string) string {
+	t.Helper()
+	esp := filepath.Join(dir, "esp.img")
+	testenv.Run(t, "truncate", "-s", "16M", esp)
+	testenv.Run(t, "mkfs.fat", "-F", "16", esp)
+	testenv.Run(t, "mmd", "-i", esp, "::/EFI", "::/EFI/BOOT")
+	testenv.Run(t, "mcopy", "-i", esp, "/usr/lib/systemd/boot/efi/systemd-bootx64.efi", "::/EFI/BOOT/BOOTX64.EFI")
+	root := filepath.Join(dir, "root")
+	for _, d := range []string{"usr/lib", "etc", "var/lib/dpkg"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	osRelease := "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nVERSION_ID=\"12\"\nID=debian\n"
+	if err := os.WriteFile(filepath.Join(root, "usr/lib/os-release"), []byte(osRelease), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../usr/lib/os-release", filepath.Join(root, "etc/os-release")); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Run(t, "cp", "/var/lib/dpkg/status", filepath.Join(root, "var/lib/dpkg/status"))
+	rootfs := filepath.Join(dir, "root.img")
+	testenv.Run(t, "truncate", "-s", "64M", rootfs)
+	testenv.Run(t, "mkfs.ext4", "-q", "-F", "-d", root, rootfs)
+	disk := filepath.Join(dir, "disk.raw")
+	testenv.Run(t, "truncate", "-s", "96M", disk)
+	testenv.Run(t, "sgdisk", "-n=1:2048:+16M", "-t=1:EF00", "-n=2:34816:+64M", "-t=2:8304", disk)
+	testenv.Run(t, "dd", "status=none", "conv=notrunc", "bs=440", "count=1", "if=/usr/lib/syslinux/mbr/gptmbr.bin", "of="+disk)
+	testenv.Run(t, "dd", "status=none", "conv=notrunc,sparse", "bs=1M", "seek=1", "if="+esp, "of="+disk)
+	testenv.Run(t, "dd", "status=none", "conv=notrunc,sparse", "bs=1M", "seek=17", "if="+rootfs, "of="+disk)
+	return disk
+}
+
+// TestInspectShowsWhatADiskHolds: imagectl inspect of a disk, raw or as
+// a compressed qcow2 qemu-img made, says what is inside, before any
+// upload: the layout, both firmwares, the loader and its architecture,
+// Debian 12 and its packages; a compressed raw image, read once as it
+// streams, says its guest was not read.
+func TestInspectShowsWhatADiskHolds(t *testing.T) {
+	testenv.RequireQEMU(t)
+	dir := t.TempDir()
+	raw := guestDisk(t, dir)
+	qcow2 := filepath.Join(dir, "disk.qcow2")
+	testenv.Run(t, "qemu-img", "convert", "-q", "-c", "-f", "raw", "-O", "qcow2", raw, qcow2)
+	for _, path := range []string{raw, qcow2} {
+		code, out, stderr := testenv.Exit(t, testenv.Imagectl, "inspect", "-o", "json", path)
+		var r api.ImageReport
+		if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil {
+			t.Fatalf("inspect %s: exit %d, %v\n%s%s", path, code, err, out, stderr)
+		}
+		g := r.Guest
+		if g == nil || g.PartitionTable != "gpt" || len(g.Partitions) != 2 || g.Partitions[0].Role != "esp" || g.Partitions[1].Filesystem != "ext4" {
+			t.Fatalf("%s: guest %+v", path, g)
+		}
+		if !g.Firmware.BIOS || !g.Firmware.UEFI || !slices.Equal(g.Firmware.Loaders, []string{"/EFI/BOOT/BOOTX64.EFI"}) || g.Architecture != "amd64" {
+			t.Errorf("%s: firmware %+v, architecture %q", path, g.Firmware, g.Architecture)
+		}
+		if g.OS == nil || g.OS.ID != "debian" || g.OS.VersionID != "12" || g.Packages == nil || g.Packages.Manager != "dpkg" || g.Packages.Count < 100 {
+			t.Errorf("%s: os %+v, packages %+v", path, g.OS, g.Packages)
+		}
+	}
+	code, out, _ := testenv.Exit(t, testenv.Imagectl, "inspect", qcow2)
+	for _, want := range []string{"partition table:", "firmware:", "bios, uefi (/EFI/BOOT/BOOTX64.EFI)", "os:", "Debian GNU/Linux 12 (bookworm) (debian 12)", "packages:"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("the table (exit %d) does not say %q:\n%s", code, want, out)
+		}
+	}
+
+	testenv.Run(t, "zstd", "-q", "-k", raw, "-o", raw+".zst")
+	code, out, _ = testenv.Exit(t, testenv.Imagectl, "inspect", "-o", "json", raw+".zst")
+	var r api.ImageReport
+	if err := json.Unmarshal([]byte(out), &r); code != 0 || err != nil || r.Guest == nil || r.Guest.OS != nil || len(r.Guest.Notes) != 1 || !strings.Contains(r.Guest.Notes[0], "not read") {
+		t.Errorf("a compressed raw image: exit %d, %v, guest %+v", code, err, r.Guest)
+	}
+}
