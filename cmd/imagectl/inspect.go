@@ -41,8 +41,9 @@ input, and prints its format, sizes and the verdict. Of an accepted image it
 also says what the disk holds, read as hostile input within bounds: its
 partition table and partitions, the firmware it can boot with (bios, uefi)
 and its EFI loaders, the CPU architecture, the operating system its
-os-release names, and how many packages dpkg lists; what cannot be read is a
-guest note, never a rejection.
+os-release names, how many packages dpkg lists, its kernels and their virtio
+drivers, and whether cloud-init, qemu-guest-agent and a serial console are
+there; what cannot be read is a guest note, never a rejection.
 
 With docker://REF, describes the image in the registry instead: manifest,
 platform, layer, io.imagepipe annotations and environment, and checks that it
@@ -243,9 +244,31 @@ func guestRows(row func(string, any), g *api.GuestReport) {
 	if g.Packages != nil {
 		row("packages", fmt.Sprintf("%d (%s)", g.Packages.Count, g.Packages.Manager))
 	}
+	for _, k := range g.Kernels {
+		row("kernel", k.Version+" (virtio: "+orNone(strings.Join(k.Virtio, ", "))+")")
+	}
+	if g.OS != nil {
+		row("cloud-init", yesNo(g.CloudInit))
+		row("guest agent", yesNo(g.GuestAgent))
+		row("serial console", yesNo(g.SerialConsole))
+	}
 	for _, n := range g.Notes {
 		row("guest note", n)
 	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }
 
 // nonEmpty drops the empty strings of ss.

@@ -16,5 +16,7 @@
 // ReadOSRelease reads os-release(5). BootOf says which firmware the
 // layout can boot with, and Loaders finds the EFI loaders on FAT ESPs and
 // their CPU architecture. ReadDpkg lists dpkg's installed packages.
-// Inspect puts them together as pkg/api's GuestReport.
+// Inspect puts them together as pkg/api's GuestReport, with what the root
+// says of the VM it will be: kernels and their virtio drivers, cloud-init,
+// qemu-guest-agent, a serial console.
 package guest

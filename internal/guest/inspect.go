@@ -15,8 +15,9 @@ const maxFilesystems = 8
 
 // Inspect reads what the guest disk r of size bytes holds: its layout, the
 // firmware it can boot with and its EFI loaders, and, from the first
-// ext2/3/4 filesystem holding an os-release, the operating system and
-// dpkg's installed packages. It never fails: what it cannot read is a
+// ext2/3/4 filesystem holding an os-release, the operating system, dpkg's
+// installed packages, the kernels and their virtio drivers, cloud-init,
+// qemu-guest-agent and a serial console. It never fails: what it cannot read is a
 // note. Its work is the sum of the readers' bounds, for at most
 // maxFilesystems filesystems.
 func Inspect(r io.ReaderAt, size int64) *api.GuestReport {
@@ -40,7 +41,7 @@ func Inspect(r io.ReaderAt, size int64) *api.GuestReport {
 			rep.Architecture = ld.Arch
 		}
 	}
-	rep.Notes = append(rep.Notes, readSystem(r, size, l, rep)...)
+	rep.Notes = append(rep.Notes, readRoot(r, size, l, rep)...)
 	return rep
 }
 
@@ -51,10 +52,10 @@ type fsCandidate struct {
 	filesystem string
 }
 
-// readSystem fills rep.OS and rep.Packages from the first readable
-// filesystem with an os-release, and returns notes on what it could not
-// read.
-func readSystem(r io.ReaderAt, size int64, l *Layout, rep *api.GuestReport) []string {
+// readRoot fills rep.OS, rep.Packages and the system facts from the
+// first readable filesystem with an os-release, and returns notes on what
+// it could not read.
+func readRoot(r io.ReaderAt, size int64, l *Layout, rep *api.GuestReport) []string {
 	var cands []fsCandidate
 	if l.Table == TableNone && l.Filesystem != "" {
 		cands = append(cands, fsCandidate{0, 0, size, l.Filesystem})
@@ -93,6 +94,9 @@ func readSystem(r io.ReaderAt, size int64, l *Layout, rep *api.GuestReport) []st
 			rep.Packages = &api.GuestPackages{Manager: "dpkg", Count: len(pkgs)}
 		case !errors.Is(err, ErrNoDatabase):
 			notes = append(notes, fmt.Sprintf("%s: dpkg's database not read: %v", where, err))
+		}
+		for _, n := range readSystem(fsys, rep) {
+			notes = append(notes, where+": "+n)
 		}
 		return notes
 	}

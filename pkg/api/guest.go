@@ -20,6 +20,17 @@ type GuestReport struct {
 	// Packages are the installed packages' count, when a package
 	// database was read.
 	Packages *GuestPackages `json:"packages,omitempty"`
+	// Kernels are the Linux kernels installed, newest first by version
+	// name, each with the virtio drivers it has.
+	Kernels []GuestKernel `json:"kernels,omitempty"`
+	// CloudInit: cloud-init is installed, so the VM reads its cloud-init
+	// data (the SSH keys vm create passes) at boot.
+	CloudInit bool `json:"cloudInit"`
+	// GuestAgent: qemu-guest-agent is installed.
+	GuestAgent bool `json:"guestAgent"`
+	// SerialConsole: grub's kernel command line has a serial console
+	// (console=ttyS...), which vm console attaches to.
+	SerialConsole bool `json:"serialConsole"`
 	// Notes say what was found wrong or not read.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -62,4 +73,12 @@ type GuestOS struct {
 type GuestPackages struct {
 	Manager string `json:"manager"` // dpkg
 	Count   int    `json:"count"`
+}
+
+// GuestKernel is a Linux kernel installed in the guest.
+type GuestKernel struct {
+	Version string `json:"version"`
+	// Virtio are the drivers of KubeVirt's virtio devices it has, built
+	// in or as modules: virtio_blk, virtio_scsi, virtio_net.
+	Virtio []string `json:"virtio,omitempty"`
 }

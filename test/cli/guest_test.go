@@ -15,7 +15,8 @@ import (
 // guestDisk makes, with the tools an installer uses, a 96 MiB GPT disk:
 // syslinux's GPT MBR code, a FAT ESP holding systemd-boot as the
 // removable-media loader (at 1 MiB), and an ext4 root holding Debian 12's
-// os-release and this machine's dpkg database (at 17 MiB).
+// os-release, this machine's dpkg database, a cloud kernel's module lists,
+// cloud-init and a serial console on grub's command line (at 17 MiB).
 func guestDisk(t *testing.T, dir string) string {
 	t.Helper()
 	esp := filepath.Join(dir, "esp.img")
@@ -24,7 +25,7 @@ func guestDisk(t *testing.T, dir string) string {
 	testenv.Run(t, "mmd", "-i", esp, "::/EFI", "::/EFI/BOOT")
 	testenv.Run(t, "mcopy", "-i", esp, "/usr/lib/systemd/boot/efi/systemd-bootx64.efi", "::/EFI/BOOT/BOOTX64.EFI")
 	root := filepath.Join(dir, "root")
-	for _, d := range []string{"usr/lib", "etc", "var/lib/dpkg"} {
+	for _, d := range []string{"usr/lib/modules/6.1.0-28-cloud-amd64", "usr/bin", "etc/default", "var/lib/dpkg"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -37,6 +38,19 @@ func guestDisk(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	testenv.Run(t, "cp", "/var/lib/dpkg/status", filepath.Join(root, "var/lib/dpkg/status"))
+	if err := os.Symlink("usr/lib", filepath.Join(root, "lib")); err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string]string{
+		"usr/lib/modules/6.1.0-28-cloud-amd64/modules.builtin": "kernel/drivers/block/virtio_blk.ko\nkernel/drivers/net/virtio_net.ko\n",
+		"usr/lib/modules/6.1.0-28-cloud-amd64/modules.dep":     "kernel/drivers/scsi/virtio_scsi.ko.xz:\n",
+		"usr/bin/cloud-init": "#!/usr/bin/python3\n",
+		"etc/default/grub":   "GRUB_CMDLINE_LINUX=\"console=tty0 console=ttyS0,115200\"\n",
+	} {
+		if err := os.WriteFile(filepath.Join(root, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	rootfs := filepath.Join(dir, "root.img")
 	testenv.Run(t, "truncate", "-s", "64M", rootfs)
 	testenv.Run(t, "mkfs.ext4", "-q", "-F", "-d", root, rootfs)
@@ -52,7 +66,8 @@ func guestDisk(t *testing.T, dir string) string {
 // TestInspectShowsWhatADiskHolds: imagectl inspect of a disk, raw or as
 // a compressed qcow2 qemu-img made, says what is inside, before any
 // upload: the layout, both firmwares, the loader and its architecture,
-// Debian 12 and its packages; a compressed raw image, read once as it
+// Debian 12, its packages, its kernel's virtio drivers, cloud-init and
+// the serial console; a compressed raw image, read once as it
 // streams, says its guest was not read.
 func TestInspectShowsWhatADiskHolds(t *testing.T) {
 	testenv.RequireQEMU(t)
@@ -76,9 +91,12 @@ func TestInspectShowsWhatADiskHolds(t *testing.T) {
 		if g.OS == nil || g.OS.ID != "debian" || g.OS.VersionID != "12" || g.Packages == nil || g.Packages.Manager != "dpkg" || g.Packages.Count < 100 {
 			t.Errorf("%s: os %+v, packages %+v", path, g.OS, g.Packages)
 		}
+		if len(g.Kernels) != 1 || !slices.Equal(g.Kernels[0].Virtio, []string{"virtio_blk", "virtio_scsi", "virtio_net"}) || !g.CloudInit || g.GuestAgent || !g.SerialConsole {
+			t.Errorf("%s: kernels %+v, cloud-init %v, guest agent %v, serial console %v", path, g.Kernels, g.CloudInit, g.GuestAgent, g.SerialConsole)
+		}
 	}
 	code, out, _ := testenv.Exit(t, testenv.Imagectl, "inspect", qcow2)
-	for _, want := range []string{"partition table:", "firmware:", "bios, uefi (/EFI/BOOT/BOOTX64.EFI)", "os:", "Debian GNU/Linux 12 (bookworm) (debian 12)", "packages:"} {
+	for _, want := range []string{"partition table:", "firmware:", "bios, uefi (/EFI/BOOT/BOOTX64.EFI)", "os:", "Debian GNU/Linux 12 (bookworm) (debian 12)", "packages:", "6.1.0-28-cloud-amd64 (virtio: virtio_blk, virtio_scsi, virtio_net)", "cloud-init:", "guest agent:"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("the table (exit %d) does not say %q:\n%s", code, want, out)
 		}
