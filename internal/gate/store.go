@@ -68,6 +68,9 @@ type layerRecord struct {
 	Repository string             `json:"repository,omitempty"`
 	DiffID     string             `json:"diffID,omitempty"`
 	DiskSize   int64              `json:"diskSize,omitempty"`
+	// Guest is what the disk holds, when it was read (a disk verified in
+	// the spool).
+	Guest *api.GuestReport `json:"guest,omitempty"`
 }
 
 // layerKey names what decides a layer's outcome: its bytes (digest), the

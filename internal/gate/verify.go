@@ -24,6 +24,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/guest"
 	"github.com/imagepipe/imagepipe/internal/ocidoc"
 	"github.com/imagepipe/imagepipe/internal/publish"
 	"github.com/imagepipe/imagepipe/internal/registry"
@@ -323,7 +324,7 @@ func (v *Verifier) verifyImage(ctx context.Context, repo name.Repository, raw *r
 	out := &api.VerifiedImage{
 		Platform: ocidoc.PlatformString(cfg.Platform), Source: raw.Digest, Canonical: canonical,
 		Format: string(info.Format), VirtualSize: info.VirtualSize, DiskSize: rec.DiskSize,
-		Checks: api.ChecksPassed,
+		Checks: api.ChecksPassed, Guest: rec.Guest,
 	}
 	for _, kv := range cfg.Config.Env {
 		if val, ok := cutEnv(kv, api.EnvDefaultInstancetype); ok {
@@ -411,6 +412,9 @@ func (v *Verifier) readLayerOutcome(ctx context.Context, repo name.Repository, d
 			return nil, err
 		}
 		info = img.Info()
+		if g, err := img.Guest(ctx); err == nil {
+			rec.Guest = guest.Inspect(g, info.VirtualSize)
+		}
 		disk, err := containerdisk.NewDisk(img, containerdisk.Options{DiskFormat: info.Format, Compression: comp, Logger: v.Logger})
 		if err != nil {
 			return nil, err

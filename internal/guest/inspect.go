@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"strings"
 
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -12,6 +13,15 @@ import (
 // maxFilesystems bounds the filesystems Inspect opens to look for the
 // operating system.
 const maxFilesystems = 8
+
+// Bounds of the report, which a verdict carries: the partitions listed,
+// the notes and each note's length. Their sum keeps a report under about
+// 10 KiB.
+const (
+	maxReportPartitions = 32
+	maxNotes            = 16
+	maxNoteLength       = 300
+)
 
 // Inspect reads what the guest disk r of size bytes holds: its layout, the
 // firmware it can boot with and its EFI loaders, and, from the first
@@ -42,7 +52,24 @@ func Inspect(r io.ReaderAt, size int64) *api.GuestReport {
 		}
 	}
 	rep.Notes = append(rep.Notes, readRoot(r, size, l, rep)...)
+	bound(rep)
 	return rep
+}
+
+// bound keeps rep within the report's bounds, saying what it left out.
+func bound(rep *api.GuestReport) {
+	if n := len(rep.Partitions); n > maxReportPartitions {
+		rep.Partitions = rep.Partitions[:maxReportPartitions]
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%d more partitions not listed", n-maxReportPartitions))
+	}
+	if n := len(rep.Notes); n > maxNotes {
+		rep.Notes = append(rep.Notes[:maxNotes-1], fmt.Sprintf("%d more notes", n-maxNotes+1))
+	}
+	for i, n := range rep.Notes {
+		if len(n) > maxNoteLength {
+			rep.Notes[i] = strings.ToValidUTF8(n[:maxNoteLength], "") + "…"
+		}
+	}
 }
 
 // fsCandidate is a filesystem Inspect may read the system from.

@@ -7,8 +7,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/imagepipe/imagepipe/internal/need"
+	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // debianGuest builds, with the tools a distribution's installer uses, a
@@ -124,5 +126,25 @@ func TestInspectNotesWhatItCannotRead(t *testing.T) {
 				t.Errorf("os %+v, notes %q; want none and a note saying %q", rep.OS, rep.Notes, tc.note)
 			}
 		})
+	}
+}
+
+// TestReportsStayWithinTheirBounds: a report of many partitions, many
+// notes and long ones is cut to its bounds, saying so (200 notes and the
+// one on partitions left out: 186 not kept).
+func TestReportsStayWithinTheirBounds(t *testing.T) {
+	rep := &api.GuestReport{}
+	for i := range 200 {
+		rep.Partitions = append(rep.Partitions, api.GuestPartition{Number: i + 1})
+		rep.Notes = append(rep.Notes, strings.Repeat("é", 400))
+	}
+	bound(rep)
+	if len(rep.Partitions) != maxReportPartitions || len(rep.Notes) != maxNotes || rep.Notes[maxNotes-1] != "186 more notes" {
+		t.Errorf("%d partitions, %d notes, last %q", len(rep.Partitions), len(rep.Notes), rep.Notes[len(rep.Notes)-1])
+	}
+	for _, n := range rep.Notes {
+		if len(n) > maxNoteLength+len("…") || !utf8.ValidString(n) {
+			t.Errorf("a note of %d bytes, valid UTF-8 %v", len(n), utf8.ValidString(n))
+		}
 	}
 }

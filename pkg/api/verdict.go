@@ -70,6 +70,9 @@ type VerifiedImage struct {
 	Preference   string `json:"preference,omitempty"`
 	// Checks lists what was verified (ChecksPassed).
 	Checks []string `json:"checks"`
+	// Guest is what the disk holds, as the gate read it; nil when it was
+	// not read (a disk verified as it streamed).
+	Guest *GuestReport `json:"guest,omitempty"`
 }
 
 // ChecksPassed are the checks every accepted image passed, in the order
