@@ -56,15 +56,7 @@ type linkFS interface {
 // is an error.
 func ReadFile(fsys fs.FS, name string, limit int64) (b []byte, err error) {
 	defer recoverAsError(&err)
-	lfs, ok := fsys.(linkFS)
-	if !ok {
-		return nil, errors.New("the filesystem reader cannot read links")
-	}
-	resolved, err := resolve(lfs, name)
-	if err != nil {
-		return nil, err
-	}
-	fi, err := lfs.Lstat(resolved)
+	lfs, resolved, fi, err := lookup(fsys, name)
 	if err != nil {
 		return nil, err
 	}
@@ -87,6 +79,24 @@ func ReadFile(fsys fs.FS, name string, limit int64) (b []byte, err error) {
 		return nil, fmt.Errorf("%s: %w (%d)", name, ErrTooLarge, limit)
 	}
 	return b, nil
+}
+
+// lookup resolves name (absolute in the guest) in fsys as the guest
+// would, and returns the filesystem, the resolved path and what it names.
+func lookup(fsys fs.FS, name string) (linkFS, string, fs.FileInfo, error) {
+	lfs, ok := fsys.(linkFS)
+	if !ok {
+		return nil, "", nil, errors.New("the filesystem reader cannot read links")
+	}
+	resolved, err := resolve(lfs, name)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	fi, err := lfs.Lstat(resolved)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return lfs, resolved, fi, nil
 }
 
 // resolve returns name with every symbolic link replaced by its target,

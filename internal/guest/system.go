@@ -122,29 +122,19 @@ func hasSerialConsole(b []byte) bool {
 
 // anyFile reports whether one of names is a regular file in the guest.
 func anyFile(fsys fs.FS, names ...string) bool {
-	lfs, ok := fsys.(linkFS)
-	if !ok {
-		return false
-	}
 	for _, n := range names {
-		if isRegular(lfs, n) {
+		if isRegular(fsys, n) {
 			return true
 		}
 	}
 	return false
 }
 
-func isRegular(lfs linkFS, name string) (ok bool) {
-	defer func() {
-		if recover() != nil {
-			ok = false
-		}
-	}()
-	resolved, err := resolve(lfs, name)
-	if err != nil {
-		return false
-	}
-	fi, err := lfs.Lstat(resolved)
+// isRegular: a panic of the filesystem reader leaves ok false.
+func isRegular(fsys fs.FS, name string) (ok bool) {
+	var panicked error
+	defer recoverAsError(&panicked)
+	_, _, fi, err := lookup(fsys, name)
 	return err == nil && fi.Mode().IsRegular()
 }
 
@@ -152,15 +142,7 @@ func isRegular(lfs linkFS, name string) (ok bool) {
 // followed as ReadFile does), refusing one over maxDirSize bytes.
 func readDirNames(fsys fs.FS, name string) (names []string, err error) {
 	defer recoverAsError(&err)
-	lfs, ok := fsys.(linkFS)
-	if !ok {
-		return nil, fmt.Errorf("the filesystem reader cannot read links")
-	}
-	resolved, err := resolve(lfs, name)
-	if err != nil {
-		return nil, err
-	}
-	fi, err := lfs.Lstat(resolved)
+	lfs, resolved, fi, err := lookup(fsys, name)
 	if err != nil {
 		return nil, err
 	}
