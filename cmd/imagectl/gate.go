@@ -83,5 +83,8 @@ func gateRows(row func(string, any), g *api.GateReport) {
 	}
 	for _, im := range v.Images {
 		row("hubs import", fmt.Sprintf("%s: %s (%s, %s)", im.Platform, im.Canonical, im.Format, humanBytes(im.VirtualSize)))
+		if im.Guest != nil {
+			guestRows(row, im.Guest)
+		}
 	}
 }

@@ -272,9 +272,11 @@ func TestGateKeepsHostilePushesOffBothHubs(t *testing.T) {
 	if !bytes.Contains(out, []byte("payload")) {
 		t.Errorf("cosign verify-attestation printed no attestation: %s", out)
 	}
-	// imagectl inspect shows the tenant the verdicts hubs act on.
+	// imagectl inspect shows the tenant the verdicts hubs act on, with
+	// what the gate read inside the disk (a raw disk of text: no OS).
 	r := testenv.RunCommand(t, testenv.Command{Name: testenv.Imagectl, Args: []string{"inspect", "--gate-keys", pub, "docker://" + ref}})
-	if r.Code != 0 || !strings.Contains(r.Stdout, "gate:") || !strings.Contains(r.Stdout, "accepted by imagepipe-gate") || !strings.Contains(r.Stdout, canonical) {
+	if r.Code != 0 || !strings.Contains(r.Stdout, "gate:") || !strings.Contains(r.Stdout, "accepted by imagepipe-gate") || !strings.Contains(r.Stdout, canonical) ||
+		!strings.Contains(r.Stdout, "partition table:") || !strings.Contains(r.Stdout, "no operating system found") {
 		t.Errorf("imagectl inspect of the crane image: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
 	r = testenv.RunCommand(t, testenv.Command{Name: testenv.Imagectl, Args: []string{"inspect", "--gate-keys", pub, "-o", "json", "docker://" + reg.Host + "/acme/evil-amplifier:1"}})
