@@ -409,3 +409,39 @@ func TestImagesTheSyncerDoesNotRefreshAreStillHeldToTheirVerdicts(t *testing.T) 
 		})
 	}
 }
+
+// TestTheGuestGivesTheImageItsPreference: a verdict whose guest report
+// names RHEL 9.4 gives the import KubeVirt's default-preference label
+// rhel.9, which virtctl's --infer-preference and KubeVirt's
+// inferFromVolume read; a preference the tenant declared wins.
+func TestTheGuestGivesTheImageItsPreference(t *testing.T) {
+	t.Parallel()
+	digest := "sha256:" + strings.Repeat("5", 64)
+	for _, tc := range []struct {
+		name, declared, want string
+	}{
+		{"inferred", "", "rhel.9"},
+		{"declared", "fedora", "fedora"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newFailClosedHub(t, digest, v1alpha1.BaseImageStatus{}, "")
+			h.gate.set(digest, func(subject name.Digest) (*api.Verdict, error) {
+				v, err := accepted("")(subject)
+				v.Images[0].Preference = tc.declared
+				v.Images[0].Guest = &api.GuestReport{PartitionTable: "gpt", OS: &api.GuestOS{ID: "rhel", VersionID: "9.4"}}
+				return v, err
+			})
+			if _, err := h.reconcile(t); err != nil {
+				t.Fatal(err)
+			}
+			var dv cdiv1.DataVolume
+			if err := h.cluster.Client.Get(t.Context(), client.ObjectKey{Namespace: "acme", Name: h.dvName(digest)}, &dv); err != nil {
+				t.Fatal(err)
+			}
+			if got := dv.Labels["instancetype.kubevirt.io/default-preference"]; got != tc.want {
+				t.Errorf("the DataVolume's default-preference is %q, want %q (labels %v)", got, tc.want, dv.Labels)
+			}
+		})
+	}
+}
