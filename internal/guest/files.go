@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/masahiro331/go-ext4-filesystem/ext4"
+
+	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // Limits of the file readers; docs/security.md lists them.
@@ -161,16 +163,9 @@ func splitPath(p string) []string {
 	return out
 }
 
-// OSRelease is what /etc/os-release says of the guest.
-type OSRelease struct {
-	ID         string `json:"id,omitempty"`
-	VersionID  string `json:"versionID,omitempty"`
-	PrettyName string `json:"prettyName,omitempty"`
-}
-
 // ReadOSRelease reads /etc/os-release, else /usr/lib/os-release, as
 // os-release(5) says, within maxOSRelease bytes.
-func ReadOSRelease(fsys fs.FS) (*OSRelease, error) {
+func ReadOSRelease(fsys fs.FS) (*api.GuestOS, error) {
 	b, err := ReadFile(fsys, "/etc/os-release", maxOSRelease)
 	if errors.Is(err, fs.ErrNotExist) {
 		b, err = ReadFile(fsys, "/usr/lib/os-release", maxOSRelease)
@@ -183,8 +178,8 @@ func ReadOSRelease(fsys fs.FS) (*OSRelease, error) {
 
 // parseOSRelease reads the shell-style assignments of os-release; values
 // are unquoted, and kept only when printable and short.
-func parseOSRelease(b []byte) *OSRelease {
-	var r OSRelease
+func parseOSRelease(b []byte) *api.GuestOS {
+	var r api.GuestOS
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 4096), 4096)
 	for sc.Scan() {

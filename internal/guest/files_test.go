@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 func write(t *testing.T, p, s string) {
@@ -31,7 +33,7 @@ func symlink(t *testing.T, target, p string) {
 // openGuest makes an ext4 filesystem holding the tree setup writes, with
 // mkfs.ext4 -d (e2fsprogs copies the tree itself, links and holes
 // included), opens it and reads its os-release.
-func openGuest(t *testing.T, setup func(root string)) (*OSRelease, error) {
+func openGuest(t *testing.T, setup func(root string)) (*api.GuestOS, error) {
 	t.Helper()
 	return ReadOSRelease(openTree(t, setup))
 }
@@ -66,7 +68,7 @@ const debian = "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nNAME=\"Debian GN
 // directory, and hostile trees: a link loop, a link out of the root, a
 // 1 GiB os-release and a directory in its place.
 func TestOSReleaseAsTheGuestReadsIt(t *testing.T) {
-	want := OSRelease{ID: "debian", VersionID: "12", PrettyName: "Debian GNU/Linux 12 (bookworm)"}
+	want := api.GuestOS{ID: "debian", VersionID: "12", PrettyName: "Debian GNU/Linux 12 (bookworm)"}
 	for name, setup := range map[string]func(root string){
 		"relative link": func(root string) {
 			write(t, root+"/usr/lib/os-release", debian)

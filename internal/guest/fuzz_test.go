@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/imagepipe/imagepipe/internal/need"
+
+	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // countingReader counts the bytes Probe asks for.
@@ -112,7 +114,7 @@ func FuzzFATLoaders(f *testing.F) {
 	f.Add(espSeed(f))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r := &countingReader{b: b, size: int64(len(b))}
-		l := &Layout{Table: TableGPT, Partitions: []Partition{{Number: 1, Start: 0, Size: int64(len(b)), Role: RoleESP, Filesystem: FsFAT}}}
+		l := &Layout{Table: TableGPT, Partitions: []Partition{{GuestPartition: api.GuestPartition{Number: 1, Start: 0, Size: int64(len(b)), Role: RoleESP, Filesystem: FsFAT}}}}
 		Loaders(r, l)
 		if r.read > maxLoadersRead {
 			t.Fatalf("read %d bytes, over %d", r.read, maxLoadersRead)

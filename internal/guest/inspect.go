@@ -41,10 +41,9 @@ func Inspect(r io.ReaderAt, size int64) *api.GuestReport {
 	rep.PartitionTable, rep.Filesystem = l.Table, l.Filesystem
 	rep.Notes = append(rep.Notes, l.Notes...)
 	for _, p := range l.Partitions {
-		rep.Partitions = append(rep.Partitions, api.GuestPartition{Number: p.Number, Start: p.Start, Size: p.Size, Role: p.Role, Filesystem: p.Filesystem})
+		rep.Partitions = append(rep.Partitions, p.GuestPartition)
 	}
-	b := BootOf(l)
-	rep.Firmware = api.GuestFirmware{BIOS: b.BIOS, UEFI: b.UEFI, Reasons: b.Reasons}
+	rep.Firmware = BootOf(l)
 	for _, ld := range Loaders(r, l) {
 		rep.Firmware.Loaders = append(rep.Firmware.Loaders, ld.Path)
 		if rep.Architecture == "" {
@@ -115,7 +114,8 @@ func readRoot(r io.ReaderAt, size int64, l *Layout, rep *api.GuestReport) []stri
 			notes = append(notes, fmt.Sprintf("%s: os-release not read: %v", where, err))
 			continue
 		}
-		rep.OS = &api.GuestOS{ID: osr.ID, VersionID: osr.VersionID, PrettyName: osr.PrettyName, Partition: c.partition}
+		osr.Partition = c.partition
+		rep.OS = osr
 		switch pkgs, err := ReadDpkg(fsys); {
 		case err == nil:
 			rep.Packages = &api.GuestPackages{Manager: "dpkg", Count: len(pkgs)}

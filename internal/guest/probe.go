@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"io"
 	"strings"
+
+	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // Limits of what Probe reads; docs/security.md lists them.
@@ -50,19 +52,13 @@ type Layout struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-// Partition is one entry of the table.
+// Partition is one entry of the table: what the report says of it (its
+// Role, what Type means to a boot, is one of the Role constants; its
+// Filesystem, what its first bytes show, one of the Fs constants), and
+// its Type, the GPT type GUID (upper case) or the MBR type ("0x83").
 type Partition struct {
-	Number int   `json:"number"`
-	Start  int64 `json:"start"` // bytes from the start of the disk
-	Size   int64 `json:"size"`  // bytes
-	// Type is the GPT type GUID (upper case) or the MBR type ("0x83").
-	Type string `json:"type"`
-	// Role is what Type means to a boot: RoleESP, RoleBIOSBoot, RoleLVM,
-	// RoleLinux, RoleSwap, RoleWindows, or "".
-	Role string `json:"role,omitempty"`
-	// Filesystem is what the partition's first bytes show ("" when none
-	// is recognised): one of the Fs constants.
-	Filesystem string `json:"filesystem,omitempty"`
+	api.GuestPartition
+	Type string
 }
 
 // Partition roles.
@@ -138,7 +134,7 @@ func Probe(r io.ReaderAt, size int64) (*Layout, error) {
 		l.Table = TableMBR
 		for i, e := range entries {
 			start, length := int64(e.lba)*sectorSize, int64(e.sectors)*sectorSize
-			p := Partition{Number: i + 1, Start: start, Size: length, Type: fmt.Sprintf("0x%02x", e.kind), Role: mbrRoles[e.kind]}
+			p := Partition{GuestPartition: api.GuestPartition{Number: i + 1, Start: start, Size: length, Role: mbrRoles[e.kind]}, Type: fmt.Sprintf("0x%02x", e.kind)}
 			l.Partitions = append(l.Partitions, p)
 		}
 		return l, l.probePartitions(r, size)
@@ -241,8 +237,8 @@ func (l *Layout) readGPT(r io.ReaderAt, size int64) (ok bool, err error) {
 		}
 		guid := guidString(e[:16])
 		l.Partitions = append(l.Partitions, Partition{
-			Number: i + 1, Start: int64(first) * sectorSize, Size: int64(last-first+1) * sectorSize,
-			Type: guid, Role: gptRoles[guid],
+			GuestPartition: api.GuestPartition{Number: i + 1, Start: int64(first) * sectorSize, Size: int64(last-first+1) * sectorSize, Role: gptRoles[guid]},
+			Type:           guid,
 		})
 	}
 	return true, nil
