@@ -22,9 +22,15 @@ const (
 
 // Package is one installed package of the guest.
 type Package struct {
-	Name    string `json:"name"`
+	// Type is the package manager's package-URL type: deb, rpm or apk.
+	Type string `json:"type"`
+	Name string `json:"name"`
+	// Version is the manager's own version string: dpkg's with its epoch
+	// ("1:2.36-9"), rpm's version-release, apk's.
 	Version string `json:"version"`
-	Arch    string `json:"arch,omitempty"`
+	// Epoch is rpm's epoch, when the package has one.
+	Epoch string `json:"epoch,omitempty"`
+	Arch  string `json:"arch,omitempty"`
 	// Source is the source package, when it is named otherwise.
 	Source string `json:"source,omitempty"`
 }
@@ -84,7 +90,7 @@ func parseDpkgStatus(b []byte) ([]Package, error) {
 		v = strings.TrimSpace(v)
 		switch k {
 		case "Package":
-			p.Name = v
+			p.Name, p.Type = v, "deb"
 		case "Version":
 			p.Version = v
 		case "Architecture":
