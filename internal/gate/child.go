@@ -231,6 +231,9 @@ func (c *Child) Verify(ctx context.Context, subject name.Digest, manifest *regis
 	stopOnCancel()
 	close(stop)
 	cost := Cost{CPU: p.cmd.ProcessState.UserTime() + p.cmd.ProcessState.SystemTime()}
+	if ru, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		cost.PeakMemory = ru.Maxrss << 10 // KiB on Linux
+	}
 	select {
 	case why := <-over:
 		return nil, cost, fmt.Errorf("the verification of %s %s and was stopped: %w", subject, why, ErrOverLimit)

@@ -19,10 +19,12 @@ type Cost struct {
 	// bytes of data it wrote to its spool.
 	Decompressed int64 `json:"decompressed"`
 	Spooled      int64 `json:"spooled"`
+	// PeakMemory is its process's peak resident memory in bytes.
+	PeakMemory int64 `json:"peakMemory,omitempty"`
 }
 
 func (c Cost) add(o Cost) Cost {
-	return Cost{CPU: c.CPU + o.CPU, Decompressed: c.Decompressed + o.Decompressed, Spooled: c.Spooled + o.Spooled}
+	return Cost{CPU: c.CPU + o.CPU, Decompressed: c.Decompressed + o.Decompressed, Spooled: c.Spooled + o.Spooled, PeakMemory: max(c.PeakMemory, o.PeakMemory)}
 }
 
 func (c Cost) sub(o Cost) Cost {

@@ -6,9 +6,9 @@
 // index of up to 8 linux images) and reads every byte once: the manifest
 // and config strictly (internal/ocidoc), the layer by digest (its
 // compression, tar shape, digest, size and diff ID), and the disk through
-// the disk engine's full verdict, as it streams when it is imagepipe's own
-// qcow2 (convert.StreamCheck), else from a sparse spool no larger than its
-// declared size.
+// the disk engine's full verdict (as it streams when it is imagepipe's own
+// qcow2, convert.StreamCheck), and its guest (internal/guest), both from a
+// sparse spool within the verification's share.
 //
 // It then writes the canonical image into the same repository, by digest:
 // a manifest and config of its own and imagepipe's layer of the verified

@@ -1,20 +1,29 @@
 package gate
 
 import (
+	"bytes"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/imagepipe/imagepipe/internal/containerdisk"
+	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/publish"
 
 	"github.com/imagepipe/imagepipe/internal/need"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
-// TestTheVerdictSaysWhatTheDiskHolds: a raw disk pushed by another client
-// is verified in the spool, and its verdict carries what the disk holds,
-// as guest.Inspect read it there: here an ext4 filesystem on the whole
-// disk, made by mkfs.ext4, with Debian's os-release and cloud-init. A disk
-// of random bytes is accepted all the same, its guest unknown.
+// TestTheVerdictSaysWhatTheDiskHolds: the verdict carries what the disk
+// holds, as guest.Inspect read it: here an ext4 filesystem on the whole
+// disk, made by mkfs.ext4, with Debian's os-release and cloud-init. A raw
+// disk pushed by another client is read in the spool; imagectl's qcow2,
+// verified as it streams, from its copy there, unless its data passes
+// the verification's spool share: then the guest is unknown and says why,
+// and the image is accepted all the same, as is a disk of random bytes.
 func TestTheVerdictSaysWhatTheDiskHolds(t *testing.T) {
 	mkfs := need.Program(t, "mkfs.ext4")
 	root := t.TempDir()
@@ -43,28 +52,48 @@ func TestTheVerdictSaysWhatTheDiskHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	debian := func(g *api.GuestReport) bool {
+		return g != nil && g.PartitionTable == "none" && g.Filesystem == "ext4" && g.OS != nil && g.OS.ID == "debian" && g.OS.VersionID == "12" && g.CloudInit
+	}
+	crafted := func(disk []byte) func(*testing.T, *env, string) string {
+		return func(t *testing.T, e *env, repo string) string { return craftImage(t, disk).push(t, e, repo) }
+	}
+	imagectl := func(t *testing.T, e *env, repo string) string {
+		return e.importDisk(t, repo, disk, containerdisk.Options{DiskFormat: convert.FormatQCOW2, Compression: containerdisk.CompressionZstd}, publish.ImportOptions{})
+	}
 
 	e := newEnv(t)
+	var logs bytes.Buffer
+	e.v.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	for _, tc := range []struct {
-		name string
-		disk []byte
-		want func(*api.GuestReport) bool
+		name     string
+		push     func(*testing.T, *env, string) string
+		maxSpool int64
+		want     func(*api.GuestReport) bool
+		streamed bool
 	}{
-		{"debian", disk, func(g *api.GuestReport) bool {
-			return g != nil && g.PartitionTable == "none" && g.Filesystem == "ext4" && g.OS != nil && g.OS.ID == "debian" && g.OS.VersionID == "12" && g.CloudInit
-		}},
-		{"random", rawDisk(t, 4<<20, 41), func(g *api.GuestReport) bool {
+		{name: "debian", push: crafted(disk), want: debian},
+		{name: "random", push: crafted(rawDisk(t, 4<<20, 41)), want: func(g *api.GuestReport) bool {
 			return g != nil && g.OS == nil && len(g.Notes) > 0
+		}},
+		{name: "imagectl", push: imagectl, want: debian, streamed: true},
+		{name: "over-the-share", push: imagectl, maxSpool: 64 << 10, streamed: true, want: func(g *api.GuestReport) bool {
+			return g != nil && g.OS == nil && len(g.Notes) == 1 && strings.Contains(g.Notes[0], "spool share")
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := craftImage(t, tc.disk).push(t, e, "acme/"+tc.name)
+			e.v.MaxSpool = tc.maxSpool
+			logs.Reset()
+			d := tc.push(t, e, "acme/"+tc.name)
 			v, err := e.v.Verify(t.Context(), mustDigest(t, e.host+"/acme/"+tc.name+"@"+d))
 			if err != nil || v.Verdict != api.VerdictAccepted || len(v.Images) != 1 {
 				t.Fatalf("%+v, %v", v, err)
 			}
 			if g := v.Images[0].Guest; !tc.want(g) {
 				t.Errorf("the verdict's guest: %+v", g)
+			}
+			if streamed := strings.Contains(logs.String(), "streamed=true"); streamed != tc.streamed {
+				t.Errorf("verified as it streamed: %v, want %v\n%s", streamed, tc.streamed, logs.String())
 			}
 		})
 	}

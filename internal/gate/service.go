@@ -584,6 +584,7 @@ func (s *Service) verify(ctx context.Context, subject name.Digest, raw *registry
 		return s.Verifier.VerifyManifest(ctx, subject, raw)
 	}
 	v, cost, err := s.Isolated.Verify(ctx, subject, raw)
+	s.Logger.Info("verification spent", "subject", subject.String(), "cpuSeconds", cost.CPU.Seconds(), "peakMemory", cost.PeakMemory, "decompressed", cost.Decompressed, "spooled", cost.Spooled)
 	s.spent.charge(tenant, cost)
 	s.Metrics.spent(tenant, cost)
 	return v, err

@@ -403,7 +403,9 @@ func (v *Verifier) readLayerOutcome(ctx context.Context, repo name.Repository, d
 		Canonical: ocispec.Descriptor{MediaType: comp.MediaType(), Digest: desc.Digest, Size: desc.Size},
 		DiffID:    pushed.framedDiffID, DiskSize: pushed.size}
 	info := pushed.info
-	if pushed.streamed != convert.StreamCanonical {
+	if pushed.streamed == convert.StreamCanonical {
+		rec.Guest = v.inspectSpooled(ctx, spool, pushed, opts)
+	} else {
 		img, err := convert.Open(spool.File, pushed.size, opts)
 		if err != nil {
 			return nil, err
@@ -412,9 +414,7 @@ func (v *Verifier) readLayerOutcome(ctx context.Context, repo name.Repository, d
 			return nil, err
 		}
 		info = img.Info()
-		if g, err := img.Guest(ctx); err == nil {
-			rec.Guest = guest.Inspect(g, info.VirtualSize)
-		}
+		rec.Guest = inspect(ctx, img)
 		disk, err := containerdisk.NewDisk(img, containerdisk.Options{DiskFormat: info.Format, Compression: comp, Logger: v.Logger})
 		if err != nil {
 			return nil, err
@@ -426,6 +426,30 @@ func (v *Verifier) readLayerOutcome(ctx context.Context, repo name.Repository, d
 	rec.Format, rec.VirtualSize = info.Format, info.VirtualSize
 	v.logger().Info("layer read", "repository", repo.RepositoryStr(), "layer", desc.Digest, "canonicalLayer", rec.Canonical.Digest, "streamed", pushed.streamed == convert.StreamCanonical)
 	return rec, nil
+}
+
+// inspect reads the guest of a verified disk; nil when the engine
+// cannot serve its guest.
+func inspect(ctx context.Context, img *convert.Image) *api.GuestReport {
+	g, err := img.Guest(ctx)
+	if err != nil {
+		return nil
+	}
+	return guest.Inspect(g, img.Info().VirtualSize)
+}
+
+// inspectSpooled reads the guest of a disk verified as it streamed, from
+// the copy in the spool; a disk whose copy passed the spool share has a
+// report that says so.
+func (v *Verifier) inspectSpooled(ctx context.Context, spool *convert.OutputFile, pushed *extracted, opts convert.OpenOptions) *api.GuestReport {
+	if !pushed.spooled {
+		return &api.GuestReport{PartitionTable: "unknown", Notes: []string{fmt.Sprintf("the guest was not read: the disk's data passes this verification's spool share of %d bytes", v.MaxSpool)}}
+	}
+	img, err := convert.Open(spool.File, pushed.size, opts)
+	if err != nil {
+		return nil
+	}
+	return inspect(ctx, img)
 }
 
 func cutEnv(kv, key string) (string, bool) {
@@ -518,10 +542,50 @@ type boundedSpool struct {
 	limit int64
 }
 
+// spoolCopy copies a disk that streams past a StreamCheck to the spool,
+// until the data there passes limit bytes (0: no bound); over is set
+// then, and the copy stops without an error: a canonical disk is
+// verified without it. Bytes the check diverts are in the spool already,
+// so its fallback writes nothing, and refuses the disk as boundedSpool
+// does once the copy stopped.
+type spoolCopy struct {
+	spool *convert.OutputFile
+	limit int64
+	over  bool
+}
+
+func (c *spoolCopy) Write(p []byte) (int, error) {
+	if c.over {
+		return len(p), nil
+	}
+	n, err := c.spool.Write(p)
+	if err == nil && c.limit > 0 && c.spool.Stored() > c.limit {
+		c.over = true
+	}
+	return n, err
+}
+
+func (c *spoolCopy) fallback() io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		if c.over {
+			return 0, errOverSpool(c.limit)
+		}
+		return len(p), nil
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func errOverSpool(limit int64) error {
+	return reject.New(reject.VerificationLimit, "the disk holds more than %d bytes of data to spool, the bound of one verification; imagectl's qcow2 disks are verified without a spool", limit)
+}
+
 func (b boundedSpool) Write(p []byte) (int, error) {
 	n, err := b.OutputFile.Write(p)
 	if err == nil && b.limit > 0 && b.Stored() > b.limit {
-		return n, reject.New(reject.VerificationLimit, "the disk holds more than %d bytes of data to spool, the bound of one verification; imagectl's qcow2 disks are verified without a spool", b.limit)
+		return n, errOverSpool(b.limit)
 	}
 	return n, err
 }
@@ -539,10 +603,12 @@ type extracted struct {
 	// ownCompression: the layer's compression framing is what
 	// imagepipe's writers emit (LayerReader.OwnCompressionFraming).
 	ownCompression bool
-	// streamed is what the stream check found of the disk; the spool
-	// holds the disk unless it is StreamCanonical or StreamLost.
+	// streamed is what the stream check found of the disk.
 	streamed convert.StreamOutcome
 	info     convert.Info // the disk's, when streamed is StreamCanonical
+	// spooled: the spool holds the whole disk. Only a streamed disk
+	// whose data passed the spool share is not there.
+	spooled bool
 }
 
 // keep reports whether the pushed layer may stand as the canonical layer
@@ -553,11 +619,17 @@ func (x *extracted) keep(canonical string) bool {
 	return x.diffID == canonical && x.ownCompression
 }
 
-// mustReread reports whether the spool lacks a disk that the usual way
-// must verify, or that the gate must write a layer of: the stream check
+// mustReread reports whether the disk needs the spool and the spool
+// lacks it: its copy stopped at the spool share.
+func (x *extracted) mustReread() bool {
+	return !x.spooled && x.needsSpool()
+}
+
+// needsSpool reports whether the disk must be verified in the spool,
+// or the gate must write a layer of it from there: the stream check
 // dropped its data, or the pushed disk is canonical in a layer that is
 // not imagepipe's.
-func (x *extracted) mustReread() bool {
+func (x *extracted) needsSpool() bool {
 	return x.streamed == convert.StreamLost || (x.streamed == convert.StreamCanonical && !x.keep(x.framedDiffID))
 }
 
@@ -602,10 +674,15 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 	ownHead := bytes.Equal(lr.Head(), head)
 	var sum hash.Hash
 	var check *convert.StreamCheck
+	var copied *spoolCopy
 	sink := io.Writer(boundedSpool{spool, v.MaxSpool})
 	if stream != nil && ownHead && lr.OwnCompressionFraming() {
-		check = convert.NewStreamCheck(lr.DiskSize(), *stream, sink)
-		sink = check
+		// A disk the check finds canonical needs no spool to be verified,
+		// but its guest is read at random: the disk is copied to the spool
+		// as it passes, while it fits this verification's share.
+		copied = &spoolCopy{spool: spool, limit: v.MaxSpool}
+		check = convert.NewStreamCheck(lr.DiskSize(), *stream, copied.fallback())
+		sink = io.MultiWriter(copied, check)
 	}
 	if !ownHead {
 		sum = sha256.New()
@@ -634,11 +711,12 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 		}
 		return nil, err
 	}
-	x := &extracted{layerSize: counted.n, diffID: diffID, size: lr.DiskSize(), ownCompression: lr.OwnCompressionFraming(), streamed: convert.StreamDiverted}
+	x := &extracted{layerSize: counted.n, diffID: diffID, size: lr.DiskSize(), ownCompression: lr.OwnCompressionFraming(), streamed: convert.StreamDiverted, spooled: true}
 	if check != nil {
 		if x.streamed, x.info, err = check.Finish(ctx); err != nil {
 			return nil, err
 		}
+		x.spooled = !copied.over
 	}
 	if err := spool.Finish(); err != nil {
 		return nil, fmt.Errorf("writing the disk spool: %w", err)
@@ -649,6 +727,9 @@ func (v *Verifier) extract(ctx context.Context, repo name.Repository, desc ocisp
 		x.framedDiffID = fmt.Sprintf("sha256:%x", sum.Sum(nil))
 	case bytes.Equal(lr.Tail(), tail):
 		x.framedDiffID = diffID // the pushed tar is imagepipe's, byte for byte
+	}
+	if x.spooled && x.needsSpool() {
+		x.streamed = convert.StreamDiverted // the copy in the spool serves
 	}
 	return x, nil
 }

@@ -51,7 +51,7 @@ main() {
 	if ! IMAGEPIPE_BENCH_OUT=$OUT IMAGEPIPE_BENCH_DISK=$CACHE/bench/a.raw IMAGECTL=$IMAGECTL \
 		IMAGE_GATE=${IMAGE_GATE:+$(abs "$IMAGE_GATE")} IMAGE_SYNCER=${IMAGE_SYNCER:+$(abs "$IMAGE_SYNCER")} \
 		IMAGEPIPE_CACHE=$CACHE IMAGEPIPE_BIN=$TOOLS_BIN \
-		go test ./test/bench/gate -run '^$' -bench '^BenchmarkGate$' -benchtime 1x -count=1 -v -timeout 30m >&2; then
+		go test ./test/bench/gate -run '^$' -bench '^BenchmarkGate$' -benchtime 1x -count=1 -v -timeout 45m >&2; then
 		die "go test ./test/bench/gate failed (its log is above)"
 	fi
 	[[ -s $OUT ]] || die "test/bench/gate wrote no report (its log is above)"

@@ -55,6 +55,9 @@ const reps = 3
 //   - floor: what any verifier of the layer must spend, decompressing it
 //     alone and decompressing it while hashing blob and tar (floor.go).
 //
+// Inspect: what reading the guest costs the gate on the bench image
+// (inspect_test.go).
+//
 // ReadOnce: one layer named by many manifests is read once (readonce_test.go).
 //
 // Waiting: a small image's verdict while other tenants' long
@@ -68,7 +71,7 @@ func BenchmarkGate(b *testing.B) {
 	parts := []struct {
 		name string
 		run  func(testing.TB) string
-	}{{"Disk", benchGate}, {"ReadOnce", benchReadOnce}, {"Waiting", benchWaiting}}
+	}{{"Disk", benchGate}, {"Inspect", benchInspect}, {"ReadOnce", benchReadOnce}, {"Waiting", benchWaiting}}
 	for _, p := range parts {
 		b.Run(p.name, func(b *testing.B) {
 			for b.Loop() {
