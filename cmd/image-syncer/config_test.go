@@ -66,6 +66,7 @@ func TestOptionsValidate(t *testing.T) {
 		"keep 11":               func(o *options) { o.keep = 11 },
 		"negative image limit":  func(o *options) { o.maxImagesPerTenant = -1 },
 		"pull method":           func(o *options) { o.pullMethod = "kubelet" },
+		"unknown guests":        func(o *options) { o.unknownGuests = "refuse" },
 		"on-delete":             func(o *options) { o.onDelete = "purge" },
 		"resync below poll":     func(o *options) { o.daemon.DigestResyncInterval = time.Second },
 		"log level":             func(o *options) { o.daemon.LogLevel = "loud" },

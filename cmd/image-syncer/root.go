@@ -29,6 +29,7 @@ type options struct {
 	storageClass         string
 	architecture         string
 	pullMethod           string
+	unknownGuests        string
 	keep                 int32
 	maxImagesPerTenant   int
 	bounds               netsync.Bounds
@@ -98,6 +99,7 @@ the first log line says which, and which build runs:
 	f.StringSliceVar(&o.denyTenants, "deny-tenants", nil, "tenants this hub never serves")
 	f.StringVar(&o.storageClass, "storage-class", "", "StorageClass of imports (default: the cluster's default class)")
 	f.StringVar(&o.pullMethod, "pull-method", "pod", "CDI registry pull method: pod or node")
+	f.StringVar(&o.unknownGuests, "unknown-guests", "import", "images whose operating system the gate could not tell: import them, or hold them back (refused on this hub as unknown-guest)")
 	f.StringVar(&o.architecture, "architecture", "", "the hub's CPU architecture: the canonical image for it is imported, and images verified for none are refused (default: what most nodes report, else amd64)")
 	f.Int32Var(&o.keep, "keep", hub.DefaultKeep, "successful imports kept per image tag (1-10)")
 	f.IntVar(&o.maxImagesPerTenant, "max-images-per-tenant", hub.DefaultMaxImagesPerTenant, "BaseImages one tenant may have on this hub; a tag pushed beyond it is not synced (logged). 0: no bound")
@@ -129,6 +131,9 @@ func (o *options) validate() error {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("--pull-method %q: want pod or node", o.pullMethod))
+	}
+	if o.unknownGuests != "import" && o.unknownGuests != "hold" {
+		errs = append(errs, fmt.Errorf("--unknown-guests %q: want import or hold", o.unknownGuests))
 	}
 	if _, err := hub.NewTenancy(o.namespaceTemplate, o.tenants, o.denyTenants); err != nil {
 		errs = append(errs, fmt.Errorf("--namespace-template: %w", err))

@@ -128,6 +128,9 @@ func (r *Reconciler) admissionOf(ctx context.Context, bi *v1alpha1.BaseImage, di
 	}
 	if a.image = imageFor(v.Images, r.Architecture); a.image == nil {
 		a.reasons = []api.Rejection{{Code: string(reject.PlatformMismatch), Message: fmt.Sprintf("the image holds %s; this hub runs %s", platforms(v.Images), r.Architecture)}}
+	} else if g := a.image.Guest; r.HoldUnknownGuests && (g == nil || g.OS == nil) {
+		a.image = nil
+		a.reasons = []api.Rejection{{Code: string(reject.UnknownGuest), Message: "the gate could not tell which operating system the disk holds" + guestNotes(g) + "; this hub imports only images whose guest is known (image-syncer --unknown-guests hold)"}}
 	}
 	return a, nil
 }
@@ -173,7 +176,13 @@ func (r *Reconciler) admit(ctx context.Context, bi *v1alpha1.BaseImage, digest s
 		if !meta.IsStatusConditionTrue(st.Conditions, v1alpha1.ConditionRejected) {
 			log.FromContext(ctx).Info("image rejected", "baseimage", client.ObjectKeyFromObject(bi), "digest", digest, "reasons", codes)
 		}
-		r.condition(bi, v1alpha1.ConditionRejected, true, conditionReason(codes), "the gate refused the image: "+joinReasons(a.reasons))
+		// A verdict that accepted the image was refused by this hub's own
+		// rules (its architecture, its policy on unknown guests).
+		msg := "the gate refused the image: "
+		if v := a.verdict; v != nil && v.Verdict == api.VerdictAccepted {
+			msg = "the gate accepted the image, but this hub does not import it: "
+		}
+		r.condition(bi, v1alpha1.ConditionRejected, true, conditionReason(codes), msg+joinReasons(a.reasons))
 		r.condition(bi, v1alpha1.ConditionProgressing, false, "Rejected", "nothing is imported from a rejected image")
 		return 0
 	}
@@ -516,4 +525,16 @@ func conditionReason(codes []string) string {
 		return "Rejected"
 	}
 	return b.String()
+}
+
+// guestNotes is what the gate noted of a guest it could not read, as the
+// end of a sentence.
+func guestNotes(g *api.GuestReport) string {
+	if g == nil {
+		return " (its verdict has no guest report)"
+	}
+	if len(g.Notes) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(g.Notes, "; ") + ")"
 }

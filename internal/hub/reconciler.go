@@ -94,6 +94,10 @@ type Reconciler struct {
 	// OnDelete is the policy when a tag leaves the registry, unless the
 	// BaseImage's spec says otherwise; empty means retain.
 	OnDelete v1alpha1.DeletionPolicy
+	// HoldUnknownGuests imports only images whose verdict names the
+	// operating system the gate found in the disk; the others are
+	// refused on this hub with reject.UnknownGuest. False imports them.
+	HoldUnknownGuests bool
 	// MaxAttempts bounds the imports tried for one digest; 0 means DefaultMaxAttempts.
 	MaxAttempts int32
 	// RetryDelay is the wait after the first failed import, doubling after

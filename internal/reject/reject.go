@@ -90,6 +90,11 @@ const (
 	// PlatformMismatch: the image's architecture is not the hub's, or an
 	// image index holds no image for it.
 	PlatformMismatch Reason = "platform-mismatch"
+	// UnknownGuest: the gate could not tell which operating system the
+	// disk holds, and the hub imports only images whose guest it knows
+	// (image-syncer --unknown-guests hold). The gate never refuses an
+	// image for it.
+	UnknownGuest Reason = "unknown-guest"
 )
 
 // Shape codes: the image in a registry is not a containerDisk of the shape

@@ -445,3 +445,51 @@ func TestTheGuestGivesTheImageItsPreference(t *testing.T) {
 		})
 	}
 }
+
+// TestAHubMayHoldImagesWhoseGuestIsUnknown: a guest the gate could not
+// read is a note in the verdict, never the gate's refusal; what to do
+// with it is the hub provider's policy. By default the image is imported;
+// with --unknown-guests hold it is refused on that hub as unknown-guest,
+// with the gate's notes, and nothing is imported; an image whose guest
+// is known is imported either way.
+func TestAHubMayHoldImagesWhoseGuestIsUnknown(t *testing.T) {
+	t.Parallel()
+	digest := "sha256:" + strings.Repeat("6", 64)
+	unknown := &api.GuestReport{PartitionTable: "unknown", Notes: []string{"no partition table or filesystem recognised"}}
+	known := &api.GuestReport{PartitionTable: "gpt", OS: &api.GuestOS{ID: "debian", VersionID: "12"}}
+	for _, tc := range []struct {
+		name    string
+		hold    bool
+		guest   *api.GuestReport
+		imports bool
+	}{
+		{"unknown, imported by default", false, unknown, true},
+		{"unknown, held", true, unknown, false},
+		{"no report, held", true, nil, false},
+		{"known, held hub", true, known, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newFailClosedHub(t, digest, v1alpha1.BaseImageStatus{}, "")
+			h.r.HoldUnknownGuests = tc.hold
+			h.gate.set(digest, func(subject name.Digest) (*api.Verdict, error) {
+				v, err := accepted("")(subject)
+				v.Images[0].Guest = tc.guest
+				return v, err
+			})
+			bi, err := h.reconcile(t)
+			if err != nil {
+				t.Fatal(err)
+			}
+			imported := len(h.dataVolumes(t)) > 0
+			if imported != tc.imports {
+				t.Fatalf("imported: %v, want %v; status %+v", imported, tc.imports, bi.Status)
+			}
+			rejected := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionRejected)
+			if !tc.imports && (rejected == nil || rejected.Status != metav1.ConditionTrue || !strings.Contains(rejected.Message, "unknown-guest") ||
+				(tc.guest != nil && !strings.Contains(rejected.Message, tc.guest.Notes[0]))) {
+				t.Errorf("the held image's Rejected condition: %+v", rejected)
+			}
+		})
+	}
+}
