@@ -11,8 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/masahiro331/go-ext4-filesystem/ext4"
-
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -31,15 +29,13 @@ const (
 var ErrTooLarge = errors.New("the file is larger than its bound")
 
 // OpenFS opens the filesystem at [off, off+size) of r as an fs.FS: ext2,
-// ext3 and ext4 for now (github.com/masahiro331/go-ext4-filesystem, the
-// reader Trivy scans VM disks with). Its files are read with ReadFile,
-// never with fs.ReadFile: the library follows links itself, without a
-// bound.
+// ext3 and ext4 for now (extFS). Its files are read with ReadFile, which
+// follows links as the guest would, within bounds.
 func OpenFS(r io.ReaderAt, off, size int64, filesystem string) (fsys fs.FS, err error) {
 	defer recoverAsError(&err)
 	switch filesystem {
 	case FsExt2, FsExt3, FsExt4:
-		return ext4.NewFS(*io.NewSectionReader(r, off, size), nil)
+		return openExt(io.NewSectionReader(r, off, size), size)
 	}
 	return nil, fmt.Errorf("no reader for %q filesystems", filesystem)
 }
