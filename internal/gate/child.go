@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime/debug"
 	"slices"
 	"strconv"
@@ -81,6 +82,13 @@ type Child struct {
 // MaxOverLimit in a row.
 var ErrOverLimit = errors.New("over the verification's memory or time limit")
 
+// ErrCrashed is matched by Verify's error when the child died of a Go
+// runtime error (exit status 2: a panic nothing recovered, or a fatal
+// error such as an allocation the image's bytes declared). The image is
+// refused after MaxOverLimit in a row, as for ErrOverLimit, rather than
+// verified again for ever.
+var ErrCrashed = errors.New("the verification crashed")
+
 // ErrCPULimit is matched by Verify's error when the child used CPULimit:
 // CPU time is the image's doing, so it is refused at once.
 var ErrCPULimit = errors.New("over the verification's CPU time limit")
@@ -88,6 +96,10 @@ var ErrCPULimit = errors.New("over the verification's CPU time limit")
 // ExitLarge is the exit status of a child that stopped with ErrLarge: the
 // image declares more than the limit it was given (Task.MaxDeclared).
 const ExitLarge = 10
+
+// exitGoRuntime is the exit status of a Go program that a runtime error
+// ended.
+const exitGoRuntime = 2
 
 // maxChildVerdict bounds what a child may print: one verdict.
 const maxChildVerdict = 1 << 20
@@ -246,8 +258,11 @@ func (c *Child) Verify(ctx context.Context, subject name.Digest, manifest *regis
 		if ctx.Err() != nil {
 			return nil, cost, context.Cause(ctx)
 		}
-		if p.cmd.ProcessState.ExitCode() == ExitLarge {
+		switch p.cmd.ProcessState.ExitCode() {
+		case ExitLarge:
 			return nil, cost, fmt.Errorf("the verification of %s stopped: %s: %w", subject, p.tail.lastLines(1), ErrLarge)
+		case exitGoRuntime:
+			return nil, cost, fmt.Errorf("the verification of %s crashed (%s): %w", subject, p.tail.crashLine(), ErrCrashed)
 		}
 		return nil, cost, fmt.Errorf("the verification of %s ended without a verdict (%v): %s", subject, p.err, p.tail.lastLines(3))
 	}
@@ -420,21 +435,43 @@ func (l *limitedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-// tailBuffer keeps the last max bytes written to it.
+// tailBuffer keeps the last max bytes written to it, and the first line
+// of a Go runtime error, which its goroutines' traces would push out.
 type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
+	mu    sync.Mutex
+	max   int
+	b     []byte
+	crash string
 }
+
+// runtimeError starts the line a Go program prints when a runtime error
+// ends it.
+var runtimeError = regexp.MustCompile(`(?m)^(fatal error|panic): [^\n]*\n`)
 
 func (t *tailBuffer) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.b = append(t.b, p...)
+	if t.crash == "" {
+		if m := runtimeError.Find(t.b); m != nil {
+			t.crash = strings.TrimSpace(string(m[:min(len(m), 300)]))
+		}
+	}
 	if over := len(t.b) - t.max; over > 0 {
 		t.b = append(t.b[:0], t.b[over:]...)
 	}
 	return len(p), nil
+}
+
+// crashLine is the runtime error's line, else the last line written.
+func (t *tailBuffer) crashLine() string {
+	t.mu.Lock()
+	crash := t.crash
+	t.mu.Unlock()
+	if crash == "" {
+		return t.lastLines(1)
+	}
+	return crash
 }
 
 // lastLines is the last n non-empty lines written, joined with " | ".

@@ -2,6 +2,7 @@ package gate
 
 import (
 	"bufio"
+	"errors"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -37,6 +38,12 @@ func TestMain(m *testing.M) {
 	switch os.Getenv("PLAY_GATE_CHILD") {
 	case "":
 		os.Exit(m.Run())
+	case "crash":
+		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+			os.Exit(3)
+		}
+		b := make([]byte, 1<<47) // a length an image declared: no recover catches it
+		b[len(b)-1] = 1
 	case "spin":
 		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 			os.Exit(3)
@@ -165,6 +172,34 @@ func TestACPUBoundVerificationIsRefusedAtItsLimit(t *testing.T) {
 	}
 	if w := s.spent.wait("globex"); w != 0 {
 		t.Errorf("another tenant waits %s", w)
+	}
+}
+
+// TestAVerificationThatCrashesIsRefusedAfterThreeTries: a child that a
+// Go runtime error ends (here an allocation of 2^47 bytes, which no
+// recover catches) costs a retry, and on the third crash in a row the
+// image is refused, with the runtime's message, instead of being
+// verified again for ever.
+func TestAVerificationThatCrashesIsRefusedAfterThreeTries(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PLAY_GATE_CHILD", "crash")
+	e := newEnv(t)
+	s, _ := e.service(t, newSigner(t))
+	s.Isolated = &Child{Path: exe, TempDir: t.TempDir()}
+	d := e.importDisk(t, "acme/crash", rawDisk(t, 1<<20, 12), containerdisk.Options{}, publish.ImportOptions{})
+	subject := mustDigest(t, e.host+"/acme/crash@"+d)
+	for try := 1; try < MaxOverLimit; try++ {
+		if v, err := s.Handle(t.Context(), subject); !errors.Is(err, ErrCrashed) || v != nil {
+			t.Fatalf("crash %d: %+v, %v; want ErrCrashed and no verdict yet", try, v, err)
+		}
+	}
+	v, err := s.Handle(t.Context(), subject)
+	if err != nil || v.Verdict != api.VerdictRejected || v.Reasons[0].Code != string(reject.VerificationLimit) ||
+		!strings.Contains(v.Reasons[0].Message, "crashed") || !strings.Contains(v.Reasons[0].Message, "out of memory") {
+		t.Fatalf("crash %d: %+v, %v; want refused, saying it crashed and why", MaxOverLimit, v, err)
 	}
 }
 

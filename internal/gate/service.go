@@ -494,6 +494,9 @@ func (s *Service) handle(ctx context.Context, subject name.Digest, referrer, ind
 		case errors.Is(err, ErrOverLimit) && s.overLimit.count(subject) >= MaxOverLimit:
 			v, err = s.Verifier.refusal(subject, api.Rejection{Code: string(reject.VerificationLimit),
 				Message: fmt.Sprintf("%d verifications in a row went past the memory or time limit: %v", MaxOverLimit, err)}), nil
+		case errors.Is(err, ErrCrashed) && s.overLimit.count(subject) >= MaxOverLimit:
+			v, err = s.Verifier.refusal(subject, api.Rejection{Code: string(reject.VerificationLimit),
+				Message: fmt.Sprintf("%d verifications in a row crashed on the image: %v", MaxOverLimit, err)}), nil
 		case errors.Is(err, ErrLarge):
 			return nil, err // not a failure: it runs again in a worker slot
 		}
