@@ -30,21 +30,22 @@ type extFS struct {
 	descTable      int64 // byte offset of the group descriptor table
 	wide           bool  // 64bit: block numbers have high halves
 
-	dirs map[uint32][]extEntry // directories read so far
+	dirs      map[uint32][]extEntry // directories read so far
+	dirsBytes int                   // their names' bytes
 }
 
 const (
-	extMagic       = 0xEF53
-	extRootInode   = 2
-	extIncompat64  = 0x80
-	extFlagExtents = 0x80000
-	extFlagInline  = 0x10000000
-	extExtentMagic = 0xF30A
-	extMaxDepth    = 5        // the kernel's own bound on extent tree depth
-	extMaxNodes    = 4096     // extent tree nodes or indirect blocks read for one file
-	extMaxDir      = 8 << 20  // bytes of one directory
-	extMaxDirs     = 256      // directories kept read in one filesystem
-	extMaxFile     = 64 << 20 // bytes of a regular file read whole
+	extMagic        = 0xEF53
+	extRootInode    = 2
+	extIncompat64   = 0x80
+	extFlagExtents  = 0x80000
+	extFlagInline   = 0x10000000
+	extExtentMagic  = 0xF30A
+	extMaxDepth     = 5        // the kernel's own bound on extent tree depth
+	extMaxNodes     = 4096     // extent tree nodes or indirect blocks read for one file
+	extMaxDir       = 8 << 20  // bytes of one directory
+	extMaxDirsBytes = 16 << 20 // names of the directories kept read in one filesystem
+	extMaxFile      = 64 << 20 // bytes of a regular file read whole
 )
 
 var errExtInline = errors.New("the file is stored inline in its inode, which imagepipe does not read")
@@ -345,8 +346,12 @@ func (f *extFS) dir(ino *extInode) ([]extEntry, error) {
 			off += recLen
 		}
 	}
-	if len(f.dirs) < extMaxDirs {
-		f.dirs[ino.num] = ents
+	size := 0
+	for _, e := range ents {
+		size += len(e.name) + 16
+	}
+	if f.dirsBytes+size <= extMaxDirsBytes {
+		f.dirs[ino.num], f.dirsBytes = ents, f.dirsBytes+size
 	}
 	return ents, nil
 }
