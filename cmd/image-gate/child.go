@@ -52,7 +52,12 @@ func verifyOneCmd(o *options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v := &gate.Verifier{Registry: rc, TempDir: tempDir, MaxVirtualSize: o.maxVirtualSize, MaxSpool: maxSpool, Engine: engine, Version: version.Get().Version, Logger: log, Store: o.store()}
+			exe, err := childPath()
+			if err != nil {
+				return err
+			}
+			v := &gate.Verifier{Registry: rc, TempDir: tempDir, MaxVirtualSize: o.maxVirtualSize, MaxSpool: maxSpool, Engine: engine, Version: version.Get().Version, Logger: log, Store: o.store(),
+				Inspector: &gate.Inspector{Path: exe, Args: []string{"inspect-one"}}}
 			var verdict *api.Verdict
 			if manifest == nil {
 				verdict, err = v.Verify(ctx, subject)

@@ -80,6 +80,7 @@ repository and push canonical images and verdicts into it.`,
 	}
 	cmd.CompletionOptions.DisableDefaultCmd = true
 	cmd.AddCommand(verifyOneCmd(o))
+	cmd.AddCommand(inspectOneCmd())
 	f := cmd.PersistentFlags()
 	o.daemon.Register(f)
 	f.StringVar(&o.signingKey, "signing-key", "", "PEM private key verdicts are signed with: PKCS#8 or EC, ECDSA P-256/P-384 or Ed25519, or a cosign key with its password in $"+keyPasswordEnv+" (required)")

@@ -2,8 +2,8 @@ package gate
 
 import (
 	"bufio"
-	"errors"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"runtime"
@@ -38,6 +38,8 @@ func TestMain(m *testing.M) {
 	switch os.Getenv("PLAY_GATE_CHILD") {
 	case "":
 		os.Exit(m.Run())
+	case "inspect-hog", "inspect-spin":
+		playInspector(os.Getenv("PLAY_GATE_CHILD"))
 	case "crash":
 		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 			os.Exit(3)
@@ -72,6 +74,35 @@ func TestMain(m *testing.M) {
 	_ = json.NewEncoder(os.Stdout).Encode(api.Verdict{Subject: d.DigestStr(), Repository: d.RepositoryStr(), Verdict: api.VerdictAccepted})
 	os.Exit(0)
 }
+
+// playInspector plays an Inspector's process whose guest readers run
+// away: it sets the bounds its flags name as inspect-one does, then
+// holds ever more memory (hog) or spins (spin) until they stop it.
+func playInspector(mode string) {
+	var memory int64
+	var cpu time.Duration
+	for i, a := range os.Args {
+		switch {
+		case a == "--memory-limit" && i+1 < len(os.Args):
+			memory, _ = strconv.ParseInt(os.Args[i+1], 10, 64)
+		case a == "--cpu-limit" && i+1 < len(os.Args):
+			cpu, _ = time.ParseDuration(os.Args[i+1])
+		}
+	}
+	if err := LimitInspection(memory, cpu); err != nil {
+		os.Exit(5)
+	}
+	for n := 0; ; n++ {
+		if mode == "inspect-hog" && n < 1<<16 {
+			b := make([]byte, 1<<20)
+			b[n%len(b)] = 1
+			heldByInspector = append(heldByInspector, b)
+		}
+	}
+}
+
+// heldByInspector keeps what the hog holds reachable.
+var heldByInspector [][]byte
 
 // playedSubject is a subject for a played child, with its manifest.
 func playedSubject(t *testing.T) (name.Digest, *registry.RawManifest) {

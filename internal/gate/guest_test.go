@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
@@ -94,6 +95,37 @@ func TestTheVerdictSaysWhatTheDiskHolds(t *testing.T) {
 			}
 			if streamed := strings.Contains(logs.String(), "streamed=true"); streamed != tc.streamed {
 				t.Errorf("verified as it streamed: %v, want %v\n%s", streamed, tc.streamed, logs.String())
+			}
+		})
+	}
+}
+
+// TestAGuestThatRunsAwayCostsOnlyItsReport: the guest is read in a
+// process of its own, which bounds its memory (RLIMIT_DATA) and CPU time
+// (RLIMIT_CPU) itself; readers that run past either (played here by the
+// test binary, as inspect-one bounds itself) cost the image its guest
+// report, a note saying why, never its verdict.
+func TestAGuestThatRunsAwayCostsOnlyItsReport(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t)
+	e.v.Inspector = &Inspector{Path: exe, MemoryLimit: 192 << 20, CPULimit: time.Second}
+	for _, tc := range []struct{ mode, want string }{
+		{"inspect-hog", "fatal error: runtime:"}, // out of memory, or cannot allocate it
+		{"inspect-spin", "CPU time limit of 1s"},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			t.Setenv("PLAY_GATE_CHILD", tc.mode)
+			d := craftImage(t, rawDisk(t, 4<<20, 43)).push(t, e, "acme/"+tc.mode)
+			v, err := e.v.Verify(t.Context(), mustDigest(t, e.host+"/acme/"+tc.mode+"@"+d))
+			if err != nil || v.Verdict != api.VerdictAccepted || len(v.Images) != 1 {
+				t.Fatalf("%+v, %v; want accepted", v, err)
+			}
+			g := v.Images[0].Guest
+			if g == nil || g.OS != nil || len(g.Notes) != 1 || !strings.Contains(g.Notes[0], tc.want) {
+				t.Errorf("the guest report: %+v; want one note saying %q", g, tc.want)
 			}
 		})
 	}

@@ -24,7 +24,6 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
-	"github.com/imagepipe/imagepipe/internal/guest"
 	"github.com/imagepipe/imagepipe/internal/ocidoc"
 	"github.com/imagepipe/imagepipe/internal/publish"
 	"github.com/imagepipe/imagepipe/internal/registry"
@@ -74,6 +73,9 @@ type Verifier struct {
 	// Store, when set, keeps each layer's outcome, so that a layer is read
 	// once however many images name it; nil reads every layer named.
 	Store *Store
+	// Inspector, when set, reads each verified disk's guest in a process
+	// of its own; nil reads it in this one.
+	Inspector *Inspector
 }
 
 // Spent is what the verifications of v decompressed and spooled so far;
@@ -414,7 +416,7 @@ func (v *Verifier) readLayerOutcome(ctx context.Context, repo name.Repository, d
 			return nil, err
 		}
 		info = img.Info()
-		rec.Guest = inspect(ctx, img)
+		rec.Guest = v.inspect(ctx, spool.File, pushed.size, opts)
 		disk, err := containerdisk.NewDisk(img, containerdisk.Options{DiskFormat: info.Format, Compression: comp, Logger: v.Logger})
 		if err != nil {
 			return nil, err
@@ -428,16 +430,6 @@ func (v *Verifier) readLayerOutcome(ctx context.Context, repo name.Repository, d
 	return rec, nil
 }
 
-// inspect reads the guest of a verified disk; nil when the engine
-// cannot serve its guest.
-func inspect(ctx context.Context, img *convert.Image) *api.GuestReport {
-	g, err := img.Guest(ctx)
-	if err != nil {
-		return nil
-	}
-	return guest.Inspect(g, img.Info().VirtualSize)
-}
-
 // inspectSpooled reads the guest of a disk verified as it streamed, from
 // the copy in the spool; a disk whose copy passed the spool share has a
 // report that says so.
@@ -445,11 +437,7 @@ func (v *Verifier) inspectSpooled(ctx context.Context, spool *convert.OutputFile
 	if !pushed.spooled {
 		return &api.GuestReport{PartitionTable: "unknown", Notes: []string{fmt.Sprintf("the guest was not read: the disk's data passes this verification's spool share of %d bytes", v.MaxSpool)}}
 	}
-	img, err := convert.Open(spool.File, pushed.size, opts)
-	if err != nil {
-		return nil
-	}
-	return inspect(ctx, img)
+	return v.inspect(ctx, spool.File, pushed.size, opts)
 }
 
 func cutEnv(kv, key string) (string, bool) {
