@@ -1,12 +1,20 @@
 package gate
 
 import (
+	"crypto"
+	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/imagepipe/imagepipe/internal/attest"
+	"github.com/imagepipe/imagepipe/internal/guest"
 	"github.com/imagepipe/imagepipe/internal/need"
+	"github.com/imagepipe/imagepipe/internal/verdict"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -67,5 +75,144 @@ func TestTheVerdictSaysWhatTheDiskHolds(t *testing.T) {
 				t.Errorf("the verdict's guest: %+v", g)
 			}
 		})
+	}
+}
+
+// debianDisk is a raw ext4 disk, made by mkfs.ext4, holding Debian's
+// os-release and a dpkg status file listing status.
+func debianDisk(t *testing.T, status string) []byte {
+	t.Helper()
+	mkfs := need.Program(t, "mkfs.ext4")
+	root := t.TempDir()
+	for name, text := range map[string]string{
+		"etc/os-release":      "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nVERSION_ID=\"12\"\nID=debian\n",
+		"var/lib/dpkg/status": status,
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	img := filepath.Join(t.TempDir(), "disk.raw")
+	if err := os.WriteFile(img, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, 16<<20); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(mkfs, "-q", "-F", "-d", root, img).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v\n%s", err, out)
+	}
+	disk, err := os.ReadFile(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return disk
+}
+
+const testDpkgStatus = `Package: libc6
+Status: install ok installed
+Architecture: amd64
+Source: glibc
+Version: 2.36-9+deb12u4
+
+Package: evil
+Status: install ok installed
+Architecture: amd64
+Source: x@y?z (1)
+Version: 1.0/2 @?&=
+
+Package: gone
+Status: deinstall ok config-files
+Architecture: amd64
+Version: 1
+`
+
+// TestTheGuestsSBOMIsAttachedAndPublishedAgainWithoutARead: an accepted
+// image whose guest lists dpkg packages gets, beside its verdict, a
+// CycloneDX SBOM signed by the gate's key as an attestation of the pushed
+// digest, listing the installed packages with their purls. A tenant that
+// hides the referrers gets both back from the gate's store, without the
+// layer being read again; a checker trusting another key finds none.
+func TestTheGuestsSBOMIsAttachedAndPublishedAgainWithoutARead(t *testing.T) {
+	e := newEnv(t)
+	signer := newSigner(t)
+	s, counter := e.service(t, signer)
+	store := &Store{Dir: t.TempDir()}
+	s.Store, s.Verifier.Store = store, store
+	d := craftImage(t, debianDisk(t, testDpkgStatus)).push(t, e, "acme/deb")
+	subject := mustDigest(t, e.host+"/acme/deb@"+d)
+	checker, err := attest.NewKeyChecker([]crypto.PublicKey{signer.Public()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	purls := func() []string {
+		t.Helper()
+		pred, err := verdict.FindStatement(t.Context(), e.reg, checker, subject, attest.CycloneDXPredicateType)
+		if err != nil {
+			t.Fatalf("the SBOM: %v", err)
+		}
+		var bom struct {
+			Metadata struct {
+				Component struct{ Version string }
+			}
+			Components []struct {
+				Type, Name, Purl string
+			}
+		}
+		if err := json.Unmarshal(pred, &bom); err != nil {
+			t.Fatal(err)
+		}
+		if bom.Metadata.Component.Version != d {
+			t.Errorf("the SBOM describes %q, not the pushed digest %s", bom.Metadata.Component.Version, d)
+		}
+		var out []string
+		for _, c := range bom.Components {
+			out = append(out, c.Type+" "+c.Name+" "+c.Purl)
+		}
+		return out
+	}
+	want := []string{
+		"operating-system debian ",
+		"library libc6 pkg:deb/debian/libc6@2.36-9%2Bdeb12u4?arch=amd64&distro=debian-12&upstream=glibc",
+		"library evil pkg:deb/debian/evil@1.0%2F2%20%40%3F%26%3D?arch=amd64&distro=debian-12&upstream=x%40y%3Fz",
+	}
+	v, err := s.Handle(t.Context(), subject)
+	if err != nil || v.Verdict != api.VerdictAccepted || v.Images[0].Guest.Packages == nil || v.Images[0].Guest.Packages.Count != 2 {
+		t.Fatalf("%+v, %v", v, err)
+	}
+	if got := purls(); !slices.Equal(got, want) {
+		t.Errorf("the SBOM lists\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	reads := counter.total()
+	s.memory.Forget(subject.String())
+	hideVerdicts(t, e, subject)
+	if _, err := verdict.FindStatement(t.Context(), e.reg, checker, subject, attest.CycloneDXPredicateType); !errors.Is(err, verdict.ErrNoStatement) {
+		t.Fatalf("hidden, the SBOM is still found: %v", err)
+	}
+	if _, err := s.Handle(t.Context(), subject); err != nil {
+		t.Fatal(err)
+	}
+	if got := purls(); !slices.Equal(got, want) {
+		t.Errorf("published again, the SBOM lists\n%s", strings.Join(got, "\n"))
+	}
+	if n := counter.total(); n != reads {
+		t.Errorf("publishing the SBOM again cost %d blob reads, want none", n-reads)
+	}
+
+	other, _ := attest.NewKeyChecker([]crypto.PublicKey{newSigner(t).Public()})
+	if _, err := verdict.FindStatement(t.Context(), e.reg, other, subject, attest.CycloneDXPredicateType); !errors.Is(err, verdict.ErrNoStatement) {
+		t.Errorf("another key's checker found the SBOM: %v", err)
+	}
+}
+
+// TestTheSBOMBundleFitsItsBound: the largest SBOM the gate writes, signed,
+// is a bundle readers download (attest.MaxSBOMBundleSize).
+func TestTheSBOMBundleFitsItsBound(t *testing.T) {
+	if n := int64(guest.MaxBOMSize+2)/3*4 + attest.MaxBundleSize; n > attest.MaxSBOMBundleSize {
+		t.Errorf("an SBOM of %d bytes makes a bundle of up to %d bytes, over attest.MaxSBOMBundleSize %d", guest.MaxBOMSize, n, attest.MaxSBOMBundleSize)
 	}
 }

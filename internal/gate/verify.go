@@ -367,6 +367,12 @@ func (v *Verifier) layerOf(ctx context.Context, repo name.Repository, desc ocisp
 		return nil, err
 	}
 	rec.Key = key
+	if rec.Guest != nil && rec.Guest.Packages != nil {
+		// Before the layer's record: a layer known read has its packages.
+		if err := v.Store.putPackages(&packagesRecord{Key: key, OS: rec.Guest.OS, Packages: rec.packages}); err != nil {
+			v.logger().Warn("the layer's packages are not kept; its SBOM will be missing", "digest", desc.Digest, "error", err)
+		}
+	}
 	if err := v.Store.putLayer(rec); err != nil {
 		v.logger().Warn("the layer's outcome is not kept; it will be read again", "digest", desc.Digest, "error", err)
 	}
@@ -413,7 +419,7 @@ func (v *Verifier) readLayerOutcome(ctx context.Context, repo name.Repository, d
 		}
 		info = img.Info()
 		if g, err := img.Guest(ctx); err == nil {
-			rec.Guest = guest.Inspect(g, info.VirtualSize)
+			rec.Guest, rec.packages = guest.InspectPackages(g, info.VirtualSize)
 		}
 		disk, err := containerdisk.NewDisk(img, containerdisk.Options{DiskFormat: info.Format, Compression: comp, Logger: v.Logger})
 		if err != nil {
