@@ -4,13 +4,12 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
-
-	cdx "github.com/CycloneDX/cyclonedx-go"
 
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
@@ -64,27 +63,25 @@ func BOM(subject BOMSubject, osr *api.GuestOS, pkgs []Package, created string) (
 	if len(pkgs) > maxPackages {
 		return nil, fmt.Errorf("%d packages, over the bound of %d: %w", len(pkgs), maxPackages, ErrBOMTooLarge)
 	}
-	top := cdx.Component{BOMRef: "subject", Hashes: &[]cdx.Hash{{Algorithm: cdx.HashAlgoSHA256, Value: hexDigest}}}
+	top := bomComponent{BOMRef: "subject", Hashes: []bomHash{{Alg: "SHA-256", Content: hexDigest}}}
 	if subject.Repository != "" {
-		top.Type = cdx.ComponentTypeContainer
+		top.Type = "container"
 		top.Name = subject.Repository
 		top.Version = subject.Digest
-		top.PackageURL = ociPURL(subject.Repository, subject.Digest)
+		top.PURL = ociPURL(subject.Repository, subject.Digest)
 	} else {
-		top.Type, top.Name = cdx.ComponentTypeFile, subject.Name
+		top.Type, top.Name = "file", subject.Name
 	}
-	bom := cdx.NewBOM()
-	bom.JSONSchema = "http://cyclonedx.org/schema/bom-1.5.schema.json"
-	bom.SpecVersion = cdx.SpecVersion1_5
-	bom.Metadata = &cdx.Metadata{Timestamp: created, Component: &top,
-		Tools: &cdx.ToolsChoice{Components: &[]cdx.Component{{Type: cdx.ComponentTypeApplication, Name: "imagepipe"}}}}
-	comps := make([]cdx.Component, 0, len(pkgs)+1)
-	deps := []cdx.Dependency{{Ref: "subject"}}
+	bom := &bomDocument{Schema: "http://cyclonedx.org/schema/bom-1.5.schema.json", BOMFormat: "CycloneDX", SpecVersion: "1.5", Version: 1}
+	bom.Metadata = bomMetadata{Timestamp: created, Component: top,
+		Tools: bomTools{Components: []bomComponent{{Type: "application", Name: "imagepipe"}}}}
+	comps := make([]bomComponent, 0, len(pkgs)+1)
+	deps := []bomDependency{{Ref: "subject"}}
 	var osRef string
 	if osr != nil && osr.ID != "" {
 		osRef = "os"
-		comps = append(comps, cdx.Component{BOMRef: osRef, Type: cdx.ComponentTypeOS, Name: osr.ID, Version: osr.VersionID, Description: osr.PrettyName})
-		deps[0].Dependencies = &[]string{osRef}
+		comps = append(comps, bomComponent{BOMRef: osRef, Type: "operating-system", Name: osr.ID, Version: osr.VersionID, Description: osr.PrettyName})
+		deps[0].DependsOn = []string{osRef}
 	}
 	var refs []string
 	omitted := 0
@@ -95,20 +92,23 @@ func BOM(subject BOMSubject, osr *api.GuestOS, pkgs []Package, created string) (
 		}
 		ref := "pkg-" + strconv.Itoa(i)
 		refs = append(refs, ref)
-		comps = append(comps, cdx.Component{BOMRef: ref, Type: cdx.ComponentTypeLibrary, Name: p.Name, Version: p.Version, PackageURL: PackageURL(p, osr)})
+		comps = append(comps, bomComponent{BOMRef: ref, Type: "library", Name: p.Name, Version: p.Version, PURL: PackageURL(p, osr)})
 	}
 	if osRef != "" {
-		deps = append(deps, cdx.Dependency{Ref: osRef, Dependencies: &refs})
+		deps = append(deps, bomDependency{Ref: osRef, DependsOn: refs})
 	} else if len(refs) > 0 {
-		deps[0].Dependencies = &refs
+		deps[0].DependsOn = refs
 	}
-	bom.Components, bom.Dependencies = &comps, &deps
+	bom.Components, bom.Dependencies = comps, deps
 	if omitted > 0 {
-		bom.Metadata.Properties = &[]cdx.Property{{Name: BOMPropertyOmitted, Value: strconv.Itoa(omitted)}}
+		bom.Metadata.Properties = []bomProperty{{Name: BOMPropertyOmitted, Value: strconv.Itoa(omitted)}}
 	}
 	body, err := encodeBOM(bom)
 	if err != nil {
 		return nil, err
+	}
+	if len(body) > MaxBOMSize {
+		return nil, fmt.Errorf("%d bytes for %d packages, over the bound of %d: %w", len(body), len(pkgs), MaxBOMSize, ErrBOMTooLarge)
 	}
 	sum := sha256.Sum256(append([]byte(subject.Digest+"\x00"), body...))
 	bom.SerialNumber = "urn:uuid:" + uuidOf(sum[:16])
@@ -122,12 +122,56 @@ func BOM(subject BOMSubject, osr *api.GuestOS, pkgs []Package, created string) (
 	return out, nil
 }
 
+// The parts of CycloneDX 1.5's JSON format BOM writes.
+type (
+	bomDocument struct {
+		Schema       string          `json:"$schema"`
+		BOMFormat    string          `json:"bomFormat"`
+		SpecVersion  string          `json:"specVersion"`
+		SerialNumber string          `json:"serialNumber,omitempty"`
+		Version      int             `json:"version"`
+		Metadata     bomMetadata     `json:"metadata"`
+		Components   []bomComponent  `json:"components"`
+		Dependencies []bomDependency `json:"dependencies"`
+	}
+	bomMetadata struct {
+		Timestamp  string        `json:"timestamp,omitempty"`
+		Tools      bomTools      `json:"tools"`
+		Component  bomComponent  `json:"component"`
+		Properties []bomProperty `json:"properties,omitempty"`
+	}
+	bomTools struct {
+		Components []bomComponent `json:"components"`
+	}
+	bomComponent struct {
+		BOMRef      string    `json:"bom-ref,omitempty"`
+		Type        string    `json:"type"`
+		Name        string    `json:"name"`
+		Version     string    `json:"version,omitempty"`
+		Description string    `json:"description,omitempty"`
+		Hashes      []bomHash `json:"hashes,omitempty"`
+		PURL        string    `json:"purl,omitempty"`
+	}
+	bomHash struct {
+		Alg     string `json:"alg"`
+		Content string `json:"content"`
+	}
+	bomDependency struct {
+		Ref       string   `json:"ref"`
+		DependsOn []string `json:"dependsOn,omitempty"`
+	}
+	bomProperty struct {
+		Name  string `json:"name"`
+		Value string `json:"value"`
+	}
+)
+
 // encodeBOM is bom as compact JSON.
-func encodeBOM(bom *cdx.BOM) ([]byte, error) {
+func encodeBOM(bom *bomDocument) ([]byte, error) {
 	var buf bytes.Buffer
-	enc := cdx.NewBOMEncoder(&buf, cdx.BOMFileFormatJSON)
+	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	if err := enc.EncodeVersion(bom, cdx.SpecVersion1_5); err != nil {
+	if err := enc.Encode(bom); err != nil {
 		return nil, fmt.Errorf("writing the SBOM: %w", err)
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
