@@ -211,3 +211,64 @@ func TestHostilePackagesKeepTheirPURLsApart(t *testing.T) {
 		t.Errorf("a document over %d bytes: %v; want ErrBOMTooLarge", MaxBOMSize, err)
 	}
 }
+
+// FuzzPackageURL: any package fields give a purl that net/url, an
+// independent parser, reads back to exactly those fields (one type, one
+// namespace, one name, one version, each qualifier once), and an SBOM
+// that is valid JSON.
+func FuzzPackageURL(f *testing.F) {
+	f.Add("libc6", "2.36-9+deb12u4", "", "amd64", "glibc", "debian", "12")
+	f.Add("evil@1?arch=x#y", "1.0/../2 @?&=", "1", "am d64", "s&upstream=o", "deb/ian", "1 2")
+	f.Add("\x00\xff%", "%41", "", "", "", "", "")
+	f.Fuzz(func(t *testing.T, name, version, epoch, arch, source, id, versionID string) {
+		if name == "" || version == "" {
+			return
+		}
+		p := Package{Type: "rpm", Name: name, Version: version, Epoch: epoch, Arch: arch, Source: source}
+		osr := &api.GuestOS{ID: id, VersionID: versionID}
+		u, err := url.Parse(PackageURL(p, osr))
+		if err != nil {
+			t.Fatalf("%q: %v", PackageURL(p, osr), err)
+		}
+		path := strings.Split(u.Opaque, "/")
+		wantParts := 2
+		if id != "" {
+			wantParts = 3
+		}
+		if u.Scheme != "pkg" || len(path) != wantParts || path[0] != "rpm" || u.Fragment != "" || strings.Count(path[len(path)-1], "@") != 1 {
+			t.Fatalf("%q parses as %q / %q", PackageURL(p, osr), u.Scheme, u.Opaque)
+		}
+		gotName, gotVersion, _ := strings.Cut(path[len(path)-1], "@")
+		if n, _ := url.PathUnescape(gotName); n != name {
+			t.Errorf("name %q reads back as %q", name, n)
+		}
+		if v, _ := url.PathUnescape(gotVersion); v != version {
+			t.Errorf("version %q reads back as %q", version, v)
+		}
+		if id != "" {
+			if ns, _ := url.PathUnescape(path[1]); ns != id {
+				t.Errorf("namespace %q reads back as %q", id, ns)
+			}
+		}
+		q, err := url.ParseQuery(u.RawQuery)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"arch": arch, "epoch": epoch, "upstream": source}
+		if id != "" && versionID != "" {
+			want["distro"] = id + "-" + versionID
+		}
+		for k, v := range want {
+			if got := q[k]; v != "" && (len(got) != 1 || got[0] != v) || v == "" && len(got) != 0 {
+				t.Errorf("qualifier %s=%q reads back as %q", k, v, got)
+			}
+		}
+		if len(q) > len(want) {
+			t.Errorf("qualifiers %v; want only %v", q, want)
+		}
+		b, err := BOM(BOMSubject{Digest: testDigest, Name: "f"}, osr, []Package{p}, "")
+		if err != nil || !json.Valid(b) {
+			t.Errorf("BOM: %v, valid JSON %v", err, json.Valid(b))
+		}
+	})
+}
