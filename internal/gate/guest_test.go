@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
 	"github.com/imagepipe/imagepipe/internal/attest"
 	"github.com/imagepipe/imagepipe/internal/guest"
 	"github.com/imagepipe/imagepipe/internal/need"
@@ -214,5 +216,52 @@ func TestTheGuestsSBOMIsAttachedAndPublishedAgainWithoutARead(t *testing.T) {
 func TestTheSBOMBundleFitsItsBound(t *testing.T) {
 	if n := int64(guest.MaxBOMSize+2)/3*4 + attest.MaxBundleSize; n > attest.MaxSBOMBundleSize {
 		t.Errorf("an SBOM of %d bytes makes a bundle of up to %d bytes, over attest.MaxSBOMBundleSize %d", guest.MaxBOMSize, n, attest.MaxSBOMBundleSize)
+	}
+}
+
+// TestAnIndexsImagesEachGetTheirSBOM: of an index, each platform's image
+// gets the SBOM of its own guest, attached to its own digest (where
+// imagectl inspect --platform and cosign look for it); the index itself
+// gets none.
+func TestAnIndexsImagesEachGetTheirSBOM(t *testing.T) {
+	e := newEnv(t)
+	signer := newSigner(t)
+	s, _ := e.service(t, signer)
+	store := &Store{Dir: t.TempDir()}
+	s.Store, s.Verifier.Store = store, store
+	checker, err := attest.NewKeyChecker([]crypto.PublicKey{signer.Public()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var entries []map[string]any
+	images := map[string]string{} // digest: the one package it lists
+	for _, arch := range []string{"amd64", "arm64"} {
+		pkg := "only-on-" + arch
+		img := craftImage(t, debianDisk(t, "Package: "+pkg+"\nStatus: install ok installed\nArchitecture: "+arch+"\nVersion: 1\n"))
+		img.config.Architecture = arch
+		d := img.push(t, e, "acme/multi")
+		m, err := e.reg.FetchManifest(t.Context(), mustDigest(t, e.host+"/acme/multi@"+d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		images[d] = pkg
+		entries = append(entries, map[string]any{"mediaType": ocispec.MediaTypeImageManifest, "digest": d, "size": len(m.Bytes), "platform": map[string]string{"os": "linux", "architecture": arch}})
+	}
+	index, _ := json.Marshal(map[string]any{"schemaVersion": 2, "mediaType": ocispec.MediaTypeImageIndex, "manifests": entries})
+	subject := mustDigest(t, e.host+"/acme/multi@"+e.pushRaw(t, "acme/multi", index, ocispec.MediaTypeImageIndex))
+	if v, err := s.Handle(t.Context(), subject); err != nil || v.Verdict != api.VerdictAccepted || len(v.Images) != 2 {
+		t.Fatalf("%+v, %v", v, err)
+	}
+	for d, pkg := range images {
+		pred, err := verdict.FindStatement(t.Context(), e.reg, checker, mustDigest(t, e.host+"/acme/multi@"+d), attest.CycloneDXPredicateType)
+		if err != nil {
+			t.Fatalf("the SBOM of %s: %v", pkg, err)
+		}
+		if !strings.Contains(string(pred), `"name":"`+pkg+`"`) || strings.Count(string(pred), `"type":"library"`) != 1 {
+			t.Errorf("the SBOM of the image with %s: %s", pkg, pred)
+		}
+	}
+	if _, err := verdict.FindStatement(t.Context(), e.reg, checker, subject, attest.CycloneDXPredicateType); !errors.Is(err, verdict.ErrNoStatement) {
+		t.Errorf("the index has an SBOM: %v", err)
 	}
 }
