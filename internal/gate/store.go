@@ -32,7 +32,8 @@ const DefaultMaxRecords = 100000
 // Store is the gate's own record of its work, in a folder only the gate
 // writes: the outcome of reading each layer, by what decides it (the
 // layer's digest, the compression its media type names, the size limit,
-// the engine version), and each verdict, by subject. What a manifest only
+// the engine version), the package list of its guest under the same key,
+// and each verdict, by subject. What a manifest only
 // claims of a layer (its size, its disk format) is compared with the
 // record afterwards, never part of the key: a layer that many manifests,
 // indexes, tags or tenants name, under any claims, is read once. A

@@ -11,6 +11,10 @@
 // copied into another repository admits nothing there. Anyone with push
 // access can add referrers; at most registry.MaxReferrers are looked at,
 // each bundle at most attest.MaxBundleSizeOf its predicate type.
+//
+// PublishStatement is the one way anything is signed and attached: the
+// verdict, a tenant's signature (Sign) and the gate's SBOM of a guest (a
+// CycloneDX statement, which FindStatement finds for imagectl).
 package verdict
 
 import (
