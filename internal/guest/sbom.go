@@ -34,6 +34,10 @@ var ErrBOMTooLarge = errors.New("the SBOM is over its size bound")
 // packages left out for a field over its bound.
 const BOMPropertyOmitted = "imagepipe:packages:omitted"
 
+// bomPropertySource is the property of a package naming its source
+// package, as Trivy writes and reads it.
+const bomPropertySource = "aquasecurity:trivy:SrcName"
+
 // BOMSubject is what an SBOM describes: a pushed image (its manifest
 // digest and repository) or a disk file (its SHA-256 and name).
 type BOMSubject struct {
@@ -49,7 +53,8 @@ type BOMSubject struct {
 // BOM writes the CycloneDX 1.5 JSON SBOM of a guest: subject as the
 // metadata's component, the operating system osr names (nil: unknown) as
 // a component of type operating-system, and each package as a library
-// with its package URL (PackageURL), the OS depending on them. Its
+// with its package URL (PackageURL) and its source package, the OS
+// depending on them (the shape Trivy reads an image's OS packages in). Its
 // serial number is derived from its content, and its timestamp is
 // created ("" for none), so that the same guest and subject give the
 // same bytes: the gate writes it again from its record without reading
@@ -92,7 +97,13 @@ func BOM(subject BOMSubject, osr *api.GuestOS, pkgs []Package, created string) (
 		}
 		ref := "pkg-" + strconv.Itoa(i)
 		refs = append(refs, ref)
-		comps = append(comps, bomComponent{BOMRef: ref, Type: "library", Name: p.Name, Version: p.Version, PURL: PackageURL(p, osr)})
+		c := bomComponent{BOMRef: ref, Type: "library", Name: p.Name, Version: p.Version, PURL: PackageURL(p, osr)}
+		if p.Source != "" {
+			// Advisories of Debian and Red Hat name source packages: Grype
+			// reads the purl's upstream, Trivy this property.
+			c.Properties = []bomProperty{{Name: bomPropertySource, Value: p.Source}}
+		}
+		comps = append(comps, c)
 	}
 	if osRef != "" {
 		deps = append(deps, bomDependency{Ref: osRef, DependsOn: refs})
@@ -144,13 +155,14 @@ type (
 		Components []bomComponent `json:"components"`
 	}
 	bomComponent struct {
-		BOMRef      string    `json:"bom-ref,omitempty"`
-		Type        string    `json:"type"`
-		Name        string    `json:"name"`
-		Version     string    `json:"version,omitempty"`
-		Description string    `json:"description,omitempty"`
-		Hashes      []bomHash `json:"hashes,omitempty"`
-		PURL        string    `json:"purl,omitempty"`
+		BOMRef      string        `json:"bom-ref,omitempty"`
+		Type        string        `json:"type"`
+		Name        string        `json:"name"`
+		Version     string        `json:"version,omitempty"`
+		Description string        `json:"description,omitempty"`
+		Hashes      []bomHash     `json:"hashes,omitempty"`
+		PURL        string        `json:"purl,omitempty"`
+		Properties  []bomProperty `json:"properties,omitempty"`
 	}
 	bomHash struct {
 		Alg     string `json:"alg"`

@@ -136,6 +136,10 @@ func TestTheSBOMListsThePackagesWithTheirPURLs(t *testing.T) {
 		if got := c["purl"]; got != want[c["name"].(string)] {
 			t.Errorf("%s: purl %q; want %q", c["name"], got, want[c["name"].(string)])
 		}
+		props, _ := c["properties"].([]any)
+		if c["name"] == "libc6" && (len(props) != 1 || props[0].(map[string]any)["name"] != "aquasecurity:trivy:SrcName" || props[0].(map[string]any)["value"] != "glibc") {
+			t.Errorf("libc6's source package, for Trivy: %v", props)
+		}
 	}
 
 	// A file's SBOM names the file.
