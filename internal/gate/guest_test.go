@@ -265,3 +265,25 @@ func TestAnIndexsImagesEachGetTheirSBOM(t *testing.T) {
 		t.Errorf("the index has an SBOM: %v", err)
 	}
 }
+
+// TestAPackageListOverItsBoundIsNotKept: a guest's package list is kept
+// and read back as it was; one whose JSON could pass the store's bound
+// (control bytes take 6 bytes each) is refused before it is encoded, so
+// it costs the verification child no memory, and nothing is written.
+func TestAPackageListOverItsBoundIsNotKept(t *testing.T) {
+	s := &Store{Dir: t.TempDir()}
+	ok := &packagesRecord{Key: "k1", OS: &api.GuestOS{ID: "debian"}, Packages: []guest.Package{{Type: "deb", Name: "a<b>\x01", Version: "1"}}}
+	if err := s.putPackages(ok); err != nil {
+		t.Fatal(err)
+	}
+	if got, found := s.packages("k1"); !found || !slices.Equal(got.Packages, ok.Packages) || got.OS.ID != "debian" {
+		t.Errorf("kept %+v (%v); want %+v", got, found, ok)
+	}
+	hostile := &packagesRecord{Key: "k2", Packages: []guest.Package{{Type: "deb", Name: strings.Repeat("\x01", maxPackagesRecord/5), Version: "1"}}}
+	if err := s.putPackages(hostile); err == nil {
+		t.Error("a package list whose JSON passes the bound was kept")
+	}
+	if _, err := os.Stat(s.path("packages", "k2")); !os.IsNotExist(err) {
+		t.Errorf("the list over the bound was written (%v)", err)
+	}
+}

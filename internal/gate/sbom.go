@@ -28,11 +28,40 @@ type packagesRecord struct {
 	Packages []guest.Package `json:"packages"`
 }
 
-// maxPackagesRecord bounds a package list read back: dpkg's status file,
-// its source, is at most 16 MiB, and its list is smaller.
+// maxPackagesRecord bounds a package list kept and read back: dpkg's
+// status file, its source, is at most 16 MiB, and its list is smaller
+// unless its bytes need escaping in JSON (a control byte takes 6).
 const maxPackagesRecord = 24 << 20
 
-func (s *Store) putPackages(rec *packagesRecord) error { return s.write("packages", rec.Key, rec) }
+// putPackages keeps rec, unless its JSON could pass maxPackagesRecord:
+// that is known before encoding it, so that a hostile list costs the
+// verification child no more memory than the bound.
+func (s *Store) putPackages(rec *packagesRecord) error {
+	if n := packagesJSONBound(rec.Packages); n > maxPackagesRecord {
+		return fmt.Errorf("the package list may take %d bytes as JSON, over the bound of %d", n, maxPackagesRecord)
+	}
+	return s.write("packages", rec.Key, rec)
+}
+
+// packagesJSONBound is at least the length of pkgs as JSON: 6 bytes for
+// each byte that may be escaped (control bytes, <, >, &, non-ASCII), 1 for
+// any other, and 128 for each package's keys and punctuation.
+func packagesJSONBound(pkgs []guest.Package) int64 {
+	n := int64(64)
+	for _, p := range pkgs {
+		n += 128
+		for _, f := range []string{p.Type, p.Name, p.Version, p.Epoch, p.Arch, p.Source} {
+			for i := 0; i < len(f); i++ {
+				if c := f[i]; c < 0x20 || c >= 0x7f || c == '<' || c == '>' || c == '&' || c == '"' || c == '\\' {
+					n += 6
+				} else {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
 
 // packages returns the package list kept under key, if the store has it.
 func (s *Store) packages(key string) (*packagesRecord, bool) {
