@@ -107,6 +107,9 @@ func gateSBOM(ctx context.Context, client *registry.Client, image name.Digest, k
 	}
 	pred, err := verdict.FindStatement(ctx, client, checker, image, attest.CycloneDXPredicateType)
 	if err != nil {
+		if errors.Is(err, verdict.ErrNoStatement) {
+			return nil, &hintedError{err: err, hint: "the gate attaches an SBOM when it accepts an image whose guest's packages it read (a disk it verified in its spool); imagectl inspect --gate-keys shows what its verdict says of the guest"}
+		}
 		return nil, err
 	}
 	var bom struct {
