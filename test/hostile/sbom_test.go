@@ -110,6 +110,7 @@ func TestTheGuestsSBOMIsACosignAttestation(t *testing.T) {
 	if r.Code != 0 || !strings.Contains(r.Stdout, "payload") {
 		t.Fatalf("cosign verify-attestation --type cyclonedx: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
+	t.Logf("cosign verify-attestation --type cyclonedx --key gate.pub %s:\n%s", subject, r.Stderr)
 	var env struct{ Payload []byte }
 	if err := json.Unmarshal([]byte(strings.SplitN(r.Stdout, "\n", 2)[0]), &env); err != nil {
 		t.Fatalf("cosign's output: %v\n%s", err, r.Stdout)
