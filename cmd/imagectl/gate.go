@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -18,9 +19,9 @@ import (
 // maxKeyFile bounds a key file read.
 const maxKeyFile = 64 << 10
 
-// gateReport finds the gate's verdict on the digest ref names, trusting
-// the public keys in keysFile.
-func gateReport(ctx context.Context, client *registry.Client, ref name.Reference, keysFile string) (*api.GateReport, error) {
+// gateChecker checks bundles against the public keys in keysFile, as
+// --gate-keys names them.
+func gateChecker(keysFile string) (*attest.KeyChecker, error) {
 	data, err := os.ReadFile(keysFile)
 	if err != nil {
 		return nil, fmt.Errorf("--gate-keys: %w", err)
@@ -34,7 +35,13 @@ func gateReport(ctx context.Context, client *registry.Client, ref name.Reference
 	}
 	// A check with the standard library, for the tenant's eyes: what hubs
 	// import is decided by the syncer's own check (internal/trust).
-	checker, err := attest.NewKeyChecker(keys)
+	return attest.NewKeyChecker(keys)
+}
+
+// gateReport finds the gate's verdict on the digest ref names, trusting
+// the public keys in keysFile.
+func gateReport(ctx context.Context, client *registry.Client, ref name.Reference, keysFile string) (*api.GateReport, error) {
+	checker, err := gateChecker(keysFile)
 	if err != nil {
 		return nil, err
 	}
@@ -87,4 +94,29 @@ func gateRows(row func(string, any), g *api.GateReport) {
 			guestRows(row, im.Guest)
 		}
 	}
+}
+
+// gateSBOM finds the guest's SBOM the gate attached to image (a manifest
+// digest), signed by one of the keys in keysFile and about image itself,
+// and returns its CycloneDX JSON. At most attest.MaxSBOMBundleSize bytes
+// of each attestation are downloaded.
+func gateSBOM(ctx context.Context, client *registry.Client, image name.Digest, keysFile string) ([]byte, error) {
+	checker, err := gateChecker(keysFile)
+	if err != nil {
+		return nil, err
+	}
+	pred, err := verdict.FindStatement(ctx, client, checker, image, attest.CycloneDXPredicateType)
+	if err != nil {
+		if errors.Is(err, verdict.ErrNoStatement) {
+			return nil, &hintedError{err: err, hint: "the gate attaches an SBOM when it accepts an image whose guest's packages it read (a disk it verified in its spool); imagectl inspect --gate-keys shows what its verdict says of the guest"}
+		}
+		return nil, err
+	}
+	var bom struct {
+		BOMFormat string `json:"bomFormat"`
+	}
+	if err := json.Unmarshal(pred, &bom); err != nil || bom.BOMFormat != "CycloneDX" {
+		return nil, fmt.Errorf("the SBOM attested for %s is not a CycloneDX document (%v)", image, err)
+	}
+	return pred, nil
 }

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -29,6 +32,7 @@ type inspectOptions struct {
 	out      outputFlags
 	platform *registry.Platform
 	gateKeys string
+	sbom     string
 }
 
 func newInspectCmd(g *globalOptions) *cobra.Command {
@@ -43,7 +47,9 @@ partition table and partitions, the firmware it can boot with (bios, uefi)
 and its EFI loaders, the CPU architecture, the operating system its
 os-release names, how many packages dpkg lists, its kernels and their virtio
 drivers, and whether cloud-init, qemu-guest-agent and a serial console are
-there; what cannot be read is a guest note, never a rejection.
+there; what cannot be read is a guest note, never a rejection. With --sbom
+FILE, the installed packages are written to FILE as a CycloneDX 1.5 SBOM
+(JSON, each package with its package URL), which trivy sbom and grype scan.
 
 With docker://REF, describes the image in the registry instead: manifest,
 platform, layer, io.imagepipe annotations and environment, and checks that it
@@ -51,6 +57,10 @@ is a containerDisk imagepipe accepts (one layer holding only disk/ and
 disk/disk.img, 0444, owned 107:107) and that the disk's header passes
 validation. Only the start of the layer is downloaded, so the disk's tables
 and data are not checked; "imagectl export" reads and validates all of it.
+With --gate-keys, the gate's signed verdict shows what the gate read inside
+the disk; with --sbom FILE too, the SBOM the gate attached to the image (a
+CycloneDX attestation, as cosign verify-attestation --type cyclonedx checks
+it) is checked against those keys and the image's digest and written to FILE.
 
 When REF names an image index (one tag for several platforms), the report
 lists the platforms it holds and describes its image for --platform,
@@ -67,7 +77,9 @@ tables may be anywhere in the file), within --max-spool.
 Exit codes: 0 the image is acceptable, 3 it is rejected, 1 other errors.`,
 		Example: `  imagectl inspect disk.qcow2
   imagectl inspect disk.raw.zst -o json
+  imagectl inspect disk.qcow2 --sbom disk.cdx.json
   imagectl inspect docker://registry.example.com/acme/rhel:10
+  imagectl inspect --gate-keys gate.pub --sbom rhel.cdx.json docker://registry.example.com/acme/rhel:10
   imagectl inspect --platform linux/arm64 docker://registry.example.com/acme/rhel:10`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -80,6 +92,7 @@ Exit codes: 0 the image is acceptable, 3 it is rejected, 1 other errors.`,
 	addRegistryFlags(cmd, &o.registryFlags)
 	addOutputFlag(cmd, &o.out, outputTable, outputJSON, outputYAML)
 	cmd.Flags().StringVar(&o.gateKeys, "gate-keys", "", "with docker://: the provider's public keys (PEM): show the gate's signed verdict on the image, which hubs require before they import it")
+	cmd.Flags().StringVar(&o.sbom, "sbom", "", "write the guest's installed packages as a CycloneDX SBOM (JSON) to this file: of a disk file, read here (its subject is the disk's SHA-256); with docker://, the gate's SBOM attestation on the image, checked against --gate-keys (signed by one of them, about this image's digest)")
 	addPlatformFlag(cmd, &o.platform, "with docker://: the platform (os/arch[/variant], e.g. linux/arm64) whose image to describe from an index, and that an image must be built for (default: an index's linux/amd64 image; an image as it is)")
 	return cmd
 }
@@ -115,7 +128,12 @@ func runInspect(cmd *cobra.Command, o *inspectOptions) error {
 		defer img.close()
 		report.Wrapper = string(img.wrapper)
 		report.FileSize = img.size
-		err = inspectImage(cmd, o, img, &report)
+		var pkgs []guest.Package
+		if pkgs, err = inspectImage(cmd, o, img, &report); err == nil && o.sbom != "" {
+			if err := writeLocalSBOM(cmd.Context(), o, img, &report, pkgs); err != nil {
+				return err
+			}
+		}
 	}
 	if err != nil {
 		re := reject.As(err)
@@ -134,16 +152,17 @@ func runInspect(cmd *cobra.Command, o *inspectOptions) error {
 	return nil
 }
 
-// inspectImage fills report from the image and returns its rejection, if any.
-func inspectImage(cmd *cobra.Command, o *inspectOptions, img *openedSource, report *api.ImageReport) error {
+// inspectImage fills report from the image and returns the guest's
+// packages, or its rejection.
+func inspectImage(cmd *cobra.Command, o *inspectOptions, img *openedSource, report *api.ImageReport) ([]guest.Package, error) {
 	det, err := convert.Detect(img.file, img.size)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	report.Format = string(det.Format)
 	image, err := convert.Open(img.file, img.size, o.openOptions())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	info := image.Info()
 	report.Format = string(info.Format)
@@ -153,7 +172,7 @@ func inspectImage(cmd *cobra.Command, o *inspectOptions, img *openedSource, repo
 	report.CompressionType = info.CompressionType
 	sum, err := image.Verify(cmd.Context()) // the verdict convert and import reach too
 	if err != nil {
-		return err
+		return nil, err
 	}
 	report.AllocatedSize = sum.AllocatedBytes
 	if img.src.Streamed {
@@ -162,22 +181,59 @@ func inspectImage(cmd *cobra.Command, o *inspectOptions, img *openedSource, repo
 		report.AllocatedSize = img.src.DataBytes
 	}
 	report.CompressedClusters = sum.CompressedClusters
-	report.Guest = inspectGuest(cmd.Context(), image, img)
-	return nil
+	var pkgs []guest.Package
+	report.Guest, pkgs = inspectGuest(cmd.Context(), image, img)
+	return pkgs, nil
 }
 
-// inspectGuest reads what the verified image holds; a raw image streamed
-// through (compressed, or downloaded) was read once and is not kept, so
-// its guest is not read.
-func inspectGuest(ctx context.Context, image *convert.Image, img *openedSource) *api.GuestReport {
+// inspectGuest reads what the verified image holds, and its packages; a
+// raw image streamed through (compressed, or downloaded) was read once
+// and is not kept, so its guest is not read.
+func inspectGuest(ctx context.Context, image *convert.Image, img *openedSource) (*api.GuestReport, []guest.Package) {
 	if img.src.Streamed {
-		return &api.GuestReport{PartitionTable: "unknown", Notes: []string{"not read: a compressed or downloaded raw image is read once as it streams; convert it to a file first to look inside"}}
+		return &api.GuestReport{PartitionTable: "unknown", Notes: []string{guestNotStreamed}}, nil
 	}
 	g, err := image.Guest(ctx)
 	if err != nil {
-		return &api.GuestReport{PartitionTable: "unknown", Notes: []string{"not read: " + err.Error()}}
+		return &api.GuestReport{PartitionTable: "unknown", Notes: []string{"not read: " + err.Error()}}, nil
 	}
-	return guest.Inspect(g, image.Info().VirtualSize)
+	return guest.InspectPackages(g, image.Info().VirtualSize)
+}
+
+// guestNotStreamed is the guest note of a streamed image.
+const guestNotStreamed = "not read: a compressed or downloaded raw image is read once as it streams; convert it to a file first to look inside"
+
+// writeLocalSBOM writes to --sbom the SBOM of the disk file img, whose
+// guest report lists pkgs: the generator the gate uses, with the disk's
+// SHA-256 (of its bytes, unwrapped) as the subject.
+func writeLocalSBOM(ctx context.Context, o *inspectOptions, img *openedSource, report *api.ImageReport, pkgs []guest.Package) error {
+	if img.src.Streamed {
+		return fmt.Errorf("--sbom: the guest of %s was %s", report.Source, strings.TrimPrefix(guestNotStreamed, "not read: "))
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(img.file, 0, img.size)); err != nil {
+		return fmt.Errorf("hashing %s for its SBOM: %w", report.Source, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var osr *api.GuestOS
+	if report.Guest != nil {
+		osr = report.Guest.OS
+	}
+	bom, err := guest.BOM(guest.BOMSubject{Digest: fmt.Sprintf("sha256:%x", h.Sum(nil)), Name: filepath.Base(report.Source)}, osr, pkgs, "")
+	if err != nil {
+		return fmt.Errorf("--sbom: %w", err)
+	}
+	return writeSBOM(o.sbom, bom)
+}
+
+// writeSBOM writes bom to path.
+func writeSBOM(path string, bom []byte) error {
+	if err := os.WriteFile(path, append(bom, '\n'), 0o644); err != nil {
+		return fmt.Errorf("--sbom: %w", err)
+	}
+	return nil
 }
 
 // printReport prints an inspection as the pkg/api model or as rows.
@@ -278,6 +334,9 @@ func nonEmpty(ss ...string) []string {
 
 // runInspectRemote describes and checks the containerDisk at ref.
 func runInspectRemote(cmd *cobra.Command, o *inspectOptions, ref string) error {
+	if o.sbom != "" && o.gateKeys == "" {
+		return fmt.Errorf("--sbom with docker:// writes the gate's signed SBOM: give the provider's keys with --gate-keys")
+	}
 	client, err := o.registryFlags.client(o.globalOptions, platformOption(o.platform)...)
 	if err != nil {
 		return err
@@ -292,6 +351,18 @@ func runInspectRemote(cmd *cobra.Command, o *inspectOptions, ref string) error {
 	}
 	if o.gateKeys != "" {
 		if r.Gate, err = gateReport(cmd.Context(), client, parsed, o.gateKeys); err != nil {
+			return err
+		}
+	}
+	if o.sbom != "" {
+		if r.Digest == "" {
+			return fmt.Errorf("--sbom: %s names no image to read the SBOM of", ref)
+		}
+		bom, err := gateSBOM(cmd.Context(), client, parsed.Context().Digest(r.Digest), o.gateKeys)
+		if err != nil {
+			return fmt.Errorf("--sbom: %w", err)
+		}
+		if err := writeSBOM(o.sbom, bom); err != nil {
 			return err
 		}
 	}

@@ -25,11 +25,31 @@ const (
 	// CosignSignPredicateType is the predicate type of a cosign 3 image
 	// signature (`cosign sign --key`): an empty predicate.
 	CosignSignPredicateType = "https://sigstore.dev/cosign/sign/v1"
+	// CycloneDXPredicateType is the predicate type of a CycloneDX SBOM,
+	// as `cosign attest --type cyclonedx` writes it and
+	// `cosign verify-attestation --type cyclonedx` looks for it.
+	CycloneDXPredicateType = "https://cyclonedx.org/bom"
 )
 
-// MaxBundleSize bounds a bundle this package reads: a key-signed bundle
-// is a few KiB.
-const MaxBundleSize = 256 << 10
+// Bounds of a bundle this package reads (MaxBundleSizeOf).
+const (
+	// MaxBundleSize bounds a bundle: a key-signed bundle of a verdict or
+	// a signature is a few KiB.
+	MaxBundleSize = 256 << 10
+	// MaxSBOMBundleSize bounds a bundle of a CycloneDX SBOM: the
+	// guest's SBOM (internal/guest.MaxBOMSize, 12 MiB) in base64, and
+	// the envelope.
+	MaxSBOMBundleSize = 17 << 20
+)
+
+// MaxBundleSizeOf is the bound of a bundle of predicateType: readers
+// download and check no more.
+func MaxBundleSizeOf(predicateType string) int64 {
+	if predicateType == CycloneDXPredicateType {
+		return MaxSBOMBundleSize
+	}
+	return MaxBundleSize
+}
 
 // ErrNotVerified is matched by every error of a Checker that says the
 // bundle does not prove what was asked.
@@ -163,8 +183,8 @@ func NewKeyChecker(keys []crypto.PublicKey) (*KeyChecker, error) {
 // holds an in-toto statement whose one subject is exactly subject and
 // whose predicate type is predicateType.
 func (c *KeyChecker) Verify(bundleJSON []byte, subject, predicateType string) (*Verified, error) {
-	if len(bundleJSON) > MaxBundleSize {
-		return nil, fmt.Errorf("%w: the bundle is %d bytes, over the limit of %d", ErrNotVerified, len(bundleJSON), MaxBundleSize)
+	if limit := MaxBundleSizeOf(predicateType); int64(len(bundleJSON)) > limit {
+		return nil, fmt.Errorf("%w: the bundle is %d bytes, over the limit of %d", ErrNotVerified, len(bundleJSON), limit)
 	}
 	var b bundle
 	if err := json.Unmarshal(bundleJSON, &b); err != nil {

@@ -20,7 +20,7 @@
 //
 // Service runs verifications for a registry's events: tenants in turn, each
 // in a child process (Child) stopped past its memory limit, after the
-// tenant's signature policy (TenantKeys); it signs and attaches the verdict,
-// and looks again at an unsigned refusal when a signature is pushed. The
-// rules and their reasons: docs/security.md, "The gate".
+// tenant's signature policy (TenantKeys); it signs and attaches verdicts and
+// guest SBOMs (docs/security.md, "The gate"), and looks again at an unsigned
+// refusal when a signature is pushed.
 package gate

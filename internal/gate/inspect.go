@@ -1,7 +1,6 @@
 package gate
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -45,24 +44,33 @@ const (
 	// DefaultInspectCPU is an inspection's CPU bound: a real guest takes
 	// well under a second.
 	DefaultInspectCPU = time.Minute
-	// maxGuestReport bounds the report the process prints.
-	maxGuestReport = 1 << 20
+	// maxInspected bounds what the process prints: the report and the
+	// package list, which the store keeps only within maxPackagesRecord.
+	maxInspected = maxPackagesRecord + 1<<20
 )
 
 // inspect reads the guest of the disk in f (size bytes, verified as
-// Open opens it with opts), in the Inspector's process when there is one.
-func (v *Verifier) inspect(ctx context.Context, f *os.File, size int64, opts convert.OpenOptions) *api.GuestReport {
+// Open opens it with opts), in the Inspector's process when there is one:
+// its report and its installed packages.
+func (v *Verifier) inspect(ctx context.Context, f *os.File, size int64, opts convert.OpenOptions) (*api.GuestReport, []guest.Package) {
 	if v.Inspector == nil {
-		rep, err := InspectOne(ctx, f, size, opts.MaxVirtualSize, string(opts.Format))
+		found, err := InspectOne(ctx, f, size, opts.MaxVirtualSize, string(opts.Format))
 		if err != nil {
-			return unread(err.Error())
+			return unread(err.Error()), nil
 		}
-		return rep
+		return found.Report, found.Packages
 	}
 	return v.Inspector.run(ctx, f, size, opts)
 }
 
-func (in *Inspector) run(ctx context.Context, f *os.File, size int64, opts convert.OpenOptions) *api.GuestReport {
+// Inspected is what InspectOne found, as the Inspector's process prints
+// it.
+type Inspected struct {
+	Report   *api.GuestReport `json:"report"`
+	Packages []guest.Package  `json:"packages,omitempty"`
+}
+
+func (in *Inspector) run(ctx context.Context, f *os.File, size int64, opts convert.OpenOptions) (*api.GuestReport, []guest.Package) {
 	mem, cpu := in.MemoryLimit, in.CPULimit
 	if mem <= 0 {
 		mem = DefaultInspectMemory
@@ -76,29 +84,35 @@ func (in *Inspector) run(ctx context.Context, f *os.File, size int64, opts conve
 		"--format", string(opts.Format),
 		"--memory-limit", strconv.FormatInt(mem, 10),
 		"--cpu-limit", cpu.String())...)
-	var out bytes.Buffer
 	tail := &tailBuffer{max: 4096}
-	cmd.Stdout = &limitedWriter{w: &out, n: maxGuestReport}
 	cmd.Stderr = tail
 	cmd.ExtraFiles = []*os.File{f}
 	cmd.WaitDelay = time.Second
-	if err := startTied(cmd); err != nil {
-		return unread("starting its process: " + err.Error())
+	out, err := cmd.StdoutPipe()
+	if err == nil {
+		err = startTied(cmd)
 	}
+	if err != nil {
+		return unread("starting its process: " + err.Error()), nil
+	}
+	// Decoded as it comes, within its bound: the package list is the
+	// large part, and is not held twice.
+	var found Inspected
+	decodeErr := json.NewDecoder(io.LimitReader(out, maxInspected)).Decode(&found)
+	_, _ = io.Copy(io.Discard, out)
 	if err := cmd.Wait(); err != nil {
 		if ctx.Err() != nil {
-			return unread(ctx.Err().Error())
+			return unread(ctx.Err().Error()), nil
 		}
 		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() && (ws.Signal() == syscall.SIGKILL || ws.Signal() == syscall.SIGXCPU) {
-			return unread(fmt.Sprintf("its process used its CPU time limit of %s", cpu))
+			return unread(fmt.Sprintf("its process used its CPU time limit of %s", cpu)), nil
 		}
-		return unread(fmt.Sprintf("its process ended (%v): %s", err, tail.crashLine()))
+		return unread(fmt.Sprintf("its process ended (%v): %s", err, tail.crashLine())), nil
 	}
-	var rep api.GuestReport
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		return unread("its report: " + err.Error())
+	if decodeErr != nil || found.Report == nil {
+		return unread(fmt.Sprintf("its report could not be read (%v)", decodeErr)), nil
 	}
-	return &rep
+	return found.Report, found.Packages
 }
 
 // unread is the report of a guest that could not be read.
@@ -110,7 +124,7 @@ func unread(why string) *api.GuestReport {
 // the verification opened it (its virtual size bound and its format, ""
 // when detected): what the Inspector's process does once it bounded
 // itself (LimitInspection).
-func InspectOne(ctx context.Context, f io.ReaderAt, size, maxVirtualSize int64, format string) (*api.GuestReport, error) {
+func InspectOne(ctx context.Context, f io.ReaderAt, size, maxVirtualSize int64, format string) (*Inspected, error) {
 	img, err := convert.Open(f, size, convert.OpenOptions{MaxVirtualSize: maxVirtualSize, Format: convert.Format(format)})
 	if err != nil {
 		return nil, err
@@ -119,7 +133,13 @@ func InspectOne(ctx context.Context, f io.ReaderAt, size, maxVirtualSize int64, 
 	if err != nil {
 		return nil, err
 	}
-	return guest.Inspect(g, img.Info().VirtualSize), nil
+	rep, pkgs := guest.InspectPackages(g, img.Info().VirtualSize)
+	if n := packagesJSONBound(pkgs); n > maxPackagesRecord {
+		// Not printed, so that the report gets through within its bound.
+		rep.Notes = append(rep.Notes, fmt.Sprintf("the package list is not kept: it may take %d bytes, over the bound of %d", n, maxPackagesRecord))
+		pkgs = nil
+	}
+	return &Inspected{Report: rep, Packages: pkgs}, nil
 }
 
 // LimitInspection sets the calling process's own bounds for InspectOne:

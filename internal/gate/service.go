@@ -380,7 +380,7 @@ func (s *Service) recheck(ctx context.Context, subject name.Digest, referrer, in
 
 // subjectOf reads the manifest pushed as referrer and returns the digest
 // it is attached to; ok is false for a manifest attached to nothing, and
-// for the gate's own verdicts.
+// for the gate's own verdicts and SBOMs.
 func (s *Service) subjectOf(ctx context.Context, referrer name.Digest) (string, bool, error) {
 	raw, err := s.Registry.FetchManifest(ctx, referrer)
 	if err != nil {
@@ -390,7 +390,8 @@ func (s *Service) subjectOf(ctx context.Context, referrer name.Digest) (string, 
 		Subject     *struct{ Digest string } `json:"subject"`
 		Annotations map[string]string        `json:"annotations"`
 	}
-	if json.Unmarshal(raw.Bytes, &m) != nil || m.Subject == nil || m.Annotations[verdict.PredicateTypeAnnotation] == api.VerdictPredicateType {
+	err = json.Unmarshal(raw.Bytes, &m)
+	if p := m.Annotations[verdict.PredicateTypeAnnotation]; err != nil || m.Subject == nil || p == api.VerdictPredicateType || p == attest.CycloneDXPredicateType {
 		return "", false, nil
 	}
 	if _, err := digest.Parse(m.Subject.Digest); err != nil || !strings.HasPrefix(m.Subject.Digest, "sha256:") {
@@ -533,9 +534,13 @@ func (s *Service) republishable(subject name.Digest, prev *api.Verdict) (*api.Ve
 	return nil, ""
 }
 
-// publish signs v and attaches it to subject, whose manifest is raw, and
-// remembers it; msg is what the log says of it.
+// publish signs v and attaches it to subject, whose manifest is raw, with
+// the SBOMs of its images (publishSBOMs), and remembers it; msg is what
+// the log says of it.
 func (s *Service) publish(ctx context.Context, subject name.Digest, raw *registry.RawManifest, v *api.Verdict, start time.Time, msg string) (*api.Verdict, error) {
+	if err := s.publishSBOMs(ctx, subject, raw, v); err != nil {
+		return nil, err
+	}
 	desc := ocispec.Descriptor{MediaType: string(raw.MediaType), Digest: digest.Digest(raw.Digest), Size: int64(len(raw.Bytes))}
 	att, err := verdict.Publish(ctx, s.Registry, s.Signer, subject, desc, v)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/cachefile"
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/guest"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -31,7 +32,8 @@ const DefaultMaxRecords = 100000
 // Store is the gate's own record of its work, in a folder only the gate
 // writes: the outcome of reading each layer, by what decides it (the
 // layer's digest, the compression its media type names, the size limit,
-// the engine version), and each verdict, by subject. What a manifest only
+// the engine version), the package list of its guest under the same key,
+// and each verdict, by subject. What a manifest only
 // claims of a layer (its size, its disk format) is compared with the
 // record afterwards, never part of the key: a layer that many manifests,
 // indexes, tags or tenants name, under any claims, is read once. A
@@ -71,6 +73,10 @@ type layerRecord struct {
 	// Guest is what the disk holds, when it was read (a disk verified in
 	// the spool).
 	Guest *api.GuestReport `json:"guest,omitempty"`
+	// packages are the guest's installed packages, kept apart under the
+	// same key (putPackages): the layer record, read on every
+	// verification, stays small.
+	packages []guest.Package
 }
 
 // layerKey names what decides a layer's outcome: its bytes (digest), the
@@ -148,14 +154,24 @@ func (s *Store) read(kind, key string, into any) bool {
 }
 
 func (s *Store) readFile(path string, into any) bool {
+	return s.readFileLimit(path, maxRecordSize, into)
+}
+
+// readFileLimit reads the record at path, of at most limit bytes, into
+// into.
+func (s *Store) readFileLimit(path string, limit int64, into any) bool {
 	f, err := os.Open(path)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
-	b := make([]byte, maxRecordSize+1)
+	fi, err := f.Stat()
+	if err != nil || fi.Size() > limit {
+		return false
+	}
+	b := make([]byte, fi.Size()+1)
 	n, _ := f.ReadAt(b, 0)
-	return n <= maxRecordSize && json.Unmarshal(b[:n], into) == nil
+	return int64(n) == fi.Size() && json.Unmarshal(b[:n], into) == nil
 }
 
 func (s *Store) write(kind, key string, rec any) error {
@@ -181,7 +197,7 @@ const pruneEvery = 256
 
 // Prune removes the oldest records of each kind beyond MaxRecords.
 func (s *Store) Prune() {
-	for _, kind := range []string{"layers", "verdicts"} {
+	for _, kind := range []string{"layers", "packages", "verdicts"} {
 		s.prune(kind)
 	}
 }

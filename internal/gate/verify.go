@@ -24,6 +24,7 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
 	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/guest"
 	"github.com/imagepipe/imagepipe/internal/ocidoc"
 	"github.com/imagepipe/imagepipe/internal/publish"
 	"github.com/imagepipe/imagepipe/internal/registry"
@@ -369,6 +370,12 @@ func (v *Verifier) layerOf(ctx context.Context, repo name.Repository, desc ocisp
 		return nil, err
 	}
 	rec.Key = key
+	if rec.Guest != nil && rec.Guest.Packages != nil {
+		// Before the layer's record: a layer known read has its packages.
+		if err := v.Store.putPackages(&packagesRecord{Key: key, OS: rec.Guest.OS, Packages: rec.packages}); err != nil {
+			v.logger().Warn("the layer's packages are not kept; its SBOM will be missing", "digest", desc.Digest, "error", err)
+		}
+	}
 	if err := v.Store.putLayer(rec); err != nil {
 		v.logger().Warn("the layer's outcome is not kept; it will be read again", "digest", desc.Digest, "error", err)
 	}
@@ -406,7 +413,7 @@ func (v *Verifier) readLayerOutcome(ctx context.Context, repo name.Repository, d
 		DiffID:    pushed.framedDiffID, DiskSize: pushed.size}
 	info := pushed.info
 	if pushed.streamed == convert.StreamCanonical {
-		rec.Guest = v.inspectSpooled(ctx, spool, pushed, opts)
+		rec.Guest, rec.packages = v.inspectSpooled(ctx, spool, pushed, opts)
 	} else {
 		img, err := convert.Open(spool.File, pushed.size, opts)
 		if err != nil {
@@ -416,7 +423,7 @@ func (v *Verifier) readLayerOutcome(ctx context.Context, repo name.Repository, d
 			return nil, err
 		}
 		info = img.Info()
-		rec.Guest = v.inspect(ctx, spool.File, pushed.size, opts)
+		rec.Guest, rec.packages = v.inspect(ctx, spool.File, pushed.size, opts)
 		disk, err := containerdisk.NewDisk(img, containerdisk.Options{DiskFormat: info.Format, Compression: comp, Logger: v.Logger})
 		if err != nil {
 			return nil, err
@@ -433,9 +440,9 @@ func (v *Verifier) readLayerOutcome(ctx context.Context, repo name.Repository, d
 // inspectSpooled reads the guest of a disk verified as it streamed, from
 // the copy in the spool; a disk whose copy passed the spool share has a
 // report that says so.
-func (v *Verifier) inspectSpooled(ctx context.Context, spool *convert.OutputFile, pushed *extracted, opts convert.OpenOptions) *api.GuestReport {
+func (v *Verifier) inspectSpooled(ctx context.Context, spool *convert.OutputFile, pushed *extracted, opts convert.OpenOptions) (*api.GuestReport, []guest.Package) {
 	if !pushed.spooled {
-		return &api.GuestReport{PartitionTable: "unknown", Notes: []string{fmt.Sprintf("the guest was not read: the disk's data passes this verification's spool share of %d bytes", v.MaxSpool)}}
+		return unread(fmt.Sprintf("the disk's data passes this verification's spool share of %d bytes", v.MaxSpool)), nil
 	}
 	return v.inspect(ctx, spool.File, pushed.size, opts)
 }

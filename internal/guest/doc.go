@@ -18,5 +18,7 @@
 // their CPU architecture. ReadDpkg lists dpkg's installed packages.
 // Inspect puts them together as pkg/api's GuestReport, with what the root
 // says of the VM it will be: kernels and their virtio drivers, cloud-init,
-// qemu-guest-agent, a serial console.
+// qemu-guest-agent, a serial console; InspectPackages also returns the
+// package list, which BOM writes as the guest's CycloneDX SBOM, each
+// package with its package URL (PackageURL).
 package guest

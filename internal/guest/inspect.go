@@ -31,12 +31,21 @@ const (
 // note. Its work is the sum of the readers' bounds, for at most
 // maxFilesystems filesystems.
 func Inspect(r io.ReaderAt, size int64) *api.GuestReport {
+	rep, _ := InspectPackages(r, size)
+	return rep
+}
+
+// InspectPackages is Inspect, and also returns the installed packages the
+// report counts (at most maxPackages), from which BOM writes the guest's
+// SBOM: the report, which a verdict carries, stays small, and the list
+// goes where the caller keeps it.
+func InspectPackages(r io.ReaderAt, size int64) (*api.GuestReport, []Package) {
 	rep := &api.GuestReport{}
 	l, err := Probe(r, size)
 	if err != nil {
 		rep.PartitionTable = "unknown"
 		rep.Notes = append(rep.Notes, "the partition table could not be read: "+err.Error())
-		return rep
+		return rep, nil
 	}
 	rep.PartitionTable, rep.Filesystem = l.Table, l.Filesystem
 	rep.Notes = append(rep.Notes, l.Notes...)
@@ -50,9 +59,10 @@ func Inspect(r io.ReaderAt, size int64) *api.GuestReport {
 			rep.Architecture = ld.Arch
 		}
 	}
-	rep.Notes = append(rep.Notes, readRoot(r, size, l, rep)...)
+	pkgs, notes := readRoot(r, size, l, rep)
+	rep.Notes = append(rep.Notes, notes...)
 	bound(rep)
-	return rep
+	return rep, pkgs
 }
 
 // bound keeps rep within the report's bounds, saying what it left out.
@@ -79,9 +89,9 @@ type fsCandidate struct {
 }
 
 // readRoot fills rep.OS, rep.Packages and the system facts from the
-// first readable filesystem with an os-release, and returns notes on what
-// it could not read.
-func readRoot(r io.ReaderAt, size int64, l *Layout, rep *api.GuestReport) []string {
+// first readable filesystem with an os-release, and returns its packages
+// and notes on what it could not read.
+func readRoot(r io.ReaderAt, size int64, l *Layout, rep *api.GuestReport) ([]Package, []string) {
 	var cands []fsCandidate
 	if l.Table == TableNone && l.Filesystem != "" {
 		cands = append(cands, fsCandidate{0, 0, size, l.Filesystem})
@@ -116,7 +126,8 @@ func readRoot(r io.ReaderAt, size int64, l *Layout, rep *api.GuestReport) []stri
 		}
 		osr.Partition = c.partition
 		rep.OS = osr
-		switch pkgs, err := ReadDpkg(fsys); {
+		pkgs, err := ReadDpkg(fsys)
+		switch {
 		case err == nil:
 			rep.Packages = &api.GuestPackages{Manager: "dpkg", Count: len(pkgs)}
 		case !errors.Is(err, ErrNoDatabase):
@@ -125,10 +136,10 @@ func readRoot(r io.ReaderAt, size int64, l *Layout, rep *api.GuestReport) []stri
 		for _, n := range readSystem(fsys, rep) {
 			notes = append(notes, where+": "+n)
 		}
-		return notes
+		return pkgs, notes
 	}
 	if rep.OS == nil {
 		notes = append(notes, "no operating system found (no os-release on a filesystem imagepipe reads: ext2/3/4)")
 	}
-	return notes
+	return nil, notes
 }

@@ -5,7 +5,7 @@
 // signed its DSSE envelope, its in-toto statement's subject is exactly
 // the digest asked about, and its predicate type is the one asked for.
 // Several keys may be trusted at once, for rotation. Bundles are read
-// only up to attest.MaxBundleSize.
+// only up to attest.MaxBundleSizeOf its predicate type.
 package trust
 
 import (
@@ -68,8 +68,8 @@ func NewVerifier(keys []crypto.PublicKey) (*Verifier, error) {
 // digest) and whose predicate type is predicateType. Every error saying
 // the bundle proves nothing matches attest.ErrNotVerified.
 func (v *Verifier) Verify(bundleJSON []byte, subject, predicateType string) (*attest.Verified, error) {
-	if len(bundleJSON) > attest.MaxBundleSize {
-		return nil, fmt.Errorf("%w: the bundle is %d bytes, over the limit of %d", attest.ErrNotVerified, len(bundleJSON), attest.MaxBundleSize)
+	if limit := attest.MaxBundleSizeOf(predicateType); int64(len(bundleJSON)) > limit {
+		return nil, fmt.Errorf("%w: the bundle is %d bytes, over the limit of %d", attest.ErrNotVerified, len(bundleJSON), limit)
 	}
 	want, err := hex.DecodeString(strings.TrimPrefix(subject, "sha256:"))
 	if err != nil || !strings.HasPrefix(subject, "sha256:") || len(want) != 32 {

@@ -21,19 +21,7 @@ import (
 // bundle attached as a referrer. `cosign verify --key` accepts it. It
 // returns the referrer's digest.
 func Sign(ctx context.Context, reg Registry, signer *attest.Signer, subject name.Digest, subjectDesc ocispec.Descriptor) (string, error) {
-	bundle, err := signer.Sign(ctx, attest.Statement{
-		Subject: subject.DigestStr(), SubjectName: subject.Context().Name(), PredicateType: attest.CosignSignPredicateType,
-	})
-	if err != nil {
-		return "", err
-	}
-	a, err := Attach(ctx, reg, subject, subjectDesc, Artifact{
-		ArtifactType: api.VerdictArtifactType, MediaType: attest.BundleMediaType, Content: bundle,
-		Annotations: map[string]string{
-			PredicateTypeAnnotation:       attest.CosignSignPredicateType,
-			"dev.sigstore.bundle.content": "dsse-envelope",
-		},
-	})
+	a, err := PublishStatement(ctx, reg, signer, subject, subjectDesc, attest.CosignSignPredicateType, nil, "")
 	return a.Digest, err
 }
 

@@ -10,7 +10,11 @@
 // asked about, and it names the repository it is found in: a verdict
 // copied into another repository admits nothing there. Anyone with push
 // access can add referrers; at most registry.MaxReferrers are looked at,
-// each bundle at most attest.MaxBundleSize.
+// each bundle at most attest.MaxBundleSizeOf its predicate type.
+//
+// PublishStatement is the one way anything is signed and attached: the
+// verdict, a tenant's signature (Sign) and the gate's SBOM of a guest (a
+// CycloneDX statement, which FindStatement finds for imagectl).
 package verdict
 
 import (
@@ -65,21 +69,71 @@ func Publish(ctx context.Context, reg Registry, signer *attest.Signer, subject n
 	if err != nil {
 		return Attached{}, err
 	}
+	return PublishStatement(ctx, reg, signer, subject, subjectDesc, api.VerdictPredicateType, pred, v.VerifiedAt)
+}
+
+// PublishStatement signs predicate, of predicateType, as an in-toto
+// statement about subject with signer, and attaches the bundle to
+// subject (whose manifest subjectDesc describes) as cosign 3's `cosign
+// attest` does: a referrer of artifact type and layer media type
+// attest.BundleMediaType, annotated with its predicate type and, when
+// created is set, its creation time. `cosign verify-attestation --type
+// predicateType` finds it. The verdict, a tenant's signature and the
+// guest's SBOM are all attached here.
+func PublishStatement(ctx context.Context, reg Registry, signer *attest.Signer, subject name.Digest, subjectDesc ocispec.Descriptor, predicateType string, predicate []byte, created string) (Attached, error) {
 	bundle, err := signer.Sign(ctx, attest.Statement{
 		Subject: subject.DigestStr(), SubjectName: subject.Context().Name(),
-		PredicateType: api.VerdictPredicateType, Predicate: pred,
+		PredicateType: predicateType, Predicate: predicate,
 	})
 	if err != nil {
 		return Attached{}, err
 	}
+	annotations := map[string]string{
+		PredicateTypeAnnotation:       predicateType,
+		"dev.sigstore.bundle.content": "dsse-envelope",
+	}
+	if created != "" {
+		annotations["org.opencontainers.image.created"] = created
+	}
 	return Attach(ctx, reg, subject, subjectDesc, Artifact{
-		ArtifactType: api.VerdictArtifactType, MediaType: attest.BundleMediaType, Content: bundle,
-		Annotations: map[string]string{
-			PredicateTypeAnnotation:            api.VerdictPredicateType,
-			"dev.sigstore.bundle.content":      "dsse-envelope",
-			"org.opencontainers.image.created": v.VerifiedAt,
-		},
+		ArtifactType: api.VerdictArtifactType, MediaType: attest.BundleMediaType, Content: bundle, Annotations: annotations,
 	})
+}
+
+// ErrNoStatement is matched by FindStatement's error when subject has no
+// statement of the type asked for that a trusted key signed.
+var ErrNoStatement = errors.New("no trusted statement")
+
+// FindStatement returns the predicate of a statement of predicateType
+// about subject that trust verifies, among subject's referrers (the
+// newest by the registry's listing order is not assumed: the first that
+// verifies is taken, so statements of one type must say the same, as
+// the gate's SBOMs of one digest do). Each bundle is read up to
+// attest.MaxBundleSizeOf(predicateType). Without one, the error matches
+// ErrNoStatement and says why each found was refused.
+func FindStatement(ctx context.Context, reg Registry, trust Checker, subject name.Digest, predicateType string) (json.RawMessage, error) {
+	listed, err := bundles(ctx, reg, subject, predicateType)
+	if err != nil {
+		return nil, err
+	}
+	var refused []string
+	for _, d := range listed {
+		bundle, err := fetchBundle(ctx, reg, subject.Context(), Referrer{Digest: d}, predicateType)
+		if err != nil {
+			refused = append(refused, fmt.Sprintf("%s: %v", d, err))
+			continue
+		}
+		st, err := trust.Verify(bundle, subject.DigestStr(), predicateType)
+		if err != nil {
+			refused = append(refused, fmt.Sprintf("%s: %v", d, err))
+			continue
+		}
+		return st.Predicate, nil
+	}
+	if len(refused) == 0 {
+		return nil, fmt.Errorf("%s has no %s statement: %w", subject, predicateType, ErrNoStatement)
+	}
+	return nil, fmt.Errorf("%s has no trusted %s statement (%s): %w", subject, predicateType, strings.Join(refused, "; "), ErrNoStatement)
 }
 
 // ErrNoVerdict is matched by Find's error when subject has no verdict a
@@ -154,7 +208,7 @@ func FindSigned(ctx context.Context, reg Registry, trust Checker, subject name.D
 	var bestKey string
 	nv := &NoVerdictError{Subject: subject.String()}
 	for _, c := range candidates {
-		bundle, err := fetchBundle(ctx, reg, subject.Context(), c)
+		bundle, err := fetchBundle(ctx, reg, subject.Context(), c, api.VerdictPredicateType)
 		if err != nil {
 			return nil, "", err
 		}
@@ -173,13 +227,15 @@ func FindSigned(ctx context.Context, reg Registry, trust Checker, subject name.D
 	return best, bestKey, nil
 }
 
-// fetchBundle reads the sigstore bundle r holds: from the manifest given
-// when its bytes are r's, else from the manifest fetched by r's digest.
-func fetchBundle(ctx context.Context, reg Registry, repo name.Repository, r Referrer) ([]byte, error) {
+// fetchBundle reads the sigstore bundle r holds, a statement of
+// predicateType, within its bound: from the manifest given when its bytes
+// are r's, else from the manifest fetched by r's digest.
+func fetchBundle(ctx context.Context, reg Registry, repo name.Repository, r Referrer, predicateType string) ([]byte, error) {
+	limit := attest.MaxBundleSizeOf(predicateType)
 	if m := r.Manifest; m != nil && len(m.Bytes) <= registry.MaxIndexSize && digest.FromBytes(m.Bytes).String() == r.Digest {
-		return artifactLayer(ctx, reg, repo, &registry.RawManifest{Digest: r.Digest, MediaType: m.MediaType, Bytes: m.Bytes}, attest.BundleMediaType, attest.MaxBundleSize)
+		return artifactLayer(ctx, reg, repo, &registry.RawManifest{Digest: r.Digest, MediaType: m.MediaType, Bytes: m.Bytes}, attest.BundleMediaType, limit)
 	}
-	return fetchArtifact(ctx, reg, repo, r.Digest, attest.BundleMediaType, attest.MaxBundleSize)
+	return fetchArtifact(ctx, reg, repo, r.Digest, attest.BundleMediaType, limit)
 }
 
 // bundles lists the referrers of subject that may be sigstore bundles of

@@ -109,3 +109,67 @@ func TestInspectShowsWhatADiskHolds(t *testing.T) {
 		t.Errorf("a compressed raw image: exit %d, %v, guest %+v", code, err, r.Guest)
 	}
 }
+
+// TestInspectWritesADisksSBOM: imagectl inspect FILE --sbom OUT writes,
+// before any upload, the CycloneDX SBOM of the disk's guest: the disk
+// (its SHA-256, of the raw bytes a qcow2 holds too) as its subject, Debian
+// 12 as its OS and every package dpkg-query lists as installed; a raw
+// image read as it streams has no guest to list, and no SBOM is written.
+func TestInspectWritesADisksSBOM(t *testing.T) {
+	testenv.RequireQEMU(t)
+	dir := t.TempDir()
+	raw := guestDisk(t, dir)
+	installed := strings.Count(string(testenv.Run(t, "dpkg-query", "-W", "-f", "${db:Status-Abbrev}\n")), "ii ")
+	out := filepath.Join(dir, "sbom.json")
+	code, _, stderr := testenv.Exit(t, testenv.Imagectl, "inspect", "--sbom", out, raw)
+	if code != 0 {
+		t.Fatalf("inspect --sbom: exit %d\n%s", code, stderr)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bom struct {
+		BOMFormat, SpecVersion string
+		Metadata               struct {
+			Component struct {
+				Type, Name string
+				Hashes     []struct{ Alg, Content string }
+			}
+		}
+		Components []struct{ Type, Name, Version, Purl string }
+	}
+	if err := json.Unmarshal(b, &bom); err != nil || bom.BOMFormat != "CycloneDX" || bom.SpecVersion != "1.5" {
+		t.Fatalf("the SBOM: %v\n%.300s", err, b)
+	}
+	sum := strings.Fields(string(testenv.Run(t, "sha256sum", raw)))[0]
+	if c := bom.Metadata.Component; c.Type != "file" || c.Name != "disk.raw" || len(c.Hashes) != 1 || c.Hashes[0].Content != sum {
+		t.Errorf("the SBOM's subject %+v; want disk.raw, sha256 %s", c, sum)
+	}
+	libs := 0
+	for _, c := range bom.Components {
+		switch c.Type {
+		case "operating-system":
+			if c.Name != "debian" || c.Version != "12" {
+				t.Errorf("the OS component: %+v", c)
+			}
+		case "library":
+			libs++
+			if !strings.HasPrefix(c.Purl, "pkg:deb/debian/") || !strings.Contains(c.Purl, "distro=debian-12") {
+				t.Errorf("%s: purl %s", c.Name, c.Purl)
+			}
+		}
+	}
+	if libs != installed {
+		t.Errorf("the SBOM lists %d packages; dpkg-query says %d are installed", libs, installed)
+	}
+
+	testenv.Run(t, "zstd", "-q", "-k", raw, "-o", raw+".zst")
+	streamed := filepath.Join(dir, "streamed.json")
+	if code, _, stderr := testenv.Exit(t, testenv.Imagectl, "inspect", "--sbom", streamed, raw+".zst"); code == 0 || !strings.Contains(stderr, "--sbom") {
+		t.Errorf("inspect --sbom of a streamed raw image: exit %d\n%s", code, stderr)
+	}
+	if _, err := os.Stat(streamed); !os.IsNotExist(err) {
+		t.Errorf("an SBOM was written for a guest not read (%v)", err)
+	}
+}
