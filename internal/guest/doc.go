@@ -10,8 +10,8 @@
 // LVM2 physical volume, swap). It reads a few hundred KiB at most,
 // whatever the disk declares.
 //
-// OpenFS opens a partition's filesystem (ext2/3/4 so far, with Trivy's
-// reader) and ReadFile reads a file from it as the guest would, following
+// OpenFS opens a partition's filesystem (ext2/3/4 with Trivy's reader,
+// XFS with a bounded reader of our own) and ReadFile reads a file from it as the guest would, following
 // symbolic links itself inside the guest's root and within bounds;
 // ReadOSRelease reads os-release(5). BootOf says which firmware the
 // layout can boot with, and Loaders finds the EFI loaders on FAT ESPs and

@@ -31,8 +31,8 @@ const (
 var ErrTooLarge = errors.New("the file is larger than its bound")
 
 // OpenFS opens the filesystem at [off, off+size) of r as an fs.FS: ext2,
-// ext3 and ext4 for now (github.com/masahiro331/go-ext4-filesystem, the
-// reader Trivy scans VM disks with). Its files are read with ReadFile,
+// ext3 and ext4 (github.com/masahiro331/go-ext4-filesystem, the reader
+// Trivy scans VM disks with) and XFS (xfs.go). Its files are read with ReadFile,
 // never with fs.ReadFile: the library follows links itself, without a
 // bound.
 func OpenFS(r io.ReaderAt, off, size int64, filesystem string) (fsys fs.FS, err error) {
@@ -40,6 +40,8 @@ func OpenFS(r io.ReaderAt, off, size int64, filesystem string) (fsys fs.FS, err 
 	switch filesystem {
 	case FsExt2, FsExt3, FsExt4:
 		return ext4.NewFS(*io.NewSectionReader(r, off, size), nil)
+	case FsXFS:
+		return openXFS(r, off, size)
 	}
 	return nil, fmt.Errorf("no reader for %q filesystems", filesystem)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/crc32"
+	"io"
 	"os"
 	"os/exec"
 	"testing"
@@ -198,4 +199,124 @@ func ext4Seed(f *testing.F) []byte {
 		f.Fatal(err)
 	}
 	return b
+}
+
+// windowReader is a disk of size bytes that reads as zeros but for two
+// windows: head at 0 and tail at off. It lets a fuzzer mutate the few
+// KiB of a filesystem that matter without carrying its megabytes.
+type windowReader struct {
+	head, tail []byte
+	off, size  int64
+	read       int64
+}
+
+func (w *windowReader) ReadAt(p []byte, off int64) (int, error) {
+	w.read += int64(len(p))
+	if off < 0 || off >= w.size {
+		return 0, io.EOF
+	}
+	n := int(min(int64(len(p)), w.size-off))
+	clear(p[:n])
+	for _, win := range []struct {
+		b   []byte
+		off int64
+	}{{w.head, 0}, {w.tail, w.off}} {
+		s, e := max(off, win.off), min(off+int64(n), win.off+int64(len(win.b)))
+		if s < e {
+			copy(p[s-off:e-off], win.b[s-win.off:e-win.off])
+		}
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// FuzzXFS: any bytes as an XFS filesystem's superblock area and its
+// inode and directory blocks give files or errors, never a panic (the
+// reader is called without ReadFile's recover), and reads stay within
+// maxXFSRead.
+func FuzzXFS(f *testing.F) {
+	img, tailOff := xfsSeed(f)
+	f.Add(img[:xfsSeedHead], img[tailOff:tailOff+xfsSeedTail])
+	f.Fuzz(func(t *testing.T, head, tail []byte) {
+		r := &windowReader{head: head, tail: tail, off: tailOff, size: xfsSeedSize}
+		fsys, err := openXFS(r, 0, xfsSeedSize)
+		if err != nil {
+			return
+		}
+		if p, err := resolve(fsys, "/etc/os-release"); err == nil {
+			if f, err := fsys.Open(p); err == nil {
+				_, _ = io.ReadAll(io.LimitReader(f, maxOSRelease+1))
+			}
+		}
+		_, _ = fsys.ReadDir("usr/lib")
+		_, _ = fsys.ReadLink("etc/os-release")
+		if r.read > maxXFSRead+1<<20 {
+			t.Fatalf("read %d bytes, over %d", r.read, maxXFSRead)
+		}
+	})
+}
+
+// The seed XFS: 16 MiB of 1 KiB blocks in one allocation group, of which
+// the first xfsSeedHead bytes (superblock and AG headers) and
+// xfsSeedTail bytes from its inode chunk on are given to the fuzzer.
+const (
+	xfsSeedSize = 16 << 20
+	xfsSeedHead = 8 << 10
+	xfsSeedTail = 48 << 10
+)
+
+// xfsSeed makes the seed XFS with mkfs.xfs -p (allowed under 300 MB
+// with the environment xfstests sets), holding Debian's os-release
+// behind its relative link, and returns it with the offset of its
+// inode chunk.
+func xfsSeed(f testing.TB) ([]byte, int64) {
+	root := f.TempDir()
+	if err := os.MkdirAll(root+"/usr/lib", 0o755); err != nil {
+		f.Fatal(err)
+	}
+	if err := os.WriteFile(root+"/usr/lib/os-release", []byte(debian), 0o644); err != nil {
+		f.Fatal(err)
+	}
+	if err := os.MkdirAll(root+"/etc", 0o755); err != nil {
+		f.Fatal(err)
+	}
+	if err := os.Symlink("../usr/lib/os-release", root+"/etc/os-release"); err != nil {
+		f.Fatal(err)
+	}
+	img := f.TempDir() + "/xfs.img"
+	if err := os.Truncate(createFile(f, img), xfsSeedSize); err != nil {
+		f.Fatal(err)
+	}
+	cmd := exec.Command(need.Program(f, "mkfs.xfs"), "-q", "-f", "-b", "size=1024", "-d", "agcount=1", "-p", protofile(f, root), img)
+	cmd.Env = append(os.Environ(), "TEST_DIR=1", "TEST_DEV=1", "QA_CHECK_FS=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		f.Fatalf("mkfs.xfs: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(img)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for o := int64(xfsSeedHead); o+xfsSeedTail <= int64(len(b)); o += 1024 {
+		if !allZero(b[o : o+1024]) {
+			return b, o
+		}
+	}
+	f.Fatal("the seed XFS is empty past its headers")
+	return nil, 0
+}
+
+// TestTheXFSFuzzSeedReads: the windows given to FuzzXFS hold the whole
+// path to os-release, so the fuzzer starts from a filesystem it reads.
+func TestTheXFSFuzzSeedReads(t *testing.T) {
+	img, off := xfsSeed(t)
+	r := &windowReader{head: img[:xfsSeedHead], tail: img[off : off+xfsSeedTail], off: off, size: xfsSeedSize}
+	fsys, err := OpenFS(r, 0, xfsSeedSize, FsXFS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rel, err := ReadOSRelease(fsys); err != nil || rel.ID != "debian" {
+		t.Errorf("%+v, %v", rel, err)
+	}
 }

@@ -25,7 +25,7 @@ const (
 
 // Inspect reads what the guest disk r of size bytes holds: its layout, the
 // firmware it can boot with and its EFI loaders, and, from the first
-// ext2/3/4 filesystem holding an os-release, the operating system, dpkg's
+// ext2/3/4 or XFS filesystem holding an os-release, the operating system, dpkg's
 // installed packages, the kernels and their virtio drivers, cloud-init,
 // qemu-guest-agent and a serial console. It never fails: what it cannot read is a
 // note. Its work is the sum of the readers' bounds, for at most
@@ -128,7 +128,7 @@ func readRoot(r io.ReaderAt, size int64, l *Layout, rep *api.GuestReport) []stri
 		return notes
 	}
 	if rep.OS == nil {
-		notes = append(notes, "no operating system found (no os-release on a filesystem imagepipe reads: ext2/3/4)")
+		notes = append(notes, "no operating system found (no os-release on a filesystem imagepipe reads: ext2/3/4, XFS)")
 	}
 	return notes
 }

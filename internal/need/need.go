@@ -46,6 +46,7 @@ var Programs = map[string]string{
 	"mkfs.ext4":     "e2fsprogs",
 	"mkfs.fat":      "dosfstools",
 	"mkfs.xfs":      "xfsprogs",
+	"xfs_db":        "xfsprogs",
 	"mkntfs":        "ntfs-3g",
 	"mkswap":        "util-linux",
 	"mmd":           "mtools",
