@@ -15,7 +15,8 @@
 // symbolic links itself inside the guest's root and within bounds;
 // ReadOSRelease reads os-release(5). BootOf says which firmware the
 // layout can boot with, and Loaders finds the EFI loaders on FAT ESPs and
-// their CPU architecture. ReadDpkg lists dpkg's installed packages.
+// their CPU architecture. ListPackages lists the installed packages from
+// dpkg's, rpm's (sqlite, ndb or Berkeley DB) or apk's database.
 // Inspect puts them together as pkg/api's GuestReport, with what the root
 // says of the VM it will be: kernels and their virtio drivers, cloud-init,
 // qemu-guest-agent, a serial console.

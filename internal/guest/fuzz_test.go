@@ -320,3 +320,96 @@ func TestTheXFSFuzzSeedReads(t *testing.T) {
 		t.Errorf("%+v, %v", rel, err)
 	}
 }
+
+// FuzzRPMDB: any bytes as rpm's sqlite, ndb or Berkeley DB database,
+// and each blob found as a header, give packages or an error, never a
+// panic. Seeds: each backend's layout with a real header in it.
+func FuzzRPMDB(f *testing.F) {
+	sqlite, blob := rpmSeed(f)
+	f.Add(sqlite, uint8(0))
+	f.Add(ndbSeed(blob), uint8(1))
+	f.Add(blob, uint8(3))
+	bdb, err := os.ReadFile(goRPMDBTestdata(f) + "/libuuid/Packages") // 92 KiB, CentOS's rpm
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(bdb, uint8(2))
+	f.Fuzz(func(t *testing.T, b []byte, kind uint8) {
+		var blobs [][]byte
+		var err error
+		switch kind % 4 {
+		case 0:
+			blobs, err = sqliteRPMBlobs(b)
+		case 1:
+			blobs, err = ndbBlobs(b)
+		case 2:
+			blobs, err = bdbBlobs(b)
+		default:
+			blobs = [][]byte{b}
+		}
+		if err != nil {
+			return
+		}
+		for _, blob := range blobs {
+			_, _ = parseRPMHeader(blob)
+		}
+	})
+}
+
+// rpmSeed is a small rpm sqlite database: rpm 4.18 installs one package
+// (rpmbuild made it) with --justdb, then sqlite3 drops rpm's index
+// tables and rewrites it in 512-byte pages. It returns the database and
+// the package's header blob.
+func rpmSeed(f *testing.F) ([]byte, []byte) {
+	top, root := f.TempDir(), f.TempDir()
+	spec := "Name: seed\nVersion: 1\nRelease: 1\nEpoch: 1\nSummary: s\nLicense: MIT\nBuildArch: noarch\n%description\ns\n%files\n"
+	if err := os.WriteFile(top+"/a.spec", []byte(spec), 0o644); err != nil {
+		f.Fatal(err)
+	}
+	db := root + "/var/lib/rpm/rpmdb.sqlite"
+	for _, c := range [][]string{
+		{"rpmbuild", "--quiet", "-bb", "--define", "_topdir " + top, "--define", "_build_id_links none", top + "/a.spec"},
+		{"rpm", "--root", root, "--dbpath", "/var/lib/rpm", "--initdb"},
+		{"rpm", "--root", root, "--dbpath", "/var/lib/rpm", "-i", "--nodeps", "--justdb", top + "/RPMS/noarch/seed-1-1.noarch.rpm"},
+		{"sqlite3", db, "SELECT 'DROP TABLE \"' || name || '\";' FROM sqlite_master WHERE type = 'table' AND name NOT IN ('Packages', 'sqlite_sequence')"},
+	} {
+		out, err := exec.Command(need.Program(f, c[0]), c[1:]...).Output()
+		if err != nil {
+			f.Fatalf("%v: %v", c, err)
+		}
+		if c[0] == "sqlite3" {
+			script := string(out) + "PRAGMA journal_mode = DELETE; PRAGMA page_size = 512; VACUUM;"
+			if out, err := exec.Command(need.Program(f, "sqlite3"), db, script).CombinedOutput(); err != nil {
+				f.Fatalf("sqlite3: %v\n%s", err, out)
+			}
+		}
+	}
+	b, err := os.ReadFile(db)
+	if err != nil {
+		f.Fatal(err)
+	}
+	blobs, err := sqliteRPMBlobs(b)
+	if err != nil || len(blobs) != 1 {
+		f.Fatalf("the seed database: %d blobs, %v", len(blobs), err)
+	}
+	return b, blobs[0]
+}
+
+// ndbSeed lays blob out as rpm's ndb backend would: its header, one slot
+// page naming package 1, and the blob behind its header.
+func ndbSeed(blob []byte) []byte {
+	b := make([]byte, 4096+16+len(blob))
+	le := binary.LittleEndian
+	copy(b, "RpmP")
+	le.PutUint32(b[12:], 1)
+	for o := 32; o < 4096; o += 16 {
+		copy(b[o:], "Slot")
+	}
+	le.PutUint32(b[32+4:], 1)
+	le.PutUint32(b[32+8:], 4096/16)
+	copy(b[4096:], "BlbS")
+	le.PutUint32(b[4096+4:], 1)
+	le.PutUint32(b[4096+12:], uint32(len(blob)))
+	copy(b[4096+16:], blob)
+	return b
+}

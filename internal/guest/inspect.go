@@ -25,11 +25,11 @@ const (
 
 // Inspect reads what the guest disk r of size bytes holds: its layout, the
 // firmware it can boot with and its EFI loaders, and, from the first
-// ext2/3/4 or XFS filesystem holding an os-release, the operating system, dpkg's
-// installed packages, the kernels and their virtio drivers, cloud-init,
-// qemu-guest-agent and a serial console. It never fails: what it cannot read is a
-// note. Its work is the sum of the readers' bounds, for at most
-// maxFilesystems filesystems.
+// ext2/3/4 or XFS filesystem holding an os-release, the operating system,
+// the installed packages (dpkg's, rpm's or apk's), the kernels and their
+// virtio drivers, cloud-init, qemu-guest-agent and a serial console. It
+// never fails: what it cannot read is a note. Its work is the sum of the
+// readers' bounds, for at most maxFilesystems filesystems.
 func Inspect(r io.ReaderAt, size int64) *api.GuestReport {
 	rep := &api.GuestReport{}
 	l, err := Probe(r, size)
@@ -116,11 +116,11 @@ func readRoot(r io.ReaderAt, size int64, l *Layout, rep *api.GuestReport) []stri
 		}
 		osr.Partition = c.partition
 		rep.OS = osr
-		switch pkgs, err := ReadDpkg(fsys); {
+		switch manager, pkgs, err := ListPackages(fsys); {
 		case err == nil:
-			rep.Packages = &api.GuestPackages{Manager: "dpkg", Count: len(pkgs)}
+			rep.Packages = &api.GuestPackages{Manager: manager, Count: len(pkgs)}
 		case !errors.Is(err, ErrNoDatabase):
-			notes = append(notes, fmt.Sprintf("%s: dpkg's database not read: %v", where, err))
+			notes = append(notes, fmt.Sprintf("%s: packages not read: %v", where, err))
 		}
 		for _, n := range readSystem(fsys, rep) {
 			notes = append(notes, where+": "+n)
