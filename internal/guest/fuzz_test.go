@@ -413,3 +413,33 @@ func ndbSeed(blob []byte) []byte {
 	copy(b[4096+16:], blob)
 	return b
 }
+
+// FuzzLVM: any bytes as the start of an LVM2 physical volume (label,
+// metadata area header and text) give volumes or an error, never a
+// panic, and ReadLVM reads at most its label sectors, the area's header
+// and maxLVMMetadata of text.
+func FuzzLVM(f *testing.F) {
+	pv := smallPV(f)
+	f.Add(pv[:lvmSeedSize])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r := &countingReader{b: b, size: 16 << 20}
+		lvs, _, err := ReadLVM(r, 0, r.size)
+		if r.read > 4*sectorSize+sectorSize+maxLVMMetadata {
+			t.Fatalf("read %d bytes", r.read)
+		}
+		if err != nil {
+			return
+		}
+		for _, lv := range lvs {
+			if lv.Size <= 0 || lv.Size > r.size {
+				t.Fatalf("a volume of %d bytes on a disk of %d", lv.Size, r.size)
+			}
+			var buf [512]byte
+			_, _ = lv.ReadAt(buf[:], lv.Size-100)
+		}
+	})
+}
+
+// lvmSeedSize holds a small physical volume's label and its metadata
+// (lvm writes the text a few KiB into its 1 MiB area).
+const lvmSeedSize = 32 << 10

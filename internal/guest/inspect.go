@@ -71,11 +71,52 @@ func bound(rep *api.GuestReport) {
 	}
 }
 
-// fsCandidate is a filesystem Inspect may read the system from.
+// fsCandidate is a filesystem Inspect may read the system from: on a
+// partition (0: the whole disk), or in a logical volume lv there.
 type fsCandidate struct {
 	partition  int
+	lv         string
+	r          io.ReaderAt
 	off, size  int64
 	filesystem string
+}
+
+// where names the candidate in notes.
+func (c fsCandidate) where() string {
+	w := fmt.Sprintf("partition %d", c.partition)
+	if c.partition == 0 {
+		w = "the whole disk"
+	}
+	if c.lv != "" {
+		w += " (logical volume " + c.lv + ")"
+	}
+	return w
+}
+
+// lvmCandidates are the filesystems in the linear logical volumes of
+// the LVM2 physical volume at [off, off+size) of r, with notes on what
+// was not read.
+func lvmCandidates(r io.ReaderAt, partition int, off, size int64) ([]fsCandidate, []string) {
+	where := fsCandidate{partition: partition}.where()
+	lvs, notes, err := ReadLVM(r, off, size)
+	for i := range notes {
+		notes[i] = where + ": " + notes[i]
+	}
+	if err != nil {
+		return nil, append(notes, fmt.Sprintf("%s: %v", where, err))
+	}
+	var out []fsCandidate
+	for _, lv := range lvs {
+		fs, err := probeFilesystem(lv, 0, lv.Size)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("%s: logical volume %s not read: %v", where, lv.Name, err))
+			continue
+		}
+		if fs != "" && fs != FsSwap && fs != FsLVMPV {
+			out = append(out, fsCandidate{partition, lv.Name, lv, 0, lv.Size, fs})
+		}
+	}
+	return out, notes
 }
 
 // readRoot fills rep.OS, rep.Packages and the system facts from the
@@ -83,25 +124,30 @@ type fsCandidate struct {
 // it could not read.
 func readRoot(r io.ReaderAt, size int64, l *Layout, rep *api.GuestReport) []string {
 	var cands []fsCandidate
-	if l.Table == TableNone && l.Filesystem != "" {
-		cands = append(cands, fsCandidate{0, 0, size, l.Filesystem})
+	var notes []string
+	add := func(partition int, off, size int64, filesystem string) {
+		switch filesystem {
+		case "", FsSwap, FsFAT:
+		case FsLVMPV:
+			lvs, n := lvmCandidates(r, partition, off, size)
+			cands, notes = append(cands, lvs...), append(notes, n...)
+		default:
+			cands = append(cands, fsCandidate{partition, "", r, off, size, filesystem})
+		}
+	}
+	if l.Table == TableNone {
+		add(0, 0, size, l.Filesystem)
 	}
 	for _, p := range l.Partitions {
-		if p.Filesystem != "" && p.Filesystem != FsSwap && p.Filesystem != FsFAT && p.Filesystem != FsLVMPV {
-			cands = append(cands, fsCandidate{p.Number, p.Start, p.Size, p.Filesystem})
-		}
+		add(p.Number, p.Start, p.Size, p.Filesystem)
 	}
-	var notes []string
 	for i, c := range cands {
-		where := fmt.Sprintf("partition %d", c.partition)
-		if c.partition == 0 {
-			where = "the whole disk"
-		}
+		where := c.where()
 		if i == maxFilesystems {
 			notes = append(notes, fmt.Sprintf("%d more filesystems not read (at most %d are)", len(cands)-i, maxFilesystems))
 			break
 		}
-		fsys, err := OpenFS(r, c.off, c.size, c.filesystem)
+		fsys, err := OpenFS(c.r, c.off, c.size, c.filesystem)
 		if err != nil {
 			notes = append(notes, fmt.Sprintf("%s (%s) not read: %v", where, c.filesystem, err))
 			continue
@@ -114,7 +160,7 @@ func readRoot(r io.ReaderAt, size int64, l *Layout, rep *api.GuestReport) []stri
 			notes = append(notes, fmt.Sprintf("%s: os-release not read: %v", where, err))
 			continue
 		}
-		osr.Partition = c.partition
+		osr.Partition, osr.LogicalVolume = c.partition, c.lv
 		rep.OS = osr
 		switch manager, pkgs, err := ListPackages(fsys); {
 		case err == nil:
@@ -128,7 +174,7 @@ func readRoot(r io.ReaderAt, size int64, l *Layout, rep *api.GuestReport) []stri
 		return notes
 	}
 	if rep.OS == nil {
-		notes = append(notes, "no operating system found (no os-release on a filesystem imagepipe reads: ext2/3/4, XFS)")
+		notes = append(notes, "no operating system found (no os-release on a filesystem imagepipe reads: ext2/3/4, XFS, also in LVM2 linear volumes)")
 	}
 	return notes
 }

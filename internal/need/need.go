@@ -40,6 +40,8 @@ var Programs = map[string]string{
 	"dpkg-query":    "dpkg",
 	"gzip":          "gzip",
 	"ip":            "iproute2",
+	"losetup":       "mount",
+	"lvm":           "lvm2",
 	"make":          "make",
 	"mcopy":         "mtools",
 	"mkfs.btrfs":    "btrfs-progs",

@@ -67,11 +67,14 @@ type GuestOS struct {
 	// Partition is the number of the partition it was read from (0 for
 	// the whole disk).
 	Partition int `json:"partition"`
+	// LogicalVolume is the LVM2 logical volume ("vg/lv") on that
+	// partition it was read from, when it was.
+	LogicalVolume string `json:"logicalVolume,omitempty"`
 }
 
 // GuestPackages counts the installed packages of one package manager.
 type GuestPackages struct {
-	Manager string `json:"manager"` // dpkg
+	Manager string `json:"manager"` // dpkg, rpm or apk
 	Count   int    `json:"count"`
 }
 
