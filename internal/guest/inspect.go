@@ -5,10 +5,17 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
 	"strings"
 
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
+
+// errNoNTFS ends the note on an NTFS filesystem, which is not read.
+const errNoNTFS = `no reader for "ntfs" filesystems`
+
+// noOSNote starts the note on a disk with no operating system found.
+const noOSNote = "no operating system found"
 
 // maxFilesystems bounds the filesystems Inspect opens to look for the
 // operating system.
@@ -27,7 +34,8 @@ const (
 // firmware it can boot with and its EFI loaders, and, from the first
 // ext2/3/4 or XFS filesystem holding an os-release, the operating system,
 // the installed packages (dpkg's, rpm's or apk's), the kernels and their
-// virtio drivers, cloud-init, qemu-guest-agent and a serial console. It
+// virtio drivers, cloud-init, qemu-guest-agent and a serial console;
+// without one, Windows when its boot files show it (detectWindows). It
 // never fails: what it cannot read is a note. Its work is the sum of the
 // readers' bounds, for at most maxFilesystems filesystems.
 func Inspect(r io.ReaderAt, size int64) *api.GuestReport {
@@ -51,6 +59,19 @@ func Inspect(r io.ReaderAt, size int64) *api.GuestReport {
 		}
 	}
 	rep.Notes = append(rep.Notes, readRoot(r, size, l, rep)...)
+	if rep.OS == nil {
+		if osr, arch, note := detectWindows(r, l); osr != nil {
+			rep.OS = osr
+			if rep.Architecture == "" {
+				rep.Architecture = arch
+			}
+			// The Windows note says why there is no os-release and no NTFS read.
+			rep.Notes = slices.DeleteFunc(rep.Notes, func(n string) bool {
+				return strings.HasPrefix(n, noOSNote) || strings.HasSuffix(n, "(ntfs) not read: "+errNoNTFS)
+			})
+			rep.Notes = append(rep.Notes, note)
+		}
+	}
 	bound(rep)
 	return rep
 }
@@ -174,7 +195,7 @@ func readRoot(r io.ReaderAt, size int64, l *Layout, rep *api.GuestReport) []stri
 		return notes
 	}
 	if rep.OS == nil {
-		notes = append(notes, "no operating system found (no os-release on a filesystem imagepipe reads: ext2/3/4, XFS, also in LVM2 linear volumes)")
+		notes = append(notes, noOSNote+" (no os-release on a filesystem imagepipe reads: ext2/3/4, XFS, also in LVM2 linear volumes)")
 	}
 	return notes
 }

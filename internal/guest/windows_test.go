@@ -1,0 +1,87 @@
+package guest
+
+import (
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/imagepipe/imagepipe/internal/need"
+)
+
+// TestInspectDetectsWindows: a GPT disk laid out as Windows Setup lays
+// it (an ESP, a Microsoft reserved partition, an NTFS basic data
+// partition mkntfs made) is Windows when the ESP holds Windows Boot
+// Manager, and a BIOS disk when the NTFS boot code loads BOOTMGR; an
+// NTFS partition alone (a data disk) is not. What is not read is a
+// note. No Windows boot file can be had here: the ESP's boot manager is
+// systemd-boot's EFI binary (an amd64 PE, as bootmgfw.efi is) at
+// Microsoft's path, and the BIOS boot code is mkntfs's with Windows'
+// "BOOTMGR is missing" message written into it.
+func TestInspectDetectsWindows(t *testing.T) {
+	const sdboot = "/usr/lib/systemd/boot/efi/systemd-bootx64.efi"
+	ntfs := filesystem(t, FsNTFS, 64*mib)
+	esp := filesystem(t, FsFAT, 64*mib)
+	run(t, "mmd", "-i", esp, "::/EFI", "::/EFI/Microsoft", "::/EFI/Microsoft/Boot")
+	run(t, "mcopy", "-i", esp, sdboot, "::/EFI/Microsoft/Boot/bootmgfw.efi")
+
+	uefi := blankDisk(t, 200*mib)
+	run(t, "sgdisk", "-n=1:0:+64M", "-t=1:EF00", "-n=2:0:+16M", "-t=2:0C01", "-n=3:0:+64M", "-t=3:0700", uefi)
+	l := probeFile(t, uefi)
+	place(t, uefi, esp, l.Partitions[0].Start)
+	place(t, uefi, ntfs, l.Partitions[2].Start)
+
+	dataDisk := blankDisk(t, 100*mib)
+	run(t, "sgdisk", "-n=1:0:+64M", "-t=1:0700", dataDisk)
+	place(t, dataDisk, ntfs, probeFile(t, dataDisk).Partitions[0].Start)
+
+	bootmgr := filesystem(t, FsNTFS, 64*mib)
+	f, err := os.OpenFile(bootmgr, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("BOOTMGR is missing"), 0x180); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	bios := blankDisk(t, 100*mib)
+	cmd := exec.Command(need.Program(t, "sfdisk"), "-q", bios)
+	cmd.Stdin = strings.NewReader("label: dos\nstart=2048,size=131072,type=7,bootable\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("sfdisk: %v\n%s", err, out)
+	}
+	bootCode(t, bios, "/usr/lib/syslinux/mbr/mbr.bin")
+	place(t, bios, bootmgr, probeFile(t, bios).Partitions[0].Start)
+
+	for name, tc := range map[string]struct {
+		disk    string
+		windows bool
+		part    int
+		arch    string
+	}{
+		"uefi":      {uefi, true, 3, "amd64"},
+		"bios":      {bios, true, 1, ""},
+		"data disk": {dataDisk, false, 0, ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f, err := os.Open(tc.disk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			st, _ := f.Stat()
+			rep := Inspect(f, st.Size())
+			detected := slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.HasPrefix(n, "Windows detected") })
+			if !tc.windows {
+				if rep.OS != nil || detected {
+					t.Errorf("os %+v, notes %q; want none", rep.OS, rep.Notes)
+				}
+				return
+			}
+			if rep.OS == nil || rep.OS.ID != "windows" || rep.OS.Partition != tc.part || rep.Architecture != tc.arch || !detected || len(rep.Notes) != 1 {
+				t.Errorf("os %+v, arch %q, notes %q; want windows on partition %d, %q", rep.OS, rep.Architecture, rep.Notes, tc.part, tc.arch)
+			}
+		})
+	}
+}
