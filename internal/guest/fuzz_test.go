@@ -335,23 +335,19 @@ func FuzzRPMDB(f *testing.F) {
 	}
 	f.Add(bdb, uint8(2))
 	f.Fuzz(func(t *testing.T, b []byte, kind uint8) {
-		var blobs [][]byte
-		var err error
+		each := func(blob []byte) error {
+			_, err := parseRPMHeader(blob)
+			return err
+		}
 		switch kind % 4 {
 		case 0:
-			blobs, err = sqliteRPMBlobs(b)
+			_ = sqliteRPMBlobs(b, each)
 		case 1:
-			blobs, err = ndbBlobs(b)
+			_ = ndbBlobs(b, each)
 		case 2:
-			blobs, err = bdbBlobs(b)
+			_ = bdbBlobs(b, each)
 		default:
-			blobs = [][]byte{b}
-		}
-		if err != nil {
-			return
-		}
-		for _, blob := range blobs {
-			_, _ = parseRPMHeader(blob)
+			_ = each(b)
 		}
 	})
 }
@@ -388,7 +384,8 @@ func rpmSeed(f *testing.F) ([]byte, []byte) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	blobs, err := sqliteRPMBlobs(b)
+	var blobs [][]byte
+	err = sqliteRPMBlobs(b, func(blob []byte) error { blobs = append(blobs, blob); return nil })
 	if err != nil || len(blobs) != 1 {
 		f.Fatalf("the seed database: %d blobs, %v", len(blobs), err)
 	}
@@ -443,3 +440,20 @@ func FuzzLVM(f *testing.F) {
 // lvmSeedSize holds a small physical volume's label and its metadata
 // (lvm writes the text a few KiB into its 1 MiB area).
 const lvmSeedSize = 32 << 10
+
+// FuzzAPK: any bytes as apk's installed database give packages or an
+// error, never a panic, and every package has a name and a version.
+func FuzzAPK(f *testing.F) {
+	f.Add([]byte(alpineInstalled))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		pkgs, err := parseAPKInstalled(b)
+		if err != nil {
+			return
+		}
+		for _, p := range pkgs {
+			if p.Name == "" || p.Version == "" || p.Type != "apk" {
+				t.Fatalf("%+v", p)
+			}
+		}
+	})
+}

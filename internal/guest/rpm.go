@@ -11,9 +11,12 @@ import (
 
 // Limits of the rpm database reader; docs/security.md lists them.
 const (
-	// maxRPMDB bounds the database file read whole: a Fedora workstation
-	// with 2,000 packages has an rpmdb.sqlite of about 60 MiB.
-	maxRPMDB = 96 << 20
+	// maxRPMDB bounds the database file, read whole: rpm's sqlite
+	// database takes about 47 KiB a package (Fedora's and CBL-Mariner's
+	// container images), so 32 MiB holds about 700 packages, more than a
+	// cloud image installs, and keeps the file, one header and the
+	// package list within the gate's verification child (128 MiB).
+	maxRPMDB = 32 << 20
 	// maxRPMHeader bounds one package's header blob (rpm's own bound on
 	// the data is 256 MiB; the largest headers, with long file lists,
 	// are a few MiB).
@@ -49,27 +52,31 @@ func ReadRPM(fsys fs.FS) ([]Package, error) {
 		if err != nil {
 			return nil, err
 		}
-		var blobs [][]byte
-		switch db.backend {
-		case "sqlite":
-			blobs, err = sqliteRPMBlobs(b)
-		case "ndb":
-			blobs, err = ndbBlobs(b)
-		default:
-			blobs, err = bdbBlobs(b)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", db.path, err)
-		}
 		var out []Package
-		for i, blob := range blobs {
+		n := 0
+		each := func(blob []byte) error {
+			if n++; n > maxPackages {
+				return fmt.Errorf("more than %d packages", maxPackages)
+			}
 			p, err := parseRPMHeader(blob)
 			if err != nil {
-				return nil, fmt.Errorf("%s: package %d: %w", db.path, i+1, err)
+				return fmt.Errorf("package %d: %w", n, err)
 			}
 			if p.Name != "gpg-pubkey" {
 				out = append(out, p)
 			}
+			return nil
+		}
+		switch db.backend {
+		case "sqlite":
+			err = sqliteRPMBlobs(b, each)
+		case "ndb":
+			err = ndbBlobs(b, each)
+		default:
+			err = bdbBlobs(b, each)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", db.path, err)
 		}
 		return out, nil
 	}
@@ -136,16 +143,16 @@ func parseRPMHeader(b []byte) (Package, error) {
 	return p, nil
 }
 
-// sqliteRPMBlobs returns the blob column of every row of the Packages
+// sqliteRPMBlobs calls each with the blob column of every row of the Packages
 // table of rpm's sqlite database b (CREATE TABLE Packages (hnum INTEGER
 // PRIMARY KEY AUTOINCREMENT, blob BLOB NOT NULL)), reading SQLite's file
 // format: the schema table's B-tree on page 1 names the table's root
 // page; its B-tree's leaves hold the rows, whose blobs continue on
 // overflow pages. Each page is visited once at most, so a cycle ends.
-func sqliteRPMBlobs(b []byte) ([][]byte, error) {
+func sqliteRPMBlobs(b []byte, each func([]byte) error) error {
 	db, err := openSQLite(b)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	root := uint32(0)
 	err = db.walk(1, 0, func(rec [][]byte, types []uint64) error {
@@ -155,23 +162,17 @@ func sqliteRPMBlobs(b []byte) ([][]byte, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("sqlite schema: %w", err)
+		return fmt.Errorf("sqlite schema: %w", err)
 	}
 	if root == 0 {
-		return nil, errors.New("sqlite: no Packages table")
+		return errors.New("sqlite: no Packages table")
 	}
-	var blobs [][]byte
-	err = db.walk(root, 0, func(rec [][]byte, types []uint64) error {
+	return db.walk(root, 0, func(rec [][]byte, types []uint64) error {
 		if len(rec) < 2 || types[1] < 12 || types[1]%2 != 0 {
 			return errors.New("sqlite: a Packages row without a blob")
 		}
-		if len(blobs) == maxPackages {
-			return fmt.Errorf("more than %d packages", maxPackages)
-		}
-		blobs = append(blobs, rec[1])
-		return nil
+		return each(rec[1])
 	})
-	return blobs, err
 }
 
 // sqliteDB is a SQLite database file held in memory.
@@ -382,24 +383,23 @@ func sqliteInt(b []byte, t uint64) int64 {
 	return v
 }
 
-// ndbBlobs returns the header blobs of rpm's ndb database b
+// ndbBlobs calls each with the header blobs of rpm's ndb database b
 // (Packages.db: a 32-byte header, slot pages naming each package's
 // block, and a blob behind each), as rpm's lib/backend/ndb/rpmpkg.c
 // writes it.
-func ndbBlobs(b []byte) ([][]byte, error) {
+func ndbBlobs(b []byte, each func([]byte) error) error {
 	le := binary.LittleEndian
 	if len(b) < 32 || string(b[:4]) != "RpmP" || le.Uint32(b[4:]) != 0 {
-		return nil, errors.New("not an rpm ndb database")
+		return errors.New("not an rpm ndb database")
 	}
 	slotPages := int64(le.Uint32(b[12:]))
 	if slotPages == 0 || slotPages*4096 > int64(len(b)) {
-		return nil, fmt.Errorf("ndb: %d slot pages", slotPages)
+		return fmt.Errorf("ndb: %d slot pages", slotPages)
 	}
-	var blobs [][]byte
 	for o := int64(32); o+16 <= slotPages*4096; o += 16 {
 		s := b[o:]
 		if string(s[:4]) != "Slot" {
-			return nil, fmt.Errorf("ndb: a slot without its magic at %d", o)
+			return fmt.Errorf("ndb: a slot without its magic at %d", o)
 		}
 		idx, blk := le.Uint32(s[4:]), int64(le.Uint32(s[8:]))
 		if idx == 0 {
@@ -407,48 +407,46 @@ func ndbBlobs(b []byte) ([][]byte, error) {
 		}
 		at := blk * 16
 		if at < slotPages*4096 || at+16 > int64(len(b)) {
-			return nil, fmt.Errorf("ndb: package %d's blob at %d", idx, at)
+			return fmt.Errorf("ndb: package %d's blob at %d", idx, at)
 		}
 		h := b[at:]
 		n := int64(le.Uint32(h[12:]))
 		if string(h[:4]) != "BlbS" || le.Uint32(h[4:]) != idx || n > maxRPMHeader || at+16+n > int64(len(b)) {
-			return nil, fmt.Errorf("ndb: package %d's blob header", idx)
+			return fmt.Errorf("ndb: package %d's blob header", idx)
 		}
-		if len(blobs) == maxPackages {
-			return nil, fmt.Errorf("more than %d packages", maxPackages)
+		if err := each(h[16 : 16+n]); err != nil {
+			return err
 		}
-		blobs = append(blobs, h[16:16+n])
 	}
-	return blobs, nil
+	return nil
 }
 
-// bdbBlobs returns the header blobs of rpm's Berkeley DB hash database b
+// bdbBlobs calls each with the header blobs of rpm's Berkeley DB hash database b
 // (Packages, either byte order): the data items of every hash page,
 // inline or on a chain of overflow pages; items too short to be a
 // header (the record holding rpm's next header number) are skipped.
-func bdbBlobs(b []byte) ([][]byte, error) {
+func bdbBlobs(b []byte, each func([]byte) error) error {
 	if len(b) < 512 {
-		return nil, errors.New("not a Berkeley DB hash database")
+		return errors.New("not a Berkeley DB hash database")
 	}
 	var bo binary.ByteOrder = binary.LittleEndian
 	if bo.Uint32(b[12:]) != 0x061561 {
 		bo = binary.BigEndian
 		if bo.Uint32(b[12:]) != 0x061561 {
-			return nil, errors.New("not a Berkeley DB hash database")
+			return errors.New("not a Berkeley DB hash database")
 		}
 	}
 	ps := int64(bo.Uint32(b[20:]))
 	if ps < 512 || ps > 65536 || ps&(ps-1) != 0 {
-		return nil, fmt.Errorf("bdb: page size %d", ps)
+		return fmt.Errorf("bdb: page size %d", ps)
 	}
 	last := int64(bo.Uint32(b[32:]))
 	pages := int64(len(b)) / ps
 	if last >= pages {
-		return nil, fmt.Errorf("bdb: %d pages in a file of %d", last+1, pages)
+		return fmt.Errorf("bdb: %d pages in a file of %d", last+1, pages)
 	}
 	const pageHeader = 26
 	used := map[int64]bool{} // overflow pages read, each once
-	var blobs [][]byte
 	for n := int64(1); n <= last; n++ {
 		pg := b[n*ps : (n+1)*ps]
 		if t := pg[25]; t != 13 && t != 2 { // P_HASH, P_HASH_UNSORTED
@@ -456,13 +454,13 @@ func bdbBlobs(b []byte) ([][]byte, error) {
 		}
 		entries := int64(bo.Uint16(pg[20:]))
 		if pageHeader+2*entries > ps {
-			return nil, fmt.Errorf("bdb: page %d: %d entries", n, entries)
+			return fmt.Errorf("bdb: page %d: %d entries", n, entries)
 		}
 		for i := int64(1); i < entries; i += 2 { // data items follow their keys
 			off := int64(bo.Uint16(pg[pageHeader+2*i:]))
 			end := int64(bo.Uint16(pg[pageHeader+2*(i-1):])) // items grow down from the page's end
 			if off < pageHeader+2*entries || off >= end || end > ps {
-				return nil, fmt.Errorf("bdb: page %d: item %d at %d", n, i, off)
+				return fmt.Errorf("bdb: page %d: item %d at %d", n, i, off)
 			}
 			var blob []byte
 			switch pg[off] {
@@ -470,25 +468,24 @@ func bdbBlobs(b []byte) ([][]byte, error) {
 				blob = pg[off+1 : end]
 			case 3: // H_OFFPAGE: 4 unused bytes, first page, length
 				if off+12 > end {
-					return nil, fmt.Errorf("bdb: page %d: item %d", n, i)
+					return fmt.Errorf("bdb: page %d: item %d", n, i)
 				}
 				var err error
 				if blob, err = bdbOverflow(b, bo, ps, int64(bo.Uint32(pg[off+4:])), int64(bo.Uint32(pg[off+8:])), used); err != nil {
-					return nil, fmt.Errorf("bdb: page %d: %w", n, err)
+					return fmt.Errorf("bdb: page %d: %w", n, err)
 				}
 			default:
-				return nil, fmt.Errorf("bdb: page %d: an item of type %d", n, pg[off])
+				return fmt.Errorf("bdb: page %d: an item of type %d", n, pg[off])
 			}
 			if len(blob) < 16 {
 				continue
 			}
-			if len(blobs) == maxPackages {
-				return nil, fmt.Errorf("more than %d packages", maxPackages)
+			if err := each(blob); err != nil {
+				return err
 			}
-			blobs = append(blobs, blob)
 		}
 	}
-	return blobs, nil
+	return nil
 }
 
 // bdbOverflow reads length bytes from the overflow chain starting at page
