@@ -1,6 +1,7 @@
 package guest
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -103,8 +104,8 @@ func openXFSImage(t *testing.T, img string) fs.FS {
 // directory of 3,000 files (leaf form) and a directory listing, read as
 // the guest would; on v4, a link whose target is stored outside its
 // inode. (mkfs.xfs 6.1 writes a v5 remote link without the header the
-// kernel checks, so that the kernel refuses it too; the reader was
-// checked once against a v5 link and a directory the kernel wrote.)
+// kernel checks, so that the kernel refuses it too;
+// TestXFSAsTheKernelWroteIt reads one the kernel wrote.)
 func TestXFSReadsWhatMkfsWrote(t *testing.T) {
 	for name, mkfs := range map[string][]string{"v5": nil, "v4": {"-m", "crc=0"}} {
 		t.Run(name, func(t *testing.T) { testXFSReads(t, mkfs, name == "v4") })
@@ -277,5 +278,81 @@ func TestInspectAnXFSRoot(t *testing.T) {
 	}
 	if len(rep.Notes) != 0 {
 		t.Errorf("notes %q", rep.Notes)
+	}
+}
+
+// TestXFSAsTheKernelWroteIt: what only the kernel writes here: a v5 link
+// whose target is stored outside its inode (with the header mkfs.xfs 6.1
+// leaves out), a file so fragmented that its extents are in a B+tree
+// (two files written in turns, 4 KiB at a time, each write synced) and a
+// directory of 6,000 entries, written through a loop mount (the tests run
+// as root), read back equal.
+func TestXFSAsTheKernelWroteIt(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "xfs.img")
+	if err := os.Truncate(createFile(t, img), 320*mib); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "mkfs.xfs", "-q", "-f", img)
+	mnt := t.TempDir()
+	run(t, "mount", "-o", "loop", img, mnt)
+	mounted := true
+	unmount := func() {
+		if mounted {
+			run(t, "umount", mnt)
+			mounted = false
+		}
+	}
+	t.Cleanup(unmount)
+	longDir := "/usr/" + strings.Repeat("d", 200) + "/" + strings.Repeat("e", 200)
+	write(t, mnt+longDir+"/os-release", debian)
+	symlink(t, longDir+"/os-release", mnt+"/etc/os-release")
+	if err := os.Mkdir(mnt+"/var", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	frag, err := os.Create(mnt + "/var/frag")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := os.Create(mnt + "/var/other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []byte
+	for i := range 600 {
+		chunk := bytes.Repeat([]byte{byte(i % 251)}, 4096)
+		want = append(want, chunk...)
+		for _, f := range []*os.File{frag, other} {
+			if _, err := f.Write(chunk); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	frag.Close()
+	other.Close()
+	for i := range 6000 {
+		write(t, fmt.Sprintf("%s/many/file-%05d-%s", mnt, i, strings.Repeat("y", 40)), "")
+	}
+	write(t, mnt+"/many/zzz", "last")
+	unmount()
+	out, err := exec.Command(need.Program(t, "xfs_db"), "-r", "-c", "path /var/frag", "-c", "p core.format", img).Output()
+	if err != nil || !strings.Contains(string(out), "(btree)") {
+		t.Fatalf("/var/frag is not in B+tree format: %s %v", out, err)
+	}
+
+	fsys := openXFSImage(t, img)
+	if rel, err := ReadOSRelease(fsys); err != nil || rel.ID != "debian" {
+		t.Errorf("os-release through a remote link: %+v, %v", rel, err)
+	}
+	if b, err := ReadFile(fsys, "/var/frag", 4<<20); err != nil || !bytes.Equal(b, want) {
+		t.Errorf("a B+tree file: %d bytes, equal %v, %v", len(b), bytes.Equal(b, want), err)
+	}
+	if b, err := ReadFile(fsys, "/many/zzz", 10); err != nil || string(b) != "last" {
+		t.Errorf("in a directory of 6,000 entries: %q, %v", b, err)
+	}
+	if names, err := readDirNames(fsys, "/many"); err != nil || len(names) != 6001 {
+		t.Errorf("listing it: %d names, %v", len(names), err)
 	}
 }

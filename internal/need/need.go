@@ -63,6 +63,7 @@ var Programs = map[string]string{
 	"skopeo":        "skopeo",
 	"sqlite3":       "sqlite3",
 	"socat":         "socat",
+	"umount":        "mount",
 	"unshare":       "util-linux",
 	"xz":            "xz-utils",
 	"zstd":          "zstd",
