@@ -20,5 +20,6 @@
 // installed packages from dpkg's, rpm's (sqlite, ndb, Berkeley DB) or
 // apk's database. Inspect puts them together as pkg/api's GuestReport,
 // with what the root says of the VM it will be: kernels and their virtio
-// drivers, cloud-init, qemu-guest-agent, a serial console.
+// drivers (Windows' from NTFS, with go-ntfs), cloud-init,
+// qemu-guest-agent, a serial console.
 package guest

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/imagepipe/imagepipe/internal/need"
@@ -456,4 +458,79 @@ func FuzzAPK(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzNTFS: any bytes as an NTFS volume's boot sector and the first 100
+// records of its MFT (a small tree's files and its small directories'
+// indexes), over the rest of a volume mkntfs and ntfs-3g made, give Windows' facts or an error, never a panic that escapes, and
+// reads stay within maxNTFSRead.
+func FuzzNTFS(f *testing.F) {
+	img, mft := ntfsSeed(f)
+	f.Add(img[:sectorSize], img[mft:mft+ntfsSeedTail])
+	f.Fuzz(func(t *testing.T, boot, records []byte) {
+		r := &overlayReader{base: img, windowReader: windowReader{head: boot, tail: records, off: mft, size: int64(len(img))}}
+		_, _ = readWindows(r, 0, r.size)
+		if r.read > maxNTFSRead+4096*ntfsPages {
+			t.Fatalf("read %d bytes", r.read)
+		}
+	})
+}
+
+// overlayReader reads base but where windowReader's windows lie.
+type overlayReader struct {
+	base []byte
+	windowReader
+}
+
+func (o *overlayReader) ReadAt(p []byte, off int64) (int, error) {
+	n, err := o.windowReader.ReadAt(p, off)
+	for i := range n {
+		inHead := off+int64(i) < int64(len(o.head))
+		inTail := off+int64(i) >= o.off && off+int64(i) < o.off+int64(len(o.tail))
+		if !inHead && !inTail && off+int64(i) < int64(len(o.base)) {
+			p[i] = o.base[off+int64(i)]
+		}
+	}
+	return n, err
+}
+
+// ntfsSeedTail is what the fuzzer mutates of the MFT: 100 records.
+const ntfsSeedTail = 100 << 10
+
+// ntfsSeed is a 16 MiB NTFS made by mkntfs, holding Windows' kernel and
+// viostor written by ntfs-3g (a FUSE mount), and the offset of its MFT.
+func ntfsSeed(f testing.TB) ([]byte, int64) {
+	img := filepath.Join(f.TempDir(), "ntfs.img")
+	if err := os.Truncate(createFile(f, img), 16<<20); err != nil {
+		f.Fatal(err)
+	}
+	run(f, "mkntfs", "-q", "-F", "-f", img)
+	mnt := f.TempDir()
+	run(f, "ntfs-3g", img, mnt)
+	for _, p := range []string{"ntoskrnl.exe", "drivers/viostor.sys"} {
+		if err := os.MkdirAll(filepath.Dir(mnt+"/Windows/System32/"+p), 0o755); err != nil {
+			f.Fatal(err)
+		}
+		if err := os.WriteFile(mnt+"/Windows/System32/"+p, []byte("MZ"), 0o644); err != nil {
+			f.Fatal(err)
+		}
+	}
+	run(f, "umount", mnt)
+	b, err := os.ReadFile(img)
+	if err != nil {
+		f.Fatal(err)
+	}
+	// The boot sector names the MFT's first cluster.
+	cluster := int64(binary.LittleEndian.Uint16(b[11:])) * int64(b[13])
+	return b, int64(binary.LittleEndian.Uint64(b[0x30:])) * cluster
+}
+
+// TestTheNTFSFuzzSeedReads: the windows FuzzNTFS mutates hold the whole
+// path to Windows' kernel and viostor.
+func TestTheNTFSFuzzSeedReads(t *testing.T) {
+	img, mft := ntfsSeed(t)
+	r := &overlayReader{base: img, windowReader: windowReader{head: img[:sectorSize], tail: img[mft : mft+ntfsSeedTail], off: mft, size: int64(len(img))}}
+	if w, err := readWindows(r, 0, r.size); err != nil || !w.kernel || !slices.Equal(w.virtio, []string{"viostor"}) {
+		t.Errorf("%+v, %v", w, err)
+	}
 }

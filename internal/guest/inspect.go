@@ -11,9 +11,6 @@ import (
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
-// errNoNTFS ends the note on an NTFS filesystem, which is not read.
-const errNoNTFS = `no reader for "ntfs" filesystems`
-
 // noOSNote starts the note on a disk with no operating system found.
 const noOSNote = "no operating system found"
 
@@ -35,7 +32,7 @@ const (
 // ext2/3/4 or XFS filesystem holding an os-release, the operating system,
 // the installed packages (dpkg's, rpm's or apk's), the kernels and their
 // virtio drivers, cloud-init, qemu-guest-agent and a serial console;
-// without one, Windows when its boot files show it (detectWindows). It
+// without one, Windows and its virtio drivers (detectWindows). It
 // never fails: what it cannot read is a note. Its work is the sum of the
 // readers' bounds, for at most maxFilesystems filesystems.
 func Inspect(r io.ReaderAt, size int64) *api.GuestReport {
@@ -60,17 +57,11 @@ func Inspect(r io.ReaderAt, size int64) *api.GuestReport {
 	}
 	rep.Notes = append(rep.Notes, readRoot(r, size, l, rep)...)
 	if rep.OS == nil {
-		if osr, arch, note := detectWindows(r, l); osr != nil {
-			rep.OS = osr
-			if rep.Architecture == "" {
-				rep.Architecture = arch
-			}
-			// The Windows note says why there is no os-release and no NTFS read.
-			rep.Notes = slices.DeleteFunc(rep.Notes, func(n string) bool {
-				return strings.HasPrefix(n, noOSNote) || strings.HasSuffix(n, "(ntfs) not read: "+errNoNTFS)
-			})
-			rep.Notes = append(rep.Notes, note)
+		notes := detectWindows(r, l, rep)
+		if rep.OS != nil { // the Windows note says why there is no os-release
+			rep.Notes = slices.DeleteFunc(rep.Notes, func(n string) bool { return strings.HasPrefix(n, noOSNote) })
 		}
+		rep.Notes = append(rep.Notes, notes...)
 	}
 	bound(rep)
 	return rep
@@ -148,7 +139,7 @@ func readRoot(r io.ReaderAt, size int64, l *Layout, rep *api.GuestReport) []stri
 	var notes []string
 	add := func(partition int, off, size int64, filesystem string) {
 		switch filesystem {
-		case "", FsSwap, FsFAT:
+		case "", FsSwap, FsFAT, FsNTFS: // NTFS: Windows, which detectWindows reads
 		case FsLVMPV:
 			lvs, n := lvmCandidates(r, partition, off, size)
 			cands, notes = append(cands, lvs...), append(notes, n...)

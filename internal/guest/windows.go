@@ -2,6 +2,8 @@ package guest
 
 import (
 	"bytes"
+	"cmp"
+	"fmt"
 	"io"
 
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -11,14 +13,66 @@ import (
 // the ESP (bcdboot's default); its BCD store lies beside it.
 const windowsBootManager = "/EFI/Microsoft/Boot/bootmgfw.efi"
 
-// detectWindows tells Windows from its boot files, since imagepipe reads
-// no NTFS: Windows Boot Manager on a FAT ESP (UEFI), or an NTFS boot
-// sector that loads BOOTMGR (BIOS, Windows Vista and later). It returns
-// the OS (on the largest NTFS partition, where Windows most likely is),
-// the boot manager's CPU architecture when read, and a note saying what
-// the answer rests on and what is not known; nil when neither is found.
-func detectWindows(r io.ReaderAt, l *Layout) (*api.GuestOS, string, string) {
-	var why, arch string
+// maxNTFSVolumes bounds the NTFS volumes looked into for Windows.
+const maxNTFSVolumes = 4
+
+// detectWindows finds Windows on a disk without an os-release: its
+// kernel on an NTFS volume (readWindows), with the virtio drivers
+// installed beside it; else its boot files: Windows Boot Manager on a FAT
+// ESP (UEFI), or an NTFS boot sector that loads BOOTMGR (BIOS, Windows
+// Vista and later), on the largest NTFS partition. It fills rep.OS (nil
+// when neither is found), rep.Kernels and rep.Architecture (from the boot
+// manager's PE header) and returns notes on what is not known.
+func detectWindows(r io.ReaderAt, l *Layout, rep *api.GuestReport) []string {
+	var notes []string
+	var ntfs []Partition
+	for _, p := range l.Partitions {
+		if p.Filesystem == FsNTFS {
+			ntfs = append(ntfs, p)
+		}
+	}
+	for i, p := range ntfs {
+		if i == maxNTFSVolumes {
+			notes = append(notes, fmt.Sprintf("%d more NTFS partitions not looked into", len(ntfs)-i))
+			break
+		}
+		w, err := readWindows(r, p.Start, p.Size)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("partition %d (ntfs) not read: %v", p.Number, err))
+			continue
+		}
+		if w.kernel {
+			rep.OS = &api.GuestOS{ID: "windows", Partition: p.Number}
+			rep.Kernels = []api.GuestKernel{{Version: "windows", Virtio: w.virtio}}
+			rep.Architecture = cmp.Or(rep.Architecture, bootManagerArch(r, l))
+			return append(notes, "Windows detected (its kernel, ntoskrnl.exe); its version is unknown: its registry is not read")
+		}
+	}
+	why := ""
+	head, found := bootManager(r, l)
+	if found {
+		why = "Windows Boot Manager on the EFI system partition"
+	}
+	var largest *Partition
+	for i, p := range ntfs {
+		if largest == nil || p.Size > largest.Size {
+			largest = &ntfs[i]
+		}
+		if why == "" && bootsBootmgr(r, p.Start) {
+			why = "an NTFS boot sector that loads BOOTMGR"
+		}
+	}
+	if why == "" || largest == nil {
+		return notes
+	}
+	rep.OS = &api.GuestOS{ID: "windows", Partition: largest.Number}
+	rep.Architecture = cmp.Or(rep.Architecture, peMachine(head))
+	return append(notes, "Windows detected ("+why+"); its kernel was not found, so its version and drivers (viostor, vioscsi, netkvm) are unknown")
+}
+
+// bootManager reads the head of Windows Boot Manager on the first FAT
+// ESP holding it.
+func bootManager(r io.ReaderAt, l *Layout) ([]byte, bool) {
 	for _, p := range l.Partitions {
 		if p.Role != RoleESP || p.Filesystem != FsFAT {
 			continue
@@ -28,27 +82,16 @@ func detectWindows(r io.ReaderAt, l *Layout) (*api.GuestOS, string, string) {
 			continue
 		}
 		if head, err := fat.readHead(windowsBootManager, peHead); err == nil {
-			why, arch = "Windows Boot Manager on the EFI system partition", peMachine(head)
-			break
+			return head, true
 		}
 	}
-	var ntfs *Partition
-	for i, p := range l.Partitions {
-		if p.Filesystem != FsNTFS {
-			continue
-		}
-		if ntfs == nil || p.Size > ntfs.Size {
-			ntfs = &l.Partitions[i]
-		}
-		if why == "" && bootsBootmgr(r, p.Start) {
-			why = "an NTFS boot sector that loads BOOTMGR"
-		}
-	}
-	if why == "" || ntfs == nil {
-		return nil, "", ""
-	}
-	return &api.GuestOS{ID: "windows", Partition: ntfs.Number}, arch,
-		"Windows detected (" + why + "); its version, drivers (viostor, vioscsi, netkvm) and packages are unknown: imagepipe reads no NTFS"
+	return nil, false
+}
+
+// bootManagerArch is the CPU architecture of Windows Boot Manager, or "".
+func bootManagerArch(r io.ReaderAt, l *Layout) string {
+	head, _ := bootManager(r, l)
+	return peMachine(head)
 }
 
 // bootsBootmgr reports an NTFS boot sector whose boot code loads

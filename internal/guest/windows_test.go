@@ -12,8 +12,9 @@ import (
 
 // TestInspectDetectsWindows: a GPT disk laid out as Windows Setup lays
 // it (an ESP, a Microsoft reserved partition, an NTFS basic data
-// partition mkntfs made) is Windows when the ESP holds Windows Boot
-// Manager, and a BIOS disk when the NTFS boot code loads BOOTMGR; an
+// partition mkntfs made) is Windows with its virtio drivers when the
+// NTFS holds its kernel and drivers; else Windows, its drivers unknown,
+// when the ESP holds Windows Boot Manager, and a BIOS disk when the NTFS boot code loads BOOTMGR; an
 // NTFS partition alone (a data disk) is not. What is not read is a
 // note. No Windows boot file can be had here: the ESP's boot manager is
 // systemd-boot's EFI binary (an amd64 PE, as bootmgfw.efi is) at
@@ -25,6 +26,28 @@ func TestInspectDetectsWindows(t *testing.T) {
 	esp := filesystem(t, FsFAT, 64*mib)
 	run(t, "mmd", "-i", esp, "::/EFI", "::/EFI/Microsoft", "::/EFI/Microsoft/Boot")
 	run(t, "mcopy", "-i", esp, sdboot, "::/EFI/Microsoft/Boot/bootmgfw.efi")
+
+	// Windows as Setup leaves it, as far as inspection looks: its kernel
+	// and two of the virtio drivers, written by ntfs-3g (a FUSE mount:
+	// the tests run as root).
+	windows := filesystem(t, FsNTFS, 64*mib)
+	mnt := t.TempDir()
+	run(t, "ntfs-3g", windows, mnt)
+	mounted := true
+	t.Cleanup(func() {
+		if mounted {
+			_ = exec.Command("umount", mnt).Run()
+		}
+	})
+	for _, f := range []string{"ntoskrnl.exe", "drivers/viostor.sys", "drivers/netkvm.sys", "drivers/disk.sys"} {
+		write(t, mnt+"/Windows/System32/"+f, "MZ")
+	}
+	run(t, "umount", mnt)
+	mounted = false
+	installed := blankDisk(t, 200*mib)
+	run(t, "sgdisk", "-n=1:0:+64M", "-t=1:EF00", "-n=2:0:+16M", "-t=2:0C01", "-n=3:0:+64M", "-t=3:0700", installed)
+	place(t, installed, esp, probeFile(t, installed).Partitions[0].Start)
+	place(t, installed, windows, probeFile(t, installed).Partitions[2].Start)
 
 	uefi := blankDisk(t, 200*mib)
 	run(t, "sgdisk", "-n=1:0:+64M", "-t=1:EF00", "-n=2:0:+16M", "-t=2:0C01", "-n=3:0:+64M", "-t=3:0700", uefi)
@@ -60,6 +83,7 @@ func TestInspectDetectsWindows(t *testing.T) {
 		part    int
 		arch    string
 	}{
+		"installed": {installed, true, 3, "amd64"},
 		"uefi":      {uefi, true, 3, "amd64"},
 		"bios":      {bios, true, 1, ""},
 		"data disk": {dataDisk, false, 0, ""},
@@ -78,6 +102,12 @@ func TestInspectDetectsWindows(t *testing.T) {
 					t.Errorf("os %+v, notes %q; want none", rep.OS, rep.Notes)
 				}
 				return
+			}
+			if name == "installed" && (len(rep.Kernels) != 1 || rep.Kernels[0].Version != "windows" || !slices.Equal(rep.Kernels[0].Virtio, []string{"viostor", "netkvm"})) {
+				t.Errorf("kernels %+v; want windows with viostor and netkvm", rep.Kernels)
+			}
+			if name != "installed" && len(rep.Kernels) != 0 {
+				t.Errorf("kernels %+v; want none known", rep.Kernels)
 			}
 			if rep.OS == nil || rep.OS.ID != "windows" || rep.OS.Partition != tc.part || rep.Architecture != tc.arch || !detected || len(rep.Notes) != 1 {
 				t.Errorf("os %+v, arch %q, notes %q; want windows on partition %d, %q", rep.OS, rep.Architecture, rep.Notes, tc.part, tc.arch)

@@ -52,6 +52,7 @@ var Programs = map[string]string{
 	"mkntfs":        "ntfs-3g",
 	"mkswap":        "util-linux",
 	"mmd":           "mtools",
+	"ntfs-3g":       "ntfs-3g",
 	"pvcreate":      "lvm2",
 	"sfdisk":        "fdisk",
 	"sgdisk":        "gdisk",

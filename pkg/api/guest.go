@@ -21,7 +21,7 @@ type GuestReport struct {
 	// database was read.
 	Packages *GuestPackages `json:"packages,omitempty"`
 	// Kernels are the Linux kernels installed, newest first by version
-	// name, each with the virtio drivers it has.
+	// name, or Windows', each with the virtio drivers it has.
 	Kernels []GuestKernel `json:"kernels,omitempty"`
 	// CloudInit: cloud-init is installed, so the VM reads its cloud-init
 	// data (the SSH keys vm create passes) at boot.
@@ -78,10 +78,12 @@ type GuestPackages struct {
 	Count   int    `json:"count"`
 }
 
-// GuestKernel is a Linux kernel installed in the guest.
+// GuestKernel is a Linux kernel installed in the guest, or Windows'
+// (Version "windows").
 type GuestKernel struct {
 	Version string `json:"version"`
 	// Virtio are the drivers of KubeVirt's virtio devices it has, built
-	// in or as modules: virtio_blk, virtio_scsi, virtio_net.
+	// in or as modules: virtio_blk, virtio_scsi, virtio_net; Windows'
+	// installed virtio-win drivers: viostor, vioscsi, netkvm.
 	Virtio []string `json:"virtio,omitempty"`
 }
