@@ -15,8 +15,12 @@ import (
 const noOSNote = "no operating system found"
 
 // maxFilesystems bounds the filesystems Inspect opens to look for the
-// operating system.
-const maxFilesystems = 8
+// operating system, maxPhysicalVolumes the LVM2 physical volumes whose
+// logical volumes it looks into.
+const (
+	maxFilesystems     = 8
+	maxPhysicalVolumes = 4
+)
 
 // Bounds of the report, which a verdict carries: the partitions listed,
 // the notes and each note's length. Their sum keeps a report under about
@@ -105,10 +109,10 @@ func (c fsCandidate) where() string {
 	return w
 }
 
-// lvmCandidates are the filesystems in the linear logical volumes of
-// the LVM2 physical volume at [off, off+size) of r, with notes on what
-// was not read.
-func lvmCandidates(r io.ReaderAt, partition int, off, size int64) ([]fsCandidate, []string) {
+// lvmCandidates are the filesystems (at most limit) in the linear
+// logical volumes of the LVM2 physical volume at [off, off+size) of r,
+// with notes on what was not read.
+func lvmCandidates(r io.ReaderAt, partition int, off, size int64, limit int) ([]fsCandidate, []string) {
 	where := fsCandidate{partition: partition}.where()
 	lvs, notes, err := ReadLVM(r, off, size)
 	for i := range notes {
@@ -118,7 +122,11 @@ func lvmCandidates(r io.ReaderAt, partition int, off, size int64) ([]fsCandidate
 		return nil, append(notes, fmt.Sprintf("%s: %v", where, err))
 	}
 	var out []fsCandidate
-	for _, lv := range lvs {
+	for i, lv := range lvs {
+		if len(out) >= limit {
+			notes = append(notes, fmt.Sprintf("%s: %d more logical volumes not read (at most %d filesystems are)", where, len(lvs)-i, maxFilesystems))
+			break
+		}
 		fs, err := probeFilesystem(lv, 0, lv.Size)
 		if err != nil {
 			notes = append(notes, fmt.Sprintf("%s: logical volume %s not read: %v", where, lv.Name, err))
@@ -137,11 +145,16 @@ func lvmCandidates(r io.ReaderAt, partition int, off, size int64) ([]fsCandidate
 func readRoot(r io.ReaderAt, size int64, l *Layout, rep *api.GuestReport) []string {
 	var cands []fsCandidate
 	var notes []string
+	pvs := 0
 	add := func(partition int, off, size int64, filesystem string) {
 		switch filesystem {
 		case "", FsSwap, FsFAT, FsNTFS: // NTFS: Windows, which detectWindows reads
 		case FsLVMPV:
-			lvs, n := lvmCandidates(r, partition, off, size)
+			if pvs++; pvs > maxPhysicalVolumes {
+				notes = append(notes, fmt.Sprintf("%s: an LVM2 physical volume not read (at most %d are)", fsCandidate{partition: partition}.where(), maxPhysicalVolumes))
+				return
+			}
+			lvs, n := lvmCandidates(r, partition, off, size, maxFilesystems-len(cands))
 			cands, notes = append(cands, lvs...), append(notes, n...)
 		default:
 			cands = append(cands, fsCandidate{partition, "", r, off, size, filesystem})

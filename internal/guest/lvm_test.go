@@ -258,3 +258,32 @@ func (b bytesReaderAt) ReadAt(p []byte, off int64) (int, error) {
 	}
 	return n, nil
 }
+
+// TestInspectReadsAtMostFourPhysicalVolumes: a disk of five LVM
+// partitions, each the same physical volume lvm made, has the fifth
+// noted as not read.
+func TestInspectReadsAtMostFourPhysicalVolumes(t *testing.T) {
+	pv := filepath.Join(t.TempDir(), "pv")
+	if err := os.WriteFile(pv, smallPV(t), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	disk := blankDisk(t, 100*mib)
+	var args []string
+	for i := 1; i <= 5; i++ {
+		args = append(args, fmt.Sprintf("-n=%d:0:+16M", i), fmt.Sprintf("-t=%d:8E00", i))
+	}
+	run(t, "sgdisk", append(args, disk)...)
+	for _, p := range probeFile(t, disk).Partitions {
+		place(t, disk, pv, p.Start)
+	}
+	f, err := os.Open(disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rep := Inspect(f, 100*mib)
+	want := fmt.Sprintf("partition 5: an LVM2 physical volume not read (at most %d are)", maxPhysicalVolumes)
+	if !slices.Contains(rep.Notes, want) || slices.ContainsFunc(rep.Notes, func(n string) bool { return strings.HasPrefix(n, "partition 4: an LVM2") }) {
+		t.Errorf("notes %q; want %q", rep.Notes, want)
+	}
+}
