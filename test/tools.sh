@@ -22,6 +22,7 @@ command -v mkfs.xfs >/dev/null || need+=(xfsprogs)
 command -v mkfs.btrfs >/dev/null || need+=(btrfs-progs)
 command -v mkfs.fat >/dev/null || need+=(dosfstools)
 command -v mkntfs >/dev/null || need+=(ntfs-3g)
+command -v hivexsh >/dev/null || need+=(libhivex-bin) # writes registry hives for the Windows reader's tests
 command -v pvcreate >/dev/null || need+=(lvm2)
 command -v sfdisk >/dev/null || need+=(fdisk)
 command -v sgdisk >/dev/null || need+=(gdisk)

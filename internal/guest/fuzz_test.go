@@ -534,3 +534,45 @@ func TestTheNTFSFuzzSeedReads(t *testing.T) {
 		t.Errorf("%+v, %v", w, err)
 	}
 }
+
+// FuzzRegistry: any bytes as Windows' SOFTWARE hive's first 64 KiB and
+// the last 64 KiB of its bins (the base block and root key, and the bin
+// hivexsh appended with the keys read) give a version or none, never a panic that
+// escapes readWindows' recover, nor a hang.
+func FuzzRegistry(f *testing.F) {
+	hive, err := os.ReadFile(softwareHive(f))
+	if err != nil {
+		f.Fatal(err)
+	}
+	size, tail := int64(len(hive)), hiveTail(hive)
+	f.Add(hive[:registrySeedWindow], hive[tail:tail+registrySeedWindow])
+	f.Fuzz(func(t *testing.T, head, last []byte) {
+		var err error
+		defer recoverAsError(&err)
+		_, _ = windowsVersion(&windowReader{head: head, tail: last, off: tail, size: size})
+	})
+}
+
+// registrySeedWindow is what FuzzRegistry mutates at each end of the
+// hive (TestTheRegistryFuzzSeedReads: enough to read the version).
+const registrySeedWindow = 64 << 10
+
+// hiveTail is where the last registrySeedWindow bytes of a hive's bins
+// start (its base block gives their length).
+func hiveTail(hive []byte) int64 {
+	return 4096 + int64(binary.LittleEndian.Uint32(hive[0x28:])) - registrySeedWindow
+}
+
+// TestTheRegistryFuzzSeedReads: the windows FuzzRegistry mutates hold
+// Windows' version.
+func TestTheRegistryFuzzSeedReads(t *testing.T) {
+	hive, err := os.ReadFile(softwareHive(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	size, tail := int64(len(hive)), hiveTail(hive)
+	r := &windowReader{head: hive[:registrySeedWindow], tail: hive[tail : tail+registrySeedWindow], off: tail, size: size}
+	if v, n := windowsVersion(r); v != "10.0.22631" || n != "Windows 11 Pro 23H2" {
+		t.Errorf("%q %q", v, n)
+	}
+}

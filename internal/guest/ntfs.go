@@ -1,11 +1,15 @@
 package guest
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"www.velocidex.com/golang/go-ntfs/parser"
+	"www.velocidex.com/golang/regparser"
 )
 
 // Limits of the NTFS reading; docs/security.md lists them.
@@ -27,6 +31,9 @@ var windowsDrivers = []string{"viostor", "vioscsi", "netkvm"}
 type windowsSystem struct {
 	kernel bool
 	virtio []string
+	// version and name are the registry's, when read: "10.0.22631" and
+	// "Windows 11 Pro 23H2".
+	version, name string
 }
 
 // readWindows looks in the NTFS volume at [off, off+size) of r, with
@@ -55,6 +62,11 @@ func readWindows(r io.ReaderAt, off, size int64) (w windowsSystem, err error) {
 			w.virtio = append(w.virtio, d)
 		}
 	}
+	if w.kernel {
+		if hive, err := parser.GetDataForPath(ntfs, "Windows/System32/config/SOFTWARE"); err == nil {
+			w.version, w.name = windowsVersion(hive)
+		}
+	}
 	if br.left.Load() < 0 {
 		return w, fmt.Errorf("ntfs: more than %d bytes read: %w", maxNTFSRead, ErrTooLarge)
 	}
@@ -72,4 +84,48 @@ func (b *budgetReader) ReadAt(p []byte, off int64) (int, error) {
 		return 0, fmt.Errorf("ntfs: more than %d bytes read: %w", maxNTFSRead, ErrTooLarge)
 	}
 	return b.r.ReadAt(p, off)
+}
+
+// windowsVersion reads Windows' version from its SOFTWARE registry hive
+// (HKLM\SOFTWARE\Microsoft\Windows NT\CurrentVersion), with
+// Velocidex's regparser: "major.minor.build" and the product name with
+// its release ("23H2"). Windows 11 still names itself Windows 10 there;
+// its build (22000 and later) tells it apart, as Microsoft documents.
+func windowsVersion(hive io.ReaderAt) (version, name string) {
+	reg, err := regparser.NewRegistry(hive)
+	if err != nil {
+		return "", ""
+	}
+	key := reg.OpenKey(`Microsoft\Windows NT\CurrentVersion`)
+	if key == nil {
+		return "", ""
+	}
+	str, num := map[string]string{}, map[string]uint64{}
+	for _, v := range key.Values() {
+		d := v.ValueData()
+		if d == nil {
+			continue
+		}
+		switch n := v.ValueName(); n {
+		case "ProductName", "DisplayVersion", "CurrentBuild", "CurrentBuildNumber":
+			v := strings.TrimRight(d.String, "\x00") // REG_SZ keeps its terminator
+			if len(v) <= 256 && strings.IndexFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) < 0 {
+				str[n] = v
+			}
+		case "CurrentMajorVersionNumber", "CurrentMinorVersionNumber":
+			num[n] = d.Uint64
+		}
+	}
+	build := cmp.Or(str["CurrentBuild"], str["CurrentBuildNumber"])
+	if major, ok := num["CurrentMajorVersionNumber"]; ok && build != "" {
+		version = fmt.Sprintf("%d.%d.%s", major, num["CurrentMinorVersionNumber"], build)
+	}
+	name = str["ProductName"]
+	if b, err := strconv.Atoi(build); err == nil && b >= 22000 && strings.HasPrefix(name, "Windows 10") {
+		name = "Windows 11" + strings.TrimPrefix(name, "Windows 10")
+	}
+	if dv := str["DisplayVersion"]; name != "" && dv != "" {
+		name += " " + dv
+	}
+	return version, name
 }

@@ -42,10 +42,13 @@ func detectWindows(r io.ReaderAt, l *Layout, rep *api.GuestReport) []string {
 			continue
 		}
 		if w.kernel {
-			rep.OS = &api.GuestOS{ID: "windows", Partition: p.Number}
+			rep.OS = &api.GuestOS{ID: "windows", VersionID: w.version, PrettyName: w.name, Partition: p.Number}
 			rep.Kernels = []api.GuestKernel{{Version: "windows", Virtio: w.virtio}}
 			rep.Architecture = cmp.Or(rep.Architecture, bootManagerArch(r, l))
-			return append(notes, "Windows detected (its kernel, ntoskrnl.exe); its version is unknown: its registry is not read")
+			if w.version == "" {
+				notes = append(notes, "Windows detected (its kernel, ntoskrnl.exe); its version is unknown (its SOFTWARE registry hive not read)")
+			}
+			return notes
 		}
 	}
 	why := ""

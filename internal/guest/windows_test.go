@@ -3,6 +3,7 @@ package guest
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -42,6 +43,11 @@ func TestInspectDetectsWindows(t *testing.T) {
 	for _, f := range []string{"ntoskrnl.exe", "drivers/viostor.sys", "drivers/netkvm.sys", "drivers/disk.sys"} {
 		write(t, mnt+"/Windows/System32/"+f, "MZ")
 	}
+	hive, err := os.ReadFile(softwareHive(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, mnt+"/Windows/System32/config/SOFTWARE", string(hive))
 	run(t, "umount", mnt)
 	mounted = false
 	installed := blankDisk(t, 200*mib)
@@ -109,9 +115,61 @@ func TestInspectDetectsWindows(t *testing.T) {
 			if name != "installed" && len(rep.Kernels) != 0 {
 				t.Errorf("kernels %+v; want none known", rep.Kernels)
 			}
+			if name == "installed" {
+				if rep.OS == nil || rep.OS.ID != "windows" || rep.OS.VersionID != "10.0.22631" || rep.OS.PrettyName != "Windows 11 Pro 23H2" || rep.OS.Partition != 3 || rep.Architecture != "amd64" || len(rep.Notes) != 0 {
+					t.Errorf("os %+v, arch %q, notes %q; want Windows 11 Pro 23H2 (10.0.22631) on partition 3, amd64, no notes", rep.OS, rep.Architecture, rep.Notes)
+				}
+				return
+			}
 			if rep.OS == nil || rep.OS.ID != "windows" || rep.OS.Partition != tc.part || rep.Architecture != tc.arch || !detected || len(rep.Notes) != 1 {
 				t.Errorf("os %+v, arch %q, notes %q; want windows on partition %d, %q", rep.OS, rep.Architecture, rep.Notes, tc.part, tc.arch)
 			}
 		})
 	}
+}
+
+// softwareHive is a registry hive holding what Windows 11 Pro 23H2
+// writes in HKLM\SOFTWARE\Microsoft\Windows NT\CurrentVersion (its
+// ProductName still "Windows 10 Pro"), written by hivex's hivexsh into a
+// real hive: the NTUSER.DAT regparser's tests read, fetched with it
+// through the Go module proxy.
+func softwareHive(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "www.velocidex.com/golang/regparser").Output()
+	if err != nil {
+		t.Fatalf("go list -m www.velocidex.com/golang/regparser: %v", err)
+	}
+	base, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "testdata", "NTUSER.DAT"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "SOFTWARE")
+	if err := os.WriteFile(p, base, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(need.Program(t, "hivexsh"), "-w", p)
+	cmd.Stdin = strings.NewReader(`cd \
+add Microsoft
+cd Microsoft
+add Windows NT
+cd Windows NT
+add CurrentVersion
+cd CurrentVersion
+setval 5
+ProductName
+string:Windows 10 Pro
+DisplayVersion
+string:23H2
+CurrentBuild
+string:22631
+CurrentMajorVersionNumber
+dword:0x0000000a
+CurrentMinorVersionNumber
+dword:0x00000000
+commit
+`)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("hivexsh: %v\n%s", err, out)
+	}
+	return p
 }

@@ -39,6 +39,7 @@ const AllowedPrefix = "allowed skip ("
 var Programs = map[string]string{
 	"dpkg-query":    "dpkg",
 	"gzip":          "gzip",
+	"hivexsh":       "libhivex-bin",
 	"ip":            "iproute2",
 	"losetup":       "mount",
 	"lvm":           "lvm2",
