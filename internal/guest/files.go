@@ -29,13 +29,16 @@ const (
 var ErrTooLarge = errors.New("the file is larger than its bound")
 
 // OpenFS opens the filesystem at [off, off+size) of r as an fs.FS: ext2,
-// ext3 and ext4 for now (extFS). Its files are read with ReadFile, which
-// follows links as the guest would, within bounds.
+// ext3 and ext4 (extFS) and XFS (xfs.go), each read by a bounded reader of
+// our own. Its files are read with ReadFile, which follows links as the
+// guest would, within bounds.
 func OpenFS(r io.ReaderAt, off, size int64, filesystem string) (fsys fs.FS, err error) {
 	defer recoverAsError(&err)
 	switch filesystem {
 	case FsExt2, FsExt3, FsExt4:
 		return openExt(io.NewSectionReader(r, off, size), size)
+	case FsXFS:
+		return openXFS(r, off, size)
 	}
 	return nil, fmt.Errorf("no reader for %q filesystems", filesystem)
 }

@@ -98,7 +98,7 @@ func TestInspectAGuestAsItsToolsMadeIt(t *testing.T) {
 // failure; the guest is then unknown, not refused.
 func TestInspectNotesWhatItCannotRead(t *testing.T) {
 	zeros := blankDisk(t, 4*mib)
-	xfs := filesystem(t, FsXFS, 320*mib)
+	btrfs := filesystem(t, FsBtrfs, 128*mib)
 	loop := filepath.Join(t.TempDir(), "loop.img")
 	root := t.TempDir()
 	symlink(t, "os-release", root+"/etc/os-release")
@@ -111,7 +111,7 @@ func TestInspectNotesWhatItCannotRead(t *testing.T) {
 		note string
 	}{
 		"zeros":              {zeros, "no operating system found"},
-		"xfs":                {xfs, "no reader for \"xfs\""},
+		"btrfs":              {btrfs, "no reader for \"btrfs\""},
 		"an os-release loop": {loop, "os-release not read"},
 	} {
 		t.Run(name, func(t *testing.T) {

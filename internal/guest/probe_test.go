@@ -15,7 +15,7 @@ import (
 const mib = 1 << 20
 
 // run runs a program the test needs, failing with its output.
-func run(t *testing.T, name string, args ...string) {
+func run(t testing.TB, name string, args ...string) {
 	t.Helper()
 	out, err := exec.Command(need.Program(t, name), args...).CombinedOutput()
 	if err != nil {
@@ -50,7 +50,7 @@ func filesystem(t *testing.T, fs string, size int64) string {
 	return p
 }
 
-func createFile(t *testing.T, p string) string {
+func createFile(t testing.TB, p string) string {
 	t.Helper()
 	f, err := os.Create(p)
 	if err != nil {

@@ -21,7 +21,7 @@ type GuestReport struct {
 	// database was read.
 	Packages *GuestPackages `json:"packages,omitempty"`
 	// Kernels are the Linux kernels installed, newest first by version
-	// name, each with the virtio drivers it has.
+	// name, or Windows', each with the virtio drivers it has.
 	Kernels []GuestKernel `json:"kernels,omitempty"`
 	// CloudInit: cloud-init is installed, so the VM reads its cloud-init
 	// data (the SSH keys vm create passes) at boot.
@@ -67,18 +67,23 @@ type GuestOS struct {
 	// Partition is the number of the partition it was read from (0 for
 	// the whole disk).
 	Partition int `json:"partition"`
+	// LogicalVolume is the LVM2 logical volume ("vg/lv") on that
+	// partition it was read from, when it was.
+	LogicalVolume string `json:"logicalVolume,omitempty"`
 }
 
 // GuestPackages counts the installed packages of one package manager.
 type GuestPackages struct {
-	Manager string `json:"manager"` // dpkg
+	Manager string `json:"manager"` // dpkg, rpm or apk
 	Count   int    `json:"count"`
 }
 
-// GuestKernel is a Linux kernel installed in the guest.
+// GuestKernel is a Linux kernel installed in the guest, or Windows'
+// (Version "windows").
 type GuestKernel struct {
 	Version string `json:"version"`
 	// Virtio are the drivers of KubeVirt's virtio devices it has, built
-	// in or as modules: virtio_blk, virtio_scsi, virtio_net.
+	// in or as modules: virtio_blk, virtio_scsi, virtio_net; Windows'
+	// installed virtio-win drivers: viostor, vioscsi, netkvm.
 	Virtio []string `json:"virtio,omitempty"`
 }
