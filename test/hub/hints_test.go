@@ -3,13 +3,17 @@ package hub
 import (
 	"errors"
 	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -17,6 +21,7 @@ import (
 	"github.com/imagepipe/imagepipe/internal/hub"
 	"github.com/imagepipe/imagepipe/pkg/api"
 	"github.com/imagepipe/imagepipe/pkg/api/v1alpha1"
+	"github.com/imagepipe/imagepipe/test/testenv"
 )
 
 const (
@@ -189,5 +194,103 @@ func TestAProviderTableFromAConfigMap(t *testing.T) {
 	missing := &hub.Preferences{Reader: h.cluster.Client, Key: client.ObjectKey{Namespace: "acme", Name: "none"}}
 	if err := missing.Load(ctx); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("a missing ConfigMap at start: %v", err)
+	}
+}
+
+// TestVMCreateBootsTheDiskAsTheHubSays: a tenant's imagectl, with the
+// tenant's own RBAC (config/tenant), reads the facts image-syncer put on
+// the image's DataSource: a VM of a BIOS-only Windows image without virtio
+// drivers boots with BIOS from SATA disks and shows its OS in vm get; a
+// template pinning EFI is refused, naming the template, the firmware and
+// what the disk boots with. The tenant cannot write DataSources, and a
+// DataSource image-syncer did not make says nothing.
+func TestVMCreateBootsTheDiskAsTheHubSays(t *testing.T) {
+	t.Parallel()
+	h := startTenantHub(t, "hub-hints")
+	ctx := t.Context()
+	digest := "sha256:" + strings.Repeat("9", 64)
+	for _, tag := range []string{"2022", "forged"} {
+		bi := &v1alpha1.BaseImage{
+			ObjectMeta: metav1.ObjectMeta{Name: cdi.BaseImageName("acme/win", tag), Namespace: "acme"},
+			Spec:       v1alpha1.BaseImageSpec{Tenant: "acme", Repository: "registry.example.com/acme/win", Tag: tag},
+		}
+		if err := h.c.Create(ctx, bi); err != nil {
+			t.Fatal(err)
+		}
+		bi.Status = v1alpha1.BaseImageStatus{Phase: v1alpha1.PhaseReady, ImportedDigest: digest, DataSourceName: bi.Name, VirtualSize: 1 << 30}
+		if err := h.c.Status().Update(ctx, bi); err != nil {
+			t.Fatal(err)
+		}
+		im := cdi.Import{Namespace: "acme", Tenant: "acme", Image: "win", Registry: "registry.example.com", Repository: "acme/win", Tag: tag, Digest: digest,
+			Guest: &api.GuestReport{PartitionTable: "mbr", Firmware: api.GuestFirmware{BIOS: true},
+				OS: &api.GuestOS{ID: "windows", PrettyName: "Windows Server 2022"}, Kernels: []api.GuestKernel{{Version: "10.0"}}}}
+		ds := im.DataSource(bi.Name, "win-pvc")
+		if tag == "forged" { // made by someone else than image-syncer
+			delete(ds.Labels, cdi.LabelManagedBy)
+		}
+		if err := h.c.Create(ctx, ds); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, verb := range []string{"update", "patch", "create"} {
+		review := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: "tenant-a",
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: "acme", Verb: verb, Group: "cdi.kubevirt.io", Resource: "datasources"}}}
+		if err := h.c.Create(ctx, review); err != nil {
+			t.Fatal(err)
+		}
+		if review.Status.Allowed {
+			t.Errorf("a tenant may %s DataSources, and so forge what its images boot with", verb)
+		}
+	}
+
+	dir := t.TempDir()
+	plain, efi := filepath.Join(dir, "plain.json"), filepath.Join(dir, "efi.json")
+	for file, doc := range map[string]string{
+		plain: `{"id":"plain","title":"Plain","vm":{"memory":"1Gi"}}`,
+		efi:   `{"id":"win_efi","title":"Windows on UEFI","vm":{"memory":"1Gi","firmware":"efi"}}`,
+	} {
+		if err := os.WriteFile(file, []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tenant := func(args ...string) []string { return append(args, h.tenant...) }
+
+	r := testenv.RunImagectl(t, tenant("vm", "create", "refused", "--image", "acme/win:2022", "--template-file", efi)...)
+	if want := "template win_efi sets firmware efi, but image acme/win:2022 boots with BIOS only"; r.Code == 0 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("vm create with a template pinning EFI for a BIOS-only disk: exit %d\n%s\nwant %q", r.Code, r.Stderr, want)
+	}
+
+	testenv.RunImagectlOK(t, tenant("vm", "create", "win", "--image", "acme/win:2022", "--template-file", plain)...)
+	var vm kubevirtv1.VirtualMachine
+	if err := h.c.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "win"}, &vm); err != nil {
+		t.Fatal(err)
+	}
+	domain := vm.Spec.Template.Spec.Domain
+	if fw := domain.Firmware; fw == nil || fw.Bootloader == nil || fw.Bootloader.BIOS == nil || fw.Bootloader.EFI != nil {
+		t.Errorf("firmware %+v, want BIOS", fw)
+	}
+	for _, d := range domain.Devices.Disks {
+		if d.Disk == nil || d.Disk.Bus != kubevirtv1.DiskBusSATA {
+			t.Errorf("disk %s: %+v, want SATA (the guest has no virtio drivers)", d.Name, d.Disk)
+		}
+	}
+	if w := testenv.RunImagectlOK(t, tenant("vm", "get", "win", "-o", "wide")...).Stdout; !strings.Contains(w, "OS") || !strings.Contains(w, "Windows Server 2022") {
+		t.Errorf("vm get -o wide does not show the OS:\n%s", w)
+	}
+	var s api.VMSummary
+	decodeStrict(t, "vm get -o json", testenv.RunImagectlOK(t, tenant("vm", "get", "win", "-o", "json")...).Stdout, &s)
+	if s.OS != "Windows Server 2022" {
+		t.Errorf("vm get -o json: os %q", s.OS)
+	}
+
+	testenv.RunImagectlOK(t, tenant("vm", "create", "forged", "--image", "acme/win:forged", "--template-file", efi)...)
+	if err := h.c.Get(ctx, client.ObjectKey{Namespace: "acme", Name: "forged"}, &vm); err != nil {
+		t.Fatal(err)
+	}
+	if fw := vm.Spec.Template.Spec.Domain.Firmware; fw == nil || fw.Bootloader == nil || fw.Bootloader.EFI == nil {
+		t.Errorf("the facts of a DataSource image-syncer did not make were used: firmware %+v", fw)
+	}
+	if got := vm.Annotations[api.AnnotationGuestOS]; got != "" {
+		t.Errorf("the OS of a DataSource image-syncer did not make was recorded: %q", got)
 	}
 }
