@@ -246,11 +246,13 @@ func (p *Preferences) Table(ctx context.Context) *PreferenceTable {
 	}
 	p.mu.Lock()
 	stale := time.Since(p.readAt) >= p.every()
+	if stale {
+		p.readAt = time.Now() // one reader reads it again, the others use what is in force
+	}
 	p.mu.Unlock()
 	if stale {
 		if err := p.Load(ctx); err != nil {
 			p.mu.Lock()
-			p.readAt = time.Now()
 			if err.Error() != p.failed {
 				p.failed = err.Error()
 				p.logger().Error("preference table not read; the last good one stays in force", "configmap", p.Key.String(), "inForce", p.version, "error", err)
