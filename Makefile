@@ -14,7 +14,7 @@ FUZZTIME  ?= 10s
 # chooses the pure-Go klauspost/pgzip build, as the container image has.
 TAGS      ?= isal
 # Fuzz targets as package:target pairs; `make fuzz` runs each for FUZZTIME.
-FUZZ_TARGETS := ./internal/convert:FuzzOpen ./internal/convert:FuzzQCOW2Header ./internal/convert:FuzzL2Table ./internal/convert:FuzzTableSharing ./internal/convert:FuzzUnwrap ./internal/convert:FuzzDetect ./internal/containerdisk:FuzzDiskEntry ./internal/containerdisk:FuzzZstdAgainstCDI ./internal/containerdisk:FuzzZstdFrames ./internal/imageref:FuzzParseReference ./internal/intake:FuzzParseWebhook ./internal/cdi:FuzzNames ./internal/ocidoc:FuzzParseDocument ./internal/guest:FuzzProbe ./internal/guest:FuzzFATLoaders ./internal/guest:FuzzExt4OSRelease ./internal/guest:FuzzPackageURL
+FUZZ_TARGETS := ./internal/convert:FuzzOpen ./internal/convert:FuzzQCOW2Header ./internal/convert:FuzzL2Table ./internal/convert:FuzzTableSharing ./internal/convert:FuzzUnwrap ./internal/convert:FuzzDetect ./internal/containerdisk:FuzzDiskEntry ./internal/containerdisk:FuzzZstdAgainstCDI ./internal/containerdisk:FuzzZstdFrames ./internal/imageref:FuzzParseReference ./internal/intake:FuzzParseWebhook ./internal/cdi:FuzzNames ./internal/ocidoc:FuzzParseDocument ./internal/guest:FuzzProbe ./internal/guest:FuzzFATLoaders ./internal/guest:FuzzExt4OSRelease ./internal/guest:FuzzPackageURL ./internal/hub:FuzzParsePreferenceTable
 
 # Tests run through hack/testreport: it prints what go test would, and fails
 # the run when a test skips for a reason outside internal/need's allow-list

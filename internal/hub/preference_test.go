@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/imagepipe/imagepipe/pkg/api"
@@ -167,4 +168,36 @@ func TestABrokenPreferenceTableKeepsTheLastGoodOne(t *testing.T) {
 	if err := fresh.Load(t.Context()); !errors.Is(err, ErrPreferenceTable) {
 		t.Errorf("a malformed table at start: %v", err)
 	}
+}
+
+// FuzzParsePreferenceTable: any text is a table or an error, never a
+// panic; a table only ever gives preferences that are label values, and
+// For agrees with a rule-by-rule reading of the text.
+func FuzzParsePreferenceTable(f *testing.F) {
+	f.Add(BuiltinPreferences, "rhel", "9.4", "arm64")
+	f.Add("rhel 9 = a\nrhel = b\n", "rhel", "90", "amd64")
+	f.Add("# c\n\nx 1.2 s390x = y.z\n", "x", "1.2.3", "s390x")
+	f.Fuzz(func(t *testing.T, text, id, version, arch string) {
+		table, err := ParsePreferenceTable(text)
+		if err != nil {
+			return
+		}
+		got := table.For(&api.GuestReport{OS: &api.GuestOS{ID: id, VersionID: version}}, arch)
+		if got == "" {
+			return
+		}
+		if errs := validation.IsValidLabelValue(got); len(errs) > 0 {
+			t.Fatalf("the table gives %q, not a label value: %v", got, errs)
+		}
+		found := false
+		for line := range strings.Lines(text) {
+			lhs, rhs, ok := strings.Cut(line, "=")
+			if ok && strings.TrimSpace(rhs) == got && len(strings.Fields(lhs)) > 0 && strings.Fields(lhs)[0] == id {
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("%q gives %q for ID %q, which no rule for that ID names", text, got, id)
+		}
+	})
 }
