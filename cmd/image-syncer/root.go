@@ -28,6 +28,7 @@ type options struct {
 	denyTenants          []string
 	storageClass         string
 	architecture         string
+	preferenceTable      string
 	pullMethod           string
 	unknownGuests        string
 	keep                 int32
@@ -101,6 +102,7 @@ the first log line says which, and which build runs:
 	f.StringVar(&o.pullMethod, "pull-method", "pod", "CDI registry pull method: pod or node")
 	f.StringVar(&o.unknownGuests, "unknown-guests", "import", "images whose operating system the gate could not tell: import them, or hold them back (refused on this hub as unknown-guest)")
 	f.StringVar(&o.architecture, "architecture", "", "the hub's CPU architecture: the canonical image for it is imported, and images verified for none are refused (default: what most nodes report, else amd64)")
+	f.StringVar(&o.preferenceTable, "preference-table", "", "NAMESPACE/NAME of a ConfigMap whose key preferences replaces the built-in table of VirtualMachineClusterPreferences given to images by the OS the gate found (docs/syncer.md); read at start (a missing or malformed one stops the syncer) and every minute (a broken edit keeps the last good table, logged)")
 	f.Int32Var(&o.keep, "keep", hub.DefaultKeep, "successful imports kept per image tag (1-10)")
 	f.IntVar(&o.maxImagesPerTenant, "max-images-per-tenant", hub.DefaultMaxImagesPerTenant, "BaseImages one tenant may have on this hub; a tag pushed beyond it is not synced (logged). 0: no bound")
 	f.IntVar(&o.bounds.Networks, "max-networks-per-tenant", netsync.DefaultMaxNetworks, "private networks (each a namespace) one tenant may have on this hub; a newer one gets no namespace. 0: no bound")
@@ -144,6 +146,11 @@ func (o *options) validate() error {
 	for flag, n := range map[string]int{"--max-networks-per-tenant": o.bounds.Networks, "--max-load-balancers-per-tenant": o.bounds.LoadBalancers, "--max-exposed-ports-per-tenant": o.bounds.ExposedPorts} {
 		if n < 0 {
 			errs = append(errs, fmt.Errorf("%s %d: want 0 (no bound) or more", flag, n))
+		}
+	}
+	if o.preferenceTable != "" {
+		if _, err := preferenceTableKey(o.preferenceTable); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if o.keep < 1 || o.keep > 10 {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -126,6 +128,9 @@ func serve(ctx context.Context, o *options, log *slog.Logger) error {
 	}
 	rec, err := newReconciler(o, mgr, reg, hub.NewGateVerdicts(rc, trust), ca, metrics)
 	if err != nil {
+		return err
+	}
+	if rec.Preferences, err = loadPreferences(ctx, o, mgr, log); err != nil {
 		return err
 	}
 	if err := rec.SetupWithManager(mgr, o.workers); err != nil {
@@ -296,6 +301,33 @@ func newReconciler(o *options, mgr manager.Manager, reg name.Registry, verdicts 
 		rec.TenantCredentials = hub.CredentialDir{Dir: o.tenantCredentialsDir, Registry: reg.RegistryStr()}
 	}
 	return rec, nil
+}
+
+// preferenceTableKey parses --preference-table NAMESPACE/NAME.
+func preferenceTableKey(s string) (client.ObjectKey, error) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+		return client.ObjectKey{}, fmt.Errorf("--preference-table %q: want NAMESPACE/NAME of a ConfigMap", s)
+	}
+	return client.ObjectKey{Namespace: ns, Name: name}, nil
+}
+
+// loadPreferences reads the provider's preference table, when one is
+// named; nil means the built-in table.
+func loadPreferences(ctx context.Context, o *options, mgr manager.Manager, log *slog.Logger) (*hub.Preferences, error) {
+	if o.preferenceTable == "" {
+		return nil, nil
+	}
+	key, err := preferenceTableKey(o.preferenceTable)
+	if err != nil {
+		return nil, err
+	}
+	p := &hub.Preferences{Reader: mgr.GetAPIReader(), Key: key, Logger: log}
+	if err := p.Load(ctx); err != nil {
+		return nil, err
+	}
+	log.Info("preference table read", "configmap", key.String())
+	return p, nil
 }
 
 // newWebhookServer builds the webhook endpoint, which hands the events it

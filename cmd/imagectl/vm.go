@@ -71,6 +71,13 @@ bounds) into a KubeVirt VirtualMachine whose root disk clones the image's
 DataSource, checks whether it can live-migrate (and says why not), and creates
 it with its cloud-init Secrets. With --dry-run it prints what it would create.
 
+The VM boots the disk as the gate found it (the image's DataSource says):
+with EFI, Secure Boot off, when the disk boots only with UEFI, with BIOS
+when it boots only with BIOS, and with its disks on SATA when the guest
+has no virtio block drivers, unless the template sets firmware or diskBus.
+A template whose firmware the disk cannot boot with is refused. Unknown
+facts change nothing.
+
 With --wait it then waits until KubeVirt reports the VM Ready (or its instance
 Running); a VM created --stopped, until KubeVirt reports it Stopped, its disk
 provisioned. When --timeout passes first it fails, naming what it waited for
@@ -519,7 +526,8 @@ kubectl does: a NAMESPACE column is added and -n is ignored.
 Listing every namespace needs the right to list VMs cluster-wide, which a
 tenant's account usually does not have.
 
--o wide adds the full image digest, the attached data volumes and why a VM
+-o wide adds the full image digest, the guest's operating system (as the
+gate found it in the image), the attached data volumes and why a VM
 cannot live-migrate; -o name prints virtualmachine/NAME, one a line.
 Under -o json and yaml, liveMigratable is true, false, or null when
 neither KubeVirt nor vm create said.`,
@@ -542,8 +550,9 @@ func newVMGetCmd(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get NAME",
 		Short: "Show one VM",
-		Long: `Shows one VM as vm list does (-o wide for more columns); -o json and
-yaml print one object, not a list.`,
+		Long: `Shows one VM as vm list does (-o wide for more columns, the guest's
+operating system among them); -o json and yaml print one object, not a
+list.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeArgs(&o.kubeFlags, listVMs),
 		RunE:              func(cmd *cobra.Command, args []string) error { return runVMSummaries(cmd, o, args[0]) },
@@ -584,7 +593,7 @@ func runVMSummaries(cmd *cobra.Command, o *vmNameOptions, name string) error {
 			}
 			fmt.Fprint(tw, "NAME\tNETWORK\tSTATUS\tIMAGE\tDIGEST\tTEMPLATE\tIP\tEXTERNAL-IP\tNODE\tLIVE-MIGRATABLE")
 			if wide {
-				fmt.Fprint(tw, "\tCONDITIONS\tVOLUMES\tNOT MIGRATABLE BECAUSE")
+				fmt.Fprint(tw, "\tOS\tCONDITIONS\tVOLUMES\tNOT MIGRATABLE BECAUSE")
 			}
 			fmt.Fprintln(tw)
 			for _, s := range vms {
@@ -602,7 +611,7 @@ func runVMSummaries(cmd *cobra.Command, o *vmNameOptions, name string) error {
 					if s.LiveMigratable != nil && !*s.LiveMigratable {
 						reasons = strings.Join(s.Reasons, "; ")
 					}
-					fmt.Fprintf(tw, "\t%s\t%s\t%s", orDash(trueConditions(s.Conditions, time.Now())), orDash(strings.Join(s.Volumes, ",")), orDash(reasons))
+					fmt.Fprintf(tw, "\t%s\t%s\t%s\t%s", orDash(s.OS), orDash(trueConditions(s.Conditions, time.Now())), orDash(strings.Join(s.Volumes, ",")), orDash(reasons))
 				}
 				fmt.Fprintln(tw)
 			}

@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
 // Labels the syncer puts on what it creates.
@@ -28,7 +30,17 @@ const (
 	AnnotationDigest     = "imagepipe.io/digest"
 	instancetypeKey      = "instancetype.kubevirt.io/default-instancetype"
 	preferenceKey        = "instancetype.kubevirt.io/default-preference"
+	// preferenceKindKey is KubeVirt's kind of the default preference
+	// (kubevirt.io/api instancetype.DefaultPreferenceKindLabel).
+	preferenceKindKey = "instancetype.kubevirt.io/default-preference-kind"
+	// ClusterPreferenceKind is the kind of every preference imagepipe
+	// names: common-instancetypes' are cluster-wide.
+	ClusterPreferenceKind = "VirtualMachineClusterPreference"
 )
+
+// HintLabels are the KubeVirt hint labels the syncer sets from an Import:
+// it removes those the Import no longer sets.
+var HintLabels = []string{instancetypeKey, preferenceKey, preferenceKindKey}
 
 // DefaultFilesystemOverhead is CDI's default share of a Filesystem-mode
 // volume reserved for the filesystem: 5.5%.
@@ -81,8 +93,13 @@ type Import struct {
 	SecretRef  string                   // pull secret in Namespace, if the registry needs one
 	CertConfig string                   // CA ConfigMap in Namespace, if the registry needs one
 	Storage    Storage
-	// Instancetype and Preference are the image's hints, copied to labels.
+	// Instancetype and Preference are the image's hints, copied to labels;
+	// a preference is labelled ClusterPreferenceKind, the one kind a
+	// tenant's image or the syncer's table can name.
 	Instancetype, Preference string
+	// Guest is what the gate read in the disk, published on the
+	// DataSource (GuestFacts); nil publishes nothing.
+	Guest *api.GuestReport
 	// Architecture, when set, is the platform CDI picks from an image
 	// index (DataVolume registry platform.architecture).
 	Architecture string
@@ -133,6 +150,7 @@ func (im Import) labels() map[string]string {
 	}
 	if im.Preference != "" {
 		l[preferenceKey] = im.Preference
+		l[preferenceKindKey] = ClusterPreferenceKind
 	}
 	return l
 }
@@ -196,13 +214,14 @@ func (im Import) DataVolume() (*cdiv1.DataVolume, error) {
 }
 
 // DataSource returns the DataSource VMs clone from, pointing at the PVC of
-// a finished import.
+// a finished import, with the guest's facts as annotations.
 func (im Import) DataSource(name, pvc string) *cdiv1.DataSource {
+	ann := FactsOf(im.Guest).Annotations()
+	ann[AnnotationRepository], ann[AnnotationTag] = im.FullRepository(), im.Tag
 	return &cdiv1.DataSource{
 		TypeMeta: metav1.TypeMeta{APIVersion: cdiv1.SchemeGroupVersion.String(), Kind: "DataSource"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: im.Namespace, Labels: im.labels(),
-			Annotations: map[string]string{AnnotationRepository: im.FullRepository(), AnnotationTag: im.Tag},
+			Name: name, Namespace: im.Namespace, Labels: im.labels(), Annotations: ann,
 		},
 		Spec: cdiv1.DataSourceSpec{Source: cdiv1.DataSourceSource{
 			PVC: &cdiv1.DataVolumeSourcePVC{Namespace: im.Namespace, Name: pvc},

@@ -191,7 +191,7 @@ func (r *Reconciler) admit(ctx context.Context, bi *v1alpha1.BaseImage, digest s
 	st.VirtualSize, st.DiskSize = img.VirtualSize, img.DiskSize
 	st.Instancetype, st.Preference = img.Instancetype, img.Preference
 	if st.Preference == "" { // the tenant's declared hint wins
-		st.Preference = preferenceFor(img.Guest, r.Architecture)
+		st.Preference = r.Preferences.Table(ctx).For(img.Guest, r.Architecture)
 	}
 	r.condition(bi, v1alpha1.ConditionRejected, false, "Verified",
 		fmt.Sprintf("%s %s verified the image in full at %s; CDI imports its canonical image %s", v.Engine, v.EngineVersion, v.VerifiedAt, img.Canonical))

@@ -75,6 +75,10 @@ type Reconciler struct {
 	// several platforms, the canonical image for it is imported, and an
 	// image verified for none is rejected. Empty means amd64.
 	Architecture string
+	// Preferences is the table of the preferences an image without a
+	// declared one is given from the OS the gate found; nil means the
+	// built-in table (BuiltinPreferences).
+	Preferences *Preferences
 	// PullMethod is CDI's registry pull method; empty means pod.
 	PullMethod cdiv1.RegistryPullMethod
 	// TenantCredentials, when set, gives each tenant's own registry
@@ -377,6 +381,7 @@ func (r *Reconciler) reconcile(ctx context.Context, bi *v1alpha1.BaseImage) (res
 	}
 
 	im, credential, err := r.importOf(ctx, bi, image, digest)
+	im.Guest = adm.image.Guest // the DataSource says what the gate found in the disk
 	if err == nil && bi.Status.ImportedDigest != digest {
 		// Only an import reads the copies: a served digest costs no
 		// request for them.

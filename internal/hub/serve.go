@@ -37,12 +37,12 @@ func (r *Reconciler) serve(ctx context.Context, bi *v1alpha1.BaseImage, im cdi.I
 		return fmt.Errorf("reading DataSource %s/%s: %w", bi.Namespace, name, err)
 	case !ownsDataSource(bi, &cur):
 		return r.conflict(bi, &ConflictError{Kind: "DataSource", Namespace: bi.Namespace, Name: name, Owner: ownerOf(&cur)})
-	case !equality.Semantic.DeepEqual(cur.Spec.Source, want.Spec.Source) || !labelsContain(cur.Labels, want.Labels):
+	case !equality.Semantic.DeepEqual(cur.Spec.Source, want.Spec.Source) || !labelsContain(cur.Labels, want.Labels) ||
+		!sameKeys(cur.Labels, want.Labels, cdi.HintLabels) || !sameKeys(cur.Annotations, want.Annotations, cdi.GuestAnnotationKeys):
 		cur.Spec.Source = want.Spec.Source
-		if cur.Labels == nil {
-			cur.Labels = map[string]string{}
-		}
+		cur.Labels = setKeys(cur.Labels, want.Labels, cdi.HintLabels)
 		maps.Copy(cur.Labels, want.Labels)
+		cur.Annotations = setKeys(cur.Annotations, want.Annotations, cdi.GuestAnnotationKeys)
 		if err := r.Client.Update(ctx, &cur); err != nil {
 			return fmt.Errorf("switching DataSource %s/%s: %w", bi.Namespace, name, err)
 		}
@@ -55,6 +55,34 @@ func (r *Reconciler) serve(ctx context.Context, bi *v1alpha1.BaseImage, im cdi.I
 	}
 	r.condition(bi, v1alpha1.ConditionReady, true, "Imported", fmt.Sprintf("DataSource %s serves %s", name, st.ImportedDigest))
 	return r.collect(ctx, bi, im.Image, cdi.DataVolumeName(im.Image, bi.Spec.Digest))
+}
+
+// sameKeys reports whether have and want agree on keys, present or not.
+func sameKeys(have, want map[string]string, keys []string) bool {
+	for _, k := range keys {
+		h, hok := have[k]
+		w, wok := want[k]
+		if h != w || hok != wok {
+			return false
+		}
+	}
+	return true
+}
+
+// setKeys makes m hold want's keys among keys, and only those: a hint or
+// a fact the image no longer has is removed.
+func setKeys(m, want map[string]string, keys []string) map[string]string {
+	if m == nil {
+		m = map[string]string{}
+	}
+	for _, k := range keys {
+		if v, ok := want[k]; ok {
+			m[k] = v
+		} else {
+			delete(m, k)
+		}
+	}
+	return m
 }
 
 func labelsContain(have, want map[string]string) bool {

@@ -3,10 +3,13 @@ package vmlaunch
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/imagepipe/imagepipe/internal/cdi"
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
@@ -23,6 +26,9 @@ type binding struct {
 	// fromImage is the image's hint used when the template leaves the
 	// field unset (instancetype and preference), if any.
 	fromImage func(Image) string
+	// values, when set, are the only values the field takes; an empty
+	// value is the field unset.
+	values []string
 	// longText is set for a string field bounded where it is used (user
 	// data: MaxUserData) rather than by maxStringParam.
 	longText bool
@@ -49,6 +55,12 @@ var vmBindings = []binding{
 		text:      func(b *api.VMBindings) string { return b.Preference },
 		fromImage: func(im Image) string { return im.Preference },
 		apply:     applyPreference},
+	{field: "firmware", typ: api.TypeString, values: []string{api.FirmwareBIOS, api.FirmwareEFI, api.FirmwareEFISecureBoot},
+		text:  func(b *api.VMBindings) string { return b.Firmware },
+		apply: applyFirmware},
+	{field: "diskBus", typ: api.TypeString, values: diskBuses,
+		text:  func(b *api.VMBindings) string { return b.DiskBus },
+		apply: applyDiskBus},
 	{field: "diskSize", typ: api.TypeQuantity,
 		text:  func(b *api.VMBindings) string { return b.DiskSize },
 		apply: func(b *vmBuild, v Value, ok bool) error { b.diskSize, b.hasDiskSize = v.Quantity, ok; return nil }},
@@ -140,6 +152,13 @@ func resolveBindings(b *api.VMBindings, values map[string]Value, im Image) ([]Va
 				v, ok = Value{Type: vb.typ, Str: hint}, true
 			}
 		}
+		if vb.values != nil && ok && v.Str == "" {
+			ok = false // a parameter left empty sets nothing
+		}
+		if ok && vb.values != nil && !slices.Contains(vb.values, v.Str) {
+			errs = append(errs, fmt.Errorf("vm.%s: %q: want one of %s", vb.field, v.Str, strings.Join(vb.values, ", ")))
+			continue
+		}
 		vals[i], oks[i] = v, ok
 	}
 	return vals, oks, errors.Join(errs...)
@@ -197,5 +216,84 @@ func applyPreference(b *vmBuild, v Value, ok bool) error {
 		return fmt.Errorf("preference %q is not a valid name", v.Str)
 	}
 	b.vm.Spec.Preference = &kubevirtv1.PreferenceMatcher{Name: v.Str, Kind: "VirtualMachineClusterPreference"}
+	return nil
+}
+
+// diskBuses are the buses a template may pin for the VM's disks.
+var diskBuses = []string{string(kubevirtv1.DiskBusVirtio), string(kubevirtv1.DiskBusSATA), string(kubevirtv1.DiskBusSCSI)}
+
+// applyFirmware sets the firmware the template pins, refusing one the
+// image's disk cannot boot with; unpinned, the firmware the disk needs
+// when it boots with only one. Unknown facts, or a disk that boots with
+// both, leave KubeVirt's default (BIOS, or the preference's).
+func applyFirmware(b *vmBuild, v Value, ok bool) error {
+	disk := b.req.Image.Guest.Firmware
+	want := v.Str
+	if ok {
+		switch {
+		case want == api.FirmwareBIOS && disk == cdi.FirmwareEFI, want != api.FirmwareBIOS && disk == cdi.FirmwareBIOS:
+			return &FirmwareError{Template: b.req.Template.ID, Firmware: want, Disk: disk, Image: b.req.Image}
+		}
+	} else {
+		switch disk {
+		case cdi.FirmwareBIOS:
+			want = api.FirmwareBIOS
+		case cdi.FirmwareEFI:
+			// Secure Boot stays off: nothing says the disk's loaders are
+			// signed, and an unsigned one would not start under it.
+			want = api.FirmwareEFI
+		default:
+			return nil
+		}
+	}
+	fw := &kubevirtv1.Firmware{Bootloader: &kubevirtv1.Bootloader{}}
+	switch want {
+	case api.FirmwareBIOS:
+		fw.Bootloader.BIOS = &kubevirtv1.BIOS{}
+	case api.FirmwareEFI:
+		fw.Bootloader.EFI = &kubevirtv1.EFI{SecureBoot: new(false)}
+	case api.FirmwareEFISecureBoot:
+		fw.Bootloader.EFI = &kubevirtv1.EFI{SecureBoot: new(true)}
+		// KubeVirt's admission refuses Secure Boot without SMM.
+		if b.domain().Features == nil {
+			b.domain().Features = &kubevirtv1.Features{}
+		}
+		b.domain().Features.SMM = &kubevirtv1.FeatureState{Enabled: new(true)}
+	}
+	b.domain().Firmware = fw
+	return nil
+}
+
+// FirmwareError is vm create's refusal of a template that pins a firmware
+// the image's disk cannot boot with.
+type FirmwareError struct {
+	Template, Firmware, Disk string
+	Image                    Image
+}
+
+func (e *FirmwareError) Error() string {
+	boots := "BIOS only"
+	if e.Disk == cdi.FirmwareEFI {
+		boots = "UEFI only"
+	}
+	return fmt.Sprintf("template %s sets firmware %s, but image %s/%s:%s boots with %s (the gate found no %s boot code on its disk); use a template that sets no firmware or sets %s",
+		e.Template, e.Firmware, e.Image.Tenant, e.Image.Name, e.Image.Tag, boots, map[string]string{cdi.FirmwareBIOS: "UEFI", cdi.FirmwareEFI: "BIOS"}[e.Disk], map[string]string{cdi.FirmwareBIOS: api.FirmwareBIOS, cdi.FirmwareEFI: api.FirmwareEFI}[e.Disk])
+}
+
+// applyDiskBus sets the bus of the VM's disks: the template's, else sata
+// for a guest known to lack virtio block drivers, else virtio.
+func applyDiskBus(b *vmBuild, v Value, ok bool) error {
+	b.diskBus = kubevirtv1.DiskBusVirtio
+	has, known := b.req.Image.Guest.Has(cdi.VirtioBlock)
+	switch {
+	case ok:
+		b.diskBus = kubevirtv1.DiskBus(v.Str)
+		if b.diskBus == kubevirtv1.DiskBusVirtio && known && !has {
+			b.out.Notes = append(b.out.Notes, fmt.Sprintf("template %s puts the disks on virtio, for which the image's guest has no drivers: it may not find its root disk", b.req.Template.ID))
+		}
+	case known && !has:
+		b.diskBus = kubevirtv1.DiskBusSATA
+		b.out.Notes = append(b.out.Notes, "the disks are on SATA: the image's guest has no virtio block drivers")
+	}
 	return nil
 }

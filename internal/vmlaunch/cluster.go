@@ -111,11 +111,32 @@ func FindImage(ctx context.Context, c cdi.Reader, ns, ref string) (Image, error)
 		}
 		return Image{}, fmt.Errorf("image %s:%s is not ready yet (phase %s%s); try again once kubectl get bi -n %s %s shows Ready", repo, tag, orUnknown(string(bi.Status.Phase)), progress, ns, bi.Name)
 	}
+	guest, err := guestOf(ctx, c, bi)
+	if err != nil {
+		return Image{}, err
+	}
 	return Image{
 		Tenant: tenant, Name: cdi.ImageName(repo), Tag: tag, Namespace: ns,
 		DataSource: bi.Status.DataSourceName, Digest: bi.Status.ImportedDigest, VirtualSize: bi.Status.VirtualSize,
-		Instancetype: bi.Status.Instancetype, Preference: bi.Status.Preference,
+		Instancetype: bi.Status.Instancetype, Preference: bi.Status.Preference, Guest: guest,
 	}, nil
+}
+
+// guestOf reads what bi's DataSource says of its guest. Only a DataSource
+// image-syncer made for bi's repository speaks for the image; any other,
+// and one that is gone, says nothing (every fact unknown).
+func guestOf(ctx context.Context, c cdi.Reader, bi *v1alpha1.BaseImage) (cdi.GuestFacts, error) {
+	var ds cdiv1.DataSource
+	err := c.Get(ctx, bi.Namespace, bi.Status.DataSourceName, &ds)
+	switch {
+	case apierrors.IsNotFound(err):
+		return cdi.GuestFacts{}, nil
+	case err != nil:
+		return cdi.GuestFacts{}, fmt.Errorf("reading the DataSource %s/%s: %w", bi.Namespace, bi.Status.DataSourceName, err)
+	case ds.Labels[cdi.LabelManagedBy] != cdi.ManagedByValue || ds.Annotations[cdi.AnnotationRepository] != bi.Spec.Repository:
+		return cdi.GuestFacts{}, nil
+	}
+	return cdi.ParseGuestFacts(ds.Annotations), nil
 }
 
 func orUnknown(s string) string {
@@ -660,8 +681,8 @@ func summary(vm *kubevirtv1.VirtualMachine) api.VMSummary {
 	s := api.VMSummary{
 		Name: vm.Name, Namespace: vm.Namespace, Status: string(vm.Status.PrintableStatus),
 		Image: vm.Labels[cdi.LabelTenant] + "/" + vm.Labels[cdi.LabelImage], Digest: vm.Annotations[AnnotationDigest],
-		Template: vm.Labels[LabelTemplate],
-		Volumes:  dataVolumes(vm),
+		Template: vm.Labels[LabelTemplate], OS: cdi.ParseGuestFacts(vm.Annotations).OSName,
+		Volumes: dataVolumes(vm),
 	}
 	if vm.Labels[cdi.LabelImage] == "" {
 		s.Image = ""

@@ -9,5 +9,6 @@
 // read. Render builds the VM in parts — compute, root disk, network,
 // devices, cloud-init — and says whether it can live-migrate and why not.
 // The root disk clones the image's CDI DataSource, which image-syncer
-// keeps; vmlaunch never reconciles images itself.
+// keeps, and boots with the firmware and disk bus its guest facts call
+// for unless the template pins them; vmlaunch never reconciles images.
 package vmlaunch

@@ -41,6 +41,9 @@ type Image struct {
 	// Instancetype and Preference are the image's hints, used when the
 	// template sets none.
 	Instancetype, Preference string
+	// Guest is what the image's DataSource says of its guest: the
+	// firmware and disk bus it boots with, its OS.
+	Guest cdi.GuestFacts
 }
 
 // PrimaryNetwork is the kind of primary network of a namespace.
@@ -123,6 +126,7 @@ type vmBuild struct {
 	hasDiskSize bool
 	network     string // a Multus network name, or "" for the primary one
 	userData    string // the template's cloud-init user data
+	diskBus     kubevirtv1.DiskBus
 	// computeIgnored is set when an instancetype overrides CPU or memory
 	// values the template gave.
 	computeIgnored bool
@@ -168,6 +172,9 @@ func newVMBuild(req Request) *vmBuild {
 			},
 			Annotations: map[string]string{AnnotationDigest: req.Image.Digest},
 		},
+	}
+	if os := req.Image.Guest.OSName; os != "" {
+		vm.Annotations[api.AnnotationGuestOS] = os
 	}
 	run := kubevirtv1.RunStrategyAlways
 	if req.Stopped {
@@ -219,7 +226,7 @@ func renderRootDisk(b *vmBuild) error {
 			Storage:   req.Storage.Spec(size),
 		},
 	}}
-	b.domain().Devices.Disks = []kubevirtv1.Disk{{Name: rootDiskName, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}}}
+	b.domain().Devices.Disks = []kubevirtv1.Disk{{Name: rootDiskName, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: b.diskBus}}}}
 	b.tmpl.Spec.Volumes = []kubevirtv1.Volume{{Name: rootDiskName, VolumeSource: kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: rootDV}}}}
 	if req.Storage.AccessMode != corev1.ReadWriteMany {
 		note := req.StorageNote
@@ -382,7 +389,7 @@ func renderCloudInit(b *vmBuild) error {
 	if ud != "" {
 		secret := req.Name + "-cloudinit"
 		b.out.Secrets = append(b.out.Secrets, vmSecret(req, secret, map[string][]byte{"userdata": []byte(ud)}))
-		b.domain().Devices.Disks = append(b.domain().Devices.Disks, kubevirtv1.Disk{Name: cloudInitDiskName, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}})
+		b.domain().Devices.Disks = append(b.domain().Devices.Disks, kubevirtv1.Disk{Name: cloudInitDiskName, DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: b.diskBus}}})
 		b.tmpl.Spec.Volumes = append(b.tmpl.Spec.Volumes, kubevirtv1.Volume{Name: cloudInitDiskName, VolumeSource: kubevirtv1.VolumeSource{
 			CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{UserDataSecretRef: &corev1.LocalObjectReference{Name: secret}},
 		}})

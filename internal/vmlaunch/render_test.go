@@ -63,6 +63,14 @@ vm:
     #cloud-config
     packages: [nginx]
 `
+	secureBootDoc := `
+id: secure_vm
+title: VM with Secure Boot on SCSI disks
+vm:
+  memory: 2Gi
+  firmware: efi-secureboot
+  diskBus: scsi
+`
 	cases := map[string]Request{}
 	add := func(name string, r *Request, err error, edit func(*Request)) {
 		if err != nil {
@@ -93,6 +101,20 @@ vm:
 	add("gpu", r, err, func(r *Request) { r.KubeVirt = gpuCluster })
 	r, err = must(multusDoc)
 	add("multus-userdata", r, err, nil)
+	r, err = must(simpleVM)
+	add("uefi-only-disk", r, err, func(r *Request) {
+		r.Image.Guest = cdi.GuestFacts{Firmware: cdi.FirmwareEFI, VirtioKnown: true, Virtio: []string{cdi.VirtioBlock, cdi.VirtioNet}, OSName: "Fedora Linux 41 (Cloud Edition)", OSID: "fedora", OSVersion: "41"}
+		r.SSHKeys = []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBlU3pg8jG2C5zN7D3YtKo0Yc7U5m1Q0bGm0b8dQ1x4G alice@example.com"}
+	})
+	r, err = must(simpleVM)
+	add("bios-only-disk-without-virtio", r, err, func(r *Request) {
+		r.Image.Guest = cdi.GuestFacts{Firmware: cdi.FirmwareBIOS, VirtioKnown: true, OSName: "Windows Server 2022"}
+		r.SSHKeys = []string{"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBlU3pg8jG2C5zN7D3YtKo0Yc7U5m1Q0bGm0b8dQ1x4G alice@example.com"}
+	})
+	r, err = must(secureBootDoc)
+	add("template-secure-boot", r, err, func(r *Request) {
+		r.Image.Guest = cdi.GuestFacts{Firmware: cdi.FirmwareBoth}
+	})
 	return cases
 }
 

@@ -373,6 +373,11 @@ func validateBindings(t *api.VMTemplate) []error {
 			errs = append(errs, fmt.Errorf("vm.%s: %w", field, err))
 		}
 	})
+	for _, vb := range vmBindings {
+		if text := vb.text(&b); vb.values != nil && text != "" && !strings.Contains(text, "${") && !slices.Contains(vb.values, text) {
+			errs = append(errs, fmt.Errorf("vm.%s: %q: want one of %s", vb.field, text, strings.Join(vb.values, ", ")))
+		}
+	}
 	for _, dl := range vmDeviceLists {
 		for _, d := range dl.list(&b) {
 			if explicit && !isDNSLabel(d.Name) {

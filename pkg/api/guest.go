@@ -87,3 +87,32 @@ type GuestKernel struct {
 	// installed virtio-win drivers: viostor, vioscsi, netkvm.
 	Virtio []string `json:"virtio,omitempty"`
 }
+
+// Annotations image-syncer writes on a DataSource from the guest report of
+// the gate's verdict on the image it serves, so that imagectl vm create,
+// which reads DataSources and not verdicts, boots the disk as it must
+// (internal/cdi's GuestFacts writes and reads them). An annotation that is
+// absent means the fact is unknown; every value is the syncer's, and a
+// tenant cannot write DataSources.
+const (
+	// AnnotationGuestFirmware is the firmware the disk boots with: "bios",
+	// "efi", or "bios+efi". Secure Boot is not in the guest report, so no
+	// value claims it.
+	AnnotationGuestFirmware = "imagepipe.io/guest-firmware"
+	// AnnotationGuestVirtio lists the virtio devices the guest has drivers
+	// for, comma-separated and sorted, of "block" (Linux virtio_blk,
+	// Windows viostor), "net" (virtio_net, netkvm) and "scsi"
+	// (virtio_scsi, vioscsi); "none" when drivers were looked for and none
+	// found.
+	AnnotationGuestVirtio = "imagepipe.io/guest-virtio"
+	// AnnotationGuestOS is os-release's PRETTY_NAME, at most
+	// MaxGuestOSName bytes of printable text; vm create copies it onto
+	// the VM, where vm get shows it.
+	AnnotationGuestOS = "imagepipe.io/guest-os"
+	// AnnotationGuestOSID and AnnotationGuestOSVersion are os-release's
+	// ID and VERSION_ID, as image-syncer's preference table reads them.
+	AnnotationGuestOSID      = "imagepipe.io/guest-os-id"
+	AnnotationGuestOSVersion = "imagepipe.io/guest-os-version"
+	// MaxGuestOSName bounds each OS annotation's value, in bytes.
+	MaxGuestOSName = 128
+)

@@ -87,7 +87,23 @@ type VMBindings struct {
 	HostDevices []DeviceBinding `json:"hostDevices,omitempty"`
 	// UserData is the default cloud-init user data; --user-data replaces it.
 	UserData string `json:"userData,omitempty"`
+	// Firmware pins the VM's firmware: FirmwareBIOS, FirmwareEFI (Secure
+	// Boot off) or FirmwareEFISecureBoot (Secure Boot on, with SMM). Unset
+	// or empty, vm create boots the disk with the firmware image-syncer
+	// found it needs; a firmware the disk cannot boot with is refused.
+	Firmware string `json:"firmware,omitempty"`
+	// DiskBus pins the bus of the VM's disks: virtio, sata or scsi. Unset
+	// or empty, vm create uses virtio, or sata for an image whose guest is
+	// known to lack virtio block drivers.
+	DiskBus string `json:"diskBus,omitempty"`
 }
+
+// Firmware values of VMBindings.Firmware.
+const (
+	FirmwareBIOS          = "bios"
+	FirmwareEFI           = "efi"
+	FirmwareEFISecureBoot = "efi-secureboot"
+)
 
 // DeviceBinding is one passed-through device.
 type DeviceBinding struct {
@@ -106,6 +122,8 @@ var DefaultBindings = VMBindings{
 	Network:      "${vm_network}",
 	GPUs:         []DeviceBinding{{Name: "gpu0", DeviceName: "${vm_gpu}"}},
 	UserData:     "${vm_user_data}",
+	Firmware:     "${vm_firmware}",
+	DiskBus:      "${vm_disk_bus}",
 }
 
 // TemplateSummary is one line of `imagectl template list -o json`.
@@ -152,6 +170,9 @@ type VMSummary struct {
 	Image    string `json:"image,omitempty"`
 	Digest   string `json:"digest,omitempty"`
 	Template string `json:"template,omitempty"`
+	// OS is the operating system of the image the VM was made from, as
+	// the gate found it (os-release's PRETTY_NAME), when known.
+	OS string `json:"os,omitempty"`
 	// IP and Node come from the running instance, when KubeVirt reports them.
 	IP   string `json:"ip,omitempty"`
 	Node string `json:"node,omitempty"`

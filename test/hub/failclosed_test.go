@@ -412,8 +412,9 @@ func TestImagesTheSyncerDoesNotRefreshAreStillHeldToTheirVerdicts(t *testing.T) 
 
 // TestTheGuestGivesTheImageItsPreference: a verdict whose guest report
 // names RHEL 9.4 gives the import KubeVirt's default-preference label
-// rhel.9, which virtctl's --infer-preference and KubeVirt's
-// inferFromVolume read; a preference the tenant declared wins.
+// rhel.9, of kind VirtualMachineClusterPreference, which virtctl's
+// --infer-preference and KubeVirt's inferFromVolume read; a preference
+// the tenant declared wins.
 func TestTheGuestGivesTheImageItsPreference(t *testing.T) {
 	t.Parallel()
 	digest := "sha256:" + strings.Repeat("5", 64)
@@ -441,6 +442,9 @@ func TestTheGuestGivesTheImageItsPreference(t *testing.T) {
 			}
 			if got := dv.Labels["instancetype.kubevirt.io/default-preference"]; got != tc.want {
 				t.Errorf("the DataVolume's default-preference is %q, want %q (labels %v)", got, tc.want, dv.Labels)
+			}
+			if got := dv.Labels["instancetype.kubevirt.io/default-preference-kind"]; got != "VirtualMachineClusterPreference" {
+				t.Errorf("the DataVolume's default-preference-kind is %q, want VirtualMachineClusterPreference (labels %v)", got, dv.Labels)
 			}
 		})
 	}

@@ -268,6 +268,8 @@ func checkMeaningKept(t *testing.T, meant, stored *kubevirtv1.VirtualMachine) {
 		{"access credentials", mt.AccessCredentials, st.AccessCredentials},
 		{"eviction strategy", mt.EvictionStrategy, st.EvictionStrategy},
 		{"memory", mt.Domain.Memory, st.Domain.Memory},
+		{"firmware's bootloader", bootloader(mt.Domain.Firmware), bootloader(st.Domain.Firmware)},
+		{"SMM", smm(mt.Domain.Features), smm(st.Domain.Features)},
 		{"CPU cores", cpuCores(mc), cpuCores(sc)},
 		{"labels", meant.Labels, stored.Labels},
 		{"template labels", m.Template.ObjectMeta.Labels, s.Template.ObjectMeta.Labels},
@@ -281,6 +283,22 @@ func checkMeaningKept(t *testing.T, meant, stored *kubevirtv1.VirtualMachine) {
 			t.Errorf("KubeVirt changed annotation %s from %q to %q", k, v, stored.Annotations[k])
 		}
 	}
+}
+
+// bootloader is the firmware's bootloader, which KubeVirt must keep as
+// rendered (it may add a serial number and UUID to the firmware).
+func bootloader(fw *kubevirtv1.Firmware) *kubevirtv1.Bootloader {
+	if fw == nil {
+		return nil
+	}
+	return fw.Bootloader
+}
+
+func smm(f *kubevirtv1.Features) *kubevirtv1.FeatureState {
+	if f == nil {
+		return nil
+	}
+	return f.SMM
 }
 
 func cpuCores(c *kubevirtv1.CPU) uint32 {
