@@ -9,6 +9,12 @@ import (
 	"github.com/imagepipe/imagepipe/pkg/api"
 )
 
+// Values of api.AnnotationGuestSecureBoot.
+const (
+	SecureBootSigned   = "signed"
+	SecureBootUnsigned = "unsigned"
+)
+
 // Firmware values of api.AnnotationGuestFirmware.
 const (
 	FirmwareBIOS = "bios"
@@ -37,6 +43,9 @@ var virtioKinds = map[string]string{
 type GuestFacts struct {
 	// Firmware is FirmwareBIOS, FirmwareEFI or FirmwareBoth.
 	Firmware string
+	// SecureBoot is SecureBootSigned or SecureBootUnsigned when an EFI
+	// loader was found: whether it can start under Secure Boot.
+	SecureBoot string
 	// Virtio are the virtio device kinds the guest has drivers for
 	// (sorted), meaningful only when VirtioKnown.
 	Virtio      []string
@@ -61,6 +70,12 @@ func FactsOf(g *api.GuestReport) GuestFacts {
 		f.Firmware = FirmwareBIOS
 	case g.Firmware.UEFI:
 		f.Firmware = FirmwareEFI
+	}
+	switch {
+	case g.Firmware.SecureBoot:
+		f.SecureBoot = SecureBootSigned
+	case len(g.Firmware.Loaders) > 0:
+		f.SecureBoot = SecureBootUnsigned
 	}
 	if len(g.Kernels) > 0 {
 		f.VirtioKnown = true
@@ -103,6 +118,7 @@ func (f GuestFacts) Annotations() map[string]string {
 		}
 	}
 	set(api.AnnotationGuestFirmware, f.Firmware)
+	set(api.AnnotationGuestSecureBoot, f.SecureBoot)
 	set(api.AnnotationGuestOS, f.OSName)
 	set(api.AnnotationGuestOSID, f.OSID)
 	set(api.AnnotationGuestOSVersion, f.OSVersion)
@@ -124,6 +140,10 @@ func ParseGuestFacts(a map[string]string) GuestFacts {
 	case FirmwareBIOS, FirmwareEFI, FirmwareBoth:
 		f.Firmware = v
 	}
+	switch v := a[api.AnnotationGuestSecureBoot]; v {
+	case SecureBootSigned, SecureBootUnsigned:
+		f.SecureBoot = v
+	}
 	f.OSName, f.OSID, f.OSVersion = printable(a[api.AnnotationGuestOS]), printable(a[api.AnnotationGuestOSID]), printable(a[api.AnnotationGuestOSVersion])
 	switch v, ok := a[api.AnnotationGuestVirtio]; {
 	case !ok:
@@ -133,7 +153,7 @@ func ParseGuestFacts(a map[string]string) GuestFacts {
 		kinds := strings.Split(v, ",")
 		for _, k := range kinds {
 			if k != VirtioBlock && k != VirtioNet && k != VirtioSCSI {
-				return GuestFacts{Firmware: f.Firmware, OSName: f.OSName, OSID: f.OSID, OSVersion: f.OSVersion}
+				return GuestFacts{Firmware: f.Firmware, SecureBoot: f.SecureBoot, OSName: f.OSName, OSID: f.OSID, OSVersion: f.OSVersion}
 			}
 		}
 		slices.Sort(kinds)
@@ -145,7 +165,7 @@ func ParseGuestFacts(a map[string]string) GuestFacts {
 // GuestAnnotationKeys are the annotations GuestFacts writes: the syncer
 // removes those a new report no longer knows.
 var GuestAnnotationKeys = []string{
-	api.AnnotationGuestFirmware, api.AnnotationGuestVirtio, api.AnnotationGuestOS, api.AnnotationGuestOSID, api.AnnotationGuestOSVersion,
+	api.AnnotationGuestFirmware, api.AnnotationGuestSecureBoot, api.AnnotationGuestVirtio, api.AnnotationGuestOS, api.AnnotationGuestOSID, api.AnnotationGuestOSVersion,
 }
 
 // Has reports whether the guest is known to have drivers for the virtio

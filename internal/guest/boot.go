@@ -41,6 +41,10 @@ type Loader struct {
 	// Arch is the CPU architecture its PE header names, as Go names it
 	// (amd64, arm64, 386, riscv64), or "" when the header says another.
 	Arch string `json:"arch,omitempty"`
+	// Signed: its PE header names an Authenticode signature (a signed
+	// shim, or Windows' boot manager), which Secure Boot requires. Whose
+	// key signed it is not read.
+	Signed bool `json:"signed,omitempty"`
 }
 
 // removableLoaders are the removable-media paths UEFI firmware tries.
@@ -67,10 +71,42 @@ func Loaders(r io.ReaderAt, l *Layout) []Loader {
 			if err != nil {
 				continue
 			}
-			out = append(out, Loader{Partition: p.Number, Path: path, Arch: peMachine(head)})
+			out = append(out, Loader{Partition: p.Number, Path: path, Arch: peMachine(head), Signed: peSigned(head)})
 		}
 	}
 	return out
+}
+
+// peSigned reports whether the PE image whose first bytes are b has a
+// certificate table (the security data directory, PE/COFF 4.7): where
+// Authenticode signatures are.
+func peSigned(b []byte) bool {
+	if len(b) < 0x40 || b[0] != 'M' || b[1] != 'Z' {
+		return false
+	}
+	le := binary.LittleEndian
+	pe := int(le.Uint32(b[0x3C:]))
+	if pe < 0x40 || pe > len(b)-24 || string(b[pe:pe+4]) != "PE\x00\x00" {
+		return false
+	}
+	opt := pe + 24
+	var count, dirs int
+	switch {
+	case opt+2 > len(b):
+		return false
+	case le.Uint16(b[opt:]) == 0x10b: // PE32
+		count, dirs = opt+92, opt+96
+	case le.Uint16(b[opt:]) == 0x20b: // PE32+
+		count, dirs = opt+108, opt+112
+	default:
+		return false
+	}
+	const security = 4 // its index among the data directories
+	entry := dirs + security*8
+	if entry+8 > len(b) || int(le.Uint32(b[count:])) <= security {
+		return false
+	}
+	return le.Uint32(b[entry:]) != 0 && le.Uint32(b[entry+4:]) != 0
 }
 
 // peMachine names the machine of a PE image from its first bytes.

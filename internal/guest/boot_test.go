@@ -1,6 +1,9 @@
 package guest
 
 import (
+	"bytes"
+	"debug/pe"
+	"encoding/binary"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -129,5 +132,49 @@ func TestLoadersOnTheESP(t *testing.T) {
 				t.Errorf("a long name, any case: %q, %v", b, err)
 			}
 		})
+	}
+}
+
+// TestASignedLoaderIsSeen: peSigned reads the certificate table from a
+// loader's first 4 KiB as Go's debug/pe reads it from the whole file:
+// Debian's systemd-boot, which is not signed, and the same binary with
+// a certificate table named in its header (the data directory a signed
+// shim fills).
+func TestASignedLoaderIsSeen(t *testing.T) {
+	const sdboot = "/usr/lib/systemd/boot/efi/systemd-bootx64.efi"
+	b, err := os.ReadFile(sdboot)
+	if err != nil {
+		t.Fatalf("%v (Debian's systemd-boot-efi ships it)", err)
+	}
+	signed := bytes.Clone(b)
+	f, err := pe.NewFile(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	oh, ok := f.OptionalHeader.(*pe.OptionalHeader64)
+	if !ok {
+		t.Fatal("systemd-boot is not PE32+")
+	}
+	// The security directory is the 5th of the PE32+ optional header's
+	// data directories, which start 112 bytes into it.
+	dir := int(binary.LittleEndian.Uint32(b[0x3C:])) + 24 + 112 + 4*8
+	binary.LittleEndian.PutUint32(signed[dir:], uint32(len(b)))
+	binary.LittleEndian.PutUint32(signed[dir+4:], 0x800)
+	for _, tc := range []struct {
+		name string
+		b    []byte
+	}{{"systemd-boot", b}, {"with a certificate table", signed}} {
+		f, err := pe.NewFile(bytes.NewReader(tc.b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := f.OptionalHeader.(*pe.OptionalHeader64).DataDirectory[pe.IMAGE_DIRECTORY_ENTRY_SECURITY]
+		want := d.VirtualAddress != 0 && d.Size != 0
+		if got := peSigned(tc.b[:peHead]); got != want {
+			t.Errorf("%s: signed %v, debug/pe says %v", tc.name, got, want)
+		}
+	}
+	if oh.DataDirectory[pe.IMAGE_DIRECTORY_ENTRY_SECURITY].Size != 0 || !peSigned(signed[:peHead]) {
+		t.Error("the test's two loaders are not one unsigned and one signed")
 	}
 }

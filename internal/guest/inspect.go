@@ -64,6 +64,10 @@ func InspectPackages(r io.ReaderAt, size int64) (*api.GuestReport, []Package) {
 	rep.Firmware = BootOf(l)
 	for _, ld := range Loaders(r, l) {
 		rep.Firmware.Loaders = append(rep.Firmware.Loaders, ld.Path)
+		if ld.Signed && !rep.Firmware.SecureBoot {
+			rep.Firmware.SecureBoot = true
+			rep.Firmware.Reasons = append(rep.Firmware.Reasons, "a signed EFI loader at "+ld.Path)
+		}
 		if rep.Architecture == "" {
 			rep.Architecture = ld.Arch
 		}

@@ -233,6 +233,8 @@ func applyFirmware(b *vmBuild, v Value, ok bool) error {
 		switch {
 		case want == api.FirmwareBIOS && disk == cdi.FirmwareEFI, want != api.FirmwareBIOS && disk == cdi.FirmwareBIOS:
 			return &FirmwareError{Template: b.req.Template.ID, Firmware: want, Disk: disk, Image: b.req.Image}
+		case want == api.FirmwareEFISecureBoot && b.req.Image.Guest.SecureBoot == cdi.SecureBootUnsigned:
+			return &FirmwareError{Template: b.req.Template.ID, Firmware: want, Disk: disk, Unsigned: true, Image: b.req.Image}
 		}
 	} else {
 		switch disk {
@@ -268,10 +270,17 @@ func applyFirmware(b *vmBuild, v Value, ok bool) error {
 // the image's disk cannot boot with.
 type FirmwareError struct {
 	Template, Firmware, Disk string
-	Image                    Image
+	// Unsigned: the template asks for Secure Boot and the disk's EFI
+	// loader carries no signature.
+	Unsigned bool
+	Image    Image
 }
 
 func (e *FirmwareError) Error() string {
+	if e.Unsigned {
+		return fmt.Sprintf("template %s sets firmware %s, but image %s/%s:%s has an unsigned EFI loader, which does not start with Secure Boot on; use a template that sets no firmware or sets %s",
+			e.Template, e.Firmware, e.Image.Tenant, e.Image.Name, e.Image.Tag, api.FirmwareEFI)
+	}
 	boots := "BIOS only"
 	if e.Disk == cdi.FirmwareEFI {
 		boots = "UEFI only"

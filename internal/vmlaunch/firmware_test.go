@@ -44,6 +44,10 @@ func TestTheVMBootsTheDiskAsTheGateFoundIt(t *testing.T) {
 			refused: "sets firmware efi-secureboot, but image acme/rhel:9 boots with BIOS only"},
 		{name: "template pins bios, uefi-only disk", firmware: "bios", guest: cdi.GuestFacts{Firmware: efi},
 			refused: "template pinned sets firmware bios, but image acme/rhel:9 boots with UEFI only"},
+		{name: "template pins secure boot, signed loader", firmware: "efi-secureboot", guest: cdi.GuestFacts{Firmware: efi, SecureBoot: cdi.SecureBootSigned}, wantFirmware: "efi-secureboot", wantBus: "virtio"},
+		{name: "template pins secure boot, unsigned loader", firmware: "efi-secureboot", guest: cdi.GuestFacts{Firmware: efi, SecureBoot: cdi.SecureBootUnsigned},
+			refused: "sets firmware efi-secureboot, but image acme/rhel:9 has an unsigned EFI loader"},
+		{name: "template pins efi, unsigned loader", firmware: "efi", guest: cdi.GuestFacts{Firmware: efi, SecureBoot: cdi.SecureBootUnsigned}, wantFirmware: "efi", wantBus: "virtio"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			doc := `{"id":"pinned","title":"Pinned","parameters":[{"name":"fw","type":"string","default":{"value":"` + tc.firmware +

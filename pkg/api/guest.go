@@ -55,6 +55,11 @@ type GuestFirmware struct {
 	UEFI bool `json:"uefi"`
 	// Loaders are the EFI loaders found at the removable-media paths.
 	Loaders []string `json:"loaders,omitempty"`
+	// SecureBoot: one of them carries an Authenticode signature (a
+	// signed shim, Windows' boot manager), so the disk can start with
+	// Secure Boot on if the firmware trusts the signer, which is not
+	// checked. Without a signed loader it cannot.
+	SecureBoot bool `json:"secureBoot,omitempty"`
 	// Reasons say what each answer rests on.
 	Reasons []string `json:"reasons,omitempty"`
 }
@@ -96,9 +101,12 @@ type GuestKernel struct {
 // tenant cannot write DataSources.
 const (
 	// AnnotationGuestFirmware is the firmware the disk boots with: "bios",
-	// "efi", or "bios+efi". Secure Boot is not in the guest report, so no
-	// value claims it.
+	// "efi", or "bios+efi".
 	AnnotationGuestFirmware = "imagepipe.io/guest-firmware"
+	// AnnotationGuestSecureBoot says whether the disk's EFI loader is
+	// signed, so that it can start under Secure Boot: "signed" or
+	// "unsigned"; absent when no EFI loader was found.
+	AnnotationGuestSecureBoot = "imagepipe.io/guest-secure-boot"
 	// AnnotationGuestVirtio lists the virtio devices the guest has drivers
 	// for, comma-separated and sorted, of "block" (Linux virtio_blk,
 	// Windows viostor), "net" (virtio_net, netkvm) and "scsi"
