@@ -35,23 +35,27 @@ cache="${IMAGEPIPE_CACHE:-$HOME/.cache/imagepipe}/guests"
 # shellcheck source=/dev/null
 suite="$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")"
 
-candidate() { apt-cache policy "$1" | awk '/Candidate:/ {print $2}'; }
 kernel_pkg="$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-/ {print $2; exit}')"
 [ -n "$kernel_pkg" ] || { echo "guests.sh: apt knows no linux-image-cloud-amd64 (run apt-get update)" >&2; exit 1; }
 
+# versions prints what the key is made of: this script, the suite, and
+# each package's candidate version (one apt-cache call: the tests ask).
 versions() {
+	local pkgs=("$kernel_pkg" busybox-static syslinux syslinux-common systemd-boot-efi cloud-init openssh-server systemd qemu-guest-agent)
 	echo "script $(sha256sum "$0" | cut -d' ' -f1)"
 	echo "suite $suite"
-	for p in "$kernel_pkg" busybox-static syslinux syslinux-common systemd-boot-efi cloud-init openssh-server systemd qemu-guest-agent; do
-		v="$(candidate "$p")"
-		if [ -z "$v" ] || [ "$v" = "(none)" ]; then
+	apt-cache policy "${pkgs[@]}" | awk '/^[^ ].*:$/ {p = substr($1, 1, length($1) - 1)} /Candidate:/ {print p, $2}' >"$1"
+	for p in "${pkgs[@]}"; do
+		if ! grep -q "^$p [^(]" "$1"; then
 			echo "guests.sh: apt has no candidate for $p" >&2
 			exit 1
 		fi
-		echo "$p $v"
 	done
+	cat "$1"
 }
-vers="$(versions)"
+listing="$(mktemp)"
+vers="$(versions "$listing")"
+rm -f "$listing"
 key="$(printf '%s\n' "$vers" | sha256sum | cut -c1-16)"
 dir="$cache/$key"
 

@@ -53,6 +53,7 @@ var Programs = map[string]string{
 	"sfdisk":             "fdisk",
 	"sgdisk":             "gdisk",
 	"mount":              "mount",
+	"prlimit":            "util-linux",
 	"qemu-img":           "qemu-utils",
 	"qemu-io":            "qemu-utils",
 	"qemu-system-x86_64": "qemu-system-x86",
