@@ -93,7 +93,7 @@ test: tools lint build unit integration fuzz
 # go test starts packages in the order it is given them, so the longest are
 # named first (measured with a warm cache): the others then fill the cores
 # while they run, instead of the longest starting last.
-UNIT_FIRST        := ./internal/source ./internal/convert ./internal/registry ./internal/containerdisk ./internal/gate
+UNIT_FIRST        := ./internal/bootcheck ./internal/source ./internal/convert ./internal/registry ./internal/containerdisk ./internal/gate
 INTEGRATION_FIRST := ./test/syncer ./test/hub ./test/guest ./test/images ./test/hostile ./test/registry
 
 # Unit tests and fuzzers find the tools make tools built (a reference

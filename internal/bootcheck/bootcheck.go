@@ -305,6 +305,25 @@ loop:
 	return rep, nil
 }
 
+// Accelerator is kvm when /dev/kvm opens and probe, a disk that boots
+// quickly, signals under KVM within a minute as opts says; else tcg. A
+// /dev/kvm that opens may still fail every guest (nested virtualisation
+// that cannot emulate), which only a boot shows.
+func Accelerator(ctx context.Context, probe string, opts Options) string {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return "tcg"
+	}
+	f.Close()
+	opts.Accel = "kvm"
+	opts.Deadline = time.Minute
+	rep, err := Boot(ctx, probe, opts)
+	if err != nil || !rep.Booted {
+		return "tcg"
+	}
+	return "kvm"
+}
+
 func withDefaults(o Options) Options {
 	if o.QEMU == "" {
 		o.QEMU = "qemu-system-x86_64"

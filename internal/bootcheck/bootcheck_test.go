@@ -87,6 +87,12 @@ func TestGuestsBootWithTheFirmwareTheInspectionFound(t *testing.T) {
 			t.Logf("%s booted with %s (%s) in %s", tc.disk, fw, rep.Accel, rep.Elapsed.Round(100*time.Millisecond))
 		})
 	}
+	// The accelerator found boots the probe, whichever it is.
+	accel := Accelerator(t.Context(), filepath.Join(dir, "bios.raw"), Options{Signals: []*regexp.Regexp{smallSignal}, Credential: nobody(), TempDir: tempDir(t)})
+	rep, err := Boot(t.Context(), filepath.Join(dir, "bios.raw"), Options{Accel: accel, Signals: []*regexp.Regexp{smallSignal}, Credential: nobody(), TempDir: tempDir(t)})
+	if err != nil || !rep.Booted || rep.Accel != accel {
+		t.Errorf("booting with the accelerator found, %s: %+v, %v", accel, rep, err)
+	}
 	if _, err := FirmwareFor(api.GuestFirmware{}); err != ErrNoFirmware {
 		t.Errorf("FirmwareFor of a disk nothing boots: %v, want ErrNoFirmware", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/imagepipe/imagepipe/internal/bootcheck"
 	"github.com/imagepipe/imagepipe/internal/need"
 	"github.com/imagepipe/imagepipe/test/harness"
 )
@@ -54,7 +56,7 @@ const (
 )
 
 // ovmf are the OVMF code and variables templates of Debian's ovmf.
-var ovmf = struct{ code, vars string }{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_VARS_4M.fd"}
+var ovmf = struct{ code, vars string }{bootcheck.DefaultOVMFCode, bootcheck.DefaultOVMFVars}
 
 // machineSpec is one QEMU machine.
 type machineSpec struct {
@@ -96,7 +98,6 @@ func boot(t *testing.T, spec machineSpec) *machine {
 		"-drive", "file=" + overlay + ",format=qcow2,if=virtio",
 	}
 	if spec.firmware == uefi {
-		need.Program(t, "qemu-system-x86_64") // OVMF comes with the ovmf package; checked below
 		if _, err := os.Stat(ovmf.code); err != nil {
 			need.Missing(t, "OVMF is not installed (%s; make tools installs the Debian package ovmf)", ovmf.code)
 		}
@@ -300,28 +301,15 @@ var (
 	accel     string
 )
 
-// accelerator is kvm when a small guest boots under KVM on this machine,
-// else tcg: /dev/kvm may open and still fail every guest (nested
-// virtualisation that cannot emulate).
+// accelerator is the accelerator that boots guests here, found once
+// (bootcheck.Accelerator, probing with the small BIOS guest).
 func accelerator(t *testing.T, dir string) string {
 	t.Helper()
 	accelOnce.Do(func() {
-		accel = "tcg"
-		f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
-		if err != nil {
-			t.Logf("KVM: %v; using TCG", err)
-			return
-		}
-		f.Close()
-		m := boot(t, machineSpec{disk: filepath.Join(dir, "bios.raw"), accel: "kvm"})
-		defer m.kill()
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		if _, err := m.console.waitLine(ctx, bootSignal); err != nil {
-			t.Logf("a small guest did not boot under KVM (%v: %s); using TCG", err, m.errors())
-			return
-		}
-		accel = "kvm"
+		accel = bootcheck.Accelerator(t.Context(), filepath.Join(dir, "bios.raw"), bootcheck.Options{
+			Signals: []*regexp.Regexp{regexp.MustCompile(bootSignal)}, TempDir: t.TempDir(),
+		})
+		t.Logf("guests boot under %s here", accel)
 	})
 	return accel
 }
