@@ -82,7 +82,9 @@ release-config:
 # kube-apiserver, kubectl, kube-controller-manager, CDI's controller and
 # importer, plus the CDI and KubeVirt CRDs (test/buildtools.sh and, alongside,
 # test/buildkube.sh; cached,
-# 22 minutes the first time on 2 cores, measured).
+# 22 minutes the first time on 2 cores, measured), and the guests test/guest
+# boots in QEMU, built from Debian packages into $(CACHE)/guests
+# (test/guests.sh; cached by their packages' versions).
 tools:
 	@IMAGEPIPE_CACHE=$(CACHE) bash test/tools.sh
 
@@ -91,8 +93,8 @@ test: tools lint build unit integration fuzz
 # go test starts packages in the order it is given them, so the longest are
 # named first (measured with a warm cache): the others then fill the cores
 # while they run, instead of the longest starting last.
-UNIT_FIRST        := ./internal/source ./internal/convert ./internal/registry ./internal/containerdisk ./internal/gate
-INTEGRATION_FIRST := ./test/syncer ./test/hub ./test/images ./test/hostile ./test/registry
+UNIT_FIRST        := ./internal/bootcheck ./internal/source ./internal/convert ./internal/registry ./internal/containerdisk ./internal/gate
+INTEGRATION_FIRST := ./test/syncer ./test/hub ./test/guest ./test/images ./test/hostile ./test/registry
 
 # Unit tests and fuzzers find the tools make tools built (a reference
 # decoder) in $(CACHE)/bin.

@@ -3,13 +3,15 @@
 # qemu-img and qemu-io (the conversion oracle), skopeo (an independent registry
 # client), mkfs.ext4 (realistic filesystem images), the partitioning and mkfs
 # tools, syslinux's MBR code, systemd-boot and mtools (guest disks for
-# internal/guest), GNU time (peak memory), zstd,
+# internal/guest), QEMU, OVMF, mmdebstrap, syslinux, busybox-static, cpio
+# and xorriso (the guests test/guests.sh builds and test/guest boots),
+# GNU time (peak memory), zstd,
 # xz and gzip (wrapped sources), libisal-dev (ISA-L gzip), socat, unshare and
 # mount (network and mount namespaces of the node stand-in and some tests), then
 # builds the distribution registry, MinIO, crane, etcd, kube-apiserver, kubectl,
 # kube-controller-manager, CDI's controller and importer, the CDI/KubeVirt
 # CRDs and CDI's zstd decoding (test/zstdref) (test/buildtools.sh,
-# test/buildkube.sh).
+# test/buildkube.sh), and the test guests (test/guests.sh).
 set -euo pipefail
 
 need=()
@@ -42,6 +44,14 @@ command -v mount >/dev/null || need+=(mount)
 command -v xz >/dev/null || need+=(xz-utils)
 command -v gzip >/dev/null || need+=(gzip)
 command -v make >/dev/null || need+=(make)
+# the guests test/guests.sh builds from Debian packages and the tests boot
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+[ -f /usr/share/OVMF/OVMF_CODE_4M.fd ] || need+=(ovmf)
+command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+command -v syslinux >/dev/null || need+=(syslinux) # installs syslinux on a FAT image through mtools
+dpkg-query -W -f='${Status}' busybox-static 2>/dev/null | grep -q 'ok installed' || need+=(busybox-static)
+command -v cpio >/dev/null || need+=(cpio)
+command -v xorrisofs >/dev/null || need+=(xorriso) # KubeVirt's NoCloud seed, as virt-launcher makes it
 
 if [ ${#need[@]} -gt 0 ]; then
 	echo "installing: ${need[*]}"
@@ -74,8 +84,12 @@ lane kube bash -c "bash '$here/buildkube.sh' && bash '$here/buildtools.sh' etcd 
 kube=$!
 lane servers bash -c "bash '$here/buildtools.sh' minio registry zot && bash '$here/kubevirt/build-admission.sh'" &
 servers=$!
+# The guests: mostly apt's downloads and dpkg, a few minutes the first time.
+lane guests bash "$here/guests.sh" &
+guests=$!
 status=0
 lane kubevirt bash "$here/buildtools.sh" cosign cdi crds zstdref || status=$?
 wait "$kube" || status=$?
 wait "$servers" || status=$?
+wait "$guests" || status=$?
 exit "$status"

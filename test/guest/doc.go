@@ -1,0 +1,9 @@
+// Package guest boots real guests under QEMU: the disks test/guests.sh
+// builds from Debian packages (make tools), on throwaway overlays. Its
+// test gives a real Debian guest's cloud-init the NoCloud seed KubeVirt
+// would make from a VirtualMachine `imagectl vm create --ssh-key` created
+// on a real kube-apiserver, and logs in with the tenant's key over SSH: the
+// VM half of imagepipe meeting a real guest. KubeVirt's virt-launcher is
+// played by a few lines that make its seed; QEMU, cloud-init and OpenSSH
+// are real.
+package guest
