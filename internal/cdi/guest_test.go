@@ -36,6 +36,12 @@ func TestGuestFactsOnTheDataSource(t *testing.T) {
 			Firmware: api.GuestFirmware{BIOS: true, UEFI: true},
 			Kernels:  []api.GuestKernel{{Version: "nt", Virtio: []string{"netkvm", "viostor", "made_up"}}},
 		}, map[string]string{api.AnnotationGuestFirmware: "bios+efi", api.AnnotationGuestVirtio: "block,net"}},
+		{"uefi, a signed loader", &api.GuestReport{
+			Firmware: api.GuestFirmware{UEFI: true, Loaders: []string{"/EFI/BOOT/BOOTX64.EFI"}, SecureBoot: true},
+		}, map[string]string{api.AnnotationGuestFirmware: "efi", api.AnnotationGuestSecureBoot: "signed"}},
+		{"uefi, an unsigned loader", &api.GuestReport{
+			Firmware: api.GuestFirmware{UEFI: true, Loaders: []string{"/EFI/BOOT/BOOTX64.EFI"}},
+		}, map[string]string{api.AnnotationGuestFirmware: "efi", api.AnnotationGuestSecureBoot: "unsigned"}},
 		{"hostile os-release", &api.GuestReport{
 			OS: &api.GuestOS{ID: "x\n\x1b[31mevil", PrettyName: strings.Repeat("é", 500), VersionID: "\xff\xfe"},
 		}, map[string]string{api.AnnotationGuestOSID: "x[31mevil", api.AnnotationGuestOS: strings.Repeat("é", api.MaxGuestOSName/2)}},
