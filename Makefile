@@ -99,7 +99,7 @@ INTEGRATION_FIRST := ./test/syncer ./test/hub ./test/guest ./test/images ./test/
 # Unit tests and fuzzers find the tools make tools built (a reference
 # decoder) in $(CACHE)/bin.
 unit:
-	IMAGEPIPE_BIN=$(CACHE)/bin $(GOBUILD) test $(TEST_EXEC) -json -tags "$(TAGS)" -race -count=1 $(UNIT_FIRST) ./internal/... ./pkg/... ./cmd/... ./hack/... 2>&1 | $(REPORT)
+	IMAGEPIPE_BIN=$(CACHE)/bin $(GOBUILD) test $(TEST_EXEC) -json -tags "$(TAGS)" -race -count=1 -timeout 30m $(UNIT_FIRST) ./internal/... ./pkg/... ./cmd/... ./hack/... 2>&1 | $(REPORT)
 	$(GOBUILD) test $(TEST_EXEC) -json -count=1 -run Gzip ./internal/containerdisk 2>&1 | $(REPORT) # the pure-Go gzip fallback
 
 # test/images cross-compiles both binaries for two platforms from a cold

@@ -35,33 +35,10 @@ import (
 // the verification's spool share: then the guest is unknown and says why,
 // and the image is accepted all the same, as is a disk of random bytes.
 func TestTheVerdictSaysWhatTheDiskHolds(t *testing.T) {
-	mkfs := need.Program(t, "mkfs.ext4")
-	root := t.TempDir()
-	for name, text := range map[string]string{
+	disk := ext4Disk(t, map[string]string{
 		"etc/os-release":     "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nVERSION_ID=\"12\"\nID=debian\n",
 		"usr/bin/cloud-init": "#!/usr/bin/python3\n",
-	} {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	img := filepath.Join(t.TempDir(), "disk.raw")
-	if err := os.WriteFile(img, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(img, 16<<20); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(mkfs, "-q", "-F", "-d", root, img).CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.ext4: %v\n%s", err, out)
-	}
-	disk, err := os.ReadFile(img)
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	debian := func(g *api.GuestReport) bool {
 		return g != nil && g.PartitionTable == "none" && g.Filesystem == "ext4" && g.OS != nil && g.OS.ID == "debian" && g.OS.VersionID == "12" && g.CloudInit
 	}
@@ -144,12 +121,19 @@ func TestAGuestThatRunsAwayCostsOnlyItsReport(t *testing.T) {
 // os-release and a dpkg status file listing status.
 func debianDisk(t *testing.T, status string) []byte {
 	t.Helper()
-	mkfs := need.Program(t, "mkfs.ext4")
-	root := t.TempDir()
-	for name, text := range map[string]string{
+	return ext4Disk(t, map[string]string{
 		"etc/os-release":      "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nVERSION_ID=\"12\"\nID=debian\n",
 		"var/lib/dpkg/status": status,
-	} {
+	})
+}
+
+// ext4Disk is a raw 16 MiB disk holding an ext4 filesystem that mkfs.ext4
+// made of files (paths relative to its root, and their text).
+func ext4Disk(t *testing.T, files map[string]string) []byte {
+	t.Helper()
+	mkfs := need.Program(t, "mkfs.ext4")
+	root := t.TempDir()
+	for name, text := range files {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,6 @@ package guest
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"io/fs"
 	"strings"
@@ -17,14 +16,7 @@ const maxAPKInstalled = 16 << 20
 // (/lib/apk/db/installed: a stanza per package, "P:" its name, "V:" its
 // version, "A:" its arch, "o:" its origin, the source package).
 func ReadAPK(fsys fs.FS) ([]Package, error) {
-	b, err := ReadFile(fsys, "/lib/apk/db/installed", maxAPKInstalled)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, ErrNoDatabase
-	}
-	if err != nil {
-		return nil, err
-	}
-	return parseAPKInstalled(b)
+	return readDatabase(fsys, "/lib/apk/db/installed", maxAPKInstalled, parseAPKInstalled)
 }
 
 // parseAPKInstalled reads the stanzas of apk's installed database.

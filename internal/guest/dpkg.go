@@ -42,14 +42,7 @@ var ErrNoDatabase = errors.New("no package database")
 // ReadDpkg lists the packages dpkg says are installed
 // (/var/lib/dpkg/status, "Status: install ok installed").
 func ReadDpkg(fsys fs.FS) ([]Package, error) {
-	b, err := ReadFile(fsys, "/var/lib/dpkg/status", maxDpkgStatus)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, ErrNoDatabase
-	}
-	if err != nil {
-		return nil, err
-	}
-	return parseDpkgStatus(b)
+	return readDatabase(fsys, "/var/lib/dpkg/status", maxDpkgStatus, parseDpkgStatus)
 }
 
 // parseDpkgStatus reads the stanzas of a dpkg status file.

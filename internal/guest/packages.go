@@ -13,6 +13,19 @@ var packageReaders = []struct {
 	read    func(fs.FS) ([]Package, error)
 }{{"dpkg", ReadDpkg}, {"rpm", ReadRPM}, {"apk", ReadAPK}}
 
+// readDatabase reads a package database kept in one file, of at most
+// limit bytes, with parse; ErrNoDatabase when the root has no such file.
+func readDatabase(fsys fs.FS, name string, limit int64, parse func([]byte) ([]Package, error)) ([]Package, error) {
+	b, err := ReadFile(fsys, name, limit)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, ErrNoDatabase
+	}
+	if err != nil {
+		return nil, err
+	}
+	return parse(b)
+}
+
 // ListPackages lists the installed packages of the first package
 // database the root holds (dpkg's, rpm's or apk's) and names its
 // manager; ErrNoDatabase when it holds none of them.
