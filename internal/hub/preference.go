@@ -52,6 +52,15 @@ rhel 10 arm64 = rhel.10.arm64
 opensuse-leap = opensuse.leap
 opensuse-tumbleweed = opensuse.tumbleweed
 ol = oraclelinux
+# Windows: the gate's VERSION_ID is the registry's major.minor.build;
+# build 26100 is both Windows 11 24H2 and Server 2025, so it has no row.
+windows 10.0.14393 = windows.2k16
+windows 10.0.17763 = windows.2k19
+windows 10.0.20348 = windows.2k22
+windows 10.0.19044 = windows.10
+windows 10.0.19045 = windows.10
+windows 10.0.22621 = windows.11
+windows 10.0.22631 = windows.11
 `
 
 // builtin is BuiltinPreferences, parsed once.

@@ -35,6 +35,10 @@ func TestPreferenceForTheGuest(t *testing.T) {
 		{"opensuse-leap", "15.6", "amd64", "opensuse.leap"},
 		{"ol", "9.4", "amd64", "oraclelinux"},
 		{"arch", "", "amd64", ""},
+		{"windows", "10.0.20348", "amd64", "windows.2k22"},
+		{"windows", "10.0.22631", "amd64", "windows.11"},
+		{"windows", "10.0.26100", "amd64", ""},
+		{"windows", "", "amd64", ""},
 	} {
 		g := &api.GuestReport{OS: &api.GuestOS{ID: tc.id, VersionID: tc.version}}
 		if got := builtin.For(g, tc.arch); got != tc.want {
