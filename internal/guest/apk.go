@@ -1,9 +1,6 @@
 package guest
 
 import (
-	"bufio"
-	"bytes"
-	"fmt"
 	"io/fs"
 	"strings"
 )
@@ -23,32 +20,10 @@ func ReadAPK(fsys fs.FS) ([]Package, error) {
 func parseAPKInstalled(b []byte) ([]Package, error) {
 	var out []Package
 	p := Package{Type: "apk"}
-	flush := func() error {
-		if p.Name != "" && p.Version != "" {
-			if len(out) == maxPackages {
-				return fmt.Errorf("more than %d packages", maxPackages)
-			}
-			if p.Source == p.Name {
-				p.Source = ""
-			}
-			out = append(out, p)
-		}
-		p = Package{Type: "apk"}
-		return nil
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 64<<10), maxDpkgLine)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.TrimSpace(line) == "" {
-			if err := flush(); err != nil {
-				return nil, err
-			}
-			continue
-		}
+	err := scanStanzas(b, func(line string) {
 		k, v, ok := strings.Cut(line, ":")
 		if !ok || len(k) != 1 {
-			continue
+			return
 		}
 		switch k {
 		case "P":
@@ -60,11 +35,12 @@ func parseAPKInstalled(b []byte) ([]Package, error) {
 		case "o":
 			p.Source = v
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if err := flush(); err != nil {
+	}, func() (err error) {
+		out, err = addPackage(out, p)
+		p = Package{Type: "apk"}
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	return out, nil

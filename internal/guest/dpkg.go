@@ -1,8 +1,6 @@
 package guest
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"io/fs"
 	"strings"
@@ -50,35 +48,13 @@ func parseDpkgStatus(b []byte) ([]Package, error) {
 	var out []Package
 	var p Package
 	installed := false
-	flush := func() error {
-		if installed && p.Name != "" && p.Version != "" {
-			if len(out) == maxPackages {
-				return errors.New("more than 100000 packages")
-			}
-			if p.Source == p.Name {
-				p.Source = ""
-			}
-			out = append(out, p)
-		}
-		p, installed = Package{}, false
-		return nil
-	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 64<<10), maxDpkgLine)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.TrimSpace(line) == "" {
-			if err := flush(); err != nil {
-				return nil, err
-			}
-			continue
-		}
+	err := scanStanzas(b, func(line string) {
 		if line[0] == ' ' || line[0] == '\t' {
-			continue // a continuation (descriptions, conffiles)
+			return // a continuation (descriptions, conffiles)
 		}
 		k, v, ok := strings.Cut(line, ":")
 		if !ok {
-			continue
+			return
 		}
 		v = strings.TrimSpace(v)
 		switch k {
@@ -94,11 +70,14 @@ func parseDpkgStatus(b []byte) ([]Package, error) {
 		case "Status":
 			installed = v == "install ok installed"
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if err := flush(); err != nil {
+	}, func() (err error) {
+		if installed {
+			out, err = addPackage(out, p)
+		}
+		p, installed = Package{}, false
+		return err
+	})
+	if err != nil {
 		return nil, err
 	}
 	return out, nil

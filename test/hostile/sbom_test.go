@@ -242,23 +242,11 @@ func TestTheGuestsSBOMIsACosignAttestation(t *testing.T) {
 // User-Agent contains agent.
 func blobGets(t *testing.T, reg *harness.Registry, repo, blob, agent string) []string {
 	t.Helper()
-	f, err := os.Open(reg.LogPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
 	var out []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if strings.Contains(line, `msg="response completed"`) && strings.Contains(line, "http.request.method=GET ") &&
-			strings.Contains(line, `http.request.uri="/v2/`+repo+`/blobs/`+blob) && strings.Contains(line, agent) {
-			out = append(out, line)
+	for _, r := range registryRequests(t, reg, repo) {
+		if r.method == "GET" && strings.Contains(r.line, "/v2/"+repo+"/blobs/"+blob) && strings.Contains(r.line, agent) {
+			out = append(out, r.line)
 		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
 	}
 	return out
 }
