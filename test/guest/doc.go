@@ -3,7 +3,8 @@
 // test gives a real Debian guest's cloud-init the NoCloud seed KubeVirt
 // would make from a VirtualMachine `imagectl vm create --ssh-key` created
 // on a real kube-apiserver, and logs in with the tenant's key over SSH: the
-// VM half of imagepipe meeting a real guest. KubeVirt's virt-launcher is
-// played by a few lines that make its seed; QEMU, cloud-init and OpenSSH
-// are real.
+// VM half of imagepipe meeting a real guest; the guest's agent answers on
+// the port KubeVirt gives every VM. KubeVirt's virt-launcher is played by
+// a few lines that make its seed and that port; QEMU, cloud-init, OpenSSH
+// and the guest agent are real.
 package guest

@@ -67,6 +67,9 @@ type machineSpec struct {
 	sshPort  int      // when not 0: 127.0.0.1:sshPort forwards to the guest's port 22
 	memMiB   int
 	accel    string // kvm or tcg
+	// agent gives the guest the QEMU guest agent's virtio-serial port, as
+	// virt-launcher gives every VM; machine.agent is its host end.
+	agent bool
 }
 
 // machine is a QEMU process and its serial console.
@@ -76,6 +79,8 @@ type machine struct {
 	done    chan struct{} // closed once QEMU has exited
 	err     error         // Wait's answer, read after done
 	stderr  string        // the file QEMU's stderr goes to
+	agent   string        // the guest agent's Unix socket, when spec.agent
+	started time.Time
 }
 
 // boot starts QEMU on spec, no network but what the SSH forward allows
@@ -124,13 +129,18 @@ func boot(t *testing.T, spec machineSpec) *machine {
 			"-netdev", fmt.Sprintf("user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:%d-:22", spec.sshPort),
 			"-device", "virtio-net-pci,netdev=net0")
 	}
+	m := &machine{done: make(chan struct{}), stderr: filepath.Join(dir, "qemu.stderr")}
+	if spec.agent {
+		m.agent = filepath.Join(dir, "agent.sock")
+		args = append(args, bootcheck.AgentArgs(m.agent)...)
+	}
 	cmd := exec.Command(qemu, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &machine{cmd: cmd, done: make(chan struct{}), stderr: filepath.Join(dir, "qemu.stderr")}
+	m.cmd = cmd
 	errFile, err := os.Create(m.stderr)
 	if err != nil {
 		t.Fatal(err)
@@ -141,10 +151,11 @@ func boot(t *testing.T, spec machineSpec) *machine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.console = newConsole(logFile)
+	m.console = newConsole(logFile, time.Now())
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", qemu, err)
 	}
+	m.started = time.Now()
 	t.Logf("started QEMU (%s, %s) pid %d: %s", spec.accel, cmp(spec.firmware, bios), cmd.Process.Pid, strings.Join(cmd.Args, " "))
 	readDone := make(chan struct{})
 	go func() {
@@ -207,26 +218,31 @@ func (m *machine) exited() (bool, error) {
 // console is a machine's serial output, line by line, kept in full and
 // written to a log file; waiters are woken at each line.
 type console struct {
+	start   time.Time // lines in the log file carry the seconds since
 	mu      sync.Mutex
 	lines   []string
+	at      []time.Duration // when each line ended, since start
 	partial strings.Builder
 	closed  bool
 	changed chan struct{} // closed and replaced at each line and at the end
 	log     io.Writer
 }
 
-func newConsole(log io.Writer) *console { return &console{changed: make(chan struct{}), log: log} }
+func newConsole(log io.Writer, start time.Time) *console {
+	return &console{changed: make(chan struct{}), log: log, start: start}
+}
 
 func (c *console) read(r io.Reader) {
 	br := bufio.NewReader(r)
 	for {
 		line, err := br.ReadString('\n')
 		if line != "" {
-			_, _ = io.WriteString(c.log, line)
+			_, _ = fmt.Fprintf(c.log, "[%7.1fs] %s", time.Since(c.start).Seconds(), line)
 			c.mu.Lock()
 			c.partial.WriteString(line)
 			if strings.HasSuffix(line, "\n") {
 				c.lines = append(c.lines, strings.TrimRight(c.partial.String(), "\r\n"))
+				c.at = append(c.at, time.Since(c.start))
 				c.partial.Reset()
 				close(c.changed)
 				c.changed = make(chan struct{})
@@ -244,16 +260,35 @@ func (c *console) close() {
 	defer c.mu.Unlock()
 	if c.partial.Len() > 0 {
 		c.lines = append(c.lines, c.partial.String())
+		c.at = append(c.at, time.Since(c.start))
 	}
 	c.closed = true
 	close(c.changed)
 }
 
-// tail returns the last n lines.
+// tail returns the last n lines, each after the seconds since QEMU
+// started.
 func (c *console) tail(n int) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]string(nil), c.lines[max(0, len(c.lines)-n):]...)
+	var out []string
+	for i := max(0, len(c.lines)-n); i < len(c.lines); i++ {
+		out = append(out, fmt.Sprintf("[%7.1fs] %s", c.at[i].Seconds(), c.lines[i]))
+	}
+	return out
+}
+
+// last is the console's last line that is not blank, for a failure
+// message: what the guest was doing when the test gave up.
+func (c *console) last() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := len(c.lines) - 1; i >= 0; i-- {
+		if l := strings.TrimSpace(c.lines[i]); l != "" {
+			return fmt.Sprintf("[%.1fs] %.200s", c.at[i].Seconds(), l)
+		}
+	}
+	return "(nothing yet)"
 }
 
 // errConsoleClosed says QEMU ended before the console showed what was
