@@ -79,3 +79,32 @@ func SyncAgent(ctx context.Context, conn net.Conn, id int64, timeout time.Durati
 		}
 	}
 }
+
+// waitAgent closes answered once the guest agent behind the Unix socket
+// at path echoes a guest-sync, asking every few seconds until ctx ends.
+// QEMU makes the socket as it starts.
+func waitAgent(ctx context.Context, path string, answered chan<- struct{}) {
+	var d net.Dialer
+	for id := int64(1); ctx.Err() == nil; id++ {
+		conn, err := d.DialContext(ctx, "unix", path)
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for ; ctx.Err() == nil; id++ {
+			err := SyncAgent(ctx, conn, id, 5*time.Second)
+			if err == nil {
+				conn.Close()
+				close(answered)
+				return
+			}
+			if !errors.Is(err, ErrNoAgentReply) {
+				break // QEMU closed the socket: dial again
+			}
+		}
+		conn.Close()
+	}
+}

@@ -105,9 +105,16 @@ type Options struct {
 	// directory of its own, removed at the end (default os.TempDir()); it
 	// must be reachable by Credential's user.
 	TempDir string
+	// Agent gives the guest the QEMU guest agent's port, as KubeVirt
+	// does; an answer to guest-sync is a boot signal too (AgentSignal).
+	Agent bool
 	// Logger receives progress (default: discard).
 	Logger *slog.Logger
 }
+
+// AgentSignal is Report.Signal when the guest agent's answer said the
+// guest booted.
+const AgentSignal = "guest agent"
 
 // Report is what one boot showed.
 type Report struct {
@@ -128,12 +135,18 @@ type Report struct {
 // signalled that it booted. It fails only when QEMU cannot be run; a guest
 // that does not boot is a Report with Booted false and its Reason.
 func Boot(ctx context.Context, disk string, opts Options) (*Report, error) {
-	o := withDefaults(opts)
 	f, err := os.Open(disk)
 	if err != nil {
 		return nil, fmt.Errorf("opening the disk: %w", err)
 	}
 	defer f.Close()
+	return BootFile(ctx, f, opts)
+}
+
+// BootFile is Boot of the disk open as f, which QEMU only reads.
+func BootFile(ctx context.Context, f *os.File, opts Options) (*Report, error) {
+	o := withDefaults(opts)
+	disk := f.Name()
 	tmp, err := os.MkdirTemp(o.TempDir, "bootcheck-")
 	if err != nil {
 		return nil, fmt.Errorf("making the boot's directory: %w", err)
@@ -155,7 +168,11 @@ func Boot(ctx context.Context, disk string, opts Options) (*Report, error) {
 		"-accel", o.Accel, "-m", strconv.Itoa(o.MemoryMiB),
 		"-sandbox", "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
 		"-chardev", "stdio,id=serial0,signal=off", "-serial", "chardev:serial0",
-		"-nic", "none",
+		// A NIC with no route anywhere: QEMU's user network, restricted,
+		// answers DHCP and nothing else. A guest without a NIC waits for
+		// one (systemd-networkd-wait-online, two minutes) before
+		// cloud-init's network stage.
+		"-nic", "user,restrict=on,model=virtio-net-pci",
 	}
 	diskPath := fdset(f) // before args is read: fdset appends to it
 	args = append(args, "-drive", "file="+diskPath+",format="+o.Format+",if=virtio,snapshot=on")
@@ -182,6 +199,11 @@ func Boot(ctx context.Context, disk string, opts Options) (*Report, error) {
 		args = append(args, "-machine", "q35",
 			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+codePath,
 			"-drive", "if=pflash,format=raw,unit=1,file="+vars)
+	}
+	agentSocket := ""
+	if o.Agent {
+		agentSocket = filepath.Join(tmp, "agent.sock")
+		args = append(args, AgentArgs(agentSocket)...)
 	}
 	if o.Credential != nil {
 		if err := os.Chown(tmp, int(o.Credential.Uid), int(o.Credential.Gid)); err != nil {
@@ -229,6 +251,12 @@ func Boot(ctx context.Context, disk string, opts Options) (*Report, error) {
 	go func() { readErr <- readLines(stdout, o.MaxSerial, lines) }()
 	timer := time.NewTimer(o.Deadline)
 	defer timer.Stop()
+	agentCtx, stopAgent := context.WithCancel(ctx)
+	defer stopAgent()
+	agent := make(chan struct{})
+	if agentSocket != "" {
+		go waitAgent(agentCtx, agentSocket, agent)
+	}
 	var last []string
 	keep := func(l string) {
 		last = append(last, l)
@@ -288,6 +316,9 @@ loop:
 					break loop
 				}
 			}
+		case <-agent:
+			rep.Booted, rep.Signal = true, AgentSignal
+			break loop
 		case <-timer.C:
 			rep.Reason = "no boot signal within " + o.Deadline.String()
 			break loop
@@ -322,6 +353,37 @@ func Accelerator(ctx context.Context, probe string, opts Options) string {
 		return "tcg"
 	}
 	return "kvm"
+}
+
+// ProbeSignal is what the probe disk prints on the serial port.
+const ProbeSignal = "IMAGEPIPE-BOOT-PROBE"
+
+// WriteProbe writes a 1 MiB raw disk whose BIOS boot code prints
+// ProbeSignal on the first serial port and halts: a probe for
+// Accelerator that needs no guest image. (SeaBIOS skips a disk of one
+// sector.)
+func WriteProbe(w io.Writer) error {
+	code := []byte{
+		0x31, 0xc0, // xor ax, ax
+		0x8e, 0xd8, // mov ds, ax
+		0xfc,             // cld
+		0xba, 0xf8, 0x03, // mov dx, 0x3f8 (COM1)
+		0xbe, 0x18, 0x7c, // mov si, 0x7c18 (the message below)
+		0xac,       // next: lodsb
+		0x84, 0xc0, // test al, al
+		0x74, 0x03, // jz halt
+		0xee,       // out dx, al
+		0xeb, 0xf8, // jmp next
+		0xf4,       // halt: hlt
+		0xeb, 0xfd, // jmp halt
+		0x90, 0x90, // to offset 0x18
+	}
+	sector := make([]byte, 1<<20)
+	copy(sector, code)
+	copy(sector[len(code):], ProbeSignal+"\r\n\x00")
+	sector[510], sector[511] = 0x55, 0xaa
+	_, err := w.Write(sector)
+	return err
 }
 
 func withDefaults(o Options) Options {

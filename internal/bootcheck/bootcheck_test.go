@@ -127,33 +127,70 @@ func TestAGuestThatDoesNotBootIsReported(t *testing.T) {
 	}
 }
 
-// TestADebianGuestSignalsByDefault: the Debian guest with cloud-init and
-// a NoCloud seed says it booted in a way DefaultSignals know (a login
-// prompt or cloud-init's final message) within the deadline, under TCG.
+// TestADebianGuestSignalsByDefault: the Debian guest, given a seed
+// WriteSeed made, runs cloud-init from it to its final message (the
+// kernel's ISO 9660 reader and cloud-init's NoCloud read our seed), and
+// with the agent's port given, its guest agent's answer is a signal too.
 func TestADebianGuestSignalsByDefault(t *testing.T) {
 	dir := guests(t)
-	xorrisofs := need.Program(t, "xorrisofs")
-	data := filepath.Join(t.TempDir(), "cidata")
-	if err := os.Mkdir(data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, body := range map[string]string{"user-data": "#cloud-config\n", "meta-data": `{"instance-id":"bootcheck"}`} {
-		if err := os.WriteFile(filepath.Join(data, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	seed := filepath.Join(filepath.Dir(data), "seed.iso")
-	if out, err := exec.Command(xorrisofs, "-quiet", "-output", seed, "-volid", "cidata", "-joliet", "-rock", data).CombinedOutput(); err != nil {
-		t.Fatalf("xorrisofs: %v\n%s", err, out)
-	}
-	rep, err := Boot(t.Context(), filepath.Join(dir, "debian.raw"), Options{
-		Seed: seed, MemoryMiB: 1024, Deadline: 15 * time.Minute, Credential: nobody(), TempDir: tempDir(t),
-	})
+	seed := filepath.Join(tempDir(t), "seed.iso")
+	f, err := os.Create(seed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !rep.Booted {
-		t.Fatalf("the Debian guest did not signal: %s\n%s", rep.Reason, strings.Join(rep.LastLines, "\n"))
+	if err := WriteSeed(f, []SeedFile{
+		{Name: "meta-data", Data: []byte("instance-id: bootcheck\nlocal-hostname: bootcheck\n")},
+		{Name: "user-data", Data: []byte("#cloud-config\n")},
+	}); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("the Debian guest signalled %q after %s (%s)", rep.Signal, rep.Elapsed.Round(time.Second), rep.Accel)
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// cloud-init's final line in full, naming where its data came from.
+	cloudInit := []*regexp.Regexp{regexp.MustCompile(DefaultSignals[0].String() + `.*Datasource \w+ \[seed=[^\]]+\]`)}
+	for _, tc := range []struct {
+		name    string
+		opts    Options
+		signal  string
+		timeout time.Duration
+	}{
+		{"cloud-init", Options{Signals: cloudInit}, "Datasource DataSourceNoCloud [seed=/dev/vdb]", 15 * time.Minute},
+		{"guest agent", Options{Signals: []*regexp.Regexp{regexp.MustCompile(`^never$`)}, Agent: true}, AgentSignal, 15 * time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.opts
+			o.Seed, o.MemoryMiB, o.Deadline, o.Credential, o.TempDir = seed, 1024, tc.timeout, nobody(), tempDir(t)
+			rep, err := Boot(t.Context(), filepath.Join(dir, "debian.raw"), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rep.Booted || !strings.Contains(rep.Signal, tc.signal) {
+				t.Fatalf("the Debian guest: booted %v, signal %q, %s; want %q\n%s", rep.Booted, rep.Signal, rep.Reason, tc.signal, strings.Join(rep.LastLines, "\n"))
+			}
+			t.Logf("the Debian guest signalled %q after %s (%s)", rep.Signal, rep.Elapsed.Round(time.Second), rep.Accel)
+		})
+	}
+}
+
+// TestTheProbeBoots: the one-sector probe disk prints its signal under the
+// accelerator Accelerator finds with it.
+func TestTheProbeBoots(t *testing.T) {
+	need.Program(t, "qemu-system-x86_64")
+	probe := filepath.Join(tempDir(t), "probe.raw")
+	f, err := os.Create(probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteProbe(f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	opts := Options{Signals: []*regexp.Regexp{regexp.MustCompile(ProbeSignal)}, Credential: nobody(), TempDir: tempDir(t), Deadline: time.Minute}
+	opts.Accel = Accelerator(t.Context(), probe, opts)
+	rep, err := Boot(t.Context(), probe, opts)
+	if err != nil || !rep.Booted || rep.Signal != ProbeSignal {
+		t.Fatalf("booting the probe under %s: %+v, %v; want its signal", opts.Accel, rep, err)
+	}
+	t.Logf("the probe booted under %s in %s", rep.Accel, rep.Elapsed.Round(time.Millisecond))
 }

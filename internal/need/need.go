@@ -71,6 +71,7 @@ var Programs = map[string]string{
 	"unshare":            "util-linux",
 	"xfs_db":             "xfsprogs",
 	"xorrisofs":          "xorriso",
+	"xorriso":            "xorriso",
 	"xz":                 "xz-utils",
 	"zstd":               "zstd",
 }

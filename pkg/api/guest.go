@@ -33,6 +33,30 @@ type GuestReport struct {
 	SerialConsole bool `json:"serialConsole"`
 	// Notes say what was found wrong or not read.
 	Notes []string `json:"notes,omitempty"`
+	// Boot is what the gate's boot check saw, when the provider runs one
+	// (image-gate --boot-check).
+	Boot *GuestBoot `json:"boot,omitempty"`
+}
+
+// GuestBoot is one boot of the disk under QEMU on a throwaway overlay,
+// with no network and a NoCloud seed.
+type GuestBoot struct {
+	// Booted: the guest signalled on its serial console (cloud-init's
+	// final message, a login prompt) or its guest agent answered, before
+	// the deadline.
+	Booted bool `json:"booted"`
+	// Seconds is the time from QEMU's start to the signal, or to the end.
+	Seconds float64 `json:"seconds"`
+	// Firmware is bios or uefi; Accelerator kvm or tcg.
+	Firmware    string `json:"firmware"`
+	Accelerator string `json:"accelerator"`
+	// Signal is the console line, or "guest agent", that said it booted.
+	Signal string `json:"signal,omitempty"`
+	// Reason says why a guest that did not boot was stopped.
+	Reason string `json:"reason,omitempty"`
+	// LastLines are the serial console's last lines, as the guest wrote
+	// them (its bytes, bounded in number and length).
+	LastLines []string `json:"lastLines,omitempty"`
 }
 
 // GuestPartition is one entry of the partition table.
