@@ -58,6 +58,9 @@ func verifyOneCmd(o *options) *cobra.Command {
 			}
 			v := &gate.Verifier{Registry: rc, TempDir: tempDir, MaxVirtualSize: o.maxVirtualSize, MaxSpool: maxSpool, Engine: engine, Version: version.Get().Version, Logger: log, Store: o.store(),
 				Inspector: &gate.Inspector{Path: exe, Args: []string{"inspect-one"}}}
+			if v.BootCheck, err = o.boot.check(tempDir); err != nil {
+				return err
+			}
 			var verdict *api.Verdict
 			if manifest == nil {
 				verdict, err = v.Verify(ctx, subject)
@@ -107,7 +110,7 @@ func (o *options) childArgs(maxSpool int64) []string {
 	if o.daemon.DockerConfig != "" {
 		args = append(args, "--docker-config", o.daemon.DockerConfig)
 	}
-	return args
+	return append(args, o.boot.args()...)
 }
 
 // childPath is the gate's own executable, run for each verification.

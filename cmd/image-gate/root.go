@@ -34,6 +34,7 @@ type options struct {
 	verifyMemoryLimit int64
 	kubeconfig        string
 	leaseNamespace    string
+	boot              bootFlags
 }
 
 // DefaultVerifyMemoryLimit is --verify-memory-limit's default: about
@@ -103,6 +104,7 @@ repository and push canonical images and verdicts into it.`,
 	f.Int64Var(&o.verifyMemoryLimit, "verify-memory-limit", DefaultVerifyMemoryLimit, "resident memory one verification may use, in bytes: each runs in a process of its own, stopped past this limit without stopping the others (0: no limit)")
 	f.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster holding the leases (default: in-cluster)")
 	f.StringVar(&o.leaseNamespace, "lease-namespace", "", "namespace of the per-digest Leases replicas share work through; empty runs without (one replica)")
+	o.boot.register(f)
 	return cmd
 }
 
@@ -142,5 +144,6 @@ func (o *options) validate() error {
 	if o.maxVirtualSize < 1<<20 {
 		errs = append(errs, fmt.Errorf("--max-virtual-size %d: want at least 1 MiB", o.maxVirtualSize))
 	}
+	errs = append(errs, o.boot.validate())
 	return errors.Join(errs...)
 }

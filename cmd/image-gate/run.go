@@ -108,6 +108,12 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
+	if err := o.boot.resolveAccel(ctx, work.Path); err != nil {
+		return fmt.Errorf("probing the boot check's accelerator: %w", err)
+	}
+	if o.boot.enabled {
+		log.Info("boot check on", "accelerator", o.boot.accel, "deadline", o.boot.deadline, "memoryMiB", o.boot.memoryMiB)
+	}
 	svc.Verifier = &gate.Verifier{Registry: rc, TempDir: work.Path, MaxVirtualSize: o.maxVirtualSize, MaxSpool: spool, Engine: engine, Version: build.Version, Logger: log, Store: store}
 	svc.Isolated = &gate.Child{Path: exe, Args: o.childArgs(spool), TempDir: work.Path, MemoryLimit: o.verifyMemoryLimit,
 		CPULimit: o.verifyCPULimit, Timeout: o.verifyTimeout, Stderr: stderr}

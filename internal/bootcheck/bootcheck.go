@@ -62,10 +62,11 @@ const (
 
 // Defaults of Options.
 const (
-	DefaultMemoryMiB = 512
-	DefaultDeadline  = 5 * time.Minute
-	DefaultMaxSerial = 1 << 20
-	DefaultLastLines = 20
+	DefaultMemoryMiB  = 512
+	DefaultDeadline   = 5 * time.Minute
+	DefaultMaxSerial  = 1 << 20
+	DefaultMaxOverlay = 1 << 30
+	DefaultLastLines  = 20
 	// maxLine bounds one serial line kept; the rest of a longer line is
 	// counted against MaxSerial and dropped.
 	maxLine = 4096
@@ -105,6 +106,10 @@ type Options struct {
 	// directory of its own, removed at the end (default os.TempDir()); it
 	// must be reachable by Credential's user.
 	TempDir string
+	// MaxOverlay bounds the size of the files QEMU writes, the overlay
+	// above all (RLIMIT_FSIZE; default DefaultMaxOverlay): the guest's
+	// writes past it fail, as I/O errors it sees.
+	MaxOverlay int64
 	// Agent gives the guest the QEMU guest agent's port, as KubeVirt
 	// does; an answer to guest-sync is a boot signal too (AgentSignal).
 	Agent bool
@@ -217,7 +222,8 @@ func BootFile(ctx context.Context, f *os.File, opts Options) (*Report, error) {
 		// container may lack: util-linux's prlimit bounds itself, as QEMU's
 		// user, and runs QEMU in its place (the same process).
 		cpu := strconv.FormatUint(cpuSeconds(o.CPUTime), 10)
-		cmd = exec.Command("prlimit", append([]string{"--cpu=" + cpu + ":" + cpu, "--", o.QEMU}, args...)...)
+		fsize := strconv.FormatInt(o.MaxOverlay, 10)
+		cmd = exec.Command("prlimit", append([]string{"--cpu=" + cpu + ":" + cpu, "--fsize=" + fsize + ":" + fsize, "--", o.QEMU}, args...)...)
 	}
 	cmd.ExtraFiles = extra
 	cmd.Env = append(os.Environ(), "TMPDIR="+tmp) // snapshot=on's overlay
@@ -238,10 +244,13 @@ func BootFile(ctx context.Context, f *os.File, opts Options) (*Report, error) {
 	defer kill()
 	if o.Credential != nil {
 		// bounded by prlimit
-	} else if err := unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_CPU, &unix.Rlimit{Cur: cpuSeconds(o.CPUTime), Max: cpuSeconds(o.CPUTime)}, nil); err != nil {
+	} else if err := errors.Join(
+		unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_CPU, &unix.Rlimit{Cur: cpuSeconds(o.CPUTime), Max: cpuSeconds(o.CPUTime)}, nil),
+		unix.Prlimit(cmd.Process.Pid, unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: uint64(o.MaxOverlay), Max: uint64(o.MaxOverlay)}, nil),
+	); err != nil {
 		kill()
 		_ = cmd.Wait()
-		return nil, fmt.Errorf("bounding QEMU's CPU time: %w", err)
+		return nil, fmt.Errorf("bounding QEMU's CPU time and file size: %w", err)
 	}
 	o.Logger.Info("booting", "disk", disk, "firmware", o.Firmware, "accel", o.Accel)
 
@@ -413,6 +422,9 @@ func withDefaults(o Options) Options {
 	}
 	if o.CPUTime <= 0 {
 		o.CPUTime = o.Deadline
+	}
+	if o.MaxOverlay <= 0 {
+		o.MaxOverlay = DefaultMaxOverlay
 	}
 	if o.MaxSerial <= 0 {
 		o.MaxSerial = DefaultMaxSerial

@@ -2,7 +2,6 @@ package bootcheck
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -18,23 +17,15 @@ import (
 // the firmware named in full: Boot matches a line still arriving too.
 var smallSignal = regexp.MustCompile(`IMAGEPIPE-GUEST-BOOTED firmware=(bios|uefi)`)
 
-// guests is the directory of the guests `make tools` builds
-// (test/guests.sh), or the test skips, which CI counts as a failure.
+// guests is the directory of the guests `make tools` builds, with QEMU
+// and, when the test runs as root, prlimit.
 func guests(t *testing.T) string {
 	t.Helper()
 	need.Program(t, "qemu-system-x86_64")
 	if nobody() != nil {
 		need.Program(t, "prlimit")
 	}
-	out, err := exec.Command("bash", filepath.Join("..", "..", "test", "guests.sh"), "--dir").Output()
-	if err != nil {
-		t.Fatalf("test/guests.sh --dir: %v", err)
-	}
-	dir := strings.TrimSpace(string(out))
-	if _, err := os.Stat(filepath.Join(dir, "versions")); err != nil {
-		need.Missing(t, "the test guests are not built in %s: run make tools (test/guests.sh)", dir)
-	}
-	return dir
+	return need.Guests(t)
 }
 
 // nobody is QEMU's user when the test runs as root.
@@ -100,7 +91,7 @@ func TestGuestsBootWithTheFirmwareTheInspectionFound(t *testing.T) {
 }
 
 // TestAGuestThatDoesNotBootIsReported: a UEFI-only disk under SeaBIOS
-// never signals; a guest past the serial or CPU bound is stopped. Each is
+// never signals; a guest past the serial, CPU or overlay bound is stopped. Each is
 // a report, not an error, saying why.
 func TestAGuestThatDoesNotBootIsReported(t *testing.T) {
 	dir := guests(t)
@@ -112,6 +103,7 @@ func TestAGuestThatDoesNotBootIsReported(t *testing.T) {
 		{"no loader for the firmware", "uefi.raw", Options{Firmware: BIOS, Deadline: 20 * time.Second}, "no boot signal within 20s"},
 		{"serial bound", "bios.raw", Options{Firmware: BIOS, MaxSerial: 8}, "serial output over 8 bytes"},
 		{"CPU bound", "uefi.raw", Options{Firmware: UEFI, CPUTime: time.Second}, "CPU time was bounded at 1s"},
+		{"overlay bound", "bios.raw", Options{Firmware: BIOS, MaxOverlay: 64 << 10}, "Could not create temporary overlay"}, // its qcow2 header is larger
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

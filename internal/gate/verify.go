@@ -77,6 +77,8 @@ type Verifier struct {
 	// Inspector, when set, reads each verified disk's guest in a process
 	// of its own; nil reads it in this one.
 	Inspector *Inspector
+	// BootCheck, when set, boots each disk whose guest was read.
+	BootCheck *BootCheck
 }
 
 // Spent is what the verifications of v decompressed and spooled so far;
@@ -414,6 +416,13 @@ func (v *Verifier) readLayerOutcome(ctx context.Context, repo name.Repository, d
 	info := pushed.info
 	if pushed.streamed == convert.StreamCanonical {
 		rec.Guest, rec.packages = v.inspectSpooled(ctx, spool, pushed, opts)
+		if pushed.spooled {
+			if err := v.boot(ctx, rec.Guest, spool.File, string(info.Format)); err != nil {
+				return nil, err
+			}
+		} else {
+			v.unbooted(rec.Guest, "its copy passed the spool share")
+		}
 	} else {
 		img, err := convert.Open(spool.File, pushed.size, opts)
 		if err != nil {
@@ -424,6 +433,9 @@ func (v *Verifier) readLayerOutcome(ctx context.Context, repo name.Repository, d
 		}
 		info = img.Info()
 		rec.Guest, rec.packages = v.inspect(ctx, spool.File, pushed.size, opts)
+		if err := v.boot(ctx, rec.Guest, spool.File, string(info.Format)); err != nil {
+			return nil, err
+		}
 		disk, err := containerdisk.NewDisk(img, containerdisk.Options{DiskFormat: info.Format, Compression: comp, Logger: v.Logger})
 		if err != nil {
 			return nil, err

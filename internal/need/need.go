@@ -10,6 +10,7 @@
 package need
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -117,6 +118,41 @@ func Built(t T, name string) string {
 		Missing(t, "%s is not built in %s: run make tools", name, BuiltDir())
 	}
 	return path
+}
+
+// Guests returns the directory of the guests test/guests.sh built for this
+// checkout and this machine's Debian package versions (`make tools`), or
+// skips the test. It fails the test when the script cannot say where.
+func Guests(t interface {
+	T
+	Fatalf(format string, args ...any)
+}) string {
+	t.Helper()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	script := ""
+	for d := wd; script == ""; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			script = filepath.Join(d, "test", "guests.sh")
+		} else if filepath.Dir(d) == d {
+			t.Fatalf("no go.mod at or above %s", wd)
+		}
+	}
+	out, err := exec.Command("bash", script, "--dir").Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			t.Fatalf("test/guests.sh --dir: %v\n%s", err, ee.Stderr)
+		}
+		t.Fatalf("test/guests.sh --dir: %v", err)
+	}
+	dir := strings.TrimSpace(string(out))
+	if _, err := os.Stat(filepath.Join(dir, "versions")); err != nil {
+		Missing(t, "the test guests are not built in %s: run make tools (test/guests.sh)", dir)
+	}
+	return dir
 }
 
 // Root skips the test unless it runs as root; why says what needs it.

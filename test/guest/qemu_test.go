@@ -19,33 +19,14 @@ import (
 
 	"github.com/imagepipe/imagepipe/internal/bootcheck"
 	"github.com/imagepipe/imagepipe/internal/need"
-	"github.com/imagepipe/imagepipe/test/harness"
 )
 
 // bootSignal is what test/guests.sh's small guests print on the serial
 // console once their kernel has started init.
 const bootSignal = "IMAGEPIPE-GUEST-BOOTED"
 
-// guests returns the directory of the guests test/guests.sh built for this
-// checkout and this machine's Debian package versions, or fails (skips,
-// which CI counts as a failure) naming the command that builds them.
-func guests(t *testing.T) string {
-	t.Helper()
-	script := filepath.Join(harness.RepoRoot(t), "test", "guests.sh")
-	out, err := exec.Command("bash", script, "--dir").Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			t.Fatalf("test/guests.sh --dir: %v\n%s", err, ee.Stderr)
-		}
-		t.Fatalf("test/guests.sh --dir: %v", err)
-	}
-	dir := strings.TrimSpace(string(out))
-	if _, err := os.Stat(filepath.Join(dir, "versions")); err != nil {
-		need.Missing(t, "the test guests are not built in %s: run make tools (test/guests.sh)", dir)
-	}
-	return dir
-}
+// guests is need.Guests.
+func guests(t *testing.T) string { return need.Guests(t) }
 
 // firmware is what a machine boots with.
 type firmware string

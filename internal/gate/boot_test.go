@@ -1,0 +1,82 @@
+package gate
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/imagepipe/imagepipe/internal/bootcheck"
+	"github.com/imagepipe/imagepipe/internal/containerdisk"
+	"github.com/imagepipe/imagepipe/internal/convert"
+	"github.com/imagepipe/imagepipe/internal/need"
+	"github.com/imagepipe/imagepipe/internal/publish"
+	"github.com/imagepipe/imagepipe/pkg/api"
+)
+
+// smallGuestBooted is what test/guests.sh's small guests print once
+// booted, with the firmware they saw.
+var smallGuestBooted = regexp.MustCompile(`IMAGEPIPE-GUEST-BOOTED firmware=(bios|uefi)`)
+
+// TestTheGateBootsWhatItVerifies: with a boot check, each disk whose guest
+// was read is booted with the firmware the inspection found, from the
+// verification's own copy, and the verdict says so: imagectl's qcow2 of
+// the BIOS-only guest (verified as it streamed), another client's raw
+// UEFI-only guest, and a disk no firmware starts, which is accepted and
+// not booted. QEMU runs as nobody when the test runs as root.
+func TestTheGateBootsWhatItVerifies(t *testing.T) {
+	need.Program(t, "qemu-system-x86_64")
+	dir := need.Guests(t)
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		need.Program(t, "prlimit")
+		cred = &syscall.Credential{Uid: 65534, Gid: 65534}
+	}
+	e := newEnv(t)
+	e.v.BootCheck = &BootCheck{Options: bootcheck.Options{
+		Signals: []*regexp.Regexp{smallGuestBooted}, Deadline: 3 * time.Minute, Agent: true, Credential: cred,
+	}}
+	for _, tc := range []struct {
+		name     string
+		push     func(t *testing.T, repo string) string
+		booted   bool
+		firmware string
+		reason   string
+	}{
+		{"imagectl-bios", func(t *testing.T, repo string) string {
+			return e.importDisk(t, repo, read("bios.raw"), containerdisk.Options{DiskFormat: convert.FormatQCOW2, Compression: containerdisk.CompressionZstd}, publish.ImportOptions{})
+		}, true, "bios", ""},
+		{"raw-uefi", func(t *testing.T, repo string) string { return craftImage(t, read("uefi.raw")).push(t, e, repo) }, true, "uefi", ""},
+		{"no-firmware", func(t *testing.T, repo string) string { return craftImage(t, rawDisk(t, 4<<20, 47)).push(t, e, repo) }, false, "", bootcheck.ErrNoFirmware.Error()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := tc.push(t, "acme/"+tc.name)
+			v, err := e.v.Verify(t.Context(), mustDigest(t, e.host+"/acme/"+tc.name+"@"+d))
+			if err != nil || v.Verdict != api.VerdictAccepted || len(v.Images) != 1 {
+				t.Fatalf("%+v, %v; want accepted", v, err)
+			}
+			g := v.Images[0].Guest
+			if g == nil || g.Boot == nil {
+				t.Fatalf("the guest report %+v has no boot", g)
+			}
+			b := g.Boot
+			if b.Booted != tc.booted || b.Firmware != tc.firmware || !strings.Contains(b.Reason, tc.reason) {
+				t.Fatalf("the boot: %+v; want booted %v with %q, reason %q", b, tc.booted, tc.firmware, tc.reason)
+			}
+			if tc.booted && !strings.HasSuffix(b.Signal, "firmware="+tc.firmware) {
+				t.Errorf("the guest said %q; want it to have seen %s", b.Signal, tc.firmware)
+			}
+			t.Logf("%s: booted %v in %.1fs under %s: %s%s", tc.name, b.Booted, b.Seconds, b.Accelerator, b.Signal, b.Reason)
+		})
+	}
+}
