@@ -20,10 +20,10 @@ import (
 
 // bootFlags are the boot check's settings (gate.BootCheck).
 type bootFlags struct {
-	enabled   bool
-	accel     string
-	deadline  time.Duration
-	memoryMiB int
+	enabled    bool
+	accel      string
+	deadline   time.Duration
+	memoryMiB  int
 	user       string
 	qemu       string
 	maxOverlay int64
