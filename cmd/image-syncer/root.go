@@ -31,6 +31,7 @@ type options struct {
 	preferenceTable      string
 	pullMethod           string
 	unknownGuests        string
+	requireBoot          bool
 	keep                 int32
 	maxImagesPerTenant   int
 	bounds               netsync.Bounds
@@ -100,6 +101,7 @@ the first log line says which, and which build runs:
 	f.StringSliceVar(&o.denyTenants, "deny-tenants", nil, "tenants this hub never serves")
 	f.StringVar(&o.storageClass, "storage-class", "", "StorageClass of imports (default: the cluster's default class)")
 	f.StringVar(&o.pullMethod, "pull-method", "pod", "CDI registry pull method: pod or node")
+	f.BoolVar(&o.requireBoot, "require-boot", false, "import only images the gate booted (image-gate --boot-check) and saw signal that they booted; others are refused on this hub as not-booted")
 	f.StringVar(&o.unknownGuests, "unknown-guests", "import", "images whose operating system the gate could not tell: import them, or hold them back (refused on this hub as unknown-guest)")
 	f.StringVar(&o.architecture, "architecture", "", "the hub's CPU architecture: the canonical image for it is imported, and images verified for none are refused (default: what most nodes report, else amd64)")
 	f.StringVar(&o.preferenceTable, "preference-table", "", "NAMESPACE/NAME of a ConfigMap whose key preferences replaces the built-in table of VirtualMachineClusterPreferences given to images by the OS the gate found (docs/syncer.md); read at start (a missing or malformed one stops the syncer) and every minute (a broken edit keeps the last good table, logged)")

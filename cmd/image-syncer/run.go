@@ -289,7 +289,7 @@ func newManager(cfg *rest.Config, o *options) (manager.Manager, error) {
 func newReconciler(o *options, mgr manager.Manager, reg name.Registry, verdicts hub.Verdicts, ca []byte, metrics *hub.Metrics) (*hub.Reconciler, error) {
 	rec := &hub.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registry: reg, Verdicts: verdicts,
-		StorageClass: o.storageClass, PullMethod: cdiv1.RegistryPullMethod(o.pullMethod), Architecture: o.architecture, HoldUnknownGuests: o.unknownGuests == "hold",
+		StorageClass: o.storageClass, PullMethod: cdiv1.RegistryPullMethod(o.pullMethod), Architecture: o.architecture, HoldUnknownGuests: o.unknownGuests == "hold", RequireBoot: o.requireBoot,
 		Keep: o.keep, OnDelete: v1alpha1.DeletionPolicy(o.onDelete),
 		CA: ca, MaxAttempts: o.maxAttempts, RetryDelay: o.retryDelay, Metrics: metrics,
 		Recorder: mgr.GetEventRecorderFor("image-syncer"),

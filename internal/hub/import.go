@@ -131,8 +131,23 @@ func (r *Reconciler) admissionOf(ctx context.Context, bi *v1alpha1.BaseImage, di
 	} else if g := a.image.Guest; r.HoldUnknownGuests && (g == nil || g.OS == nil) {
 		a.image = nil
 		a.reasons = []api.Rejection{{Code: string(reject.UnknownGuest), Message: "the gate could not tell which operating system the disk holds" + guestNotes(g) + "; this hub imports only images whose guest is known (image-syncer --unknown-guests hold)"}}
+	} else if r.RequireBoot && (g == nil || g.Boot == nil || !g.Boot.Booted) {
+		a.image = nil
+		a.reasons = []api.Rejection{{Code: string(reject.NotBooted), Message: notBooted(g) + "; this hub imports only images the gate saw boot (image-syncer --require-boot)"}}
 	}
 	return a, nil
+}
+
+// notBooted says why the verdict's guest g does not count as booted.
+func notBooted(g *api.GuestReport) string {
+	if g == nil || g.Boot == nil {
+		return "the gate did not boot the disk (no boot check in its verdict)"
+	}
+	msg := fmt.Sprintf("the disk did not boot in the gate's boot check (%s", g.Boot.Reason)
+	if n := len(g.Boot.LastLines); n > 0 {
+		msg += fmt.Sprintf("; its console's last line: %q", g.Boot.LastLines[n-1])
+	}
+	return msg + ")"
 }
 
 // admit records in bi's status what a names of digest, and returns when

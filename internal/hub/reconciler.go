@@ -102,6 +102,10 @@ type Reconciler struct {
 	// operating system the gate found in the disk; the others are
 	// refused on this hub with reject.UnknownGuest. False imports them.
 	HoldUnknownGuests bool
+	// RequireBoot imports only images whose verdict says the gate's boot
+	// check saw them boot; others are refused on this hub with
+	// reject.NotBooted.
+	RequireBoot bool
 	// MaxAttempts bounds the imports tried for one digest; 0 means DefaultMaxAttempts.
 	MaxAttempts int32
 	// RetryDelay is the wait after the first failed import, doubling after

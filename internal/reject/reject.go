@@ -95,6 +95,10 @@ const (
 	// (image-syncer --unknown-guests hold). The gate never refuses an
 	// image for it.
 	UnknownGuest Reason = "unknown-guest"
+	// NotBooted: the gate's boot check did not see the disk boot, or did
+	// not run, and the hub imports only images that booted (image-syncer
+	// --require-boot). The gate never refuses an image for it.
+	NotBooted Reason = "not-booted"
 )
 
 // Shape codes: the image in a registry is not a containerDisk of the shape

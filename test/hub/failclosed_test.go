@@ -497,3 +497,53 @@ func TestAHubMayHoldImagesWhoseGuestIsUnknown(t *testing.T) {
 		})
 	}
 }
+
+// TestAHubMayRequireThatImagesBooted: with --require-boot a hub imports
+// only images whose verdict says the gate's boot check saw them boot; an
+// image that did not boot is refused there as not-booted with the gate's
+// reason and the console's last line, and so is one the gate did not
+// boot at all (a verdict from before the check, or a gate without it).
+// Without the flag, a boot that failed does not stop the import.
+func TestAHubMayRequireThatImagesBooted(t *testing.T) {
+	t.Parallel()
+	digest := "sha256:" + strings.Repeat("7", 64)
+	guest := func(b *api.GuestBoot) *api.GuestReport {
+		return &api.GuestReport{PartitionTable: "mbr", OS: &api.GuestOS{ID: "debian", VersionID: "12"}, Boot: b}
+	}
+	failed := &api.GuestBoot{Firmware: "bios", Accelerator: "tcg", Reason: "no boot signal within 5m0s", LastLines: []string{"Booting from Hard Disk...", "No bootable device."}}
+	for _, tc := range []struct {
+		name    string
+		require bool
+		guest   *api.GuestReport
+		imports bool
+		says    string
+	}{
+		{"booted", true, guest(&api.GuestBoot{Booted: true, Firmware: "bios", Accelerator: "tcg", Signal: "debian login: "}), true, ""},
+		{"did not boot", true, guest(failed), false, `no boot signal within 5m0s; its console's last line: "No bootable device."`},
+		{"not booted by the gate", true, guest(nil), false, "no boot check in its verdict"},
+		{"no guest report", true, nil, false, "no boot check in its verdict"},
+		{"did not boot, not required", false, guest(failed), true, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newFailClosedHub(t, digest, v1alpha1.BaseImageStatus{}, "")
+			h.r.RequireBoot = tc.require
+			h.gate.set(digest, func(subject name.Digest) (*api.Verdict, error) {
+				v, err := accepted("")(subject)
+				v.Images[0].Guest = tc.guest
+				return v, err
+			})
+			bi, err := h.reconcile(t)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if imported := len(h.dataVolumes(t)) > 0; imported != tc.imports {
+				t.Fatalf("imported: %v, want %v; status %+v", imported, tc.imports, bi.Status)
+			}
+			rejected := meta.FindStatusCondition(bi.Status.Conditions, v1alpha1.ConditionRejected)
+			if !tc.imports && (rejected == nil || rejected.Status != metav1.ConditionTrue || !strings.Contains(rejected.Message, "not-booted") || !strings.Contains(rejected.Message, tc.says)) {
+				t.Errorf("the Rejected condition: %+v; want not-booted saying %s", rejected, tc.says)
+			}
+		})
+	}
+}
