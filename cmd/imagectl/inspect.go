@@ -311,6 +311,16 @@ func guestRows(row func(string, any), g *api.GuestReport) {
 	for _, n := range g.Notes {
 		row("guest note", n)
 	}
+	if b := g.Boot; b != nil {
+		if b.Booted {
+			row("boot check", fmt.Sprintf("booted with %s under %s in %.0fs: %q", b.Firmware, b.Accelerator, b.Seconds, b.Signal))
+		} else {
+			row("boot check", "did not boot: "+b.Reason)
+			if n := len(b.LastLines); n > 0 {
+				row("console", fmt.Sprintf("%q", b.LastLines[n-1]))
+			}
+		}
+	}
 }
 
 func orNone(s string) string {

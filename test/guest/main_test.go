@@ -7,6 +7,6 @@ import (
 	"github.com/imagepipe/imagepipe/test/testenv"
 )
 
-// TestMain gives the tests the imagectl binary under test ($IMAGECTL, else
-// a fresh build).
-func TestMain(m *testing.M) { os.Exit(testenv.Main(m)) }
+// TestMain gives the tests the imagectl and image-gate binaries under
+// test ($IMAGECTL and $IMAGE_GATE, else fresh builds).
+func TestMain(m *testing.M) { os.Exit(testenv.MainWithGate(m)) }
