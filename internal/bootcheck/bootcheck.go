@@ -134,6 +134,8 @@ type Report struct {
 	Reason string `json:"reason,omitempty"`
 	// LastLines are the console's last lines (DefaultLastLines).
 	LastLines []string `json:"lastLines,omitempty"`
+	// PeakMemory is QEMU's peak resident memory, in bytes.
+	PeakMemory int64 `json:"peakMemory,omitempty"`
 }
 
 // Boot boots disk under QEMU as opts says and reports whether the guest
@@ -340,6 +342,9 @@ loop:
 	rep.LastLines = last
 	if !waited {
 		_ = stop() // QEMU killed by us: its exit says nothing
+	}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		rep.PeakMemory = ru.Maxrss << 10 // KiB on Linux
 	}
 	o.Logger.Info("boot checked", "booted", rep.Booted, "elapsed", rep.Elapsed, "reason", rep.Reason)
 	return rep, nil

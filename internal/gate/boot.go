@@ -26,9 +26,9 @@ type BootCheck struct {
 	Options bootcheck.Options
 }
 
-// bootSeed is the NoCloud seed of every boot check: an instance with no
+// BootSeed is the NoCloud seed of every boot check: an instance with no
 // user data, so cloud-init runs its stages and prints its final message.
-var bootSeed = []bootcheck.SeedFile{
+var BootSeed = []bootcheck.SeedFile{
 	{Name: "meta-data", Data: []byte("instance-id: imagepipe-boot-check\nlocal-hostname: boot-check\n")},
 	{Name: "user-data", Data: []byte("#cloud-config\n")},
 }
@@ -64,7 +64,7 @@ func (v *Verifier) boot(ctx context.Context, g *api.GuestReport, f *os.File, for
 	o.Seed = filepath.Join(dir, "seed.iso")
 	seed, err := os.Create(o.Seed)
 	if err == nil {
-		err = bootcheck.WriteSeed(seed, bootSeed)
+		err = bootcheck.WriteSeed(seed, BootSeed)
 		if cerr := seed.Close(); err == nil {
 			err = cerr
 		}

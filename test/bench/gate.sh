@@ -11,8 +11,10 @@
 # ReadOnce: a zstd layer of run-length blocks declaring an 8 GiB raw disk, under three manifests
 # and an index of 8 platforms: the gate's CPU time and reads of the layer per step (target: none
 # after the first, at most 0.05 of its CPU). Waiting: a 4 MiB image's push to verdict, alone and
-# while two other tenants' four 16 GiB verifications run (target 5 s).
-# About 7 minutes on 2 cores; ReadOnce spools 8 GiB in the gate's temp folder. The Markdown
+# while two other tenants' four 16 GiB verifications run (target 5 s). BootCheck: the boot check's
+# time and QEMU's peak memory on the guests test/guests.sh builds (target: the Debian guest in
+# about a minute).
+# About 10 minutes on 2 cores; ReadOnce spools 8 GiB in the gate's temp folder. The Markdown
 # section goes to standard output. One part alone, without the bench image:
 #   go test ./test/bench/gate -run '^$' -bench 'Gate/ReadOnce' -benchtime 1x -v
 #

@@ -63,6 +63,9 @@ const reps = 3
 // Waiting: a small image's verdict while other tenants' long
 // verifications run (waiting_test.go).
 //
+// BootCheck: the boot check's time and QEMU's memory on the test guests
+// (boot_test.go).
+//
 // It is a Go benchmark, so that `go test ./...` never runs it; gate.sh runs
 // it once (-bench Gate -benchtime 1x), and -bench 'Gate/ReadOnce' runs one
 // part. The section, of the parts run, goes to $IMAGEPIPE_BENCH_OUT.
@@ -71,7 +74,7 @@ func BenchmarkGate(b *testing.B) {
 	parts := []struct {
 		name string
 		run  func(testing.TB) string
-	}{{"Disk", benchGate}, {"Inspect", benchInspect}, {"ReadOnce", benchReadOnce}, {"Waiting", benchWaiting}}
+	}{{"Disk", benchGate}, {"Inspect", benchInspect}, {"ReadOnce", benchReadOnce}, {"Waiting", benchWaiting}, {"BootCheck", benchBoot}}
 	for _, p := range parts {
 		b.Run(p.name, func(b *testing.B) {
 			for b.Loop() {
