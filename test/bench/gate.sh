@@ -44,12 +44,15 @@ main() {
 	done
 	IMAGECTL=$(abs "${IMAGECTL:-$REPO_ROOT/bin/imagectl}")
 	[[ -x $IMAGECTL ]] || die "imagectl not found at $IMAGECTL (run 'make build', or set IMAGECTL)"
+	command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 is not installed: run make tools"
+	guests=$(IMAGEPIPE_CACHE=$CACHE bash test/guests.sh --dir)
+	[[ -f $guests/versions ]] || die "the test guests are not built in $guests: run make tools"
 	[[ ${1:-} != --check ]] || return 0
 
 	IMAGEPIPE_CACHE=$CACHE bash test/bench/bench.sh --raw >&2
 	OUT=$(mktemp)
 	trap 'rm -f "$OUT"' EXIT
-	log "running test/bench/gate (about 7 minutes)"
+	log "running test/bench/gate (about 10 minutes)"
 	if ! IMAGEPIPE_BENCH_OUT=$OUT IMAGEPIPE_BENCH_DISK=$CACHE/bench/a.raw IMAGECTL=$IMAGECTL \
 		IMAGE_GATE=${IMAGE_GATE:+$(abs "$IMAGE_GATE")} IMAGE_SYNCER=${IMAGE_SYNCER:+$(abs "$IMAGE_SYNCER")} \
 		IMAGEPIPE_CACHE=$CACHE IMAGEPIPE_BIN=$TOOLS_BIN \
