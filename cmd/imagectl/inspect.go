@@ -305,6 +305,12 @@ func guestRows(row func(string, any), g *api.GuestReport) {
 	}
 	if g.OS != nil {
 		row("cloud-init", yesNo(g.CloudInit))
+		if g.CloudbaseInit {
+			row("cloudbase-init", "yes")
+		}
+		if g.Ignition {
+			row("ignition", "yes")
+		}
 		row("guest agent", yesNo(g.GuestAgent))
 		row("serial console", yesNo(g.SerialConsole))
 	}

@@ -38,6 +38,15 @@ var virtioKinds = map[string]string{
 	"virtio_scsi": VirtioSCSI, "vioscsi": VirtioSCSI,
 }
 
+// Values of api.AnnotationGuestInit: what configures the guest at its
+// first boot.
+const (
+	InitCloudInit     = "cloud-init"
+	InitCloudbaseInit = "cloudbase-init"
+	InitIgnition      = "ignition"
+	InitNone          = "none"
+)
+
 // GuestFacts are what a DataSource says of the guest on its volume, in the
 // api.AnnotationGuest* annotations. An empty field is unknown.
 type GuestFacts struct {
@@ -53,7 +62,15 @@ type GuestFacts struct {
 	// OSName, OSID and OSVersion are os-release's PRETTY_NAME, ID and
 	// VERSION_ID, each at most api.MaxGuestOSName bytes of printable text.
 	OSName, OSID, OSVersion string
+	// Init is what configures the guest at its first boot (Init*), known
+	// when the guest's system was read.
+	Init string
 }
+
+// IgnoresNoCloud reports whether the guest is known not to read the
+// NoCloud data KubeVirt gives it (user data, SSH keys): false when it
+// does or when nobody knows.
+func (f GuestFacts) IgnoresNoCloud() bool { return f.Init == InitIgnition || f.Init == InitNone }
 
 // FactsOf is what the DataSource says of a guest the gate reported on;
 // a nil report, or an empty one, gives no facts. The virtio drivers are
@@ -88,6 +105,16 @@ func FactsOf(g *api.GuestReport) GuestFacts {
 	}
 	if g.OS != nil {
 		f.OSName, f.OSID, f.OSVersion = printable(g.OS.PrettyName), printable(g.OS.ID), printable(g.OS.VersionID)
+		switch {
+		case g.CloudInit:
+			f.Init = InitCloudInit
+		case g.CloudbaseInit:
+			f.Init = InitCloudbaseInit
+		case g.Ignition:
+			f.Init = InitIgnition
+		default:
+			f.Init = InitNone
+		}
 	}
 	return f
 }
@@ -122,6 +149,7 @@ func (f GuestFacts) Annotations() map[string]string {
 	set(api.AnnotationGuestOS, f.OSName)
 	set(api.AnnotationGuestOSID, f.OSID)
 	set(api.AnnotationGuestOSVersion, f.OSVersion)
+	set(api.AnnotationGuestInit, f.Init)
 	if f.VirtioKnown {
 		v := strings.Join(f.Virtio, ",")
 		if v == "" {
@@ -145,6 +173,10 @@ func ParseGuestFacts(a map[string]string) GuestFacts {
 		f.SecureBoot = v
 	}
 	f.OSName, f.OSID, f.OSVersion = printable(a[api.AnnotationGuestOS]), printable(a[api.AnnotationGuestOSID]), printable(a[api.AnnotationGuestOSVersion])
+	switch v := a[api.AnnotationGuestInit]; v {
+	case InitCloudInit, InitCloudbaseInit, InitIgnition, InitNone:
+		f.Init = v
+	}
 	switch v, ok := a[api.AnnotationGuestVirtio]; {
 	case !ok:
 	case v == virtioNone:
@@ -153,7 +185,7 @@ func ParseGuestFacts(a map[string]string) GuestFacts {
 		kinds := strings.Split(v, ",")
 		for _, k := range kinds {
 			if k != VirtioBlock && k != VirtioNet && k != VirtioSCSI {
-				return GuestFacts{Firmware: f.Firmware, SecureBoot: f.SecureBoot, OSName: f.OSName, OSID: f.OSID, OSVersion: f.OSVersion}
+				return GuestFacts{Firmware: f.Firmware, SecureBoot: f.SecureBoot, OSName: f.OSName, OSID: f.OSID, OSVersion: f.OSVersion, Init: f.Init}
 			}
 		}
 		slices.Sort(kinds)
@@ -165,7 +197,7 @@ func ParseGuestFacts(a map[string]string) GuestFacts {
 // GuestAnnotationKeys are the annotations GuestFacts writes: the syncer
 // removes those a new report no longer knows.
 var GuestAnnotationKeys = []string{
-	api.AnnotationGuestFirmware, api.AnnotationGuestSecureBoot, api.AnnotationGuestVirtio, api.AnnotationGuestOS, api.AnnotationGuestOSID, api.AnnotationGuestOSVersion,
+	api.AnnotationGuestFirmware, api.AnnotationGuestSecureBoot, api.AnnotationGuestVirtio, api.AnnotationGuestOS, api.AnnotationGuestOSID, api.AnnotationGuestOSVersion, api.AnnotationGuestInit,
 }
 
 // Has reports whether the guest is known to have drivers for the virtio

@@ -27,7 +27,14 @@ func TestGuestFactsOnTheDataSource(t *testing.T) {
 		}, map[string]string{
 			api.AnnotationGuestFirmware: "bios", api.AnnotationGuestVirtio: "block,net,scsi",
 			api.AnnotationGuestOS: "Red Hat Enterprise Linux 9.4 (Plow)", api.AnnotationGuestOSID: "rhel", api.AnnotationGuestOSVersion: "9.4",
+			api.AnnotationGuestInit: "none",
 		}},
+		{"cloud-init", &api.GuestReport{OS: &api.GuestOS{ID: "debian"}, CloudInit: true, Ignition: true},
+			map[string]string{api.AnnotationGuestOSID: "debian", api.AnnotationGuestInit: "cloud-init"}},
+		{"ignition", &api.GuestReport{OS: &api.GuestOS{ID: "fedora-coreos"}, Ignition: true},
+			map[string]string{api.AnnotationGuestOSID: "fedora-coreos", api.AnnotationGuestInit: "ignition"}},
+		{"cloudbase-init", &api.GuestReport{OS: &api.GuestOS{ID: "windows"}, CloudbaseInit: true},
+			map[string]string{api.AnnotationGuestOSID: "windows", api.AnnotationGuestInit: "cloudbase-init"}},
 		{"uefi only, kernel without virtio", &api.GuestReport{
 			Firmware: api.GuestFirmware{UEFI: true},
 			Kernels:  []api.GuestKernel{{Version: "6.1"}},
@@ -44,7 +51,7 @@ func TestGuestFactsOnTheDataSource(t *testing.T) {
 		}, map[string]string{api.AnnotationGuestFirmware: "efi", api.AnnotationGuestSecureBoot: "unsigned"}},
 		{"hostile os-release", &api.GuestReport{
 			OS: &api.GuestOS{ID: "x\n\x1b[31mevil", PrettyName: strings.Repeat("é", 500), VersionID: "\xff\xfe"},
-		}, map[string]string{api.AnnotationGuestOSID: "x[31mevil", api.AnnotationGuestOS: strings.Repeat("é", api.MaxGuestOSName/2)}},
+		}, map[string]string{api.AnnotationGuestOSID: "x[31mevil", api.AnnotationGuestOS: strings.Repeat("é", api.MaxGuestOSName/2), api.AnnotationGuestInit: "none"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := FactsOf(tc.guest)
@@ -73,9 +80,11 @@ func TestGuestFactsOnTheDataSource(t *testing.T) {
 		{map[string]string{api.AnnotationGuestVirtio: ""}, GuestFacts{}},
 		{map[string]string{api.AnnotationGuestVirtio: "none"}, GuestFacts{VirtioKnown: true}},
 		{map[string]string{api.AnnotationGuestVirtio: "net"}, GuestFacts{VirtioKnown: true, Virtio: []string{"net"}}},
+		{map[string]string{api.AnnotationGuestInit: "Cloud-Init"}, GuestFacts{}},
+		{map[string]string{api.AnnotationGuestInit: "ignition"}, GuestFacts{Init: InitIgnition}},
 	} {
 		got := ParseGuestFacts(tc.ann)
-		if got.Firmware != tc.want.Firmware || got.VirtioKnown != tc.want.VirtioKnown || strings.Join(got.Virtio, ",") != strings.Join(tc.want.Virtio, ",") {
+		if got.Firmware != tc.want.Firmware || got.Init != tc.want.Init || got.VirtioKnown != tc.want.VirtioKnown || strings.Join(got.Virtio, ",") != strings.Join(tc.want.Virtio, ",") {
 			t.Errorf("%q read as %+v, want %+v", tc.ann, got, tc.want)
 		}
 	}

@@ -57,21 +57,14 @@ type linkFS interface {
 // is an error.
 func ReadFile(fsys fs.FS, name string, limit int64) (b []byte, err error) {
 	defer recoverAsError(&err)
-	lfs, resolved, fi, err := lookup(fsys, name)
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (%s)", name, fi.Mode().Type())
-	}
-	if fi.Size() > limit {
-		return nil, fmt.Errorf("%s: %d bytes: %w (%d)", name, fi.Size(), ErrTooLarge, limit)
-	}
-	f, err := lfs.Open(resolved)
+	f, fi, err := openRegular(fsys, name)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	if fi.Size() > limit {
+		return nil, fmt.Errorf("%s: %d bytes: %w (%d)", name, fi.Size(), ErrTooLarge, limit)
+	}
 	b, err = io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, err
@@ -80,6 +73,34 @@ func ReadFile(fsys fs.FS, name string, limit int64) (b []byte, err error) {
 		return nil, fmt.Errorf("%s: %w (%d)", name, ErrTooLarge, limit)
 	}
 	return b, nil
+}
+
+// ReadHead reads at most the first n bytes of the file at name, as
+// ReadFile finds it, whatever its size.
+func ReadHead(fsys fs.FS, name string, n int64) (b []byte, err error) {
+	defer recoverAsError(&err)
+	f, _, err := openRegular(fsys, name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, n))
+}
+
+// openRegular opens the regular file at name as the guest would find it.
+func openRegular(fsys fs.FS, name string) (fs.File, fs.FileInfo, error) {
+	lfs, resolved, fi, err := lookup(fsys, name)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, nil, fmt.Errorf("%s is not a regular file (%s)", name, fi.Mode().Type())
+	}
+	f, err := lfs.Open(resolved)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, fi, nil
 }
 
 // lookup resolves name (absolute in the guest) in fsys as the guest

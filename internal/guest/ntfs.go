@@ -31,6 +31,9 @@ var windowsDrivers = []string{"viostor", "vioscsi", "netkvm"}
 type windowsSystem struct {
 	kernel bool
 	virtio []string
+	// cloudbaseInit: cloudbase-init's configuration is where its
+	// installer puts it.
+	cloudbaseInit bool
 	// version and name are the registry's, when read: "10.0.22631" and
 	// "Windows 11 Pro 23H2".
 	version, name string
@@ -62,6 +65,7 @@ func readWindows(r io.ReaderAt, off, size int64) (w windowsSystem, err error) {
 			w.virtio = append(w.virtio, d)
 		}
 	}
+	w.cloudbaseInit = exists(cloudbaseInitConf)
 	if w.kernel {
 		if hive, err := parser.GetDataForPath(ntfs, "Windows/System32/config/SOFTWARE"); err == nil {
 			w.version, w.name = windowsVersion(hive)
@@ -72,6 +76,10 @@ func readWindows(r io.ReaderAt, off, size int64) (w windowsSystem, err error) {
 	}
 	return w, nil
 }
+
+// cloudbaseInitConf is cloudbase-init's configuration as its installer
+// writes it.
+const cloudbaseInitConf = "Program Files/Cloudbase Solutions/Cloudbase-Init/conf/cloudbase-init.conf"
 
 // budgetReader fails every read once left bytes have been read.
 type budgetReader struct {

@@ -3,6 +3,7 @@ package guest
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -55,7 +56,20 @@ func readSystem(fsys fs.FS, rep *api.GuestReport) []string {
 		}
 	}
 	rep.CloudInit = anyFile(fsys, "/usr/bin/cloud-init", "/etc/cloud/cloud.cfg")
+	// Ignition runs from the initramfs; the root holds its dracut module
+	// (Fedora CoreOS, RHCOS) or its binary (Flatcar's /usr).
+	rep.Ignition = anyFile(fsys, "/usr/lib/dracut/modules.d/30ignition/ignition", "/usr/lib/dracut/modules.d/30ignition/module-setup.sh", "/usr/bin/ignition")
 	rep.GuestAgent = anyFile(fsys, "/usr/sbin/qemu-ga", "/usr/bin/qemu-ga")
+	// The architecture the system runs is its init's; the EFI loader's,
+	// found first, may be a shim of another.
+	for _, init := range []string{"/sbin/init", "/usr/lib/systemd/systemd", "/bin/busybox"} {
+		if head, err := ReadHead(fsys, init, elfHead); err == nil {
+			if arch := elfMachine(head); arch != "" {
+				rep.Architecture = arch
+				break
+			}
+		}
+	}
 	for _, cfg := range []string{"/etc/default/grub", "/boot/grub/grub.cfg", "/boot/grub2/grub.cfg"} {
 		b, err := ReadFile(fsys, cfg, maxBootConfig)
 		if err == nil && hasSerialConsole(b) {
@@ -160,4 +174,38 @@ func readDirNames(fsys fs.FS, name string) (names []string, err error) {
 		names = append(names, e.Name())
 	}
 	return names, nil
+}
+
+// elfHead is what elfMachine reads of an ELF file.
+const elfHead = 20
+
+// elfMachine is the CPU architecture, as Go names it, of the ELF file
+// whose first bytes are b, or "" when b is not one or names another.
+func elfMachine(b []byte) string {
+	if len(b) < elfHead || string(b[:4]) != "\x7fELF" {
+		return ""
+	}
+	var order binary.ByteOrder = binary.LittleEndian
+	if b[5] == 2 { // EI_DATA: big-endian
+		order = binary.BigEndian
+	}
+	switch m := order.Uint16(b[18:]); {
+	case m == 0x3E:
+		return "amd64"
+	case m == 0xB7:
+		return "arm64"
+	case m == 0x03:
+		return "386"
+	case m == 0x28:
+		return "arm"
+	case m == 0xF3:
+		return "riscv64"
+	case m == 0x16:
+		return "s390x"
+	case m == 0x15 && b[5] == 1:
+		return "ppc64le"
+	case m == 0x15:
+		return "ppc64"
+	}
+	return ""
 }

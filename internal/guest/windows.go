@@ -44,6 +44,7 @@ func detectWindows(r io.ReaderAt, l *Layout, rep *api.GuestReport) []string {
 		if w.kernel {
 			rep.OS = &api.GuestOS{ID: "windows", VersionID: w.version, PrettyName: w.name, Partition: p.Number}
 			rep.Kernels = []api.GuestKernel{{Version: "windows", Virtio: w.virtio}}
+			rep.CloudbaseInit = w.cloudbaseInit
 			rep.Architecture = cmp.Or(rep.Architecture, bootManagerArch(r, l))
 			if w.version == "" {
 				notes = append(notes, "Windows detected (its kernel, ntoskrnl.exe); its version is unknown (its SOFTWARE registry hive not read)")

@@ -48,6 +48,7 @@ func TestInspectDetectsWindows(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, mnt+"/Windows/System32/config/SOFTWARE", string(hive))
+	write(t, mnt+"/"+cloudbaseInitConf, "[DEFAULT]\nusername=Admin\n")
 	run(t, "umount", mnt)
 	mounted = false
 	installed := blankDisk(t, 200*mib)
@@ -112,10 +113,13 @@ func TestInspectDetectsWindows(t *testing.T) {
 			if name == "installed" && (len(rep.Kernels) != 1 || rep.Kernels[0].Version != "windows" || !slices.Equal(rep.Kernels[0].Virtio, []string{"viostor", "netkvm"})) {
 				t.Errorf("kernels %+v; want windows with viostor and netkvm", rep.Kernels)
 			}
-			if name != "installed" && len(rep.Kernels) != 0 {
+			if name != "installed" && (len(rep.Kernels) != 0 || rep.CloudbaseInit) {
 				t.Errorf("kernels %+v; want none known", rep.Kernels)
 			}
 			if name == "installed" {
+				if !rep.CloudbaseInit {
+					t.Errorf("cloudbase-init, installed, not found")
+				}
 				if rep.OS == nil || rep.OS.ID != "windows" || rep.OS.VersionID != "10.0.22631" || rep.OS.PrettyName != "Windows 11 Pro 23H2" || rep.OS.Partition != 3 || rep.Architecture != "amd64" || len(rep.Notes) != 0 {
 					t.Errorf("os %+v, arch %q, notes %q; want Windows 11 Pro 23H2 (10.0.22631) on partition 3, amd64, no notes", rep.OS, rep.Architecture, rep.Notes)
 				}

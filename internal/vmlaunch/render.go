@@ -394,6 +394,14 @@ func renderCloudInit(b *vmBuild) error {
 			CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{UserDataSecretRef: &corev1.LocalObjectReference{Name: secret}},
 		}})
 	}
+	if len(req.SSHKeys) > 0 && req.Image.Guest.IgnoresNoCloud() {
+		found := "neither cloud-init nor cloudbase-init"
+		if req.Image.Guest.Init == cdi.InitIgnition {
+			found = "Ignition, not cloud-init"
+		}
+		return fmt.Errorf("image %s/%s:%s would never see the SSH keys: KubeVirt gives them through cloud-init's NoCloud data, and the gate found %s in it; leave the keys out, or use an image with cloud-init",
+			req.Image.Tenant, req.Image.Name, req.Image.Tag, found)
+	}
 	if len(req.SSHKeys) > 0 {
 		secret := req.Name + "-ssh"
 		data := map[string][]byte{}

@@ -26,6 +26,12 @@ type GuestReport struct {
 	// CloudInit: cloud-init is installed, so the VM reads its cloud-init
 	// data (the SSH keys vm create passes) at boot.
 	CloudInit bool `json:"cloudInit"`
+	// Ignition: Ignition is installed (Fedora CoreOS, RHCOS, Flatcar),
+	// which reads its own config, not cloud-init's data.
+	Ignition bool `json:"ignition,omitempty"`
+	// CloudbaseInit: cloudbase-init is installed (Windows), which reads
+	// cloud-init's NoCloud data, SSH keys included.
+	CloudbaseInit bool `json:"cloudbaseInit,omitempty"`
 	// GuestAgent: qemu-guest-agent is installed.
 	GuestAgent bool `json:"guestAgent"`
 	// SerialConsole: grub's kernel command line has a serial console
@@ -145,6 +151,10 @@ const (
 	// ID and VERSION_ID, as image-syncer's preference table reads them.
 	AnnotationGuestOSID      = "imagepipe.io/guest-os-id"
 	AnnotationGuestOSVersion = "imagepipe.io/guest-os-version"
+	// AnnotationGuestInit is what configures the guest at its first boot:
+	// "cloud-init", "cloudbase-init", "ignition" or "none"; absent when
+	// the guest's system was not read.
+	AnnotationGuestInit = "imagepipe.io/guest-init"
 	// MaxGuestOSName bounds each OS annotation's value, in bytes.
 	MaxGuestOSName = 128
 )

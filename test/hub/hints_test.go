@@ -202,7 +202,8 @@ func TestAProviderTableFromAConfigMap(t *testing.T) {
 // the image's DataSource: a VM of a BIOS-only Windows image without virtio
 // drivers boots with BIOS from SATA disks and shows its OS in vm get; a
 // template pinning EFI is refused, naming the template, the firmware and
-// what the disk boots with. The tenant cannot write DataSources, and a
+// what the disk boots with, and so is an SSH key, which a guest without
+// cloud-init would never see. The tenant cannot write DataSources, and a
 // DataSource image-syncer did not make says nothing.
 func TestVMCreateBootsTheDiskAsTheHubSays(t *testing.T) {
 	t.Parallel()
@@ -258,6 +259,17 @@ func TestVMCreateBootsTheDiskAsTheHubSays(t *testing.T) {
 	r := testenv.RunImagectl(t, tenant("vm", "create", "refused", "--image", "acme/win:2022", "--template-file", efi)...)
 	if want := "template win_efi sets firmware efi, but image acme/win:2022 boots with BIOS only"; r.Code == 0 || !strings.Contains(r.Stderr, want) {
 		t.Errorf("vm create with a template pinning EFI for a BIOS-only disk: exit %d\n%s\nwant %q", r.Code, r.Stderr, want)
+	}
+
+	// The gate found neither cloud-init nor cloudbase-init in it: an SSH
+	// key given to its VM would never reach the guest, and is refused.
+	pub := filepath.Join(dir, "id.pub")
+	if err := os.WriteFile(pub, []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAcsVPfueL32HuPta1atHVKCiYOsfacy4WvUzekllsyu tenant\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = testenv.RunImagectl(t, tenant("vm", "create", "keyed", "--image", "acme/win:2022", "--template-file", plain, "--ssh-key", pub)...)
+	if want := "image acme/win:2022 would never see the SSH keys"; r.Code == 0 || !strings.Contains(r.Stderr, want) || !strings.Contains(r.Stderr, "neither cloud-init nor cloudbase-init") {
+		t.Errorf("vm create --ssh-key for a guest without cloud-init: exit %d\n%s\nwant %q", r.Code, r.Stderr, want)
 	}
 
 	testenv.RunImagectlOK(t, tenant("vm", "create", "win", "--image", "acme/win:2022", "--template-file", plain)...)
