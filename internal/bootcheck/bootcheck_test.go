@@ -119,52 +119,6 @@ func TestAGuestThatDoesNotBootIsReported(t *testing.T) {
 	}
 }
 
-// TestADebianGuestSignalsByDefault: the Debian guest, given a seed
-// WriteSeed made, runs cloud-init from it to its final message (the
-// kernel's ISO 9660 reader and cloud-init's NoCloud read our seed), and
-// with the agent's port given, its guest agent's answer is a signal too.
-func TestADebianGuestSignalsByDefault(t *testing.T) {
-	dir := guests(t)
-	seed := filepath.Join(tempDir(t), "seed.iso")
-	f, err := os.Create(seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteSeed(f, []SeedFile{
-		{Name: "meta-data", Data: []byte("instance-id: bootcheck\nlocal-hostname: bootcheck\n")},
-		{Name: "user-data", Data: []byte("#cloud-config\n")},
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	// cloud-init's final line in full, naming where its data came from.
-	cloudInit := []*regexp.Regexp{regexp.MustCompile(DefaultSignals[0].String() + `.*Datasource \w+ \[seed=[^\]]+\]`)}
-	for _, tc := range []struct {
-		name    string
-		opts    Options
-		signal  string
-		timeout time.Duration
-	}{
-		{"cloud-init", Options{Signals: cloudInit}, "Datasource DataSourceNoCloud [seed=/dev/vdb]", 15 * time.Minute},
-		{"guest agent", Options{Signals: []*regexp.Regexp{regexp.MustCompile(`^never$`)}, Agent: true}, AgentSignal, 15 * time.Minute},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			o := tc.opts
-			o.Seed, o.MemoryMiB, o.Deadline, o.Credential, o.TempDir = seed, 1024, tc.timeout, nobody(), tempDir(t)
-			rep, err := Boot(t.Context(), filepath.Join(dir, "debian.raw"), o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !rep.Booted || !strings.Contains(rep.Signal, tc.signal) {
-				t.Fatalf("the Debian guest: booted %v, signal %q, %s; want %q\n%s", rep.Booted, rep.Signal, rep.Reason, tc.signal, strings.Join(rep.LastLines, "\n"))
-			}
-			t.Logf("the Debian guest signalled %q after %s (%s)", rep.Signal, rep.Elapsed.Round(time.Second), rep.Accel)
-		})
-	}
-}
-
 // TestTheProbeBoots: the one-sector probe disk prints its signal under the
 // accelerator Accelerator finds with it.
 func TestTheProbeBoots(t *testing.T) {

@@ -44,7 +44,7 @@ func TestTheGateBootsWhatItVerifies(t *testing.T) {
 	}
 	e := newEnv(t)
 	e.v.BootCheck = &BootCheck{Options: bootcheck.Options{
-		Signals: []*regexp.Regexp{smallGuestBooted}, Deadline: 3 * time.Minute, Agent: true, Credential: cred,
+		Signals: []*regexp.Regexp{smallGuestBooted}, Deadline: 10 * time.Minute, Agent: true, Credential: cred,
 	}}
 	for _, tc := range []struct {
 		name     string
