@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,34 +16,11 @@ import (
 // the firmware named in full: Boot matches a line still arriving too.
 var smallSignal = regexp.MustCompile(`IMAGEPIPE-GUEST-BOOTED firmware=(bios|uefi)`)
 
-// guests is the directory of the guests `make tools` builds, with QEMU
-// and, when the test runs as root, prlimit.
+// guests is the directory of the guests `make tools` builds, with QEMU.
 func guests(t *testing.T) string {
 	t.Helper()
 	need.Program(t, "qemu-system-x86_64")
-	if nobody() != nil {
-		need.Program(t, "prlimit")
-	}
 	return need.Guests(t)
-}
-
-// nobody is QEMU's user when the test runs as root.
-func nobody() *syscall.Credential {
-	if os.Geteuid() != 0 {
-		return nil
-	}
-	return &syscall.Credential{Uid: 65534, Gid: 65534}
-}
-
-// tempDir is a TempDir that QEMU's user may reach.
-func tempDir(t *testing.T) string {
-	dir := t.TempDir()
-	for _, d := range []string{dir, filepath.Dir(dir)} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
 }
 
 // TestGuestsBootWithTheFirmwareTheInspectionFound: each small guest boots
@@ -68,7 +44,7 @@ func TestGuestsBootWithTheFirmwareTheInspectionFound(t *testing.T) {
 				t.Fatalf("FirmwareFor(%+v) = %s, %v; want %s", tc.fw, fw, err, tc.want)
 			}
 			rep, err := Boot(t.Context(), filepath.Join(dir, tc.disk), Options{
-				Firmware: fw, Signals: []*regexp.Regexp{smallSignal}, Credential: nobody(), TempDir: tempDir(t),
+				Firmware: fw, Signals: []*regexp.Regexp{smallSignal}, Credential: need.QEMUUser(t), TempDir: need.ReachableTempDir(t),
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -80,8 +56,8 @@ func TestGuestsBootWithTheFirmwareTheInspectionFound(t *testing.T) {
 		})
 	}
 	// The accelerator found boots the probe, whichever it is.
-	accel := Accelerator(t.Context(), filepath.Join(dir, "bios.raw"), Options{Signals: []*regexp.Regexp{smallSignal}, Credential: nobody(), TempDir: tempDir(t)})
-	rep, err := Boot(t.Context(), filepath.Join(dir, "bios.raw"), Options{Accel: accel, Signals: []*regexp.Regexp{smallSignal}, Credential: nobody(), TempDir: tempDir(t)})
+	accel := Accelerator(t.Context(), filepath.Join(dir, "bios.raw"), Options{Signals: []*regexp.Regexp{smallSignal}, Credential: need.QEMUUser(t), TempDir: need.ReachableTempDir(t)})
+	rep, err := Boot(t.Context(), filepath.Join(dir, "bios.raw"), Options{Accel: accel, Signals: []*regexp.Regexp{smallSignal}, Credential: need.QEMUUser(t), TempDir: need.ReachableTempDir(t)})
 	if err != nil || !rep.Booted || rep.Accel != accel {
 		t.Errorf("booting with the accelerator found, %s: %+v, %v", accel, rep, err)
 	}
@@ -107,7 +83,7 @@ func TestAGuestThatDoesNotBootIsReported(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.opts.Signals, tc.opts.Credential, tc.opts.TempDir = []*regexp.Regexp{smallSignal}, nobody(), tempDir(t)
+			tc.opts.Signals, tc.opts.Credential, tc.opts.TempDir = []*regexp.Regexp{smallSignal}, need.QEMUUser(t), need.ReachableTempDir(t)
 			rep, err := Boot(t.Context(), filepath.Join(dir, tc.disk), tc.opts)
 			if err != nil {
 				t.Fatal(err)
@@ -123,7 +99,7 @@ func TestAGuestThatDoesNotBootIsReported(t *testing.T) {
 // accelerator Accelerator finds with it.
 func TestTheProbeBoots(t *testing.T) {
 	need.Program(t, "qemu-system-x86_64")
-	probe := filepath.Join(tempDir(t), "probe.raw")
+	probe := filepath.Join(need.ReachableTempDir(t), "probe.raw")
 	f, err := os.Create(probe)
 	if err != nil {
 		t.Fatal(err)
@@ -132,7 +108,7 @@ func TestTheProbeBoots(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	opts := Options{Signals: []*regexp.Regexp{regexp.MustCompile(ProbeSignal)}, Credential: nobody(), TempDir: tempDir(t), Deadline: time.Minute}
+	opts := Options{Signals: []*regexp.Regexp{regexp.MustCompile(ProbeSignal)}, Credential: need.QEMUUser(t), TempDir: need.ReachableTempDir(t), Deadline: time.Minute}
 	opts.Accel = Accelerator(t.Context(), probe, opts)
 	rep, err := Boot(t.Context(), probe, opts)
 	if err != nil || !rep.Booted || rep.Signal != ProbeSignal {

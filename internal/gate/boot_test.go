@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -37,14 +36,9 @@ func TestTheGateBootsWhatItVerifies(t *testing.T) {
 		}
 		return b
 	}
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		need.Program(t, "prlimit")
-		cred = &syscall.Credential{Uid: 65534, Gid: 65534}
-	}
 	e := newEnv(t)
 	e.v.BootCheck = &BootCheck{Options: bootcheck.Options{
-		Signals: []*regexp.Regexp{smallGuestBooted}, Deadline: 10 * time.Minute, Agent: true, Credential: cred,
+		Signals: []*regexp.Regexp{smallGuestBooted}, Deadline: 10 * time.Minute, Agent: true, Credential: need.QEMUUser(t),
 	}}
 	for _, tc := range []struct {
 		name     string

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // T is the part of testing.TB this package uses.
@@ -151,6 +152,35 @@ func Guests(t interface {
 	dir := strings.TrimSpace(string(out))
 	if _, err := os.Stat(filepath.Join(dir, "versions")); err != nil {
 		Missing(t, "the test guests are not built in %s: run make tools (test/guests.sh)", dir)
+	}
+	return dir
+}
+
+// QEMUUser is the user a test runs QEMU as: nobody when the test runs as
+// root (as the gate does, QEMU is never run as root; prlimit, which then
+// bounds it, is needed), else nil, the test's own user.
+func QEMUUser(t T) *syscall.Credential {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	Program(t, "prlimit")
+	return &syscall.Credential{Uid: 65534, Gid: 65534}
+}
+
+// ReachableTempDir is a TempDir of the test that QEMUUser's user may
+// enter, as may the folder above it.
+func ReachableTempDir(t interface {
+	T
+	TempDir() string
+	Fatalf(format string, args ...any)
+}) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o711); err != nil {
+			t.Fatalf("%v", err)
+		}
 	}
 	return dir
 }

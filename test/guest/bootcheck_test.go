@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,7 +20,7 @@ import (
 // nobody when the test runs as root.
 func TestTheBootCheckSeesTheDebianGuestBoot(t *testing.T) {
 	dir := guests(t)
-	seed := filepath.Join(tempDir(t), "seed.iso")
+	seed := filepath.Join(need.ReachableTempDir(t), "seed.iso")
 	f, err := os.Create(seed)
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +47,7 @@ func TestTheBootCheckSeesTheDebianGuestBoot(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.opts
-			o.Seed, o.MemoryMiB, o.Deadline, o.Credential, o.TempDir = seed, 1024, tc.timeout, nobody(t), tempDir(t)
+			o.Seed, o.MemoryMiB, o.Deadline, o.Credential, o.TempDir = seed, 1024, tc.timeout, need.QEMUUser(t), need.ReachableTempDir(t)
 			rep, err := bootcheck.Boot(t.Context(), filepath.Join(dir, "debian.raw"), o)
 			if err != nil {
 				t.Fatal(err)
@@ -59,24 +58,4 @@ func TestTheBootCheckSeesTheDebianGuestBoot(t *testing.T) {
 			t.Logf("the Debian guest signalled %q after %s (%s)", rep.Signal, rep.Elapsed.Round(time.Second), rep.Accel)
 		})
 	}
-}
-
-// nobody is QEMU's user when the test runs as root.
-func nobody(t *testing.T) *syscall.Credential {
-	if os.Geteuid() != 0 {
-		return nil
-	}
-	need.Program(t, "prlimit")
-	return &syscall.Credential{Uid: 65534, Gid: 65534}
-}
-
-// tempDir is a TempDir that QEMU's user may reach.
-func tempDir(t *testing.T) string {
-	dir := t.TempDir()
-	for _, d := range []string{dir, filepath.Dir(dir)} {
-		if err := os.Chmod(d, 0o711); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
 }

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -39,10 +38,6 @@ func benchBoot(t testing.TB) string {
 		t.Fatal(err)
 	}
 	f.Close()
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		cred = &syscall.Credential{Uid: 65534, Gid: 65534}
-	}
 	probe := filepath.Join(tmp, "probe.raw")
 	if f, err = os.Create(probe); err != nil {
 		t.Fatal(err)
@@ -51,7 +46,7 @@ func benchBoot(t testing.TB) string {
 		t.Fatal(err)
 	}
 	f.Close()
-	base := bootcheck.Options{Seed: seed, Agent: true, MemoryMiB: 1024, Deadline: 10 * time.Minute, Credential: cred, TempDir: tmp}
+	base := bootcheck.Options{Seed: seed, Agent: true, MemoryMiB: 1024, Deadline: 10 * time.Minute, Credential: need.QEMUUser(t), TempDir: tmp}
 	accels := []string{bootcheck.Accelerator(t.Context(), probe, withSignal(base))}
 	if accels[0] == "kvm" {
 		accels = append(accels, "tcg")
