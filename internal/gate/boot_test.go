@@ -74,3 +74,42 @@ func TestTheGateBootsWhatItVerifies(t *testing.T) {
 		})
 	}
 }
+
+// TestALayerReadBeforeTheBootCheckIsBootedWhenNamedAgain: a layer the gate
+// read and kept before the boot check was on is read again, and booted,
+// when a new manifest names it once the check is on; then it is kept
+// with its boot and not read a third time.
+func TestALayerReadBeforeTheBootCheckIsBootedWhenNamedAgain(t *testing.T) {
+	need.Program(t, "qemu-system-x86_64")
+	bios, err := os.ReadFile(filepath.Join(need.Guests(t), "bios.raw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t)
+	e.v.Store = &Store{Dir: t.TempDir()}
+	img := craftImage(t, bios)
+	verify := func(repo string) *api.GuestReport {
+		t.Helper()
+		d := img.push(t, e, repo)
+		v, err := e.v.Verify(t.Context(), mustDigest(t, e.host+"/"+repo+"@"+d))
+		if err != nil || v.Verdict != api.VerdictAccepted || len(v.Images) != 1 || v.Images[0].Guest == nil {
+			t.Fatalf("%+v, %v; want accepted with a guest report", v, err)
+		}
+		return v.Images[0].Guest
+	}
+	if g := verify("acme/before"); g.Boot != nil {
+		t.Fatalf("booted without a boot check: %+v", g.Boot)
+	}
+	e.v.BootCheck = &BootCheck{Options: bootcheck.Options{
+		Signals: []*regexp.Regexp{smallGuestBooted}, Deadline: 10 * time.Minute, Credential: need.QEMUUser(t),
+	}}
+	img.annotations = map[string]string{"org.example.rev": "2"} // another manifest, the same layer
+	if g := verify("acme/after"); g.Boot == nil || !g.Boot.Booted {
+		t.Fatalf("the layer named again with the boot check on: boot %+v; want booted", g.Boot)
+	}
+	img.annotations = map[string]string{"org.example.rev": "3"}
+	e.v.BootCheck.Options.QEMU = "/nonexistent/qemu" // a third read would fail
+	if g := verify("acme/again"); g.Boot == nil || !g.Boot.Booted {
+		t.Fatalf("the kept record's boot: %+v", g.Boot)
+	}
+}

@@ -356,7 +356,7 @@ func (v *Verifier) layerOf(ctx context.Context, repo name.Repository, desc ocisp
 		return v.readLayerRecord(ctx, repo, desc, opts)
 	}
 	key := layerKey(desc.Digest, comp, opts.MaxVirtualSize, v.Version)
-	if rec, ok := v.Store.layer(key); ok {
+	if rec, ok := v.Store.layer(key); ok && v.complete(rec) {
 		return rec, nil
 	}
 	unlock, err := v.Store.lockLayer(ctx, key)
@@ -364,7 +364,7 @@ func (v *Verifier) layerOf(ctx context.Context, repo name.Repository, desc ocisp
 		return nil, err
 	}
 	defer unlock()
-	if rec, ok := v.Store.layer(key); ok {
+	if rec, ok := v.Store.layer(key); ok && v.complete(rec) {
 		return rec, nil // read meanwhile by the process that held the lock
 	}
 	rec, err := v.readLayerRecord(ctx, repo, desc, opts)
@@ -382,6 +382,13 @@ func (v *Verifier) layerOf(ctx context.Context, repo name.Repository, desc ocisp
 		v.logger().Warn("the layer's outcome is not kept; it will be read again", "digest", desc.Digest, "error", err)
 	}
 	return rec, nil
+}
+
+// complete reports whether a kept layer record holds all this verifier
+// finds: with a boot check, a record kept without its outcome (read
+// before the check was on) is read again, not taken as not booted.
+func (v *Verifier) complete(rec *layerRecord) bool {
+	return v.BootCheck == nil || rec.Rejection != nil || (rec.Guest != nil && rec.Guest.Boot != nil)
 }
 
 // readLayerRecord reads the layer desc of repo in full and verifies its
