@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/user"
 	"path/filepath"
 	"regexp"
@@ -119,28 +120,45 @@ func (b *bootFlags) check(tempDir string) (*gate.BootCheck, error) {
 	if accel == "auto" {
 		accel = "tcg" // the parent resolves auto; a child run by hand does not probe
 	}
-	if cred != nil {
-		// The overlay goes where QEMU's user may write: the verification's
-		// folder is the gate's user's alone.
-		tempDir = os.TempDir()
-	}
 	return &gate.BootCheck{Options: bootcheck.Options{
 		QEMU: b.qemu, Accel: accel, MemoryMiB: b.memoryMiB, Deadline: b.deadline,
-		MaxOverlay: b.maxOverlay, Agent: true, Credential: cred, TempDir: tempDir,
+		MaxOverlay: b.maxOverlay, Agent: true, Credential: cred, TempDir: bootTempDir(tempDir, cred),
 	}}, nil
 }
 
-// resolveAccel turns --boot-accel auto into kvm or tcg by booting the
-// probe disk under KVM, in tempDir.
-func (b *bootFlags) resolveAccel(ctx context.Context, tempDir string) error {
-	if !b.enabled || b.accel != "auto" {
+// bootTempDir is where QEMU's overlay goes: the gate's own folder, unless
+// QEMU runs as another user, which may not enter it; then $TMPDIR.
+func bootTempDir(gateDir string, cred *syscall.Credential) string {
+	if cred != nil {
+		return os.TempDir()
+	}
+	return gateDir
+}
+
+// prepare checks, when the boot check is on, that what it runs is there
+// (so that a gate that cannot boot anything does not start, rather than
+// failing every verification), and turns --boot-accel auto into kvm or
+// tcg by booting the probe disk under KVM.
+func (b *bootFlags) prepare(ctx context.Context, tempDir string) error {
+	if !b.enabled {
 		return nil
 	}
 	cred, err := b.credential()
 	if err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp(tempDir, "boot-probe-")
+	if _, err := exec.LookPath(b.qemu); err != nil {
+		return fmt.Errorf("--boot-check needs QEMU (--boot-qemu): %w", err)
+	}
+	if cred != nil {
+		if _, err := exec.LookPath("prlimit"); err != nil {
+			return fmt.Errorf("--boot-check runs QEMU as another user through util-linux's prlimit: %w", err)
+		}
+	}
+	if b.accel != "auto" {
+		return nil
+	}
+	dir, err := os.MkdirTemp(bootTempDir(tempDir, cred), "boot-probe-")
 	if err != nil {
 		return err
 	}

@@ -108,8 +108,8 @@ func serve(ctx context.Context, o *options, log *slog.Logger, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	if err := o.boot.resolveAccel(ctx, work.Path); err != nil {
-		return fmt.Errorf("probing the boot check's accelerator: %w", err)
+	if err := o.boot.prepare(ctx, work.Path); err != nil {
+		return err
 	}
 	if o.boot.enabled {
 		log.Info("boot check on", "accelerator", o.boot.accel, "deadline", o.boot.deadline, "memoryMiB", o.boot.memoryMiB)
