@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/imagepipe/imagepipe/internal/bootcheck"
@@ -99,9 +100,10 @@ func (v *Verifier) unbooted(g *api.GuestReport, why string) {
 	}
 }
 
+// cut is s in at most n bytes of valid UTF-8.
 func cut(s string, n int) string {
 	if len(s) > n {
-		return s[:n]
+		s = s[:n]
 	}
-	return s
+	return strings.ToValidUTF8(s, "")
 }
