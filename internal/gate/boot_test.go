@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/imagepipe/imagepipe/internal/bootcheck"
 	"github.com/imagepipe/imagepipe/internal/containerdisk"
@@ -111,5 +112,17 @@ func TestALayerReadBeforeTheBootCheckIsBootedWhenNamedAgain(t *testing.T) {
 	e.v.BootCheck.Options.QEMU = "/nonexistent/qemu" // a third read would fail
 	if g := verify("acme/again"); g.Boot == nil || !g.Boot.Booted {
 		t.Fatalf("the kept record's boot: %+v", g.Boot)
+	}
+}
+
+// TestAConsoleLineIsKeptBounded: a guest's console line goes into the
+// verdict in at most maxBootLine bytes of valid UTF-8, however the guest
+// wrote it.
+func TestAConsoleLineIsKeptBounded(t *testing.T) {
+	for _, line := range []string{strings.Repeat("é", 200), "\xff\xfeboot" + strings.Repeat("x", 1000), "login: "} {
+		got := cut(line, maxBootLine)
+		if len(got) > maxBootLine || !utf8.ValidString(got) || got == "" {
+			t.Errorf("cut(%.20q...) = %.40q (%d bytes); want valid UTF-8 within %d", line, got, len(got), maxBootLine)
+		}
 	}
 }
