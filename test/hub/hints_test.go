@@ -70,26 +70,27 @@ func TestTheHubPublishesTheGuestOnTheDataSource(t *testing.T) {
 		annotations map[string]string // the guest annotations, exactly
 	}{
 		{name: "rhel 9 booting with bios", guest: &api.GuestReport{
-			PartitionTable: "mbr", Firmware: api.GuestFirmware{BIOS: true},
+			PartitionTable: "mbr", Firmware: api.GuestFirmware{BIOS: true}, CloudInit: true,
 			OS:      &api.GuestOS{ID: "rhel", VersionID: "9.4", PrettyName: "Red Hat Enterprise Linux 9.4 (Plow)"},
 			Kernels: []api.GuestKernel{{Version: "5.14.0-427.el9.x86_64", Virtio: []string{"virtio_blk", "virtio_net"}}},
 		},
 			labels: map[string]string{preferenceLabel: "rhel.9", preferenceKindLabel: "VirtualMachineClusterPreference"},
 			annotations: map[string]string{api.AnnotationGuestFirmware: "bios", api.AnnotationGuestVirtio: "block,net",
-				api.AnnotationGuestOS: "Red Hat Enterprise Linux 9.4 (Plow)", api.AnnotationGuestOSID: "rhel", api.AnnotationGuestOSVersion: "9.4"}},
+				api.AnnotationGuestOS: "Red Hat Enterprise Linux 9.4 (Plow)", api.AnnotationGuestOSID: "rhel", api.AnnotationGuestOSVersion: "9.4",
+				api.AnnotationGuestInit: "cloud-init"}},
 		{name: "declared preference wins", declared: "fedora", guest: &api.GuestReport{
 			PartitionTable: "gpt", Firmware: api.GuestFirmware{UEFI: true}, OS: &api.GuestOS{ID: "rhel", VersionID: "9.4"},
 			Kernels: []api.GuestKernel{{Version: "6.1"}},
 		},
 			labels:      map[string]string{preferenceLabel: "fedora", preferenceKindLabel: "VirtualMachineClusterPreference"},
-			annotations: map[string]string{api.AnnotationGuestFirmware: "efi", api.AnnotationGuestVirtio: "none", api.AnnotationGuestOSID: "rhel", api.AnnotationGuestOSVersion: "9.4"}},
+			annotations: map[string]string{api.AnnotationGuestFirmware: "efi", api.AnnotationGuestVirtio: "none", api.AnnotationGuestOSID: "rhel", api.AnnotationGuestOSVersion: "9.4", api.AnnotationGuestInit: "none"}},
 		{name: "guest not read", labels: map[string]string{}, annotations: map[string]string{}},
 		{name: "hostile os-release", guest: &api.GuestReport{
 			PartitionTable: "gpt",
 			OS:             &api.GuestOS{ID: "rhel/../" + strings.Repeat("x", 200), VersionID: "9\n", PrettyName: "\x1b[2J" + strings.Repeat("é", 400)},
 		},
 			labels:      map[string]string{},
-			annotations: map[string]string{api.AnnotationGuestOSID: ("rhel/../" + strings.Repeat("x", 200))[:api.MaxGuestOSName], api.AnnotationGuestOSVersion: "9", api.AnnotationGuestOS: "[2J" + strings.Repeat("é", 62)}},
+			annotations: map[string]string{api.AnnotationGuestOSID: ("rhel/../" + strings.Repeat("x", 200))[:api.MaxGuestOSName], api.AnnotationGuestOSVersion: "9", api.AnnotationGuestOS: "[2J" + strings.Repeat("é", 62), api.AnnotationGuestInit: "none"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
