@@ -279,7 +279,7 @@ func (d *tour) makeSampleDisk(v int) string {
 		if goroot != "" {
 			what = "the Go toolchain's sources (from " + goroot + ") in usr/src/go, " + what
 		}
-		d.say("The disk is an ext4 file system made from real files: " + what + ", and an etc/os-release naming it. It is data, not a bootable OS; nothing boots on this machine anyway (step 6).")
+		d.say("The disk is an ext4 file system made from real files: " + what + ", an etc/os-release naming it, and an etc/cloud/cloud.cfg as cloud images carry (the gate reads it as cloud-init, which is what takes the SSH key vm create gives). It is data, not a bootable OS; nothing boots on this machine anyway (step 6).")
 	} else {
 		d.writeFile(filepath.Join(rootfs, "etc", "os-release"), osRelease(v))
 		d.writeFile(filepath.Join(rootfs, "usr", "share", "doc", image, "CHANGES"), fmt.Sprintf("version %d: rebuilt on %s\n", v, time.Now().UTC().Format(time.RFC3339)))
@@ -311,6 +311,10 @@ func (d *tour) makeSampleDisk(v int) string {
 // mode, the Go toolchain's. It returns the GOROOT it copied from, if any.
 func (d *tour) fillRootfs(dir string) (goroot string) {
 	d.writeFile(filepath.Join(dir, "etc", "os-release"), osRelease(1))
+	// A cloud image carries cloud-init, which is what reads the SSH key
+	// `vm create --ssh-key` gives (step 6); vm create refuses a key for a
+	// guest the gate found without it.
+	d.writeFile(filepath.Join(dir, "etc", "cloud", "cloud.cfg"), "datasource_list: [NoCloud, None]\n")
 	for _, name := range []string{"cmd", "internal", "pkg", "config", "docs", "test", "README.md", "Makefile", "go.mod", "go.sum"} {
 		if err := copyTree(d.t.Context(), filepath.Join(d.root, name), filepath.Join(dir, "usr", "src", "imagepipe", name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			d.check()
