@@ -80,10 +80,11 @@ func SyncAgent(ctx context.Context, conn net.Conn, id int64, timeout time.Durati
 	}
 }
 
-// waitAgent closes answered once the guest agent behind the Unix socket
-// at path echoes a guest-sync, asking every few seconds until ctx ends.
-// QEMU makes the socket as it starts.
-func waitAgent(ctx context.Context, path string, answered chan<- struct{}) {
+// WaitAgent waits until the guest agent behind the Unix socket at path
+// echoes a guest-sync, asking every few seconds (and dialling again when
+// QEMU, which makes the socket as it starts, is not listening yet), and
+// returns nil then, or ctx's error when it ends first.
+func WaitAgent(ctx context.Context, path string) error {
 	var d net.Dialer
 	for id := int64(1); ctx.Err() == nil; id++ {
 		conn, err := d.DialContext(ctx, "unix", path)
@@ -98,8 +99,7 @@ func waitAgent(ctx context.Context, path string, answered chan<- struct{}) {
 			err := SyncAgent(ctx, conn, id, 5*time.Second)
 			if err == nil {
 				conn.Close()
-				close(answered)
-				return
+				return nil
 			}
 			if !errors.Is(err, ErrNoAgentReply) {
 				break // QEMU closed the socket: dial again
@@ -107,4 +107,5 @@ func waitAgent(ctx context.Context, path string, answered chan<- struct{}) {
 		}
 		conn.Close()
 	}
+	return ctx.Err()
 }

@@ -266,7 +266,11 @@ func BootFile(ctx context.Context, f *os.File, opts Options) (*Report, error) {
 	defer stopAgent()
 	agent := make(chan struct{})
 	if agentSocket != "" {
-		go waitAgent(agentCtx, agentSocket, agent)
+		go func() {
+			if WaitAgent(agentCtx, agentSocket) == nil {
+				close(agent)
+			}
+		}()
 	}
 	var last []string
 	keep := func(l string) {

@@ -125,27 +125,10 @@ func TestTenantLogsInWithTheKeyVMCreateGave(t *testing.T) {
 	// The guest's QEMU guest agent answers on the port KubeVirt gives every
 	// VM: what KubeVirt's AgentConnected condition and `virtctl guestosinfo`
 	// read.
-	waitAgent(t, ctx, m)
+	if err := bootcheck.WaitAgent(ctx, m.agent); err != nil {
+		t.Fatalf("waiting for the guest agent: %v; the console's last line: %s", err, m.console.last())
+	}
 	t.Logf("the guest agent answered %s after QEMU started", time.Since(start).Round(time.Second))
-}
-
-// waitAgent waits until the guest agent behind m.agent echoes a guest-sync.
-func waitAgent(t *testing.T, ctx context.Context, m *machine) {
-	t.Helper()
-	conn, err := (&net.Dialer{}).DialContext(ctx, "unix", m.agent)
-	if err != nil {
-		t.Fatalf("connecting to the guest agent's socket: %v", err)
-	}
-	defer conn.Close()
-	for id := int64(1); ; id++ {
-		err := bootcheck.SyncAgent(ctx, conn, id, 5*time.Second)
-		if err == nil {
-			return
-		}
-		if !errors.Is(err, bootcheck.ErrNoAgentReply) {
-			t.Fatalf("asking the guest agent: %v; the console's last line: %s", err, m.console.last())
-		}
-	}
 }
 
 func newKey(t *testing.T) (ssh.Signer, ssh.PublicKey) {
